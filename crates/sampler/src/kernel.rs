@@ -1,0 +1,161 @@
+//! The seam for kernel-side sources (eBPF on Linux hosts).
+//!
+//! The core crate knows nothing about eBPF or aya: a kernel source lives in
+//! its own crate (`wakemeter-ebpf`), implements [`KernelSource`], and is
+//! handed to [`crate::SamplerBuilder::with_kernel_source`]. Each snapshot then
+//! carries a [`KernelSample`], and the findings engine uses it for threads
+//! that no in-process probe instruments (e.g. an unmodified Envoy).
+
+use serde::{Deserialize, Serialize};
+
+use crate::histogram::Log2Histogram;
+
+/// Off-CPU time of one thread split by why it left the CPU, in nanoseconds,
+/// cumulative since the source attached.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct OffCpuTime {
+    /// Blocked in `nanosleep`/`clock_nanosleep`.
+    pub sleep_ns: u64,
+    /// Blocked in `futex` (locks, condition variables).
+    pub lock_ns: u64,
+    /// Blocked in a poll-family syscall (poll, ppoll, select, pselect6, epoll_wait*).
+    pub poll_ns: u64,
+    /// Blocked uninterruptibly (disk or other I/O, `D` state) outside the above.
+    pub io_ns: u64,
+    /// Preempted: runnable and waiting for a CPU (run-queue wait after an involuntary switch).
+    pub preempted_ns: u64,
+    /// Blocked for any other reason (other syscalls, signals, page faults).
+    pub other_ns: u64,
+}
+
+impl OffCpuTime {
+    /// Sum of all causes, in nanoseconds.
+    pub fn total_ns(&self) -> u64 {
+        [self.sleep_ns, self.lock_ns, self.poll_ns, self.io_ns, self.preempted_ns, self.other_ns]
+            .iter()
+            .fold(0u64, |a, b| a.saturating_add(*b))
+    }
+}
+
+/// A thread that woke another one, with how often.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Waker {
+    /// Waker's TID (0 for interrupts/idle).
+    pub tid: u64,
+    /// Waker's `comm` at the time of the wakeup.
+    pub comm: String,
+    /// Wakeups of the target thread by this waker.
+    pub wakeups: u64,
+}
+
+/// Poll-family syscalls of one thread (poll, ppoll, select, pselect6,
+/// epoll_wait, epoll_pwait, epoll_pwait2), cumulative since attach.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PollSyscallStats {
+    /// Calls that returned.
+    pub calls: u64,
+    /// Calls that returned 0 (timed out with nothing ready).
+    pub zero_returns: u64,
+    /// Calls made with a zero timeout (non-blocking: busy polling).
+    pub zero_timeouts: u64,
+    /// Calls made with no timeout (block until an event).
+    pub infinite_timeouts: u64,
+    /// Requested timeouts of calls with a finite timeout, in nanoseconds (log2 buckets).
+    pub timeout_histogram: Log2Histogram,
+    /// Time spent inside the calls, in nanoseconds.
+    pub time_in_calls_ns: u64,
+}
+
+/// `nanosleep`/`clock_nanosleep` calls of one thread, cumulative since attach.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SleepSyscallStats {
+    /// Calls that returned.
+    pub calls: u64,
+    /// Sum of requested durations (relative sleeps), in nanoseconds.
+    pub requested_ns: u64,
+    /// Sum of actual durations from entry to return, in nanoseconds.
+    pub actual_ns: u64,
+}
+
+/// What the kernel saw of one thread, cumulative since the source attached.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct KernelThreadStats {
+    /// TID.
+    pub tid: u64,
+    /// `comm` as the kernel last saw it.
+    pub comm: String,
+    /// Time on CPU, in nanoseconds (sum of sched_switch-to-sched_switch spans).
+    pub on_cpu_ns: u64,
+    /// Voluntary switches (`!preempt && prev_state != 0`).
+    pub voluntary_switches: u64,
+    /// Involuntary switches (preempted while runnable).
+    pub involuntary_switches: u64,
+    /// Off-CPU time by cause.
+    pub off_cpu: OffCpuTime,
+    /// Durations of off-CPU spans, in nanoseconds (log2 buckets).
+    pub off_cpu_histogram: Log2Histogram,
+    /// Wakeup-to-run latencies, in nanoseconds (log2 buckets).
+    pub run_queue_latency_histogram: Log2Histogram,
+    /// Times this thread was woken (sched_wakeup / sched_waking).
+    pub wakeups_received: u64,
+    /// The threads that woke it most, most frequent first (bounded list).
+    pub top_wakers: Vec<Waker>,
+    /// Poll-family syscalls.
+    pub poll: PollSyscallStats,
+    /// Sleep syscalls.
+    pub sleep: SleepSyscallStats,
+}
+
+/// One read of a kernel source.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct KernelSample {
+    /// Name of the source, e.g. "ebpf".
+    pub source: String,
+    /// Process id the source observes.
+    pub pid: u32,
+    /// Live threads of the target with their counters.
+    pub threads: Vec<KernelThreadStats>,
+    /// Events the kernel programs could not record because a bounded map was
+    /// full (0 when nothing was lost).
+    pub dropped_events: u64,
+}
+
+impl KernelSample {
+    /// The thread with this TID, if the source saw it.
+    pub fn thread(&self, tid: u64) -> Option<&KernelThreadStats> {
+        self.threads.iter().find(|t| t.tid == tid)
+    }
+}
+
+/// Why a kernel source failed to read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelSourceError {
+    /// The observed process exited; the source is finished.
+    #[error("target process {pid} has exited")]
+    TargetExited {
+        /// The process that exited.
+        pid: u32,
+    },
+    /// Reading the source failed.
+    #[error("kernel source read failed: {0}")]
+    Read(String),
+}
+
+/// A source of kernel-side per-thread counters, such as the eBPF programs
+/// of `wakemeter-ebpf`. Called from the sampling thread once per snapshot.
+pub trait KernelSource: Send {
+    /// Reads the current cumulative counters. Must not block for long: it
+    /// runs on the sampling path.
+    ///
+    /// # Errors
+    /// [`KernelSourceError::TargetExited`] once the target is gone (the
+    /// sampler then detaches the source), [`KernelSourceError::Read`] otherwise.
+    fn read(&mut self) -> Result<KernelSample, KernelSourceError>;
+}
