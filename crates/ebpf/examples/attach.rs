@@ -1,0 +1,79 @@
+//! Attaches to a process (this one by default, or the PID given as the
+//! first argument), prints how long attaching took, waits, and prints what
+//! the kernel saw per thread.
+//!
+//! ```text
+//! cargo run --release -p wakemeter-ebpf --example attach -- [PID] [SECONDS]
+//! ```
+
+use std::time::Duration;
+
+use wakemeter::KernelSource;
+use wakemeter_ebpf::{EbpfSource, Target};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let target = match args.next() {
+        Some(pid) => Target::Pid(pid.parse()?),
+        None => Target::SelfProcess,
+    };
+    let seconds: f64 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1.0);
+
+    let mut source = EbpfSource::attach(target)?;
+    println!(
+        "attached to pid {} in {:.1} ms ({:?})",
+        source.pid(),
+        source.attach_duration().as_secs_f64() * 1e3,
+        source.attach_kind()
+    );
+    if target == Target::SelfProcess {
+        // Something to see: a thread that sleeps 1 ms at a time.
+        std::thread::Builder::new()
+            .name("sleeper".into())
+            .spawn(|| {
+                loop {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })?;
+    }
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let sample = source.read()?;
+    println!(
+        "{:>8} {:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}",
+        "tid",
+        "comm",
+        "on_cpu_us",
+        "vol",
+        "invol",
+        "sleep_us",
+        "lock_us",
+        "poll_us",
+        "wakeups",
+        "polls",
+        "sleeps"
+    );
+    for t in &sample.threads {
+        println!(
+            "{:>8} {:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}",
+            t.tid,
+            t.comm,
+            t.on_cpu_ns / 1000,
+            t.voluntary_switches,
+            t.involuntary_switches,
+            t.off_cpu.sleep_ns / 1000,
+            t.off_cpu.lock_ns / 1000,
+            t.off_cpu.poll_ns / 1000,
+            t.wakeups_received,
+            t.poll.calls,
+            t.sleep.calls
+        );
+        for w in &t.top_wakers {
+            println!(
+                "{:>26} woken {} times by {} ({})",
+                "", w.wakeups, w.tid, w.comm
+            );
+        }
+    }
+    println!("dropped events: {}", sample.dropped_events);
+    Ok(())
+}

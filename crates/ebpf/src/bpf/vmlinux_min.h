@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * The few kernel types the programs touch, trimmed by hand.
+ *
+ * `preserve_access_index` makes clang emit CO-RE relocations for every field
+ * access, so the loader rewrites offsets against the running kernel's BTF:
+ * only the field names and types here must match the kernel, not the layout.
+ */
+#ifndef WAKEMETER_VMLINUX_MIN_H
+#define WAKEMETER_VMLINUX_MIN_H
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed int __s32;
+typedef signed long long __s64;
+typedef _Bool bool;
+#define true 1
+#define false 0
+#define NULL ((void *)0)
+
+struct task_struct {
+	int pid;  /* TID */
+	int tgid; /* process id */
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	unsigned long di;
+	unsigned long si;
+	unsigned long dx;
+	unsigned long r10;
+	unsigned long r8;
+	unsigned long r9;
+} __attribute__((preserve_access_index));
+#define WM_SYSCALL_ARG0(r) ((r)->di)
+#define WM_SYSCALL_ARG1(r) ((r)->si)
+#define WM_SYSCALL_ARG2(r) ((r)->dx)
+#define WM_SYSCALL_ARG3(r) ((r)->r10)
+#define WM_SYSCALL_ARG4(r) ((r)->r8)
+#elif defined(__TARGET_ARCH_arm64)
+struct user_pt_regs {
+	__u64 regs[31];
+} __attribute__((preserve_access_index));
+struct pt_regs {
+	struct user_pt_regs user_regs;
+} __attribute__((preserve_access_index));
+#define WM_SYSCALL_ARG0(r) ((r)->user_regs.regs[0])
+#define WM_SYSCALL_ARG1(r) ((r)->user_regs.regs[1])
+#define WM_SYSCALL_ARG2(r) ((r)->user_regs.regs[2])
+#define WM_SYSCALL_ARG3(r) ((r)->user_regs.regs[3])
+#define WM_SYSCALL_ARG4(r) ((r)->user_regs.regs[4])
+#else
+#error "define __TARGET_ARCH_x86 or __TARGET_ARCH_arm64"
+#endif
+
+/* User-space time structs as the syscalls read them (64-bit ABIs). */
+struct wm_timespec {
+	__s64 tv_sec;
+	__s64 tv_nsec;
+};
+struct wm_timeval {
+	__s64 tv_sec;
+	__s64 tv_usec;
+};
+
+#endif

@@ -1,0 +1,496 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/*
+ * Kernel side of wakemeter-ebpf: per-thread scheduling and syscall counters
+ * of one process (`target_tgid`).
+ *
+ * Every handler exists twice, as `tp_btf/...` (BTF-typed arguments, direct
+ * field loads) and as `raw_tp/...` (untyped arguments, reads through
+ * bpf_probe_read_kernel). Both call the same always-inline body with a
+ * constant `btf` flag, so the compiler keeps only one kind of read in each.
+ * The loader attaches the tp_btf flavour and falls back to raw_tp.
+ *
+ * Every handler tests the process id first and returns at once for other
+ * processes: that path is what the whole machine pays.
+ */
+#include "vmlinux_min.h"
+#include "bpf_min.h"
+#include "wakemeter.h"
+
+/* Dual licence string so the kernel grants the GPL-only helpers we call
+ * (bpf_probe_read_kernel/user); the source itself is MIT OR Apache-2.0. */
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Process id to observe, set by the loader before load. */
+const volatile __u32 target_tgid = 0;
+
+/* One entry per live thread of the target; deleted when the thread exits.
+ * max_entries is overridden by the loader (default 1024 threads). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct wm_thread);
+} threads SEC(".maps");
+
+/* Wakeup counts per (target thread, waker thread). Entries of exited targets
+ * are removed by the loader on read. max_entries overridden (default 4096). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct wm_waker_key);
+	__type(value, struct wm_waker);
+} wakers SEC(".maps");
+
+/* Events lost because a map was full, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} dropped SEC(".maps");
+
+/* All-zero template for new thread entries (too big for the 512-byte stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_thread);
+} zero_thread SEC(".maps");
+
+/* Scheduler task states (include/linux/sched.h). */
+#define TASK_UNINTERRUPTIBLE 0x0002
+#define TASK_DEAD 0x0080
+#define TASK_NOLOAD 0x0400
+
+#define TIMER_ABSTIME 1
+#define CLOCK_MONOTONIC 1
+#define NSEC_PER_SEC 1000000000ULL
+#define NSEC_PER_USEC 1000ULL
+#define NSEC_PER_MSEC 1000000ULL
+
+#if defined(__TARGET_ARCH_x86)
+#define NR_POLL 7
+#define NR_SELECT 23
+#define NR_NANOSLEEP 35
+#define NR_FUTEX 202
+#define NR_CLOCK_NANOSLEEP 230
+#define NR_EPOLL_WAIT 232
+#define NR_PSELECT6 270
+#define NR_PPOLL 271
+#define NR_EPOLL_PWAIT 281
+#else /* arm64: the generic syscall table has no poll, select, epoll_wait */
+#define NR_EPOLL_PWAIT 22
+#define NR_PSELECT6 72
+#define NR_PPOLL 73
+#define NR_FUTEX 98
+#define NR_NANOSLEEP 101
+#define NR_CLOCK_NANOSLEEP 115
+#endif
+#define NR_EPOLL_PWAIT2 441
+#define NR_FUTEX_WAITV 449
+
+/* Field read that compiles to a direct load for BTF-typed pointers and to a
+ * bpf_probe_read_kernel otherwise. `btf` must be a compile-time constant. */
+#define WM_READ(btf, dst, src)                                                 \
+	do {                                                                   \
+		if (btf)                                                       \
+			(dst) = (src);                                         \
+		else                                                           \
+			bpf_probe_read_kernel(&(dst), sizeof(dst), &(src));    \
+	} while (0)
+
+static __always_inline void count_drop(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&dropped, &zero);
+	if (n)
+		*n += 1;
+}
+
+/* Bucket index as in the Rust log2_bucket: 0 for 0, else floor(log2 v) + 1. */
+static __always_inline __u32 log2_bucket(__u64 v)
+{
+	__u32 r = 0;
+	if (v == 0)
+		return 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r + 1;
+}
+
+static __always_inline void hist_add(__u64 *hist, __u64 value)
+{
+	__u32 i = log2_bucket(value);
+	if (i < WM_BUCKETS) /* always true; bounds the index for the verifier */
+		hist[i] += 1;
+}
+
+/* The entry of `tid`, created (zeroed, with the task's comm, or current's
+ * when `task` is NULL) if missing. NULL when the map is full (counted as a
+ * dropped event). */
+static __always_inline struct wm_thread *thread_entry(__u32 tid, struct task_struct *task)
+{
+	struct wm_thread *st = bpf_map_lookup_elem(&threads, &tid);
+	if (st)
+		return st;
+	__u32 zero = 0;
+	struct wm_thread *init = bpf_map_lookup_elem(&zero_thread, &zero);
+	if (!init)
+		return NULL;
+	long err = bpf_map_update_elem(&threads, &tid, init, BPF_NOEXIST);
+	if (err && err != -WM_EEXIST) {
+		count_drop();
+		return NULL;
+	}
+	st = bpf_map_lookup_elem(&threads, &tid);
+	if (st && !err) {
+		if (task)
+			bpf_probe_read_kernel(&st->comm, sizeof(st->comm), &task->comm);
+		else
+			bpf_get_current_comm(&st->comm, sizeof(st->comm));
+	}
+	return st;
+}
+
+/* --- sched_switch(bool preempt, task *prev, task *next, unsigned prev_state) --- */
+
+static __always_inline int on_switch(__u64 *ctx, const bool btf)
+{
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	__u32 target = target_tgid;
+	__u64 cur = bpf_get_current_pid_tgid(); /* current == prev */
+	__u32 prev_tgid = (__u32)(cur >> 32);
+	int next_tgid_raw = 0;
+	WM_READ(btf, next_tgid_raw, next->tgid);
+	__u32 next_tgid = (__u32)next_tgid_raw;
+	if (prev_tgid != target && next_tgid != target)
+		return 0;
+
+	__u64 now = bpf_ktime_get_ns();
+	if (prev_tgid == target) {
+		__u32 tid = (__u32)cur;
+		bool preempt = (bool)ctx[0];
+		__u32 prev_state = (__u32)ctx[3];
+		if (prev_state & TASK_DEAD) {
+			/* Final switch of an exiting thread: never recreate it. */
+			bpf_map_delete_elem(&threads, &tid);
+		} else {
+			struct wm_thread *st = thread_entry(tid, prev);
+			if (st) {
+				if (st->on_since_ns && now > st->on_since_ns)
+					st->on_cpu_ns += now - st->on_since_ns;
+				st->on_since_ns = 0;
+				__u64 cause;
+				if (preempt || prev_state == 0) {
+					st->involuntary += 1;
+					cause = WM_OFF_PREEMPTED;
+				} else {
+					st->voluntary += 1;
+					switch (st->sc_class) {
+					case WM_SC_SLEEP: cause = WM_OFF_SLEEP; break;
+					case WM_SC_LOCK: cause = WM_OFF_LOCK; break;
+					case WM_SC_POLL: cause = WM_OFF_POLL; break;
+					default:
+						if ((prev_state & TASK_UNINTERRUPTIBLE) &&
+						    !(prev_state & TASK_NOLOAD))
+							cause = WM_OFF_IO;
+						else
+							cause = WM_OFF_OTHER;
+					}
+				}
+				st->off_cause = cause;
+				st->off_since_ns = now;
+				/* A wakeup seen before the switch-out (woken while still
+				 * running) is not a wait for the CPU. */
+				st->woken_at_ns = 0;
+				bpf_get_current_comm(&st->comm, sizeof(st->comm));
+			}
+		}
+	}
+	if (next_tgid == target) {
+		int next_pid = 0;
+		WM_READ(btf, next_pid, next->pid);
+		__u32 tid = (__u32)next_pid;
+		struct wm_thread *st = thread_entry(tid, next);
+		if (st) {
+			if (st->off_since_ns && now > st->off_since_ns) {
+				__u64 d = now - st->off_since_ns;
+				__u64 cause = st->off_cause;
+				if (cause < WM_OFF_CAUSES)
+					st->off_ns[cause] += d;
+				hist_add(st->off_hist, d);
+			}
+			st->off_since_ns = 0;
+			__u64 woken = st->woken_at_ns;
+			if (woken && now >= woken)
+				hist_add(st->runq_hist, now - woken);
+			st->woken_at_ns = 0;
+			st->on_since_ns = now;
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int tpbtf_sched_switch(__u64 *ctx) { return on_switch(ctx, true); }
+
+SEC("raw_tp/sched_switch")
+int rawtp_sched_switch(__u64 *ctx) { return on_switch(ctx, false); }
+
+/* --- sched_waking(task *p): runs in the waker's context --- */
+
+static __always_inline int on_waking(__u64 *ctx, const bool btf)
+{
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	int tgid = 0;
+	WM_READ(btf, tgid, p->tgid);
+	if ((__u32)tgid != target_tgid)
+		return 0;
+
+	int pid = 0;
+	WM_READ(btf, pid, p->pid);
+	__u32 tid = (__u32)pid;
+	struct wm_thread *st = thread_entry(tid, p);
+	if (!st)
+		return 0;
+	__sync_fetch_and_add(&st->wakeups, 1);
+	st->woken_at_ns = bpf_ktime_get_ns();
+
+	struct wm_waker_key key = {
+		.target_tid = tid,
+		.waker_tid = (__u32)bpf_get_current_pid_tgid(),
+	};
+	struct wm_waker *w = bpf_map_lookup_elem(&wakers, &key);
+	if (w) {
+		__sync_fetch_and_add(&w->count, 1);
+		return 0;
+	}
+	struct wm_waker fresh = { .count = 1 };
+	bpf_get_current_comm(&fresh.comm, sizeof(fresh.comm));
+	long err = bpf_map_update_elem(&wakers, &key, &fresh, BPF_NOEXIST);
+	if (err == -WM_EEXIST) {
+		w = bpf_map_lookup_elem(&wakers, &key);
+		if (w)
+			__sync_fetch_and_add(&w->count, 1);
+	} else if (err) {
+		count_drop();
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_waking")
+int tpbtf_sched_waking(__u64 *ctx) { return on_waking(ctx, true); }
+
+SEC("raw_tp/sched_waking")
+int rawtp_sched_waking(__u64 *ctx) { return on_waking(ctx, false); }
+
+/* --- sched_process_exit(task *p, ...): runs in the exiting thread --- */
+
+static __always_inline int on_exit(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	__u32 tid = (__u32)id;
+	bpf_map_delete_elem(&threads, &tid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int tpbtf_sched_process_exit(__u64 *ctx) { return on_exit(); }
+
+SEC("raw_tp/sched_process_exit")
+int rawtp_sched_process_exit(__u64 *ctx) { return on_exit(); }
+
+/* --- sys_enter(pt_regs *regs, long id) / sys_exit(pt_regs *regs, long ret) --- */
+
+/* Timeout or sleep length in ns from a user timespec; NULL is infinite. */
+static __always_inline __u64 user_timespec_ns(__u64 uptr)
+{
+	if (!uptr)
+		return WM_ARG_INFINITE;
+	struct wm_timespec ts = {};
+	if (bpf_probe_read_user(&ts, sizeof(ts), (const void *)uptr))
+		return WM_ARG_UNKNOWN;
+	if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= (__s64)NSEC_PER_SEC)
+		return WM_ARG_UNKNOWN; /* the syscall fails with EINVAL */
+	if ((__u64)ts.tv_sec > 18000000000ULL) /* > ~570 years: treat as forever */
+		return WM_ARG_INFINITE;
+	return (__u64)ts.tv_sec * NSEC_PER_SEC + (__u64)ts.tv_nsec;
+}
+
+#ifdef NR_SELECT
+static __always_inline __u64 user_timeval_ns(__u64 uptr)
+{
+	if (!uptr)
+		return WM_ARG_INFINITE;
+	struct wm_timeval tv = {};
+	if (bpf_probe_read_user(&tv, sizeof(tv), (const void *)uptr))
+		return WM_ARG_UNKNOWN;
+	if (tv.tv_sec < 0 || tv.tv_usec < 0)
+		return WM_ARG_UNKNOWN;
+	if ((__u64)tv.tv_sec > 18000000000ULL)
+		return WM_ARG_INFINITE;
+	return (__u64)tv.tv_sec * NSEC_PER_SEC + (__u64)tv.tv_usec * NSEC_PER_USEC;
+}
+
+#endif
+
+static __always_inline __u64 millis_ns(__u64 reg)
+{
+	int ms = (int)reg;
+	if (ms < 0)
+		return WM_ARG_INFINITE;
+	return (__u64)ms * NSEC_PER_MSEC;
+}
+
+static __always_inline int on_sys_enter(__u64 *ctx, const bool btf)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+
+	__u32 tid = (__u32)id;
+	struct wm_thread *st = thread_entry(tid, NULL);
+	if (!st)
+		return 0;
+
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	long nr = (long)ctx[1];
+	__u64 cls = WM_SC_OTHER;
+	__u64 arg = 0;
+	__u64 a = 0;
+	switch (nr) {
+	case NR_NANOSLEEP:
+		WM_READ(btf, a, WM_SYSCALL_ARG0(regs));
+		cls = WM_SC_SLEEP;
+		arg = user_timespec_ns(a);
+		break;
+	case NR_CLOCK_NANOSLEEP: {
+		__u64 clock = 0, flags = 0;
+		WM_READ(btf, clock, WM_SYSCALL_ARG0(regs));
+		WM_READ(btf, flags, WM_SYSCALL_ARG1(regs));
+		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
+		cls = WM_SC_SLEEP;
+		arg = user_timespec_ns(a);
+		if ((flags & TIMER_ABSTIME) && arg < WM_ARG_UNKNOWN) {
+			/* Absolute deadline: only CLOCK_MONOTONIC is comparable here. */
+			__u64 now = bpf_ktime_get_ns();
+			if ((int)clock != CLOCK_MONOTONIC)
+				arg = WM_ARG_UNKNOWN;
+			else
+				arg = arg > now ? arg - now : 0;
+		}
+		break;
+	}
+	case NR_FUTEX:
+	case NR_FUTEX_WAITV:
+		cls = WM_SC_LOCK;
+		break;
+#ifdef NR_POLL
+	case NR_POLL:
+		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
+		cls = WM_SC_POLL;
+		arg = millis_ns(a);
+		break;
+#endif
+#ifdef NR_SELECT
+	case NR_SELECT:
+		WM_READ(btf, a, WM_SYSCALL_ARG4(regs));
+		cls = WM_SC_POLL;
+		arg = user_timeval_ns(a);
+		break;
+#endif
+#ifdef NR_EPOLL_WAIT
+	case NR_EPOLL_WAIT:
+#endif
+	case NR_EPOLL_PWAIT:
+		WM_READ(btf, a, WM_SYSCALL_ARG3(regs));
+		cls = WM_SC_POLL;
+		arg = millis_ns(a);
+		break;
+	case NR_EPOLL_PWAIT2:
+		WM_READ(btf, a, WM_SYSCALL_ARG3(regs));
+		cls = WM_SC_POLL;
+		arg = user_timespec_ns(a);
+		break;
+	case NR_PPOLL:
+		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
+		cls = WM_SC_POLL;
+		arg = user_timespec_ns(a);
+		break;
+	case NR_PSELECT6:
+		WM_READ(btf, a, WM_SYSCALL_ARG4(regs));
+		cls = WM_SC_POLL;
+		arg = user_timespec_ns(a);
+		break;
+	default:
+		break;
+	}
+	st->sc_class = cls;
+	st->sc_arg_ns = arg;
+	if (cls != WM_SC_OTHER)
+		st->sc_enter_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int tpbtf_sys_enter(__u64 *ctx) { return on_sys_enter(ctx, true); }
+
+SEC("raw_tp/sys_enter")
+int rawtp_sys_enter(__u64 *ctx) { return on_sys_enter(ctx, false); }
+
+static __always_inline int on_sys_exit(__u64 *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+
+	__u32 tid = (__u32)id;
+	struct wm_thread *st = bpf_map_lookup_elem(&threads, &tid);
+	if (!st)
+		return 0;
+	__u64 cls = st->sc_class;
+	st->sc_class = WM_SC_NONE;
+	if (cls != WM_SC_POLL && cls != WM_SC_SLEEP)
+		return 0;
+
+	__u64 now = bpf_ktime_get_ns();
+	__u64 took = (st->sc_enter_ns && now > st->sc_enter_ns) ? now - st->sc_enter_ns : 0;
+	__u64 arg = st->sc_arg_ns;
+	if (cls == WM_SC_POLL) {
+		long ret = (long)ctx[1];
+		st->poll_calls += 1;
+		if (ret == 0)
+			st->poll_zero_returns += 1;
+		if (arg == WM_ARG_INFINITE)
+			st->poll_infinite_timeouts += 1;
+		else if (arg != WM_ARG_UNKNOWN) {
+			if (arg == 0)
+				st->poll_zero_timeouts += 1;
+			hist_add(st->poll_timeout_hist, arg);
+		}
+		st->poll_time_ns += took;
+	} else {
+		st->sleep_calls += 1;
+		if (arg < WM_ARG_UNKNOWN)
+			st->sleep_requested_ns += arg;
+		st->sleep_actual_ns += took;
+	}
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int tpbtf_sys_exit(__u64 *ctx) { return on_sys_exit(ctx); }
+
+SEC("raw_tp/sys_exit")
+int rawtp_sys_exit(__u64 *ctx) { return on_sys_exit(ctx); }
+
+_Static_assert(sizeof(struct wm_thread) == 1776, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_waker_key) == 8, "wm_waker_key layout changed");
+_Static_assert(sizeof(struct wm_waker) == 24, "wm_waker layout changed");

@@ -1,0 +1,118 @@
+//! The error type of attaching and reading.
+
+/// Why the eBPF source could not attach (or report).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EbpfError {
+    /// No process with this id exists (no `/proc/<pid>`), or the id is 0.
+    #[error("process {pid} does not exist")]
+    NoSuchProcess {
+        /// The id that was asked for.
+        pid: u32,
+    },
+
+    /// The effective capabilities lack what loading tracing programs needs:
+    /// `CAP_BPF` and `CAP_PERFMON` (Linux 5.8+), or `CAP_SYS_ADMIN`. Root
+    /// has all of them.
+    #[error(
+        "missing privilege: effective capabilities lack {missing}; run as root or grant CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)"
+    )]
+    MissingPrivilege {
+        /// The capabilities that are missing, e.g. `"CAP_BPF and CAP_PERFMON"`.
+        missing: &'static str,
+    },
+
+    /// The kernel exposes no BTF (`/sys/kernel/btf/vmlinux` is absent; it
+    /// needs `CONFIG_DEBUG_INFO_BTF=y`), so the programs cannot be relocated.
+    #[error(
+        "no kernel BTF: /sys/kernel/btf/vmlinux is absent (kernel built without CONFIG_DEBUG_INFO_BTF)"
+    )]
+    NoKernelBtf,
+
+    /// This build has no kernel programs: clang was not found when the crate
+    /// was compiled (install clang and rebuild).
+    #[error("unavailable: built without clang (install clang and rebuild wakemeter-ebpf)")]
+    BuiltWithoutClang,
+
+    /// This process runs in a PID namespace other than the initial one (a
+    /// container): the kernel programs see host ids, which this process
+    /// cannot name. Run the observer in the host's PID namespace.
+    #[error("unsupported PID namespace {namespace}: run in the host PID namespace")]
+    PidNamespace {
+        /// The namespace link of this process, e.g. `pid:[4026532201]`.
+        namespace: String,
+    },
+
+    /// eBPF sources exist only on Linux hosts (not on macOS, iOS, Android
+    /// or other targets).
+    #[error("unsupported: the eBPF source needs a Linux host")]
+    Unsupported,
+
+    /// The embedded object lacks a program or map the loader expects (a
+    /// build inconsistency between the C programs and the Rust loader).
+    #[error("the embedded eBPF object has no program or map named {name}")]
+    ObjectMismatch {
+        /// The missing program or map.
+        name: &'static str,
+    },
+
+    /// Reading the target's or this process's `/proc` entries, or a syscall
+    /// of the checks, failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The kernel BTF exists but could not be parsed.
+    #[cfg(target_os = "linux")]
+    #[error("failed to parse kernel BTF")]
+    Btf {
+        /// aya's error.
+        #[source]
+        source: aya::BtfError,
+    },
+
+    /// The object could not be loaded: map creation or CO-RE relocation failed.
+    #[cfg(target_os = "linux")]
+    #[error("failed to load the eBPF object")]
+    Load {
+        /// aya's error.
+        #[source]
+        source: aya::EbpfError,
+    },
+
+    /// A program could not be loaded (verifier) or attached, or its info read.
+    #[cfg(target_os = "linux")]
+    #[error("eBPF program {program}: load, attach or info failed")]
+    Program {
+        /// The program (function) name.
+        program: &'static str,
+        /// aya's error.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+
+    /// A map of the object is missing or of an unexpected type.
+    #[cfg(target_os = "linux")]
+    #[error("eBPF map {map} is unusable")]
+    Map {
+        /// The map name.
+        map: &'static str,
+        /// aya's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+
+    /// The kernel refused to enable BPF run-time statistics.
+    #[cfg(target_os = "linux")]
+    #[error("failed to enable BPF run-time statistics")]
+    Stats {
+        /// aya's error.
+        #[source]
+        source: aya::sys::SyscallError,
+    },
+}

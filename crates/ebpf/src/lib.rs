@@ -1,0 +1,241 @@
+//! # wakemeter-ebpf
+//!
+//! A Linux-host kernel source for [`wakemeter`]: eBPF programs on the
+//! scheduler and syscall tracepoints that tell, per thread of one process,
+//! what in-process sampling cannot see — on-CPU time, voluntary and
+//! involuntary switches, off-CPU time split by cause (sleep, lock, poll, I/O,
+//! preempted, other), log2 histograms of off-CPU spans and of wakeup-to-run
+//! latency, wakeups with the threads that caused them, and the poll-family
+//! and `nanosleep` syscalls with their timeouts.
+//!
+//! ```no_run
+//! use wakemeter::KernelSource;
+//! use wakemeter_ebpf::{EbpfSource, Target};
+//!
+//! let mut source = EbpfSource::attach(Target::SelfProcess)?;
+//! std::thread::sleep(std::time::Duration::from_millis(100));
+//! let sample = source.read()?;
+//! for t in &sample.threads {
+//!     println!("{} {}: {} voluntary switches, {} ns asleep",
+//!         t.tid, t.comm, t.voluntary_switches, t.off_cpu.sleep_ns);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Attaching needs `CAP_BPF` and `CAP_PERFMON` (or `CAP_SYS_ADMIN`, as root
+//! has) and a kernel with BTF (`/sys/kernel/btf/vmlinux`). On other
+//! operating systems, and when the crate was built without clang, the same
+//! API exists and [`EbpfSource::attach`] returns a typed error.
+//!
+//! Process and thread ids are those of the outermost PID namespace visible in
+//! `/proc` (the first `NSpid` entry), which is what the kernel programs see
+//! when `/proc` is the host's.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as imp;
+
+#[cfg(not(target_os = "linux"))]
+mod unsupported;
+#[cfg(not(target_os = "linux"))]
+use unsupported as imp;
+
+use std::time::Duration;
+
+pub use error::EbpfError;
+use wakemeter::{KernelSample, KernelSource, KernelSourceError};
+
+/// Default capacity of the per-thread map, in threads of the target.
+pub const DEFAULT_MAX_THREADS: u32 = 1024;
+/// Default capacity of the wakers map, in (target thread, waker thread) pairs.
+pub const DEFAULT_MAX_WAKERS: u32 = 4096;
+/// Default number of wakers reported per thread in
+/// [`wakemeter::KernelThreadStats::top_wakers`].
+pub const DEFAULT_TOP_WAKERS: usize = 8;
+
+/// Which process to observe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Target {
+    /// The calling process.
+    SelfProcess,
+    /// Any process by id (a thread id is resolved to its process).
+    Pid(u32),
+}
+
+/// How the programs are attached to the kernel's tracepoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AttachKind {
+    /// `tp_btf` (BTF-typed raw tracepoints, the cheapest), falling back to
+    /// `raw_tp` per program when the kernel refuses `tp_btf`.
+    #[default]
+    Auto,
+    /// `tp_btf` only.
+    BtfTracepoint,
+    /// `raw_tp` only (untyped raw tracepoints: every field read is a helper call).
+    RawTracepoint,
+    /// Some programs on `tp_btf`, some on `raw_tp` (only reported, after an
+    /// [`AttachKind::Auto`] attach fell back for part of them).
+    Mixed,
+}
+
+/// Options of an attach; start with [`EbpfSource::builder`].
+#[derive(Debug, Clone)]
+pub struct EbpfSourceBuilder {
+    target: Target,
+    kind: AttachKind,
+    max_threads: u32,
+    max_wakers: u32,
+    top_wakers: usize,
+}
+
+impl EbpfSourceBuilder {
+    /// Options with defaults: [`AttachKind::Auto`], [`DEFAULT_MAX_THREADS`],
+    /// [`DEFAULT_MAX_WAKERS`], [`DEFAULT_TOP_WAKERS`].
+    pub fn new(target: Target) -> Self {
+        EbpfSourceBuilder {
+            target,
+            kind: AttachKind::Auto,
+            max_threads: DEFAULT_MAX_THREADS,
+            max_wakers: DEFAULT_MAX_WAKERS,
+            top_wakers: DEFAULT_TOP_WAKERS,
+        }
+    }
+
+    /// Chooses the attach kind ([`AttachKind::Mixed`] behaves as `Auto`).
+    pub fn with_attach_kind(mut self, kind: AttachKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Capacity of the per-thread map, in threads (at least 1). Each entry
+    /// takes about 1.8 KiB of kernel memory, allocated at attach. Threads
+    /// beyond it are not tracked and count as dropped events.
+    pub fn with_max_threads(mut self, threads: u32) -> Self {
+        self.max_threads = threads.max(1);
+        self
+    }
+
+    /// Capacity of the wakers map, in (target thread, waker thread) pairs
+    /// (at least 1; about 100 bytes of kernel memory each). Wakeups by
+    /// pairs beyond it are still counted in `wakeups_received` but their
+    /// waker is lost and counted as a dropped event.
+    pub fn with_max_wakers(mut self, pairs: u32) -> Self {
+        self.max_wakers = pairs.max(1);
+        self
+    }
+
+    /// How many wakers to report per thread, most frequent first.
+    pub fn with_top_wakers(mut self, n: usize) -> Self {
+        self.top_wakers = n;
+        self
+    }
+
+    /// Loads and attaches the kernel programs.
+    ///
+    /// # Errors
+    /// See [`EbpfError`]: the target does not exist, privileges or kernel
+    /// BTF are missing, the crate was built without clang, the OS is not
+    /// Linux, or the kernel refused to load or attach a program.
+    pub fn attach(self) -> Result<EbpfSource, EbpfError> {
+        imp::Session::attach(&self).map(|inner| EbpfSource { inner })
+    }
+}
+
+/// Kernel-side run statistics of one of the loaded programs (from
+/// `BPF_ENABLE_STATS`; zero unless [`enable_run_stats`] is in effect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProgramRunStats {
+    /// Program (function) name, e.g. `tpbtf_sched_switch`.
+    pub name: String,
+    /// Total time spent running the program, in nanoseconds.
+    pub run_time_ns: u64,
+    /// Number of times the program ran.
+    pub run_count: u64,
+}
+
+/// Keeps the kernel's BPF run-time statistics on; they go off when the last
+/// guard in the system drops. See [`enable_run_stats`].
+#[derive(Debug)]
+pub struct RunStatsGuard {
+    _inner: imp::RunStats,
+}
+
+/// Turns on the kernel's per-program run-time statistics (`run_time_ns`,
+/// `run_cnt`) while the returned guard lives. They cost every BPF program in
+/// the system two clock reads per run, so enable them only to measure.
+///
+/// # Errors
+/// [`EbpfError::Stats`] when the kernel refuses (needs `CAP_SYS_ADMIN`), or
+/// [`EbpfError::Unsupported`] off Linux.
+pub fn enable_run_stats() -> Result<RunStatsGuard, EbpfError> {
+    imp::RunStats::enable().map(|inner| RunStatsGuard { _inner: inner })
+}
+
+/// An attached set of kernel programs observing one process. Implements
+/// [`KernelSource`]; dropping it detaches and unloads the programs and frees
+/// their maps.
+#[derive(Debug)]
+pub struct EbpfSource {
+    inner: imp::Session,
+}
+
+impl EbpfSource {
+    /// Attaches to `target` with default options (see [`EbpfSourceBuilder`]).
+    ///
+    /// # Errors
+    /// As [`EbpfSourceBuilder::attach`].
+    pub fn attach(target: Target) -> Result<EbpfSource, EbpfError> {
+        EbpfSourceBuilder::new(target).attach()
+    }
+
+    /// Options for an attach.
+    pub fn builder(target: Target) -> EbpfSourceBuilder {
+        EbpfSourceBuilder::new(target)
+    }
+
+    /// The observed process id (as given, or this process's).
+    pub fn pid(&self) -> u32 {
+        self.inner.pid()
+    }
+
+    /// Wall time [`EbpfSource::attach`] took: checks, BTF parse (first time
+    /// only), load, verification and attach of every program.
+    pub fn attach_duration(&self) -> Duration {
+        self.inner.attach_duration()
+    }
+
+    /// How the programs ended up attached (`tp_btf`, `raw_tp` or a mix).
+    pub fn attach_kind(&self) -> AttachKind {
+        self.inner.attach_kind()
+    }
+
+    /// Run statistics of the attached programs (see [`enable_run_stats`]).
+    ///
+    /// # Errors
+    /// [`EbpfError::Program`] when the kernel cannot report a program's info.
+    pub fn program_stats(&self) -> Result<Vec<ProgramRunStats>, EbpfError> {
+        self.inner.program_stats()
+    }
+}
+
+impl KernelSource for EbpfSource {
+    /// Reads every tracked thread of the target (cumulative counters; the
+    /// on-CPU or off-CPU span in progress is included in the totals, not in
+    /// the histograms).
+    ///
+    /// # Errors
+    /// [`KernelSourceError::TargetExited`] once the process is gone (the
+    /// programs are detached at that point), [`KernelSourceError::Read`]
+    /// when a map cannot be read.
+    fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
+        self.inner.read()
+    }
+}

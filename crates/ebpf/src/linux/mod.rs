@@ -1,0 +1,514 @@
+//! The Linux implementation: loads the embedded object with aya, attaches
+//! it, and turns its maps into [`KernelSample`]s.
+
+mod abi;
+mod sys;
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::fd::OwnedFd;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
+use aya::programs::{BtfTracePoint, RawTracePoint};
+use aya::{Btf, Ebpf, EbpfLoader};
+use wakemeter::histogram::Log2Histogram;
+use wakemeter::kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Waker};
+use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
+
+use self::abi::{WmThread, WmWaker, WmWakerKey};
+use self::sys::ExitWatch;
+use crate::{AttachKind, EbpfError, EbpfSourceBuilder, ProgramRunStats, Target};
+
+/// One tracepoint and the two flavours of its program in the object.
+struct Hook {
+    tracepoint: &'static str,
+    btf_program: &'static str,
+    raw_program: &'static str,
+}
+
+/// Attach order: exit cleanup first, so no entry is created that nothing
+/// would delete; the scheduler switch last, as it is the busiest.
+const HOOKS: [Hook; 5] = [
+    Hook {
+        tracepoint: "sched_process_exit",
+        btf_program: "tpbtf_sched_process_exit",
+        raw_program: "rawtp_sched_process_exit",
+    },
+    Hook {
+        tracepoint: "sys_exit",
+        btf_program: "tpbtf_sys_exit",
+        raw_program: "rawtp_sys_exit",
+    },
+    Hook {
+        tracepoint: "sys_enter",
+        btf_program: "tpbtf_sys_enter",
+        raw_program: "rawtp_sys_enter",
+    },
+    Hook {
+        tracepoint: "sched_waking",
+        btf_program: "tpbtf_sched_waking",
+        raw_program: "rawtp_sched_waking",
+    },
+    Hook {
+        tracepoint: "sched_switch",
+        btf_program: "tpbtf_sched_switch",
+        raw_program: "rawtp_sched_switch",
+    },
+];
+
+/// The compiled kernel programs, embedded with 8-byte alignment.
+#[cfg(not(wakemeter_ebpf_no_clang))]
+fn object() -> Result<&'static [u8], EbpfError> {
+    Ok(aya::include_bytes_aligned!(concat!(
+        env!("OUT_DIR"),
+        "/wakemeter.bpf.o"
+    )))
+}
+
+#[cfg(wakemeter_ebpf_no_clang)]
+fn object() -> Result<&'static [u8], EbpfError> {
+    Err(EbpfError::BuiltWithoutClang)
+}
+
+/// The kernel's BTF, parsed once per process (40-110 ms) and reused.
+fn kernel_btf() -> Result<&'static Btf, EbpfError> {
+    static KERNEL_BTF: OnceLock<Btf> = OnceLock::new();
+    if let Some(btf) = KERNEL_BTF.get() {
+        return Ok(btf);
+    }
+    let parsed = Btf::from_sys_fs().map_err(|source| EbpfError::Btf { source })?;
+    Ok(KERNEL_BTF.get_or_init(|| parsed))
+}
+
+/// Maps and programs of an attached session. Field order is drop order:
+/// the programs detach first.
+struct Live {
+    ebpf: Ebpf,
+    threads: HashMap<MapData, u32, WmThread>,
+    wakers: HashMap<MapData, WmWakerKey, WmWaker>,
+    dropped: PerCpuArray<MapData, u64>,
+    /// Names of the programs that are attached.
+    programs: Vec<&'static str>,
+}
+
+pub(crate) struct Session {
+    pid: u32,
+    /// `None` when observing this very process.
+    watch: Option<ExitWatch>,
+    attach_duration: Duration,
+    kind: AttachKind,
+    top_wakers: usize,
+    /// `None` once the target has exited (programs detached).
+    live: Option<Live>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EbpfSession")
+            .field("pid", &self.pid)
+            .field("attach_duration", &self.attach_duration)
+            .field("kind", &self.kind)
+            .field("attached", &self.live.is_some())
+            .finish()
+    }
+}
+
+impl Session {
+    pub(crate) fn attach(options: &EbpfSourceBuilder) -> Result<Session, EbpfError> {
+        let started = Instant::now();
+        let own = std::process::id();
+        let (pid, watch) = match options.target {
+            Target::SelfProcess => (own, None),
+            Target::Pid(p) => {
+                let pid = sys::process_of(p)?;
+                let watch = if pid == own {
+                    None
+                } else {
+                    Some(ExitWatch::new(pid)?)
+                };
+                (pid, watch)
+            }
+        };
+        let object = object()?;
+        sys::check_kernel_btf()?;
+        sys::check_privileges()?;
+        sys::check_pid_namespace()?;
+        let btf = kernel_btf()?;
+
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(btf))
+            .override_global("target_tgid", &pid, true)
+            .map_max_entries("threads", options.max_threads)
+            .map_max_entries("wakers", options.max_wakers)
+            .load(object)
+            .map_err(|source| EbpfError::Load { source })?;
+
+        let mut programs = Vec::with_capacity(HOOKS.len());
+        let (mut on_btf, mut on_raw) = (0usize, 0usize);
+        for hook in &HOOKS {
+            let name = attach_hook(&mut ebpf, hook, options.kind, btf)?;
+            if name == hook.btf_program {
+                on_btf += 1;
+            } else {
+                on_raw += 1;
+            }
+            programs.push(name);
+        }
+        let kind = match (on_btf, on_raw) {
+            (_, 0) => AttachKind::BtfTracepoint,
+            (0, _) => AttachKind::RawTracepoint,
+            _ => AttachKind::Mixed,
+        };
+
+        let threads = HashMap::try_from(take_map(&mut ebpf, "threads")?).map_err(|source| {
+            EbpfError::Map {
+                map: "threads",
+                source,
+            }
+        })?;
+        let wakers =
+            HashMap::try_from(take_map(&mut ebpf, "wakers")?).map_err(|source| EbpfError::Map {
+                map: "wakers",
+                source,
+            })?;
+        let dropped = PerCpuArray::try_from(take_map(&mut ebpf, "dropped")?).map_err(|source| {
+            EbpfError::Map {
+                map: "dropped",
+                source,
+            }
+        })?;
+
+        Ok(Session {
+            pid,
+            watch,
+            attach_duration: started.elapsed(),
+            kind,
+            top_wakers: options.top_wakers,
+            live: Some(Live {
+                ebpf,
+                threads,
+                wakers,
+                dropped,
+                programs,
+            }),
+        })
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub(crate) fn attach_duration(&self) -> Duration {
+        self.attach_duration
+    }
+
+    pub(crate) fn attach_kind(&self) -> AttachKind {
+        self.kind
+    }
+
+    pub(crate) fn program_stats(&self) -> Result<Vec<ProgramRunStats>, EbpfError> {
+        let Some(live) = &self.live else {
+            return Ok(Vec::new());
+        };
+        live.programs
+            .iter()
+            .map(|&name| {
+                let program = live
+                    .ebpf
+                    .program(name)
+                    .ok_or(EbpfError::ObjectMismatch { name })?;
+                let info = program.info().map_err(|source| EbpfError::Program {
+                    program: name,
+                    source,
+                })?;
+                Ok(ProgramRunStats {
+                    name: name.to_owned(),
+                    run_time_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+                    run_count: info.run_count(),
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
+        let pid = self.pid;
+        if self.watch.as_ref().is_some_and(ExitWatch::has_exited) {
+            // Detach now rather than when the source is dropped.
+            self.live = None;
+        }
+        let Some(live) = self.live.as_mut() else {
+            return Err(KernelSourceError::TargetExited { pid });
+        };
+        let now = sys::monotonic_now_ns();
+
+        let mut seen = HashSet::new();
+        let mut threads = Vec::new();
+        for item in live.threads.iter() {
+            let (tid, raw) = item.map_err(read_error("threads"))?;
+            if seen.insert(tid) {
+                threads.push(thread_stats(tid, &raw, now));
+            }
+        }
+        threads.sort_by_key(|t| t.tid);
+
+        let mut by_target: BTreeMap<u32, Vec<Waker>> = BTreeMap::new();
+        let mut stale = Vec::new();
+        for item in live.wakers.iter() {
+            let (key, value) = item.map_err(read_error("wakers"))?;
+            if !seen.contains(&key.target_tid) {
+                stale.push(key);
+                continue;
+            }
+            let mut waker = Waker::default();
+            waker.tid = u64::from(key.waker_tid);
+            waker.comm = abi::comm_str(&value.comm);
+            waker.wakeups = value.count;
+            by_target.entry(key.target_tid).or_default().push(waker);
+        }
+        // Wakers of threads that exited: the kernel side cannot enumerate
+        // them on exit, so they are removed here. Re-check the thread, which
+        // may have appeared since the thread map was read.
+        for key in stale {
+            if matches!(
+                live.threads.get(&key.target_tid, 0),
+                Err(MapError::KeyNotFound)
+            ) {
+                // A failed removal is retried at the next read.
+                let _ = live.wakers.remove(&key);
+            }
+        }
+        for t in &mut threads {
+            if let Some(mut wakers) = u32::try_from(t.tid)
+                .ok()
+                .and_then(|tid| by_target.remove(&tid))
+            {
+                wakers.sort_by(|a, b| b.wakeups.cmp(&a.wakeups).then(a.tid.cmp(&b.tid)));
+                wakers.truncate(self.top_wakers);
+                t.top_wakers = wakers;
+            }
+        }
+
+        let dropped_events = live
+            .dropped
+            .get(&0, 0)
+            .map_err(read_error("dropped"))?
+            .iter()
+            .fold(0u64, |a, b| a.saturating_add(*b));
+
+        let mut sample = KernelSample::default();
+        sample.source = "ebpf".to_owned();
+        sample.pid = pid;
+        sample.threads = threads;
+        sample.dropped_events = dropped_events;
+        Ok(sample)
+    }
+}
+
+fn read_error(map: &'static str) -> impl Fn(MapError) -> KernelSourceError {
+    move |e| KernelSourceError::Read(format!("eBPF map {map}: {e}"))
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, EbpfError> {
+    ebpf.take_map(name)
+        .ok_or(EbpfError::ObjectMismatch { name })
+}
+
+/// Attaches one hook as `kind` asks; returns the name of the program that
+/// is now attached.
+fn attach_hook(
+    ebpf: &mut Ebpf,
+    hook: &Hook,
+    kind: AttachKind,
+    btf: &Btf,
+) -> Result<&'static str, EbpfError> {
+    let btf_result = if kind == AttachKind::RawTracepoint {
+        None
+    } else {
+        Some(attach_btf(ebpf, hook, btf))
+    };
+    match btf_result {
+        Some(Ok(())) => Ok(hook.btf_program),
+        Some(Err(e)) if kind == AttachKind::BtfTracepoint => Err(e),
+        _ => attach_raw(ebpf, hook).map(|()| hook.raw_program),
+    }
+}
+
+fn attach_btf(ebpf: &mut Ebpf, hook: &Hook, btf: &Btf) -> Result<(), EbpfError> {
+    let name = hook.btf_program;
+    let wrap = |source| EbpfError::Program {
+        program: name,
+        source,
+    };
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(EbpfError::ObjectMismatch { name })?
+        .try_into()
+        .map_err(wrap)?;
+    program.load(hook.tracepoint, btf).map_err(wrap)?;
+    if let Err(e) = program.attach() {
+        // Free the verified program before falling back; the error is what matters.
+        let _ = program.unload();
+        return Err(wrap(e));
+    }
+    Ok(())
+}
+
+fn attach_raw(ebpf: &mut Ebpf, hook: &Hook) -> Result<(), EbpfError> {
+    let name = hook.raw_program;
+    let wrap = |source| EbpfError::Program {
+        program: name,
+        source,
+    };
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(EbpfError::ObjectMismatch { name })?
+        .try_into()
+        .map_err(wrap)?;
+    program.load().map_err(wrap)?;
+    program.attach(hook.tracepoint).map_err(wrap)?;
+    Ok(())
+}
+
+/// Converts one kernel record, adding the span in progress (on or off CPU)
+/// to the totals so that they grow smoothly between switches.
+fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64) -> KernelThreadStats {
+    let in_progress = |since: u64| {
+        if since != 0 && now_ns > since {
+            now_ns - since
+        } else {
+            0
+        }
+    };
+
+    let mut off_ns = raw.off_ns;
+    if let Some(cause) = usize::try_from(raw.off_cause)
+        .ok()
+        .and_then(|c| off_ns.get_mut(c))
+    {
+        *cause = cause.saturating_add(in_progress(raw.off_since_ns));
+    }
+    let mut off_cpu = OffCpuTime::default();
+    off_cpu.sleep_ns = off_ns[abi::OFF_SLEEP];
+    off_cpu.lock_ns = off_ns[abi::OFF_LOCK];
+    off_cpu.poll_ns = off_ns[abi::OFF_POLL];
+    off_cpu.io_ns = off_ns[abi::OFF_IO];
+    off_cpu.preempted_ns = off_ns[abi::OFF_PREEMPTED];
+    off_cpu.other_ns = off_ns[abi::OFF_OTHER];
+
+    let mut poll = PollSyscallStats::default();
+    poll.calls = raw.poll_calls;
+    poll.zero_returns = raw.poll_zero_returns;
+    poll.zero_timeouts = raw.poll_zero_timeouts;
+    poll.infinite_timeouts = raw.poll_infinite_timeouts;
+    poll.timeout_histogram = Log2Histogram::from_buckets(&raw.poll_timeout_hist);
+    poll.time_in_calls_ns = raw.poll_time_ns;
+
+    let mut sleep = SleepSyscallStats::default();
+    sleep.calls = raw.sleep_calls;
+    sleep.requested_ns = raw.sleep_requested_ns;
+    sleep.actual_ns = raw.sleep_actual_ns;
+
+    let mut t = KernelThreadStats::default();
+    t.tid = u64::from(tid);
+    t.comm = abi::comm_str(&raw.comm);
+    t.on_cpu_ns = raw.on_cpu_ns.saturating_add(in_progress(raw.on_since_ns));
+    t.voluntary_switches = raw.voluntary;
+    t.involuntary_switches = raw.involuntary;
+    t.off_cpu = off_cpu;
+    t.off_cpu_histogram = Log2Histogram::from_buckets(&raw.off_hist);
+    t.run_queue_latency_histogram = Log2Histogram::from_buckets(&raw.runq_hist);
+    t.wakeups_received = raw.wakeups;
+    t.poll = poll;
+    t.sleep = sleep;
+    t
+}
+
+/// Holds the `BPF_ENABLE_STATS` fd; statistics stay on while any holder lives.
+#[derive(Debug)]
+pub(crate) struct RunStats {
+    _fd: OwnedFd,
+}
+
+impl RunStats {
+    pub(crate) fn enable() -> Result<RunStats, EbpfError> {
+        aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .map(|fd| RunStats { _fd: fd })
+            .map_err(|source| EbpfError::Stats { source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zeroed() -> WmThread {
+        WmThread {
+            on_since_ns: 0,
+            off_since_ns: 0,
+            woken_at_ns: 0,
+            off_cause: 0,
+            sc_class: 0,
+            sc_enter_ns: 0,
+            sc_arg_ns: 0,
+            on_cpu_ns: 0,
+            voluntary: 0,
+            involuntary: 0,
+            off_ns: [0; abi::OFF_CAUSES],
+            wakeups: 0,
+            poll_calls: 0,
+            poll_zero_returns: 0,
+            poll_zero_timeouts: 0,
+            poll_infinite_timeouts: 0,
+            poll_time_ns: 0,
+            sleep_calls: 0,
+            sleep_requested_ns: 0,
+            sleep_actual_ns: 0,
+            off_hist: [0; abi::BUCKETS],
+            runq_hist: [0; abi::BUCKETS],
+            poll_timeout_hist: [0; abi::BUCKETS],
+            comm: [0; abi::COMM_LEN],
+        }
+    }
+
+    #[test]
+    fn record_conversion_adds_span_in_progress() {
+        let mut raw = zeroed();
+        raw.comm[..4].copy_from_slice(b"loop");
+        raw.on_cpu_ns = 100;
+        raw.voluntary = 3;
+        raw.involuntary = 1;
+        raw.off_ns[abi::OFF_SLEEP] = 1000;
+        raw.off_ns[abi::OFF_POLL] = 7;
+        raw.off_cause = abi::OFF_SLEEP as u64;
+        raw.off_since_ns = 5_000;
+        raw.off_hist[11] = 2;
+        raw.poll_timeout_hist[20] = 4;
+        raw.poll_calls = 4;
+        let t = thread_stats(42, &raw, 5_500);
+        assert_eq!(t.tid, 42);
+        assert_eq!(t.comm, "loop");
+        assert_eq!(t.on_cpu_ns, 100);
+        assert_eq!(t.off_cpu.sleep_ns, 1500);
+        assert_eq!(t.off_cpu.poll_ns, 7);
+        assert_eq!(t.off_cpu.total_ns(), 1507);
+        assert_eq!(t.off_cpu_histogram.buckets.len(), 12);
+        assert_eq!(t.off_cpu_histogram.count(), 2);
+        assert_eq!(t.poll.timeout_histogram.buckets[20], 4);
+        assert_eq!((t.voluntary_switches, t.involuntary_switches), (3, 1));
+
+        raw.off_since_ns = 0;
+        raw.on_since_ns = 5_000;
+        let t = thread_stats(42, &raw, 6_000);
+        assert_eq!(t.on_cpu_ns, 1100);
+        assert_eq!(t.off_cpu.sleep_ns, 1000);
+    }
+
+    #[test]
+    fn comm_stops_at_nul() {
+        let mut c = [0u8; abi::COMM_LEN];
+        c[..3].copy_from_slice(b"abc");
+        assert_eq!(abi::comm_str(&c), "abc");
+        assert_eq!(abi::comm_str(&[b'x'; abi::COMM_LEN]), "x".repeat(16));
+    }
+}

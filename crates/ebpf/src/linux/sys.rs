@@ -1,0 +1,238 @@
+//! The OS calls of the checks and of exit detection, kept thin and separate
+//! from the parsing so the parsing can be unit-tested.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::error::EbpfError;
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Inode of the initial PID namespace (`PROC_PID_INIT_INO`, a kernel ABI constant).
+const INIT_PID_NS_LINK: &str = "pid:[4026531836]";
+
+/// Path of the kernel's BTF.
+pub(crate) const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> EbpfError {
+    let what = what.into();
+    move |source| EbpfError::Io { what, source }
+}
+
+/// The value of a `Name:\tvalue` line of a `/proc/<pid>/status` text.
+pub(crate) fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+/// Which required capabilities an effective set (`CapEff`) lacks, if any.
+pub(crate) fn missing_capabilities(cap_eff: u64) -> Option<&'static str> {
+    let has = |cap: u32| cap_eff & (1u64 << cap) != 0;
+    if has(CAP_SYS_ADMIN) {
+        return None;
+    }
+    match (has(CAP_BPF), has(CAP_PERFMON)) {
+        (true, true) => None,
+        (false, true) => Some("CAP_BPF"),
+        (true, false) => Some("CAP_PERFMON"),
+        (false, false) => Some("CAP_BPF and CAP_PERFMON"),
+    }
+}
+
+/// Fails with [`EbpfError::MissingPrivilege`] unless this process may load
+/// tracing programs.
+pub(crate) fn check_privileges() -> Result<(), EbpfError> {
+    let status = fs::read_to_string("/proc/self/status")
+        .map_err(io_err("reading /proc/self/status for CapEff"))?;
+    let cap_eff = status_field(&status, "CapEff")
+        .and_then(|v| u64::from_str_radix(v, 16).ok())
+        .ok_or_else(|| EbpfError::Io {
+            what: "parsing CapEff of /proc/self/status".into(),
+            source: io::Error::from(io::ErrorKind::InvalidData),
+        })?;
+    match missing_capabilities(cap_eff) {
+        None => Ok(()),
+        Some(missing) => Err(EbpfError::MissingPrivilege { missing }),
+    }
+}
+
+/// Fails with [`EbpfError::NoKernelBtf`] when the kernel has no BTF.
+pub(crate) fn check_kernel_btf() -> Result<(), EbpfError> {
+    if std::path::Path::new(KERNEL_BTF_PATH).exists() {
+        Ok(())
+    } else {
+        Err(EbpfError::NoKernelBtf)
+    }
+}
+
+/// Fails with [`EbpfError::PidNamespace`] when this process is not in the
+/// initial PID namespace (the kernel programs compare host ids).
+pub(crate) fn check_pid_namespace() -> Result<(), EbpfError> {
+    match fs::read_link("/proc/self/ns/pid") {
+        Ok(link) if link.as_os_str() == INIT_PID_NS_LINK => Ok(()),
+        Ok(link) => Err(EbpfError::PidNamespace {
+            namespace: link.to_string_lossy().into_owned(),
+        }),
+        // Without the link (very old kernels, restricted /proc) there is
+        // nothing to compare: assume the host namespace.
+        Err(_) => Ok(()),
+    }
+}
+
+/// The process id of `pid` (itself, or its thread group when it is a thread).
+pub(crate) fn process_of(pid: u32) -> Result<u32, EbpfError> {
+    if pid == 0 {
+        return Err(EbpfError::NoSuchProcess { pid });
+    }
+    let status = match fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(EbpfError::NoSuchProcess { pid });
+        }
+        Err(e) => return Err(io_err(format!("reading /proc/{pid}/status"))(e)),
+    };
+    status_field(&status, "Tgid")
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or(EbpfError::NoSuchProcess { pid })
+}
+
+/// A handle on a process that tells when it has exited: a pidfd where the
+/// kernel has them (5.3+), the process start time in `/proc` otherwise.
+#[derive(Debug)]
+pub(crate) enum ExitWatch {
+    /// Readable once the process has exited.
+    PidFd(OwnedFd),
+    /// `(pid, starttime)` from `/proc/<pid>/stat`; a different or missing
+    /// start time means the process is gone (and maybe the id reused).
+    StartTime(u32, u64),
+}
+
+impl ExitWatch {
+    pub(crate) fn new(pid: u32) -> Result<ExitWatch, EbpfError> {
+        let pid_t = libc::pid_t::try_from(pid).map_err(|_| EbpfError::NoSuchProcess { pid })?;
+        // SAFETY: pidfd_open takes a pid and flags by value; no memory is shared.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid_t, 0) };
+        if fd >= 0 {
+            let raw = i32::try_from(fd).map_err(|_| EbpfError::NoSuchProcess { pid })?;
+            // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+            return Ok(ExitWatch::PidFd(unsafe { OwnedFd::from_raw_fd(raw) }));
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::ESRCH) => Err(EbpfError::NoSuchProcess { pid }),
+            _ => match start_time(pid) {
+                Some(t) => Ok(ExitWatch::StartTime(pid, t)),
+                None => Err(EbpfError::NoSuchProcess { pid }),
+            },
+        }
+    }
+
+    /// Whether the process has exited (a zombie counts as exited).
+    pub(crate) fn has_exited(&self) -> bool {
+        match self {
+            ExitWatch::PidFd(fd) => {
+                let mut pfd = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: `pfd` is a valid pollfd for the duration of the call;
+                // a zero timeout never blocks.
+                let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+                n > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP) != 0
+            }
+            ExitWatch::StartTime(pid, t) => start_time(*pid) != Some(*t),
+        }
+    }
+}
+
+/// Field 22 (`starttime`) of `/proc/<pid>/stat`, or `None` when the process
+/// is gone or a zombie.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_time(&stat)
+}
+
+/// `starttime` of a `/proc/<pid>/stat` line; `None` for zombies.
+pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
+    // The command may contain spaces and parentheses: fields restart after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    // `rest` starts at field 3 (state); starttime is field 22.
+    fields.nth(22 - 4)?.parse().ok()
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock of `bpf_ktime_get_ns`.
+pub(crate) fn monotonic_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields() {
+        let s = "Name:\tcat\nTgid:\t42\nPid:\t43\nCapEff:\t000001fffeffffff\n";
+        assert_eq!(status_field(s, "Tgid"), Some("42"));
+        assert_eq!(status_field(s, "Pid"), Some("43"));
+        assert_eq!(status_field(s, "CapEff"), Some("000001fffeffffff"));
+        assert_eq!(status_field(s, "Nope"), None);
+    }
+
+    #[test]
+    fn capabilities() {
+        assert_eq!(missing_capabilities(0x000001fffeffffff), None);
+        assert_eq!(missing_capabilities(1 << CAP_SYS_ADMIN), None);
+        assert_eq!(
+            missing_capabilities((1 << CAP_BPF) | (1 << CAP_PERFMON)),
+            None
+        );
+        assert_eq!(missing_capabilities(1 << CAP_BPF), Some("CAP_PERFMON"));
+        assert_eq!(missing_capabilities(1 << CAP_PERFMON), Some("CAP_BPF"));
+        assert_eq!(missing_capabilities(0), Some("CAP_BPF and CAP_PERFMON"));
+    }
+
+    #[test]
+    fn start_times() {
+        let line = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10 18446744073709551615";
+        assert_eq!(parse_start_time(line), Some(98765));
+        let zombie = "1234 (x) Z 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 0 0";
+        assert_eq!(parse_start_time(zombie), None);
+        assert_eq!(parse_start_time("garbage"), None);
+    }
+
+    #[test]
+    fn own_process_resolves_and_clock_moves() {
+        assert_eq!(process_of(std::process::id()).unwrap(), std::process::id());
+        assert!(matches!(
+            process_of(0),
+            Err(EbpfError::NoSuchProcess { pid: 0 })
+        ));
+        let a = monotonic_now_ns();
+        let b = monotonic_now_ns();
+        assert!(a > 0 && b >= a);
+    }
+}

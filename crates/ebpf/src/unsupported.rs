@@ -1,0 +1,48 @@
+//! Stand-in for operating systems other than Linux: the API exists, and
+//! attaching fails with [`EbpfError::Unsupported`].
+
+use std::time::Duration;
+
+use wakemeter::{KernelSample, KernelSourceError};
+
+use crate::{AttachKind, EbpfError, EbpfSourceBuilder, ProgramRunStats};
+
+/// Never constructed: attaching always fails here.
+#[derive(Debug)]
+pub(crate) enum Session {}
+
+impl Session {
+    pub(crate) fn attach(_options: &EbpfSourceBuilder) -> Result<Session, EbpfError> {
+        Err(EbpfError::Unsupported)
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        match *self {}
+    }
+
+    pub(crate) fn attach_duration(&self) -> Duration {
+        match *self {}
+    }
+
+    pub(crate) fn attach_kind(&self) -> AttachKind {
+        match *self {}
+    }
+
+    pub(crate) fn program_stats(&self) -> Result<Vec<ProgramRunStats>, EbpfError> {
+        match *self {}
+    }
+
+    pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
+        match *self {}
+    }
+}
+
+/// Never constructed: run statistics exist only on Linux.
+#[derive(Debug)]
+pub(crate) enum RunStats {}
+
+impl RunStats {
+    pub(crate) fn enable() -> Result<RunStats, EbpfError> {
+        Err(EbpfError::Unsupported)
+    }
+}
