@@ -39,7 +39,9 @@ impl Log2Histogram {
     pub fn from_buckets(raw: &[u64]) -> Self {
         let mut buckets: Vec<u64> = raw.iter().copied().take(LOG2_BUCKETS).collect();
         if raw.len() > LOG2_BUCKETS {
-            let extra: u64 = raw[LOG2_BUCKETS..].iter().fold(0u64, |a, b| a.saturating_add(*b));
+            let extra: u64 = raw[LOG2_BUCKETS..]
+                .iter()
+                .fold(0u64, |a, b| a.saturating_add(*b));
             if let Some(last) = buckets.last_mut() {
                 *last = last.saturating_add(extra);
             }

@@ -32,9 +32,16 @@ pub struct OffCpuTime {
 impl OffCpuTime {
     /// Sum of all causes, in nanoseconds.
     pub fn total_ns(&self) -> u64 {
-        [self.sleep_ns, self.lock_ns, self.poll_ns, self.io_ns, self.preempted_ns, self.other_ns]
-            .iter()
-            .fold(0u64, |a, b| a.saturating_add(*b))
+        [
+            self.sleep_ns,
+            self.lock_ns,
+            self.poll_ns,
+            self.io_ns,
+            self.preempted_ns,
+            self.other_ns,
+        ]
+        .iter()
+        .fold(0u64, |a, b| a.saturating_add(*b))
     }
 }
 

@@ -28,3 +28,13 @@ pub use error::{Error, Result};
 pub use histogram::Log2Histogram;
 pub use kernel::{KernelSample, KernelSource, KernelSourceError, KernelThreadStats};
 pub use model::{CpuTimeSource, ProcessSample, SampleWarning, Snapshot, SystemInfo, ThreadSample};
+pub mod interval;
+pub mod sampler;
+
+mod history;
+mod platform;
+
+pub use history::BYTES_PER_STORED_THREAD_SAMPLE;
+pub use interval::{Interval, ProcessInterval, ThreadInterval};
+pub use platform::Target;
+pub use sampler::{Sampler, SamplerBuilder, SamplerStats, SamplingGuard};

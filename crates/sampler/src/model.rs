@@ -139,6 +139,10 @@ pub struct Snapshot {
     /// CPU time the sampler itself spent taking this snapshot, in nanoseconds
     /// (the sampling thread's CPU clock before and after).
     pub sampler_cost_ns: u64,
+    /// CPU time the sampler has spent on all its snapshots so far, this one
+    /// included, in nanoseconds. Differences give the sampler's overhead over
+    /// an interval.
+    pub sampler_cpu_time_ns: u64,
     /// What an attached kernel source (eBPF) measured, if one is attached.
     pub kernel: Option<KernelSample>,
     /// What made this snapshot less complete than configured (empty when complete).

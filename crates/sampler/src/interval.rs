@@ -1,0 +1,424 @@
+//! Intervals: the difference of two snapshots, with derived rates.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::{Header, Stored};
+use crate::model::{Snapshot, ThreadSample};
+use crate::platform::{PackedThread, present};
+
+/// Rates of one thread over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ThreadInterval {
+    /// OS thread id (see [`ThreadSample::tid`]).
+    pub tid: u64,
+    /// Sampler-assigned identity (see [`ThreadSample::serial`]).
+    pub serial: u64,
+    /// Thread name at the end of the interval.
+    pub name: String,
+    /// Whether the thread first appeared during the interval (its counters
+    /// then count from the thread's start).
+    pub started_in_interval: bool,
+    /// CPU time used during the interval, in nanoseconds.
+    pub cpu_time_ns: u64,
+    /// `cpu_time_ns / duration`, in percent of one core (0–100 per thread).
+    pub cpu_percent: f64,
+    /// Timeslices (times scheduled in ≈ context switches) during the interval.
+    pub timeslices: Option<u64>,
+    /// `timeslices` per second: the thread's context switches (wakeups) per second.
+    pub switches_per_sec: Option<f64>,
+    /// Voluntary switches during the interval (both ends must have read the split).
+    pub voluntary_switches: Option<u64>,
+    /// `voluntary_switches` per second: how often the thread blocked or slept.
+    pub voluntary_switches_per_sec: Option<f64>,
+    /// Involuntary switches (preemptions) during the interval.
+    pub involuntary_switches: Option<u64>,
+    /// `involuntary_switches` per second.
+    pub involuntary_switches_per_sec: Option<f64>,
+    /// Run-queue wait during the interval, in nanoseconds.
+    pub run_queue_wait_ns: Option<u64>,
+    /// `run_queue_wait_ns / duration`, in percent: time the thread was
+    /// runnable but waiting for a CPU.
+    pub run_queue_wait_percent: Option<f64>,
+}
+
+/// Process-wide rates over an interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessInterval {
+    /// Process CPU time used during the interval (exited threads included), in ns.
+    pub cpu_time_ns: u64,
+    /// `cpu_time_ns / duration` in percent of one core (up to `cpu_count × 100`).
+    pub cpu_percent: f64,
+    /// Resident set size at the end, in bytes.
+    pub rss_bytes: u64,
+    /// Change of the resident set size over the interval, in bytes (negative: shrank).
+    pub rss_change_bytes: i64,
+    /// Peak resident set size at the end, in bytes, where known.
+    pub peak_rss_bytes: Option<u64>,
+    /// Threads at the end of the interval.
+    pub thread_count: u32,
+    /// Apple interrupt wakeups per second (see [`crate::ProcessSample::interrupt_wakeups`]).
+    pub interrupt_wakeups_per_sec: Option<f64>,
+    /// Apple platform-idle wakeups per second ("Idle Wake Ups").
+    pub platform_idle_wakeups_per_sec: Option<f64>,
+}
+
+/// The difference of two snapshots, with rates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Interval {
+    /// Sequence number of the starting snapshot.
+    pub from_seq: u64,
+    /// Sequence number of the ending snapshot.
+    pub to_seq: u64,
+    /// Monotonic timestamp of the ending snapshot, in nanoseconds.
+    pub end_monotonic_ns: u64,
+    /// Length of the interval, in nanoseconds (monotonic clock).
+    pub duration_ns: u64,
+    /// Process-wide rates.
+    pub process: ProcessInterval,
+    /// Per-thread rates for threads alive at the end, ordered by CPU time, highest first.
+    pub threads: Vec<ThreadInterval>,
+    /// Threads that exited during the interval (seen at the start, gone at the end).
+    pub threads_exited: u32,
+    /// CPU time the sampler spent during the interval, in nanoseconds.
+    pub sampler_cpu_time_ns: u64,
+    /// `sampler_cpu_time_ns / duration`, in percent of one core: the overhead you pay.
+    pub sampler_cpu_percent: f64,
+}
+
+/// Read access to one thread's cumulative counters, for both the public
+/// [`ThreadSample`] and the packed stored form, so intervals have one code path.
+pub(crate) trait ThreadCounters {
+    fn tid(&self) -> u64;
+    fn serial(&self) -> u64;
+    fn name(&self) -> &str;
+    fn cpu_time_ns(&self) -> u64;
+    fn run_queue_wait_ns(&self) -> Option<u64>;
+    fn timeslices(&self) -> Option<u64>;
+    fn voluntary_switches(&self) -> Option<u64>;
+    fn involuntary_switches(&self) -> Option<u64>;
+}
+
+impl ThreadCounters for ThreadSample {
+    fn tid(&self) -> u64 {
+        self.tid
+    }
+    fn serial(&self) -> u64 {
+        self.serial
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn cpu_time_ns(&self) -> u64 {
+        self.cpu_time_ns
+    }
+    fn run_queue_wait_ns(&self) -> Option<u64> {
+        self.run_queue_wait_ns
+    }
+    fn timeslices(&self) -> Option<u64> {
+        self.timeslices
+    }
+    fn voluntary_switches(&self) -> Option<u64> {
+        self.voluntary_switches
+    }
+    fn involuntary_switches(&self) -> Option<u64> {
+        self.involuntary_switches
+    }
+}
+
+impl ThreadCounters for PackedThread {
+    fn tid(&self) -> u64 {
+        self.ident.tid
+    }
+    fn serial(&self) -> u64 {
+        self.ident.serial
+    }
+    fn name(&self) -> &str {
+        &self.ident.name
+    }
+    fn cpu_time_ns(&self) -> u64 {
+        self.cpu_time_ns
+    }
+    fn run_queue_wait_ns(&self) -> Option<u64> {
+        present(self.run_queue_wait_ns)
+    }
+    fn timeslices(&self) -> Option<u64> {
+        present(self.timeslices)
+    }
+    fn voluntary_switches(&self) -> Option<u64> {
+        present(self.voluntary_switches)
+    }
+    fn involuntary_switches(&self) -> Option<u64> {
+        present(self.involuntary_switches)
+    }
+}
+
+/// `count / seconds`, or 0 for an empty interval.
+pub(crate) fn per_sec(count: u64, duration_ns: u64) -> f64 {
+    if duration_ns == 0 {
+        0.0
+    } else {
+        count as f64 * 1e9 / duration_ns as f64
+    }
+}
+
+/// `part / duration` in percent, or 0 for an empty interval.
+pub(crate) fn percent(part_ns: u64, duration_ns: u64) -> f64 {
+    if duration_ns == 0 {
+        0.0
+    } else {
+        part_ns as f64 * 100.0 / duration_ns as f64
+    }
+}
+
+fn delta(later: Option<u64>, earlier: Option<u64>, started: bool) -> Option<u64> {
+    match (later, earlier, started) {
+        (Some(l), _, true) => Some(l),
+        (Some(l), Some(e), false) => Some(l.saturating_sub(e)),
+        _ => None,
+    }
+}
+
+fn opt_per_sec(c: Option<u64>, d: u64) -> Option<f64> {
+    c.map(|c| per_sec(c, d))
+}
+
+/// The process-level fields both snapshot forms share.
+pub(crate) struct Ends<'a> {
+    pub seq: u64,
+    pub monotonic_ns: u64,
+    pub process: &'a crate::model::ProcessSample,
+    pub sampler_cpu_time_ns: u64,
+}
+
+impl<'a> From<&'a Header> for Ends<'a> {
+    fn from(h: &'a Header) -> Self {
+        Ends {
+            seq: h.seq,
+            monotonic_ns: h.monotonic_ns,
+            process: &h.process,
+            sampler_cpu_time_ns: h.sampler_cpu_time_ns,
+        }
+    }
+}
+
+impl<'a> From<&'a Snapshot> for Ends<'a> {
+    fn from(s: &'a Snapshot) -> Self {
+        Ends {
+            seq: s.seq,
+            monotonic_ns: s.monotonic_ns,
+            process: &s.process,
+            sampler_cpu_time_ns: s.sampler_cpu_time_ns,
+        }
+    }
+}
+
+/// Computes an interval from the two ends and their threads.
+pub(crate) fn compute<T: ThreadCounters>(
+    from: Ends<'_>,
+    from_threads: &[T],
+    to: Ends<'_>,
+    to_threads: &[T],
+) -> Interval {
+    let d = to.monotonic_ns.saturating_sub(from.monotonic_ns);
+    let earlier: HashMap<u64, &T> = from_threads.iter().map(|t| (t.serial(), t)).collect();
+    let mut threads: Vec<ThreadInterval> = to_threads
+        .iter()
+        .map(|t| {
+            let e = earlier.get(&t.serial()).copied();
+            let started = e.is_none();
+            let cpu =
+                delta(Some(t.cpu_time_ns()), e.map(|e| e.cpu_time_ns()), started).unwrap_or(0);
+            let slices = delta(t.timeslices(), e.and_then(|e| e.timeslices()), started);
+            let vol = delta(
+                t.voluntary_switches(),
+                e.and_then(|e| e.voluntary_switches()),
+                started,
+            );
+            let invol = delta(
+                t.involuntary_switches(),
+                e.and_then(|e| e.involuntary_switches()),
+                started,
+            );
+            let wait = delta(
+                t.run_queue_wait_ns(),
+                e.and_then(|e| e.run_queue_wait_ns()),
+                started,
+            );
+            ThreadInterval {
+                tid: t.tid(),
+                serial: t.serial(),
+                name: t.name().to_string(),
+                started_in_interval: started,
+                cpu_time_ns: cpu,
+                cpu_percent: percent(cpu, d),
+                timeslices: slices,
+                switches_per_sec: opt_per_sec(slices, d),
+                voluntary_switches: vol,
+                voluntary_switches_per_sec: opt_per_sec(vol, d),
+                involuntary_switches: invol,
+                involuntary_switches_per_sec: opt_per_sec(invol, d),
+                run_queue_wait_ns: wait,
+                run_queue_wait_percent: wait.map(|w| percent(w, d)),
+            }
+        })
+        .collect();
+    threads.sort_by(|a, b| b.cpu_time_ns.cmp(&a.cpu_time_ns).then(a.tid.cmp(&b.tid)));
+    let alive: std::collections::HashSet<u64> = to_threads.iter().map(|t| t.serial()).collect();
+    let threads_exited = from_threads
+        .iter()
+        .filter(|t| !alive.contains(&t.serial()))
+        .count();
+    let (pf, pt) = (from.process, to.process);
+    let cpu = pt.cpu_time_ns.saturating_sub(pf.cpu_time_ns);
+    let wake_rate = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => Some(per_sec(b.saturating_sub(a), d)),
+        _ => None,
+    };
+    let sampler = to
+        .sampler_cpu_time_ns
+        .saturating_sub(from.sampler_cpu_time_ns);
+    Interval {
+        from_seq: from.seq,
+        to_seq: to.seq,
+        end_monotonic_ns: to.monotonic_ns,
+        duration_ns: d,
+        process: ProcessInterval {
+            cpu_time_ns: cpu,
+            cpu_percent: percent(cpu, d),
+            rss_bytes: pt.rss_bytes,
+            rss_change_bytes: (pt.rss_bytes as i64).saturating_sub(pf.rss_bytes as i64),
+            peak_rss_bytes: pt.peak_rss_bytes,
+            thread_count: pt.thread_count,
+            interrupt_wakeups_per_sec: wake_rate(pf.interrupt_wakeups, pt.interrupt_wakeups),
+            platform_idle_wakeups_per_sec: wake_rate(
+                pf.platform_idle_wakeups,
+                pt.platform_idle_wakeups,
+            ),
+        },
+        threads,
+        threads_exited: u32::try_from(threads_exited).unwrap_or(u32::MAX),
+        sampler_cpu_time_ns: sampler,
+        sampler_cpu_percent: percent(sampler, d),
+    }
+}
+
+impl Interval {
+    /// The interval from snapshot `from` to snapshot `to` (`to` taken later).
+    /// Threads are matched by serial, never by TID.
+    pub fn between(from: &Snapshot, to: &Snapshot) -> Interval {
+        compute(from.into(), &from.threads, to.into(), &to.threads)
+    }
+
+    /// The thread with this serial, if it was alive at the end.
+    pub fn thread_by_serial(&self, serial: u64) -> Option<&ThreadInterval> {
+        self.threads.iter().find(|t| t.serial == serial)
+    }
+
+    /// Duration in seconds.
+    pub fn duration_secs(&self) -> f64 {
+        self.duration_ns as f64 / 1e9
+    }
+}
+
+/// Interval between two stored snapshots (no materialization of threads).
+pub(crate) fn between_stored(from: &Stored, to: &Stored) -> Interval {
+    compute(
+        (&from.header).into(),
+        &from.threads,
+        (&to.header).into(),
+        &to.threads,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CpuTimeSource, ProcessSample};
+
+    fn thread(serial: u64, cpu: u64, slices: u64, vol: Option<u64>) -> ThreadSample {
+        ThreadSample {
+            tid: 100 + serial,
+            serial,
+            name: format!("t{serial}"),
+            cpu_time_ns: cpu,
+            cpu_time_source: CpuTimeSource::ThreadClock,
+            run_queue_wait_ns: Some(cpu / 10),
+            timeslices: Some(slices),
+            voluntary_switches: vol,
+            involuntary_switches: vol.map(|_| 0),
+        }
+    }
+
+    fn snap(seq: u64, t_ns: u64, rss: u64, threads: Vec<ThreadSample>) -> Snapshot {
+        Snapshot {
+            seq,
+            monotonic_ns: t_ns,
+            unix_time_ns: 0,
+            process: ProcessSample {
+                rss_bytes: rss,
+                cpu_time_ns: t_ns / 2,
+                thread_count: threads.len() as u32,
+                ..Default::default()
+            },
+            threads,
+            switch_split_read: true,
+            sampler_cost_ns: 0,
+            sampler_cpu_time_ns: seq * 1000,
+            kernel: None,
+            warnings: vec![],
+        }
+    }
+
+    #[test]
+    fn rates_match_deltas() {
+        let a = snap(
+            0,
+            1_000_000_000,
+            10 << 20,
+            vec![
+                thread(0, 100_000_000, 10, Some(4)),
+                thread(1, 0, 0, Some(0)),
+            ],
+        );
+        let b = snap(
+            2,
+            3_000_000_000,
+            12 << 20,
+            vec![
+                thread(0, 600_000_000, 410, Some(404)),
+                thread(2, 50_000_000, 7, None),
+            ],
+        );
+        let i = Interval::between(&a, &b);
+        assert_eq!(i.duration_ns, 2_000_000_000);
+        assert_eq!(i.threads_exited, 1);
+        let t0 = i.thread_by_serial(0).unwrap();
+        assert_eq!(t0.cpu_time_ns, 500_000_000);
+        assert!((t0.cpu_percent - 25.0).abs() < 1e-9);
+        assert_eq!(t0.switches_per_sec, Some(200.0));
+        assert_eq!(t0.voluntary_switches_per_sec, Some(200.0));
+        assert_eq!(t0.run_queue_wait_percent, Some(2.5));
+        assert!(!t0.started_in_interval);
+        let t2 = i.thread_by_serial(2).unwrap();
+        assert!(t2.started_in_interval);
+        assert_eq!(t2.cpu_time_ns, 50_000_000);
+        assert_eq!(t2.voluntary_switches, None, "absent split stays absent");
+        assert_eq!(i.threads[0].serial, 0, "highest CPU first");
+        assert_eq!(i.process.rss_change_bytes, 2 << 20);
+        assert!((i.process.cpu_percent - 50.0).abs() < 1e-9);
+        assert_eq!(i.sampler_cpu_time_ns, 2000);
+    }
+
+    #[test]
+    fn zero_length_interval_has_zero_rates() {
+        let a = snap(0, 5, 0, vec![thread(0, 10, 1, None)]);
+        let i = Interval::between(&a, &a);
+        assert_eq!(i.threads[0].cpu_percent, 0.0);
+        assert_eq!(i.threads[0].switches_per_sec, Some(0.0));
+    }
+}

@@ -1,0 +1,205 @@
+//! An in-memory [`Sys`] for unit tests: threads, files, exits and TID reuse
+//! are scripted; every open descriptor is counted so leaks show.
+
+use std::collections::HashMap;
+use std::io;
+
+use super::Sys;
+
+/// A scripted thread of the fake process.
+#[derive(Debug, Clone)]
+pub(crate) struct FakeThread {
+    /// Incarnation: bumped when the TID is reused, so old descriptors go stale.
+    pub incarnation: u64,
+    pub name: String,
+    pub cpu_ns: u64,
+    pub wait_ns: u64,
+    pub slices: u64,
+    pub vol: u64,
+    pub invol: u64,
+}
+
+/// A kept descriptor of the fake: which file of which thread incarnation.
+pub(crate) struct FakeFile {
+    tid: Option<u32>,
+    incarnation: u64,
+    kind: String,
+}
+
+pub(crate) struct FakeSys {
+    pub threads: HashMap<u32, FakeThread>,
+    pub order: Vec<u32>,
+    pub has_schedstat: bool,
+    pub max_files: usize,
+    pub rss_pages: u64,
+    pub hwm_kib: u64,
+    pub pid: u32,
+    pub self_process: bool,
+    next_incarnation: u64,
+}
+
+impl FakeSys {
+    pub(crate) fn new(pid: u32) -> Self {
+        let mut s = FakeSys {
+            threads: HashMap::new(),
+            order: Vec::new(),
+            has_schedstat: true,
+            max_files: usize::MAX,
+            rss_pages: 100,
+            hwm_kib: 800,
+            pid,
+            self_process: true,
+            next_incarnation: 0,
+        };
+        s.spawn(pid, "main");
+        s
+    }
+
+    /// Starts a thread (or reuses `tid` for a new thread if it existed).
+    pub(crate) fn spawn(&mut self, tid: u32, name: &str) {
+        self.next_incarnation += 1;
+        let t = FakeThread {
+            incarnation: self.next_incarnation,
+            name: name.to_string(),
+            cpu_ns: 0,
+            wait_ns: 0,
+            slices: 0,
+            vol: 0,
+            invol: 0,
+        };
+        self.threads.insert(tid, t);
+        if !self.order.contains(&tid) {
+            self.order.push(tid);
+        }
+    }
+
+    pub(crate) fn exit(&mut self, tid: u32) {
+        self.threads.remove(&tid);
+        self.order.retain(|t| *t != tid);
+    }
+
+    pub(crate) fn thread(&mut self, tid: u32) -> &mut FakeThread {
+        self.threads.get_mut(&tid).expect("scripted thread exists")
+    }
+
+    fn live(&self, f: &FakeFile) -> Option<&FakeThread> {
+        let t = self.threads.get(&f.tid?)?;
+        (t.incarnation == f.incarnation).then_some(t)
+    }
+}
+
+impl Drop for FakeFile {
+    fn drop(&mut self) {
+        OPEN.with(|c| c.set(c.get() - 1));
+    }
+}
+
+thread_local! {
+    /// Descriptors currently open through any FakeSys of this test thread.
+    pub(crate) static OPEN: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+}
+
+fn esrch() -> io::Error {
+    io::Error::from_raw_os_error(libc::ESRCH)
+}
+
+impl Sys for FakeSys {
+    type File = FakeFile;
+
+    fn open(&mut self, rel: &str) -> io::Result<FakeFile> {
+        if OPEN.with(|c| c.get()) as usize >= self.max_files {
+            return Err(io::Error::from_raw_os_error(libc::EMFILE));
+        }
+        let parts: Vec<&str> = rel.split('/').collect();
+        let file = match parts.as_slice() {
+            ["task", tid, kind] => {
+                let tid: u32 = tid
+                    .parse()
+                    .map_err(|_| io::Error::from_raw_os_error(libc::ENOENT))?;
+                if *kind == "schedstat" && !self.has_schedstat {
+                    return Err(io::Error::from_raw_os_error(libc::ENOENT));
+                }
+                let t = self
+                    .threads
+                    .get(&tid)
+                    .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+                FakeFile {
+                    tid: Some(tid),
+                    incarnation: t.incarnation,
+                    kind: kind.to_string(),
+                }
+            }
+            [kind] => FakeFile {
+                tid: None,
+                incarnation: 0,
+                kind: kind.to_string(),
+            },
+            _ => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        };
+        OPEN.with(|c| c.set(c.get() + 1));
+        Ok(file)
+    }
+
+    fn pread(&mut self, f: &FakeFile, buf: &mut [u8]) -> io::Result<usize> {
+        let text = match (f.tid, f.kind.as_str()) {
+            (None, "statm") => format!("1000 {} 10 1 0 100 0\n", self.rss_pages),
+            (None, "status") => format!("Name:\tmain\nVmHWM:\t {} kB\n", self.hwm_kib),
+            (Some(_), kind) => {
+                let t = self.live(f).ok_or_else(esrch)?;
+                match kind {
+                    "schedstat" => format!("{} {} {}\n", t.cpu_ns, t.wait_ns, t.slices),
+                    "stat" => format!(
+                        "1 ({}) S 1 1 1 0 -1 0 0 0 0 0 {} {} 0 0 20 0 1 0 5 0 0\n",
+                        t.name,
+                        t.cpu_ns / 10_000_000,
+                        0
+                    ),
+                    "status" => format!(
+                        "Name:\t{}\nState:\tS\nvoluntary_ctxt_switches:\t{}\nnonvoluntary_ctxt_switches:\t{}\n",
+                        t.name, t.vol, t.invol
+                    ),
+                    _ => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+                }
+            }
+            _ => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        };
+        let n = text.len().min(buf.len());
+        buf[..n].copy_from_slice(&text.as_bytes()[..n]);
+        Ok(n)
+    }
+
+    fn list_tasks(&mut self, out: &mut Vec<u32>) -> io::Result<()> {
+        out.clear();
+        out.extend(self.order.iter().copied());
+        if out.is_empty() { Err(esrch()) } else { Ok(()) }
+    }
+
+    fn thread_cpu_ns(&mut self, tid: u32) -> Option<u64> {
+        // The clock follows the TID, whichever thread has it now.
+        self.threads.get(&tid).map(|t| t.cpu_ns)
+    }
+
+    fn process_cpu_ns(&mut self) -> Option<u64> {
+        Some(self.threads.values().map(|t| t.cpu_ns).sum())
+    }
+
+    fn target_alive(&mut self) -> bool {
+        !self.threads.is_empty()
+    }
+
+    fn page_size(&self) -> u64 {
+        4096
+    }
+
+    fn ticks_per_sec(&self) -> u64 {
+        100
+    }
+
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn base(&self) -> &str {
+        "/proc/fake"
+    }
+}

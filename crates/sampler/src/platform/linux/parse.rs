@@ -1,0 +1,129 @@
+//! Parsers for the `/proc` files the Linux backend reads. Pure functions
+//! over bytes: no allocation, no panics on malformed input (they return `None`).
+
+/// Parses an unsigned decimal at the start of `s` (after optional spaces/tabs).
+fn leading_u64(s: &[u8]) -> Option<u64> {
+    let s = trim_start(s);
+    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for b in &s[..digits] {
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(v)
+}
+
+fn trim_start(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
+    &s[n..]
+}
+
+/// `schedstat`: "run_ns wait_ns timeslices\n".
+pub(crate) fn schedstat(buf: &[u8]) -> Option<(u64, u64, u64)> {
+    let mut it = buf
+        .split(|b| *b == b' ' || *b == b'\n')
+        .filter(|f| !f.is_empty());
+    let run = leading_u64(it.next()?)?;
+    let wait = leading_u64(it.next()?)?;
+    let slices = leading_u64(it.next()?)?;
+    Some((run, wait, slices))
+}
+
+/// `statm`: the second field, resident pages.
+pub(crate) fn statm_resident_pages(buf: &[u8]) -> Option<u64> {
+    let mut it = buf.split(|b| *b == b' ').filter(|f| !f.is_empty());
+    it.next()?;
+    leading_u64(it.next()?)
+}
+
+/// The value of `key:` in a `status`-style file (first field only), e.g.
+/// `VmHWM:\t 1234 kB` gives 1234.
+pub(crate) fn status_field(buf: &[u8], key: &[u8]) -> Option<u64> {
+    status_line(buf, key).and_then(leading_u64)
+}
+
+/// The rest of the line after `key:` in a `status`-style file.
+pub(crate) fn status_line<'a>(buf: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    buf.split(|b| *b == b'\n').find_map(|line| {
+        let rest = line.strip_prefix(key)?;
+        let rest = rest.strip_prefix(b":")?;
+        Some(trim_start(rest))
+    })
+}
+
+/// Switch counts of a thread's `status`: (voluntary, involuntary).
+pub(crate) fn status_switches(buf: &[u8]) -> Option<(u64, u64)> {
+    Some((
+        status_field(buf, b"voluntary_ctxt_switches")?,
+        status_field(buf, b"nonvoluntary_ctxt_switches")?,
+    ))
+}
+
+/// The thread name of a `status` file (`Name:` line), raw bytes.
+pub(crate) fn status_name(buf: &[u8]) -> Option<&[u8]> {
+    status_line(buf, b"Name")
+}
+
+/// `stat`: (utime + stime) in clock ticks. The command name (field 2) may
+/// contain spaces and parentheses, so fields are counted after the last ')'.
+pub(crate) fn stat_cpu_ticks(buf: &[u8]) -> Option<u64> {
+    let close = buf.iter().rposition(|b| *b == b')')?;
+    // After ')' come fields 3.. ; utime is field 14, stime field 15.
+    let mut it = buf[close + 1..]
+        .split(|b| *b == b' ')
+        .filter(|f| !f.is_empty());
+    let utime = leading_u64(it.nth(11)?)?;
+    let stime = leading_u64(it.next()?)?;
+    utime.checked_add(stime)
+}
+
+/// Parses a decimal TID from a directory entry name; `None` for "." and "..".
+pub(crate) fn tid_name(name: &[u8]) -> Option<u32> {
+    if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    u32::try_from(leading_u64(name)?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_fields() {
+        assert_eq!(schedstat(b"123456 789 42\n"), Some((123456, 789, 42)));
+        assert_eq!(schedstat(b"1 2\n"), None);
+        assert_eq!(schedstat(b""), None);
+        assert_eq!(schedstat(b"x y z"), None);
+        assert_eq!(schedstat(b"99999999999999999999999 1 1"), None);
+    }
+
+    #[test]
+    fn status_fields() {
+        let s = b"Name:\tworker 1\nUmask:\t0022\nState:\tS (sleeping)\nVmHWM:\t   10240 kB\n\
+voluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(status_switches(s), Some((17, 3)));
+        assert_eq!(status_name(s), Some(&b"worker 1"[..]));
+        assert_eq!(status_field(s, b"VmHWM"), Some(10240));
+        assert_eq!(status_field(s, b"VmRSS"), None);
+        // A truncated file misses the fields instead of misreading them.
+        assert_eq!(status_switches(&s[..70]), None);
+    }
+
+    #[test]
+    fn stat_with_hostile_comm() {
+        let s = b"4242 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 250 75 0 0 20 0 1 0 99 0 0\n";
+        assert_eq!(stat_cpu_ticks(s), Some(325));
+        assert_eq!(stat_cpu_ticks(b"4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn statm_and_tids() {
+        assert_eq!(statm_resident_pages(b"1000 250 30 1 0 400 0\n"), Some(250));
+        assert_eq!(tid_name(b"1234"), Some(1234));
+        assert_eq!(tid_name(b"."), None);
+        assert_eq!(tid_name(b"99999999999"), None);
+    }
+}

@@ -1,0 +1,191 @@
+//! Unit tests of the Linux backend's logic against the fake `Sys`.
+
+use super::fake::{FakeSys, OPEN};
+use super::*;
+
+fn backend(sys: FakeSys, target: Target) -> LinuxBackend<FakeSys> {
+    LinuxBackend::new(sys, target).expect("fake backend")
+}
+
+fn sample(
+    b: &mut LinuxBackend<FakeSys>,
+    split: bool,
+) -> (Vec<PackedThread>, Vec<SampleWarning>, ProcessSample) {
+    let mut threads = Vec::new();
+    let mut warnings = Vec::new();
+    let p = b
+        .sample(
+            SampleRequest {
+                switch_split: split,
+            },
+            &mut threads,
+            &mut warnings,
+        )
+        .expect("sample");
+    (threads, warnings, p)
+}
+
+#[test]
+fn reads_clock_schedstat_status_and_memory() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "worker");
+    *sys.thread(11) = FakeThread {
+        cpu_ns: 5_000,
+        wait_ns: 700,
+        slices: 9,
+        vol: 6,
+        invol: 3,
+        ..sys.thread(11).clone()
+    };
+    let mut b = backend(sys, Target::SelfProcess);
+    let (threads, warnings, p) = sample(&mut b, true);
+    assert!(warnings.is_empty());
+    assert_eq!(threads.len(), 2);
+    let w = threads.iter().find(|t| t.ident.tid == 11).unwrap();
+    assert_eq!(&*w.ident.name, "worker");
+    assert_eq!(w.ident.cpu_time_source, CpuTimeSource::ThreadClock);
+    assert_eq!(
+        (w.cpu_time_ns, w.run_queue_wait_ns, w.timeslices),
+        (5_000, 700, 9)
+    );
+    assert_eq!((w.voluntary_switches, w.involuntary_switches), (6, 3));
+    assert_eq!(p.rss_bytes, 100 * 4096);
+    assert_eq!(p.peak_rss_bytes, Some(800 * 1024));
+    assert_eq!(p.thread_count, 2);
+    // Without the split, switch counts are absent rather than stale.
+    let (threads, _, _) = sample(&mut b, false);
+    assert!(threads.iter().all(|t| t.voluntary_switches == ABSENT));
+}
+
+#[test]
+fn exited_threads_drop_out_and_close_descriptors() {
+    let base = OPEN.with(|c| c.get());
+    let mut sys = FakeSys::new(10);
+    for tid in 11..20 {
+        sys.spawn(tid, "pool");
+    }
+    let mut b = backend(sys, Target::SelfProcess);
+    let (threads, _, _) = sample(&mut b, false);
+    assert_eq!(threads.len(), 10);
+    // 2 process files + 2 per thread.
+    assert_eq!(OPEN.with(|c| c.get()) - base, 2 + 2 * 10);
+    for tid in 11..20 {
+        b.sys.exit(tid);
+    }
+    let (threads, _, _) = sample(&mut b, false);
+    assert_eq!(threads.len(), 1);
+    assert_eq!(b.tracked_len(), 1);
+    assert_eq!(OPEN.with(|c| c.get()) - base, 2 + 2);
+    drop(b);
+    assert_eq!(OPEN.with(|c| c.get()), base);
+}
+
+#[test]
+fn reused_tid_gets_a_new_serial_and_is_never_merged() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "old");
+    sys.thread(11).cpu_ns = 9_000_000;
+    let mut b = backend(sys, Target::SelfProcess);
+    let (before, _, _) = sample(&mut b, false);
+    let old = before
+        .iter()
+        .find(|t| t.ident.tid == 11)
+        .unwrap()
+        .ident
+        .serial;
+    // The thread exits and a new one takes the same TID before the next sample.
+    b.sys.exit(11);
+    b.sys.spawn(11, "new");
+    b.sys.thread(11).cpu_ns = 1_000;
+    let (after, _, _) = sample(&mut b, false);
+    let t = after.iter().find(|t| t.ident.tid == 11).unwrap();
+    assert_ne!(t.ident.serial, old);
+    assert_eq!(&*t.ident.name, "new");
+    assert_eq!(t.cpu_time_ns, 1_000);
+}
+
+#[test]
+fn rename_keeps_serial() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "before");
+    let mut b = backend(sys, Target::SelfProcess);
+    let (a, _, _) = sample(&mut b, true);
+    b.sys.thread(11).name = "after".into();
+    let (c, _, _) = sample(&mut b, true);
+    let (a, c) = (&a[1].ident, &c[1].ident);
+    assert_eq!(a.serial, c.serial);
+    assert_eq!((&*a.name, &*c.name), ("before", "after"));
+}
+
+#[test]
+fn other_process_uses_schedstat_then_stat_ticks() {
+    let mut sys = FakeSys::new(77);
+    sys.self_process = false;
+    sys.thread(77).cpu_ns = 42_000_000;
+    let mut b = backend(sys, Target::Pid(77));
+    let (t, _, _) = sample(&mut b, false);
+    assert_eq!(t[0].ident.cpu_time_source, CpuTimeSource::Schedstat);
+    assert_eq!(t[0].cpu_time_ns, 42_000_000);
+
+    let mut sys = FakeSys::new(77);
+    sys.has_schedstat = false;
+    sys.thread(77).cpu_ns = 42_000_000;
+    let mut b = backend(sys, Target::Pid(77));
+    let (t, _, _) = sample(&mut b, false);
+    assert_eq!(t[0].ident.cpu_time_source, CpuTimeSource::StatTicks);
+    assert_eq!(t[0].cpu_time_ns, 40_000_000, "4 ticks of 10 ms");
+    assert_eq!(t[0].run_queue_wait_ns, ABSENT);
+    assert_eq!(t[0].timeslices, ABSENT);
+}
+
+#[test]
+fn descriptor_exhaustion_degrades_and_recovers() {
+    let base = OPEN.with(|c| c.get());
+    let mut sys = FakeSys::new(10);
+    for tid in 11..15 {
+        sys.spawn(tid, "w");
+        sys.thread(tid).cpu_ns = 1;
+    }
+    // Room for the process files, the schedstat probe and two threads only.
+    sys.max_files = (base as usize) + 2 + 4;
+    let mut b = backend(sys, Target::SelfProcess);
+    let (threads, warnings, _) = sample(&mut b, false);
+    assert_eq!(
+        threads.len(),
+        5,
+        "every thread is still sampled (CPU from its clock)"
+    );
+    assert_eq!(
+        warnings,
+        vec![SampleWarning::DescriptorsExhausted {
+            threads_without_descriptors: 3
+        }]
+    );
+    let degraded = threads
+        .iter()
+        .filter(|t| t.run_queue_wait_ns == ABSENT)
+        .count();
+    assert_eq!(degraded, 3);
+    b.sys.max_files = usize::MAX;
+    let (threads, warnings, _) = sample(&mut b, false);
+    assert!(warnings.is_empty());
+    assert!(threads.iter().all(|t| t.run_queue_wait_ns != ABSENT));
+}
+
+#[test]
+fn target_gone_is_no_such_process() {
+    let sys = FakeSys::new(5);
+    let mut b = backend(sys, Target::Pid(5));
+    b.sys.exit(5);
+    let mut threads = Vec::new();
+    let err = b
+        .sample(
+            SampleRequest {
+                switch_split: false,
+            },
+            &mut threads,
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::NoSuchProcess { pid: 5 }), "{err}");
+}

@@ -1,0 +1,549 @@
+//! The sampler: configuration, on-demand and background sampling, history.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Header, History};
+use crate::interval::{Interval, between_stored, percent};
+use crate::kernel::{KernelSource, KernelSourceError};
+use crate::model::{SampleWarning, Snapshot, SystemInfo};
+use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock};
+use crate::{Error, Result};
+
+/// Default time between background samples.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// Default number of snapshots kept (5 minutes at the default interval,
+/// matching the 300 s window of iOS's wakeups limit).
+pub const DEFAULT_HISTORY: usize = 300;
+/// Default: read voluntary/involuntary switch counts every 10th sample
+/// (`status` costs ~3.7 µs per thread, 5× the rest of a sample).
+pub const DEFAULT_SWITCH_SPLIT_EVERY: u32 = 10;
+/// Largest accepted history, to keep memory bounded (~48 bytes per thread per snapshot).
+pub const MAX_HISTORY: usize = 100_000;
+/// Shortest accepted background interval.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Configures and builds a [`Sampler`].
+///
+/// ```
+/// # use std::time::Duration;
+/// let sampler = wakemeter::SamplerBuilder::new()
+///     .with_interval(Duration::from_millis(500))
+///     .with_history(120)
+///     .build()?;
+/// let snapshot = sampler.sample_now()?;
+/// assert!(!snapshot.threads.is_empty());
+/// # Ok::<(), wakemeter::Error>(())
+/// ```
+#[must_use]
+pub struct SamplerBuilder {
+    interval: Duration,
+    history: usize,
+    target: Target,
+    switch_split_every: u32,
+    thread_name: String,
+    kernel_source: Option<Box<dyn KernelSource>>,
+}
+
+impl Default for SamplerBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for SamplerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SamplerBuilder")
+            .field("interval", &self.interval)
+            .field("history", &self.history)
+            .field("target", &self.target)
+            .field("switch_split_every", &self.switch_split_every)
+            .field("thread_name", &self.thread_name)
+            .field("kernel_source", &self.kernel_source.is_some())
+            .finish()
+    }
+}
+
+impl SamplerBuilder {
+    /// Defaults: 1 s interval, 300 snapshots, this process, split every 10th sample.
+    pub fn new() -> Self {
+        SamplerBuilder {
+            interval: DEFAULT_INTERVAL,
+            history: DEFAULT_HISTORY,
+            target: Target::SelfProcess,
+            switch_split_every: DEFAULT_SWITCH_SPLIT_EVERY,
+            thread_name: "wakemeter".to_string(),
+            kernel_source: None,
+        }
+    }
+
+    /// Time between background samples (at least [`MIN_INTERVAL`]).
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Number of snapshots kept in history (1 to [`MAX_HISTORY`]).
+    pub fn with_history(mut self, snapshots: usize) -> Self {
+        self.history = snapshots;
+        self
+    }
+
+    /// The process to observe (default: this one).
+    pub fn with_target(mut self, target: Target) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// Read voluntary/involuntary switch counts every `n`th sample (1 = every
+    /// sample). Total switches (timeslices) are read on every sample regardless.
+    pub fn with_switch_split_every(mut self, n: u32) -> Self {
+        self.switch_split_every = n;
+        self
+    }
+
+    /// Name of the background sampling thread (at most 15 bytes, no NUL).
+    pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
+        self.thread_name = name.into();
+        self
+    }
+
+    /// Attaches a kernel-side source (e.g. `wakemeter-ebpf`) read with every snapshot.
+    pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {
+        self.kernel_source = Some(source);
+        self
+    }
+
+    /// Validates the configuration and opens the platform backend.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a zero or too-short interval, a zero or
+    /// too-large history, a zero split period or a bad thread name;
+    /// [`Error::NoSuchProcess`] for a target PID that does not exist;
+    /// [`Error::Unreadable`] when `/proc` is missing or unreadable;
+    /// [`Error::Unsupported`] on a platform without a backend.
+    pub fn build(self) -> Result<Sampler> {
+        let invalid = |field, reason: &str| {
+            Err(Error::InvalidConfig {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if self.interval.is_zero() {
+            return invalid("interval", "must be greater than zero");
+        }
+        if self.interval < MIN_INTERVAL {
+            return invalid("interval", "must be at least 1 ms");
+        }
+        if self.history == 0 {
+            return invalid("history", "must be at least 1 snapshot");
+        }
+        if self.history > MAX_HISTORY {
+            return invalid("history", "must be at most 100000 snapshots");
+        }
+        if self.switch_split_every == 0 {
+            return invalid(
+                "switch_split_every",
+                "must be at least 1 (1 = every sample)",
+            );
+        }
+        if self.thread_name.is_empty()
+            || self.thread_name.len() > 15
+            || self.thread_name.contains('\0')
+        {
+            return invalid("thread_name", "must be 1 to 15 bytes without NUL");
+        }
+        let backend = platform::backend_for(self.target)?;
+        Ok(Sampler {
+            inner: Arc::new(Inner {
+                interval: self.interval,
+                switch_split_every: self.switch_split_every,
+                thread_name: self.thread_name,
+                target: self.target,
+                system: system_info(),
+                state: Mutex::new(State {
+                    backend,
+                    kernel: self.kernel_source,
+                    scratch: Vec::new(),
+                    seq: 0,
+                    sampler_cpu_time_ns: 0,
+                    first_monotonic_ns: None,
+                }),
+                history: Mutex::new(History::new(self.history)),
+                running: AtomicBool::new(false),
+                stop: Mutex::new(false),
+                wake: Condvar::new(),
+                last_error: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+fn system_info() -> SystemInfo {
+    let cpus_fallback = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    let (memory, cpus) = match sysinfo::System::new() {
+        Ok(mut s) => {
+            s.refresh_memory();
+            s.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
+            let n = s.cpus().len() as u32;
+            (s.total_memory(), if n == 0 { cpus_fallback } else { n })
+        }
+        Err(_) => (0, cpus_fallback),
+    };
+    SystemInfo {
+        total_memory_bytes: memory,
+        cpu_count: cpus,
+        os: platform::os_name().to_string(),
+    }
+}
+
+struct State {
+    backend: Box<dyn Backend>,
+    kernel: Option<Box<dyn KernelSource>>,
+    scratch: Vec<PackedThread>,
+    seq: u64,
+    sampler_cpu_time_ns: u64,
+    first_monotonic_ns: Option<u64>,
+}
+
+struct Inner {
+    interval: Duration,
+    switch_split_every: u32,
+    thread_name: String,
+    target: Target,
+    system: SystemInfo,
+    state: Mutex<State>,
+    history: Mutex<History>,
+    running: AtomicBool,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    last_error: Mutex<Option<String>>,
+}
+
+/// Locks a mutex, recovering from poisoning: the data behind every lock here
+/// stays consistent even if a holder panicked, and the host must not crash.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counters about the sampler itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SamplerStats {
+    /// Snapshots taken so far (on demand and in the background).
+    pub samples_taken: u64,
+    /// CPU time spent taking them, in nanoseconds.
+    pub sampler_cpu_time_ns: u64,
+    /// Sampler CPU time as a percentage of one core since the first snapshot.
+    pub sampler_cpu_percent: f64,
+    /// Mean CPU time per snapshot, in nanoseconds.
+    pub mean_sample_cost_ns: u64,
+    /// Snapshots currently in history.
+    pub history_len: u32,
+    /// Bytes one thread-sample occupies in history (see the README's memory table).
+    pub bytes_per_stored_thread_sample: u32,
+    /// Whether background sampling is running.
+    pub running: bool,
+    /// The last error of the background thread, as text, if any.
+    pub last_error: Option<String>,
+}
+
+/// Samples a process's threads; cheap to clone (all clones share one state)
+/// and safe to use from any thread.
+#[derive(Clone)]
+pub struct Sampler {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("target", &self.inner.target)
+            .field("interval", &self.inner.interval)
+            .finish()
+    }
+}
+
+impl Sampler {
+    /// A sampler of this process with the default configuration.
+    ///
+    /// # Errors
+    /// As [`SamplerBuilder::build`].
+    pub fn new() -> Result<Sampler> {
+        SamplerBuilder::new().build()
+    }
+
+    /// Takes a snapshot now, stores it in history and returns it.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchProcess`] once the target has exited; [`Error::Unreadable`]
+    /// when the process-level `/proc` files cannot be read.
+    pub fn sample_now(&self) -> Result<Snapshot> {
+        self.inner.take()?;
+        self.latest().ok_or(Error::Unsupported {
+            what: "empty history after a sample",
+        })
+    }
+
+    /// Starts background sampling on a named thread every configured
+    /// interval; sampling stops when the returned guard is dropped.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyRunning`] if a guard is alive; [`Error::Spawn`] if the
+    /// thread cannot be created.
+    pub fn start(&self) -> Result<SamplingGuard> {
+        if self.inner.running.swap(true, Ordering::AcqRel) {
+            return Err(Error::AlreadyRunning);
+        }
+        *lock(&self.inner.stop) = false;
+        let inner = self.inner.clone();
+        let handle = std::thread::Builder::new()
+            .name(self.inner.thread_name.clone())
+            .spawn(move || inner.run())
+            .map_err(|e| {
+                self.inner.running.store(false, Ordering::Release);
+                Error::Spawn(e)
+            })?;
+        Ok(SamplingGuard {
+            inner: self.inner.clone(),
+            handle: Some(handle),
+        })
+    }
+
+    /// The newest snapshot, if any.
+    pub fn latest(&self) -> Option<Snapshot> {
+        lock(&self.inner.history).latest().map(|s| s.to_snapshot())
+    }
+
+    /// Every snapshot in history, oldest first.
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        lock(&self.inner.history)
+            .iter()
+            .map(|s| s.to_snapshot())
+            .collect()
+    }
+
+    /// The interval between the two newest snapshots.
+    pub fn latest_interval(&self) -> Option<Interval> {
+        let h = lock(&self.inner.history);
+        let n = h.len();
+        Some(between_stored(h.get(n.checked_sub(2)?)?, h.get(n - 1)?))
+    }
+
+    /// The interval from the oldest snapshot within `window` of the newest
+    /// one to the newest one; `None` with fewer than two snapshots.
+    pub fn interval_over(&self, window: Duration) -> Option<Interval> {
+        let h = lock(&self.inner.history);
+        let to = h.latest()?;
+        let since = to
+            .header
+            .monotonic_ns
+            .saturating_sub(u64::try_from(window.as_nanos()).unwrap_or(u64::MAX));
+        let from = h.first_since(since)?;
+        if from.header.seq == to.header.seq {
+            let n = h.len();
+            return Some(between_stored(h.get(n.checked_sub(2)?)?, to));
+        }
+        Some(between_stored(from, to))
+    }
+
+    /// Facts about the machine, read once at build.
+    pub fn system(&self) -> &SystemInfo {
+        &self.inner.system
+    }
+
+    /// The process this sampler observes.
+    pub fn target(&self) -> Target {
+        self.inner.target
+    }
+
+    /// The configured background interval.
+    pub fn interval(&self) -> Duration {
+        self.inner.interval
+    }
+
+    /// Counters about the sampler itself, including its own CPU overhead.
+    pub fn stats(&self) -> SamplerStats {
+        let (samples, cpu, first) = {
+            let st = lock(&self.inner.state);
+            (st.seq, st.sampler_cpu_time_ns, st.first_monotonic_ns)
+        };
+        let elapsed = first
+            .map(|f| clock::monotonic_ns().saturating_sub(f))
+            .unwrap_or(0);
+        SamplerStats {
+            samples_taken: samples,
+            sampler_cpu_time_ns: cpu,
+            sampler_cpu_percent: percent(cpu, elapsed),
+            mean_sample_cost_ns: cpu.checked_div(samples).unwrap_or(0),
+            history_len: lock(&self.inner.history).len() as u32,
+            bytes_per_stored_thread_sample: BYTES_PER_STORED_THREAD_SAMPLE as u32,
+            running: self.inner.running.load(Ordering::Acquire),
+            last_error: lock(&self.inner.last_error).clone(),
+        }
+    }
+
+    /// Runs `f` over the stored history (for the findings engine; no copies).
+    pub(crate) fn with_history<R>(&self, f: impl FnOnce(&History) -> R) -> R {
+        f(&lock(&self.inner.history))
+    }
+}
+
+impl Inner {
+    /// Takes one snapshot into history.
+    fn take(&self) -> Result<()> {
+        let cpu_before = clock::current_thread_cpu_ns();
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        let request = SampleRequest {
+            switch_split: st.seq % u64::from(self.switch_split_every) == 0,
+        };
+        let monotonic_ns = clock::monotonic_ns();
+        let unix_time_ns = clock::unix_ns();
+        let mut warnings = Vec::new();
+        let process = st.backend.sample(request, &mut st.scratch, &mut warnings)?;
+        let kernel = match st.kernel.as_mut().map(|k| k.read()) {
+            None => None,
+            Some(Ok(sample)) => Some(sample),
+            Some(Err(e)) => {
+                if matches!(e, KernelSourceError::TargetExited { .. }) {
+                    st.kernel = None;
+                }
+                warnings.push(SampleWarning::KernelSourceFailed {
+                    message: e.to_string(),
+                });
+                None
+            }
+        };
+        let cost = clock::current_thread_cpu_ns().saturating_sub(cpu_before);
+        st.sampler_cpu_time_ns = st.sampler_cpu_time_ns.saturating_add(cost);
+        st.first_monotonic_ns.get_or_insert(monotonic_ns);
+        let header = Header {
+            seq: st.seq,
+            monotonic_ns,
+            unix_time_ns,
+            process,
+            switch_split_read: request.switch_split,
+            sampler_cost_ns: cost,
+            sampler_cpu_time_ns: st.sampler_cpu_time_ns,
+            kernel,
+            warnings,
+        };
+        lock(&self.history).push(header, &mut st.scratch);
+        st.seq += 1;
+        Ok(())
+    }
+
+    /// The background loop: sample, then wait until the next tick or a stop.
+    fn run(&self) {
+        let interval = u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX);
+        let mut next = clock::monotonic_ns();
+        loop {
+            match self.take() {
+                Ok(()) => {}
+                Err(e) => {
+                    let fatal = matches!(e, Error::NoSuchProcess { .. });
+                    *lock(&self.last_error) = Some(e.to_string());
+                    if fatal {
+                        break;
+                    }
+                }
+            }
+            // Fixed-rate ticks; if a sample overran, skip the missed ticks.
+            let now = clock::monotonic_ns();
+            next = next.saturating_add(interval);
+            if next <= now {
+                next = now.saturating_add(interval);
+            }
+            let mut stop = lock(&self.stop);
+            loop {
+                if *stop {
+                    return;
+                }
+                let now = clock::monotonic_ns();
+                if now >= next {
+                    break;
+                }
+                stop = match self
+                    .wake
+                    .wait_timeout(stop, Duration::from_nanos(next - now))
+                {
+                    Ok((g, _)) => g,
+                    Err(e) => e.into_inner().0,
+                };
+            }
+        }
+    }
+}
+
+/// Keeps background sampling running; dropping it stops the sampling thread
+/// and waits for it to finish (at most one sample's duration).
+#[must_use = "sampling stops when the guard is dropped"]
+pub struct SamplingGuard {
+    inner: Arc<Inner>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for SamplingGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SamplingGuard").finish_non_exhaustive()
+    }
+}
+
+impl SamplingGuard {
+    /// Stops sampling now (same as dropping the guard).
+    pub fn stop(self) {}
+}
+
+impl Drop for SamplingGuard {
+    fn drop(&mut self) {
+        *lock(&self.inner.stop) = true;
+        self.inner.wake.notify_all();
+        if let Some(h) = self.handle.take() {
+            // The sampling thread never panics; if it did, there is nothing
+            // useful to propagate from a destructor.
+            let _ = h.join();
+        }
+        self.inner.running.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_rejects_bad_config_with_typed_errors() {
+        let field = |b: SamplerBuilder| match b.build() {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        };
+        assert_eq!(
+            field(SamplerBuilder::new().with_interval(Duration::ZERO)),
+            "interval"
+        );
+        assert_eq!(
+            field(SamplerBuilder::new().with_interval(Duration::from_micros(10))),
+            "interval"
+        );
+        assert_eq!(field(SamplerBuilder::new().with_history(0)), "history");
+        assert_eq!(
+            field(SamplerBuilder::new().with_history(MAX_HISTORY + 1)),
+            "history"
+        );
+        assert_eq!(
+            field(SamplerBuilder::new().with_switch_split_every(0)),
+            "switch_split_every"
+        );
+        assert_eq!(
+            field(SamplerBuilder::new().with_thread_name("a-name-longer-than-15")),
+            "thread_name"
+        );
+    }
+}
