@@ -13,6 +13,10 @@ use crate::model::{CpuTimeSource, ProcessSample, SampleWarning};
 pub(crate) mod clock;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) mod linux;
+// The Mach calls (`sys.rs`) build on Apple targets only; the logic, fake and
+// unit tests build everywhere under `cfg(test)`.
+#[cfg(any(target_vendor = "apple", test))]
+pub(crate) mod darwin;
 
 /// Which process a sampler observes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -24,6 +28,9 @@ pub enum Target {
     SelfProcess,
     /// Another process by PID (the sidecar use). Another process's thread
     /// CPU clocks are not readable, so CPU time comes from `schedstat`.
+    /// Linux and Android only: on macOS and iOS another process's task port
+    /// needs `task_for_pid` and a debugger entitlement, so building a sampler
+    /// for it fails with [`crate::Error::Unsupported`].
     Pid(u32),
 }
 
@@ -83,13 +90,21 @@ pub(crate) trait Backend: Send {
 ///
 /// # Errors
 /// [`crate::Error::NoSuchProcess`], [`crate::Error::Unreadable`] when `/proc`
-/// is missing, [`crate::Error::Unsupported`] on platforms without a backend.
+/// is missing, [`crate::Error::Unsupported`] on platforms without a backend
+/// and for another process's PID on macOS/iOS.
 #[allow(unreachable_code)]
 pub(crate) fn backend_for(target: Target) -> Result<Box<dyn Backend>> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         return Ok(Box::new(linux::LinuxBackend::new(
             linux::LinuxSys::open(target)?,
+            target,
+        )?));
+    }
+    #[cfg(target_vendor = "apple")]
+    {
+        return Ok(Box::new(darwin::DarwinBackend::new(
+            darwin::DarwinSys::new(),
             target,
         )?));
     }
