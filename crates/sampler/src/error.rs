@@ -62,6 +62,8 @@ pub enum Error {
 
 impl Error {
     /// Classifies an error from opening `path`: descriptor exhaustion gets its own variant.
+    // Only the procfs (Linux/Android) backend opens files.
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
     pub(crate) fn from_open(path: impl Into<String>, source: io::Error) -> Self {
         let path = path.into();
         match source.raw_os_error() {
