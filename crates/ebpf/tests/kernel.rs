@@ -5,6 +5,8 @@
 //! The tests of this file run one at a time (a shared lock), because some of
 //! them count this process's file descriptors and programs.
 #![cfg(target_os = "linux")]
+// Test helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
 use std::fs;
