@@ -137,6 +137,11 @@ impl EbpfSourceBuilder {
         self
     }
 
+    /// The process to observe.
+    pub fn target(&self) -> Target {
+        self.target
+    }
+
     /// Loads and attaches the kernel programs.
     ///
     /// # Errors
