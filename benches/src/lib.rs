@@ -1,1 +1,85 @@
-//! Shared helpers for the wakemeter benches.
+//! Shared helpers for the wakemeter benches: parked worker threads and a
+//! ratio report against a baseline measured in the same run.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// `n` threads blocked on a condition variable until dropped (they add
+/// threads to sample without adding CPU noise).
+pub struct ParkedThreads {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ParkedThreads {
+    /// Spawns `n` parked threads named `parked-<i>`.
+    pub fn spawn(n: usize) -> ParkedThreads {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let handles = (0..n)
+            .map(|i| {
+                let stop = stop.clone();
+                std::thread::Builder::new()
+                    .name(format!("parked-{i}"))
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let (m, c) = &*stop;
+                        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+                        while !*g {
+                            g = c.wait(g).unwrap_or_else(|e| e.into_inner());
+                        }
+                    })
+                    .expect("spawn parked thread")
+            })
+            .collect();
+        ParkedThreads { stop, handles }
+    }
+}
+
+impl Drop for ParkedThreads {
+    fn drop(&mut self) {
+        let (m, c) = &*self.stop;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        c.notify_all();
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Collects per-iteration times from `iter_custom` runs so the bench can
+/// print medians and ratios against a baseline measured in the same run.
+#[derive(Default)]
+pub struct Ratios {
+    samples: Mutex<BTreeMap<String, Vec<f64>>>,
+}
+
+impl Ratios {
+    /// Times `iters` calls of `f`, records ns/call under `name`, returns the total.
+    pub fn time<R>(&self, name: &str, iters: u64, mut f: impl FnMut() -> R) -> Duration {
+        let start = Instant::now();
+        for _ in 0..iters {
+            std::hint::black_box(f());
+        }
+        let d = start.elapsed();
+        let per = d.as_nanos() as f64 / iters.max(1) as f64;
+        self.samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.to_string())
+            .or_default()
+            .push(per);
+        d
+    }
+
+    /// Median ns per call recorded under `name`.
+    pub fn median(&self, name: &str) -> Option<f64> {
+        let map = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = map.get(name)?.clone();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        Some(v[v.len() / 2])
+    }
+}

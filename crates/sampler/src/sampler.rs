@@ -279,6 +279,15 @@ impl Sampler {
         SamplerBuilder::new().build()
     }
 
+    /// Takes a snapshot now and stores it in history without copying it out
+    /// (what the background thread does); returns its sequence number.
+    ///
+    /// # Errors
+    /// As [`Sampler::sample_now`].
+    pub fn sample(&self) -> Result<u64> {
+        self.inner.take()
+    }
+
     /// Takes a snapshot now, stores it in history and returns it.
     ///
     /// # Errors
@@ -396,8 +405,8 @@ impl Sampler {
 }
 
 impl Inner {
-    /// Takes one snapshot into history.
-    fn take(&self) -> Result<()> {
+    /// Takes one snapshot into history; returns its sequence number.
+    fn take(&self) -> Result<u64> {
         let cpu_before = clock::current_thread_cpu_ns();
         let mut st = lock(&self.state);
         let st = &mut *st;
@@ -435,9 +444,10 @@ impl Inner {
             kernel,
             warnings,
         };
+        let seq = st.seq;
         lock(&self.history).push(header, &mut st.scratch);
         st.seq += 1;
-        Ok(())
+        Ok(seq)
     }
 
     /// The background loop: sample, then wait until the next tick or a stop.
@@ -446,7 +456,7 @@ impl Inner {
         let mut next = clock::monotonic_ns();
         loop {
             match self.take() {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(e) => {
                     let fatal = matches!(e, Error::NoSuchProcess { .. });
                     *lock(&self.last_error) = Some(e.to_string());

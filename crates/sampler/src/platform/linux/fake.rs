@@ -143,7 +143,11 @@ impl Sys for FakeSys {
     fn pread(&mut self, f: &FakeFile, buf: &mut [u8]) -> io::Result<usize> {
         let text = match (f.tid, f.kind.as_str()) {
             (None, "statm") => format!("1000 {} 10 1 0 100 0\n", self.rss_pages),
-            (None, "status") => format!("Name:\tmain\nVmHWM:\t {} kB\n", self.hwm_kib),
+            (None, "status") => format!(
+                "Name:\tmain\nThreads:\t{}\nVmHWM:\t {} kB\n",
+                self.order.len(),
+                self.hwm_kib
+            ),
             (Some(_), kind) => {
                 let t = self.live(f).ok_or_else(esrch)?;
                 match kind {

@@ -70,7 +70,7 @@ fn exited_threads_drop_out_and_close_descriptors() {
     // 2 process files + 2 per thread.
     assert_eq!(OPEN.with(|c| c.get()) - base, 2 + 2 * 10);
     for tid in 11..20 {
-        b.sys.exit(tid);
+        b.reader.sys.exit(tid);
     }
     let (threads, _, _) = sample(&mut b, false);
     assert_eq!(threads.len(), 1);
@@ -94,9 +94,9 @@ fn reused_tid_gets_a_new_serial_and_is_never_merged() {
         .ident
         .serial;
     // The thread exits and a new one takes the same TID before the next sample.
-    b.sys.exit(11);
-    b.sys.spawn(11, "new");
-    b.sys.thread(11).cpu_ns = 1_000;
+    b.reader.sys.exit(11);
+    b.reader.sys.spawn(11, "new");
+    b.reader.sys.thread(11).cpu_ns = 1_000;
     let (after, _, _) = sample(&mut b, false);
     let t = after.iter().find(|t| t.ident.tid == 11).unwrap();
     assert_ne!(t.ident.serial, old);
@@ -110,7 +110,7 @@ fn rename_keeps_serial() {
     sys.spawn(11, "before");
     let mut b = backend(sys, Target::SelfProcess);
     let (a, _, _) = sample(&mut b, true);
-    b.sys.thread(11).name = "after".into();
+    b.reader.sys.thread(11).name = "after".into();
     let (c, _, _) = sample(&mut b, true);
     let (a, c) = (&a[1].ident, &c[1].ident);
     assert_eq!(a.serial, c.serial);
@@ -166,7 +166,7 @@ fn descriptor_exhaustion_degrades_and_recovers() {
         .filter(|t| t.run_queue_wait_ns == ABSENT)
         .count();
     assert_eq!(degraded, 3);
-    b.sys.max_files = usize::MAX;
+    b.reader.sys.max_files = usize::MAX;
     let (threads, warnings, _) = sample(&mut b, false);
     assert!(warnings.is_empty());
     assert!(threads.iter().all(|t| t.run_queue_wait_ns != ABSENT));
@@ -176,7 +176,7 @@ fn descriptor_exhaustion_degrades_and_recovers() {
 fn target_gone_is_no_such_process() {
     let sys = FakeSys::new(5);
     let mut b = backend(sys, Target::Pid(5));
-    b.sys.exit(5);
+    b.reader.sys.exit(5);
     let mut threads = Vec::new();
     let err = b
         .sample(
@@ -188,4 +188,24 @@ fn target_gone_is_no_such_process() {
         )
         .unwrap_err();
     assert!(matches!(err, Error::NoSuchProcess { pid: 5 }), "{err}");
+}
+
+#[test]
+fn listing_is_skipped_only_while_the_thread_set_is_unchanged() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "a");
+    let mut b = backend(sys, Target::SelfProcess);
+    assert_eq!(sample(&mut b, false).0.len(), 2);
+    // One exits and another starts between samples: same count, new set.
+    b.reader.sys.exit(11);
+    b.reader.sys.spawn(12, "b");
+    let (t, _, p) = sample(&mut b, false);
+    let tids: Vec<u64> = t.iter().map(|t| t.ident.tid).collect();
+    assert_eq!(tids, vec![10, 12]);
+    assert_eq!(p.thread_count, 2);
+    // A thread starts, none exits.
+    b.reader.sys.spawn(13, "c");
+    let (t, _, _) = sample(&mut b, false);
+    assert_eq!(t.len(), 3);
+    assert_eq!(b.tracked_len(), 3);
 }
