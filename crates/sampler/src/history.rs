@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use crate::kernel::KernelSample;
 use crate::model::{ProcessSample, SampleWarning, Snapshot, ThreadSample};
 use crate::platform::{PackedThread, present};
+use crate::probe::{LoopStats, SleepStats};
 
 /// Bytes one stored thread-sample takes in history.
 pub const BYTES_PER_STORED_THREAD_SAMPLE: usize = std::mem::size_of::<PackedThread>();
@@ -24,6 +25,8 @@ pub(crate) struct Header {
     pub switch_split_read: bool,
     pub sampler_cost_ns: u64,
     pub sampler_cpu_time_ns: u64,
+    pub loops: Vec<LoopStats>,
+    pub sleeps: Vec<SleepStats>,
     pub kernel: Option<KernelSample>,
     pub warnings: Vec<SampleWarning>,
 }
@@ -65,6 +68,8 @@ impl Stored {
             switch_split_read: h.switch_split_read,
             sampler_cost_ns: h.sampler_cost_ns,
             sampler_cpu_time_ns: h.sampler_cpu_time_ns,
+            loops: h.loops.clone(),
+            sleeps: h.sleeps.clone(),
             kernel: h.kernel.clone(),
             warnings: h.warnings.clone(),
         }
@@ -145,6 +150,8 @@ mod tests {
             switch_split_read: false,
             sampler_cost_ns: 0,
             sampler_cpu_time_ns: 0,
+            loops: Vec::new(),
+            sleeps: Vec::new(),
             kernel: None,
             warnings: Vec::new(),
         }

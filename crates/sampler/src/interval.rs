@@ -4,9 +4,11 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::histogram::Log2Histogram;
 use crate::history::{Header, Stored};
 use crate::model::{Snapshot, ThreadSample};
 use crate::platform::{PackedThread, present};
+use crate::probe::{LoopStats, SleepStats};
 
 /// Rates of one thread over an interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,6 +68,84 @@ pub struct ProcessInterval {
     pub platform_idle_wakeups_per_sec: Option<f64>,
 }
 
+/// One instrumented loop over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LoopInterval {
+    /// Probe id (see [`LoopStats::id`]).
+    pub id: u64,
+    /// Probe name.
+    pub name: String,
+    /// Thread that last waited, if any.
+    pub tid: Option<u64>,
+    /// Wakeups (returns from the wait) during the interval.
+    pub wakeups: u64,
+    /// `wakeups` per second.
+    pub wakeups_per_sec: f64,
+    /// Wakeups that found 0 events.
+    pub idle_wakeups: u64,
+    /// `idle_wakeups / wakeups` (0 to 1; 0 without wakeups).
+    pub idle_wakeup_ratio: f64,
+    /// Wakeups after the full timeout elapsed.
+    pub timed_out_wakeups: u64,
+    /// Wakeups before a finite timeout elapsed.
+    pub early_wakeups: u64,
+    /// Waits with a zero timeout (non-blocking polls).
+    pub zero_timeout_waits: u64,
+    /// `zero_timeout_waits / wakeups` (0 to 1).
+    pub zero_timeout_ratio: f64,
+    /// Ready events reported.
+    pub events: u64,
+    /// `events / wakeups` (0 without wakeups).
+    pub events_per_wakeup: f64,
+    /// Time inside waits, in nanoseconds.
+    pub wait_ns: u64,
+    /// Time between waits (doing work), in nanoseconds.
+    pub busy_ns: u64,
+    /// Loop utilization, `busy / (busy + wait)` (0 to 1; like Node's ELU).
+    pub utilization: f64,
+    /// Poll delays of timed-out wakeups during the interval, in ns (log2 buckets).
+    pub poll_delay_histogram: Log2Histogram,
+    /// Mean poll delay of timed-out wakeups, in nanoseconds.
+    pub mean_poll_delay_ns: u64,
+    /// 99th percentile poll delay (lower bound of its log2 bucket), in nanoseconds.
+    pub p99_poll_delay_ns: Option<u64>,
+    /// Length of the wait in progress at the end, in nanoseconds (0 if not waiting).
+    pub current_wait_ns: u64,
+}
+
+/// One instrumented sleep site over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SleepInterval {
+    /// Probe id (see [`SleepStats::id`]).
+    pub id: u64,
+    /// Probe name.
+    pub name: String,
+    /// Thread that last slept, if any.
+    pub tid: Option<u64>,
+    /// Sleeps completed during the interval.
+    pub calls: u64,
+    /// `calls` per second.
+    pub sleeps_per_sec: f64,
+    /// Mean requested sleep, in nanoseconds.
+    pub mean_requested_ns: u64,
+    /// Mean actual sleep, in nanoseconds.
+    pub mean_actual_ns: u64,
+    /// Mean oversleep (actual − requested), in nanoseconds.
+    pub mean_oversleep_ns: u64,
+    /// CPU time consumed inside the sleep calls, in nanoseconds.
+    pub cpu_ns: u64,
+    /// `cpu_ns / duration` in percent of one core: what the sleeping itself costs.
+    pub cpu_percent: f64,
+    /// CPU time per sleep call, in nanoseconds.
+    pub cpu_per_sleep_ns: u64,
+    /// Oversleeps during the interval, in ns (log2 buckets).
+    pub oversleep_histogram: Log2Histogram,
+    /// 99th percentile oversleep (lower bound of its log2 bucket), in nanoseconds.
+    pub p99_oversleep_ns: Option<u64>,
+}
+
 /// The difference of two snapshots, with rates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -84,6 +164,10 @@ pub struct Interval {
     pub threads: Vec<ThreadInterval>,
     /// Threads that exited during the interval (seen at the start, gone at the end).
     pub threads_exited: u32,
+    /// Instrumented loops alive at the end.
+    pub loops: Vec<LoopInterval>,
+    /// Instrumented sleep sites alive at the end.
+    pub sleeps: Vec<SleepInterval>,
     /// CPU time the sampler spent during the interval, in nanoseconds.
     pub sampler_cpu_time_ns: u64,
     /// `sampler_cpu_time_ns / duration`, in percent of one core: the overhead you pay.
@@ -193,6 +277,8 @@ pub(crate) struct Ends<'a> {
     pub monotonic_ns: u64,
     pub process: &'a crate::model::ProcessSample,
     pub sampler_cpu_time_ns: u64,
+    pub loops: &'a [LoopStats],
+    pub sleeps: &'a [SleepStats],
 }
 
 impl<'a> From<&'a Header> for Ends<'a> {
@@ -202,6 +288,8 @@ impl<'a> From<&'a Header> for Ends<'a> {
             monotonic_ns: h.monotonic_ns,
             process: &h.process,
             sampler_cpu_time_ns: h.sampler_cpu_time_ns,
+            loops: &h.loops,
+            sleeps: &h.sleeps,
         }
     }
 }
@@ -213,6 +301,8 @@ impl<'a> From<&'a Snapshot> for Ends<'a> {
             monotonic_ns: s.monotonic_ns,
             process: &s.process,
             sampler_cpu_time_ns: s.sampler_cpu_time_ns,
+            loops: &s.loops,
+            sleeps: &s.sleeps,
         }
     }
 }
@@ -302,8 +392,92 @@ pub(crate) fn compute<T: ThreadCounters>(
         },
         threads,
         threads_exited: u32::try_from(threads_exited).unwrap_or(u32::MAX),
+        loops: to
+            .loops
+            .iter()
+            .map(|l| loop_interval(from.loops.iter().find(|e| e.id == l.id), l, d))
+            .collect(),
+        sleeps: to
+            .sleeps
+            .iter()
+            .map(|l| sleep_interval(from.sleeps.iter().find(|e| e.id == l.id), l, d))
+            .collect(),
         sampler_cpu_time_ns: sampler,
         sampler_cpu_percent: percent(sampler, d),
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+fn loop_interval(e: Option<&LoopStats>, l: &LoopStats, d: u64) -> LoopInterval {
+    let z = LoopStats::default();
+    let e = e.unwrap_or(&z);
+    let wakeups = l.total_wakeups.saturating_sub(e.total_wakeups);
+    let idle = l.total_idle_wakeups.saturating_sub(e.total_idle_wakeups);
+    let timed_out = l
+        .total_timed_out_wakeups
+        .saturating_sub(e.total_timed_out_wakeups);
+    let zero = l
+        .total_zero_timeout_waits
+        .saturating_sub(e.total_zero_timeout_waits);
+    let events = l.total_events.saturating_sub(e.total_events);
+    let wait = l.total_wait_ns.saturating_sub(e.total_wait_ns);
+    let busy = l.total_busy_ns.saturating_sub(e.total_busy_ns);
+    let delay = l.total_poll_delay_ns.saturating_sub(e.total_poll_delay_ns);
+    let hist = l.poll_delay_histogram.since(&e.poll_delay_histogram);
+    LoopInterval {
+        id: l.id,
+        name: l.name.clone(),
+        tid: l.tid,
+        wakeups,
+        wakeups_per_sec: per_sec(wakeups, d),
+        idle_wakeups: idle,
+        idle_wakeup_ratio: ratio(idle, wakeups),
+        timed_out_wakeups: timed_out,
+        early_wakeups: l.total_early_wakeups.saturating_sub(e.total_early_wakeups),
+        zero_timeout_waits: zero,
+        zero_timeout_ratio: ratio(zero, wakeups),
+        events,
+        events_per_wakeup: ratio(events, wakeups),
+        wait_ns: wait,
+        busy_ns: busy,
+        utilization: ratio(busy, busy.saturating_add(wait)),
+        mean_poll_delay_ns: delay.checked_div(timed_out).unwrap_or(0),
+        p99_poll_delay_ns: hist.quantile_lower_bound(0.99),
+        poll_delay_histogram: hist,
+        current_wait_ns: l.current_wait_ns,
+    }
+}
+
+fn sleep_interval(e: Option<&SleepStats>, l: &SleepStats, d: u64) -> SleepInterval {
+    let z = SleepStats::default();
+    let e = e.unwrap_or(&z);
+    let calls = l.total_calls.saturating_sub(e.total_calls);
+    let requested = l.total_requested_ns.saturating_sub(e.total_requested_ns);
+    let actual = l.total_actual_ns.saturating_sub(e.total_actual_ns);
+    let over = l.total_oversleep_ns.saturating_sub(e.total_oversleep_ns);
+    let cpu = l.total_cpu_ns.saturating_sub(e.total_cpu_ns);
+    let hist = l.oversleep_histogram.since(&e.oversleep_histogram);
+    SleepInterval {
+        id: l.id,
+        name: l.name.clone(),
+        tid: l.tid,
+        calls,
+        sleeps_per_sec: per_sec(calls, d),
+        mean_requested_ns: requested.checked_div(calls).unwrap_or(0),
+        mean_actual_ns: actual.checked_div(calls).unwrap_or(0),
+        mean_oversleep_ns: over.checked_div(calls).unwrap_or(0),
+        cpu_ns: cpu,
+        cpu_percent: percent(cpu, d),
+        cpu_per_sleep_ns: cpu.checked_div(calls).unwrap_or(0),
+        p99_oversleep_ns: hist.quantile_lower_bound(0.99),
+        oversleep_histogram: hist,
     }
 }
 
@@ -369,6 +543,8 @@ mod tests {
             switch_split_read: true,
             sampler_cost_ns: 0,
             sampler_cpu_time_ns: seq * 1000,
+            loops: vec![],
+            sleeps: vec![],
             kernel: None,
             warnings: vec![],
         }

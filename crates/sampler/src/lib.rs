@@ -23,6 +23,7 @@ pub mod error;
 pub mod histogram;
 pub mod kernel;
 pub mod model;
+pub mod probe;
 
 pub use error::{Error, Result};
 pub use histogram::Log2Histogram;
@@ -35,6 +36,7 @@ mod history;
 mod platform;
 
 pub use history::BYTES_PER_STORED_THREAD_SAMPLE;
-pub use interval::{Interval, ProcessInterval, ThreadInterval};
+pub use interval::{Interval, LoopInterval, ProcessInterval, SleepInterval, ThreadInterval};
 pub use platform::Target;
+pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats, WaitGuard};
 pub use sampler::{Sampler, SamplerBuilder, SamplerStats, SamplingGuard};

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::kernel::KernelSample;
+use crate::probe::{LoopStats, SleepStats};
 
 /// Where a thread's CPU time came from; sources differ in resolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -143,6 +144,10 @@ pub struct Snapshot {
     /// included, in nanoseconds. Differences give the sampler's overhead over
     /// an interval.
     pub sampler_cpu_time_ns: u64,
+    /// Every loop probe of the sampler (cumulative counters).
+    pub loops: Vec<LoopStats>,
+    /// Every sleep probe of the sampler (cumulative counters).
+    pub sleeps: Vec<SleepStats>,
     /// What an attached kernel source (eBPF) measured, if one is attached.
     pub kernel: Option<KernelSample>,
     /// What made this snapshot less complete than configured (empty when complete).

@@ -12,6 +12,7 @@ use crate::interval::{Interval, between_stored, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo};
 use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock};
+use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
 use crate::{Error, Result};
 
 /// Default time between background samples.
@@ -178,6 +179,7 @@ impl SamplerBuilder {
                 stop: Mutex::new(false),
                 wake: Condvar::new(),
                 last_error: Mutex::new(None),
+                probes: ProbeRegistry::default(),
             }),
         })
     }
@@ -224,6 +226,7 @@ struct Inner {
     stop: Mutex<bool>,
     wake: Condvar,
     last_error: Mutex<Option<String>>,
+    probes: ProbeRegistry,
 }
 
 /// Locks a mutex, recovering from poisoning: the data behind every lock here
@@ -323,6 +326,22 @@ impl Sampler {
             inner: self.inner.clone(),
             handle: Some(handle),
         })
+    }
+
+    /// A new [`LoopProbe`] reported in this sampler's snapshots.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when [`crate::probe::MAX_PROBES`] probes are alive.
+    pub fn loop_probe(&self, name: &str) -> Result<LoopProbe> {
+        self.inner.probes.loop_probe(name)
+    }
+
+    /// A new [`SleepProbe`] reported in this sampler's snapshots.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when [`crate::probe::MAX_PROBES`] probes are alive.
+    pub fn sleep_probe(&self, name: &str) -> Result<SleepProbe> {
+        self.inner.probes.sleep_probe(name)
     }
 
     /// The newest snapshot, if any.
@@ -430,6 +449,7 @@ impl Inner {
                 None
             }
         };
+        let (loops, sleeps) = self.probes.collect();
         let cost = clock::current_thread_cpu_ns().saturating_sub(cpu_before);
         st.sampler_cpu_time_ns = st.sampler_cpu_time_ns.saturating_add(cost);
         st.first_monotonic_ns.get_or_insert(monotonic_ns);
@@ -441,6 +461,8 @@ impl Inner {
             switch_split_read: request.switch_split,
             sampler_cost_ns: cost,
             sampler_cpu_time_ns: st.sampler_cpu_time_ns,
+            loops,
+            sleeps,
             kernel,
             warnings,
         };

@@ -361,6 +361,8 @@ fn deltas_of_two_samples_give_rates() {
             switch_split_read: false,
             sampler_cost_ns: 0,
             sampler_cpu_time_ns: 0,
+            loops: Vec::new(),
+            sleeps: Vec::new(),
             kernel: None,
             warnings: Vec::new(),
         }

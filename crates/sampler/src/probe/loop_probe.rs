@@ -1,0 +1,242 @@
+//! Event-loop instrumentation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::cells::{Counter, Histogram, current_tid, duration_ns, now_ns};
+use crate::histogram::Log2Histogram;
+
+/// Counters of one loop, shared with the sampler.
+#[derive(Debug, Default)]
+pub(crate) struct LoopCells {
+    pub id: u64,
+    pub name: String,
+    pub tid: Counter,
+    pub wakeups: Counter,
+    pub idle_wakeups: Counter,
+    pub timed_out_wakeups: Counter,
+    pub early_wakeups: Counter,
+    pub zero_timeout_waits: Counter,
+    pub events: Counter,
+    pub wait_ns: Counter,
+    pub busy_ns: Counter,
+    pub poll_delay_ns: Counter,
+    pub poll_delay: Histogram,
+    pub unmatched_calls: Counter,
+    /// Probe-clock time the current wait started, plus one; 0 when not waiting.
+    pub wait_started: Counter,
+}
+
+/// Cumulative counters of one instrumented loop (since the probe was created).
+///
+/// A *wakeup* is one return from the loop's wait (poll, epoll_wait, kevent,
+/// a park). Rates and ratios are in [`crate::LoopInterval`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LoopStats {
+    /// Probe id, unique within its sampler.
+    pub id: u64,
+    /// Name given when the probe was created.
+    pub name: String,
+    /// OS id of the thread that last waited (see [`crate::ThreadSample::tid`]); `None` before the first wait.
+    pub tid: Option<u64>,
+    /// Returns from the wait.
+    pub total_wakeups: u64,
+    /// Wakeups that reported 0 ready events: the loop woke and found nothing.
+    pub total_idle_wakeups: u64,
+    /// Wakeups after a finite timeout fully elapsed.
+    pub total_timed_out_wakeups: u64,
+    /// Wakeups before a finite timeout elapsed (an event, a signal, a spurious wakeup).
+    pub total_early_wakeups: u64,
+    /// Waits with a zero timeout: non-blocking polls, i.e. busy polling.
+    pub total_zero_timeout_waits: u64,
+    /// Sum of the ready-event counts reported after each wait (saturating).
+    pub total_events: u64,
+    /// Time spent inside waits, in nanoseconds.
+    pub total_wait_ns: u64,
+    /// Time between returning from a wait and starting the next one (the
+    /// loop doing work), in nanoseconds.
+    pub total_busy_ns: u64,
+    /// Sum over timed-out wakeups of how late the wait returned compared
+    /// with its timeout (Envoy's `poll_delay_us`), in nanoseconds.
+    pub total_poll_delay_ns: u64,
+    /// Poll delay of each timed-out wakeup, in nanoseconds (log2 buckets).
+    pub poll_delay_histogram: Log2Histogram,
+    /// Calls out of order (an `after_wait` without `before_wait`, or two
+    /// `before_wait` in a row); they are ignored and counted here.
+    pub total_unmatched_calls: u64,
+    /// How long the wait in progress has lasted at the snapshot, in
+    /// nanoseconds (0 when the loop is not waiting): a wait that never ends shows here.
+    pub current_wait_ns: u64,
+}
+
+impl LoopCells {
+    pub(crate) fn read(&self) -> LoopStats {
+        let started = self.wait_started.get();
+        let tid = self.tid.get();
+        LoopStats {
+            id: self.id,
+            name: self.name.clone(),
+            tid: (tid != 0).then_some(tid),
+            total_wakeups: self.wakeups.get(),
+            total_idle_wakeups: self.idle_wakeups.get(),
+            total_timed_out_wakeups: self.timed_out_wakeups.get(),
+            total_early_wakeups: self.early_wakeups.get(),
+            total_zero_timeout_waits: self.zero_timeout_waits.get(),
+            total_events: self.events.get(),
+            total_wait_ns: self.wait_ns.get(),
+            total_busy_ns: self.busy_ns.get(),
+            total_poll_delay_ns: self.poll_delay_ns.get(),
+            poll_delay_histogram: self.poll_delay.read(),
+            total_unmatched_calls: self.unmatched_calls.get(),
+            current_wait_ns: if started == 0 {
+                0
+            } else {
+                now_ns().saturating_sub(started - 1)
+            },
+        }
+    }
+}
+
+/// Instruments one event loop. Call [`LoopProbe::before_wait`] right before
+/// the loop blocks (poll/epoll_wait/kevent, with the timeout it passes) and
+/// [`LoopProbe::after_wait`] right after (with the number of ready events).
+///
+/// ```
+/// # use std::time::Duration;
+/// let sampler = wakemeter::Sampler::new()?;
+/// let mut probe = sampler.loop_probe("io-loop")?;
+/// for _ in 0..3 {
+///     probe.before_wait(Some(Duration::from_millis(1)));
+///     std::thread::sleep(Duration::from_millis(1)); // stands in for poll()
+///     probe.after_wait(0);
+/// }
+/// assert_eq!(sampler.sample_now()?.loops[0].total_wakeups, 3);
+/// # Ok::<(), wakemeter::Error>(())
+/// ```
+///
+/// One probe per loop: the `&mut self` methods make it single-writer. A
+/// probe may move between threads (its `tid` follows the last waiter). It
+/// keeps working after its sampler is dropped; nobody reads it then.
+#[derive(Debug)]
+pub struct LoopProbe {
+    cells: Arc<LoopCells>,
+    waiting: bool,
+    wait_start: u64,
+    timeout_ns: Option<u64>,
+    last_wake: Option<u64>,
+}
+
+impl LoopProbe {
+    pub(crate) fn new(cells: Arc<LoopCells>) -> Self {
+        LoopProbe {
+            cells,
+            waiting: false,
+            wait_start: 0,
+            timeout_ns: None,
+            last_wake: None,
+        }
+    }
+
+    /// The loop is about to wait. `timeout`: what it passes to the wait
+    /// (`None` = block until an event; `Duration::ZERO` = non-blocking poll;
+    /// `Duration::MAX` behaves as "no timeout" in practice, it never elapses).
+    #[inline]
+    pub fn before_wait(&mut self, timeout: Option<Duration>) {
+        let now = now_ns();
+        let c = &*self.cells;
+        if self.waiting {
+            // The previous wait never reported back: drop it.
+            c.unmatched_calls.add(1);
+        } else if let Some(w) = self.last_wake {
+            c.busy_ns.add(now.saturating_sub(w));
+        }
+        let timeout_ns = timeout.map(duration_ns);
+        if timeout_ns == Some(0) {
+            c.zero_timeout_waits.add(1);
+        }
+        c.tid.set(current_tid());
+        c.wait_started.set(now.saturating_add(1));
+        self.timeout_ns = timeout_ns;
+        self.wait_start = now;
+        self.waiting = true;
+    }
+
+    /// The wait returned with `events` ready events (0: timed out or woke
+    /// for nothing). Counts saturate; an absurd count cannot overflow.
+    #[inline]
+    pub fn after_wait(&mut self, events: usize) {
+        let now = now_ns();
+        let c = &*self.cells;
+        if !self.waiting {
+            c.unmatched_calls.add(1);
+            return;
+        }
+        self.waiting = false;
+        let waited = now.saturating_sub(self.wait_start);
+        c.wakeups.add(1);
+        c.events.add(events as u64);
+        c.wait_ns.add(waited);
+        if events == 0 {
+            c.idle_wakeups.add(1);
+        }
+        if let Some(t) = self.timeout_ns {
+            if waited >= t {
+                let delay = waited - t;
+                c.timed_out_wakeups.add(1);
+                c.poll_delay_ns.add(delay);
+                c.poll_delay.record(delay);
+            } else {
+                c.early_wakeups.add(1);
+            }
+        }
+        c.wait_started.set(0);
+        self.last_wake = Some(now);
+    }
+
+    /// Guard form: `let g = probe.wait(timeout); let n = poll(..); g.done(n);`.
+    /// A guard dropped without [`WaitGuard::done`] counts as a wakeup with 0 events.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> WaitGuard<'_> {
+        self.before_wait(timeout);
+        WaitGuard {
+            probe: self,
+            finished: false,
+        }
+    }
+
+    /// The probe's id (matches [`LoopStats::id`]).
+    pub fn id(&self) -> u64 {
+        self.cells.id
+    }
+
+    /// The current cumulative counters of this probe.
+    pub fn stats(&self) -> LoopStats {
+        self.cells.read()
+    }
+}
+
+/// A wait in progress; see [`LoopProbe::wait`].
+#[derive(Debug)]
+#[must_use = "call done(events) when the wait returns"]
+pub struct WaitGuard<'a> {
+    probe: &'a mut LoopProbe,
+    finished: bool,
+}
+
+impl WaitGuard<'_> {
+    /// The wait returned with `events` ready events.
+    pub fn done(mut self, events: usize) {
+        self.finished = true;
+        self.probe.after_wait(events);
+    }
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.probe.after_wait(0);
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! App instrumentation: [`LoopProbe`] for event loops, [`SleepProbe`] for
+//! sleep-based polling. Probes are created from a [`crate::Sampler`], which
+//! publishes their cumulative counters in every snapshot.
+//!
+//! The hot path of a probe reads a clock and updates plain counters: no
+//! allocation, no lock, no syscall beyond the clock (SleepProbe also reads
+//! the thread's CPU clock, the only way to know the CPU spent inside a sleep).
+//! Each probe has one writer (`&mut self` methods); the sampler reads the
+//! counters with relaxed atomic loads, so a snapshot may see a wait half
+//! recorded (one counter updated, the next not yet): every counter is exact
+//! on its own, and they agree again after the call returns.
+
+mod cells;
+mod loop_probe;
+mod registry;
+mod sleep_probe;
+
+pub use loop_probe::{LoopProbe, LoopStats, WaitGuard};
+pub(crate) use registry::ProbeRegistry;
+pub use sleep_probe::{SleepProbe, SleepStats};
+
+/// Most probes one sampler tracks at once (live or not yet reported after drop).
+pub const MAX_PROBES: usize = 4096;

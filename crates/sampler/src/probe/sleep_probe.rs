@@ -1,0 +1,135 @@
+//! Sleep-loop instrumentation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::cells::{Counter, Histogram, current_tid, duration_ns, now_ns};
+use crate::histogram::Log2Histogram;
+use crate::platform::clock;
+
+/// Counters of one sleep probe, shared with the sampler.
+#[derive(Debug, Default)]
+pub(crate) struct SleepCells {
+    pub id: u64,
+    pub name: String,
+    pub tid: Counter,
+    pub calls: Counter,
+    pub requested_ns: Counter,
+    pub actual_ns: Counter,
+    pub cpu_ns: Counter,
+    pub oversleep_ns: Counter,
+    pub oversleep: Histogram,
+    pub unmatched_calls: Counter,
+}
+
+/// Cumulative counters of one instrumented sleep site (since the probe was created).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SleepStats {
+    /// Probe id, unique within its sampler.
+    pub id: u64,
+    /// Name given when the probe was created.
+    pub name: String,
+    /// OS id of the thread that last slept; `None` before the first sleep.
+    pub tid: Option<u64>,
+    /// Completed sleeps.
+    pub total_calls: u64,
+    /// Sum of requested durations, in nanoseconds.
+    pub total_requested_ns: u64,
+    /// Sum of actual durations (monotonic clock, call to return), in nanoseconds.
+    pub total_actual_ns: u64,
+    /// CPU time the thread consumed inside the sleep calls (syscall entry,
+    /// timer setup, the switches out and back), in nanoseconds: the cost
+    /// of sleeping itself.
+    pub total_cpu_ns: u64,
+    /// Sum of `actual - requested` (0 when a sleep returned early), in nanoseconds.
+    pub total_oversleep_ns: u64,
+    /// Oversleep of each call, in nanoseconds (log2 buckets).
+    pub oversleep_histogram: Log2Histogram,
+    /// `end` without `begin` (ignored and counted here).
+    pub total_unmatched_calls: u64,
+}
+
+impl SleepCells {
+    pub(crate) fn read(&self) -> SleepStats {
+        let tid = self.tid.get();
+        SleepStats {
+            id: self.id,
+            name: self.name.clone(),
+            tid: (tid != 0).then_some(tid),
+            total_calls: self.calls.get(),
+            total_requested_ns: self.requested_ns.get(),
+            total_actual_ns: self.actual_ns.get(),
+            total_cpu_ns: self.cpu_ns.get(),
+            total_oversleep_ns: self.oversleep_ns.get(),
+            oversleep_histogram: self.oversleep.read(),
+            total_unmatched_calls: self.unmatched_calls.get(),
+        }
+    }
+}
+
+/// Instruments a sleep-based polling loop: use [`SleepProbe::sleep`] instead
+/// of `std::thread::sleep`, or wrap a foreign sleep (`usleep`, `nanosleep`)
+/// in [`SleepProbe::begin`] / [`SleepProbe::end`].
+///
+/// Each call reads the monotonic clock and the thread's CPU clock before and
+/// after the sleep (~0.5 µs in all; see BENCHMARKS.md).
+#[derive(Debug)]
+pub struct SleepProbe {
+    cells: Arc<SleepCells>,
+    begun: Option<(u64, u64, u64)>,
+}
+
+impl SleepProbe {
+    pub(crate) fn new(cells: Arc<SleepCells>) -> Self {
+        SleepProbe { cells, begun: None }
+    }
+
+    /// Sleeps for `duration` (with `std::thread::sleep`) and records it.
+    pub fn sleep(&mut self, duration: Duration) {
+        self.begin(duration);
+        std::thread::sleep(duration);
+        self.end();
+    }
+
+    /// A sleep of `requested` is about to start. A second `begin` without
+    /// `end` replaces the first.
+    #[inline]
+    pub fn begin(&mut self, requested: Duration) {
+        let cpu = clock::current_thread_cpu_ns();
+        self.begun = Some((now_ns(), cpu, duration_ns(requested)));
+    }
+
+    /// The sleep started by [`SleepProbe::begin`] returned.
+    #[inline]
+    pub fn end(&mut self) {
+        let now = now_ns();
+        let cpu = clock::current_thread_cpu_ns();
+        let c = &*self.cells;
+        let Some((start, cpu_start, requested)) = self.begun.take() else {
+            c.unmatched_calls.add(1);
+            return;
+        };
+        let actual = now.saturating_sub(start);
+        let over = actual.saturating_sub(requested);
+        c.tid.set(current_tid());
+        c.calls.add(1);
+        c.requested_ns.add(requested);
+        c.actual_ns.add(actual);
+        c.cpu_ns.add(cpu.saturating_sub(cpu_start));
+        c.oversleep_ns.add(over);
+        c.oversleep.record(over);
+    }
+
+    /// The probe's id (matches [`SleepStats::id`]).
+    pub fn id(&self) -> u64 {
+        self.cells.id
+    }
+
+    /// The current cumulative counters of this probe.
+    pub fn stats(&self) -> SleepStats {
+        self.cells.read()
+    }
+}

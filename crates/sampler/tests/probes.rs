@@ -1,0 +1,216 @@
+//! LoopProbe and SleepProbe counters against known call counts and an
+//! independent clock.
+#![cfg(unix)]
+
+use std::time::{Duration, Instant};
+
+use wakemeter::Sampler;
+
+fn pipe() -> (i32, i32) {
+    let mut fds = [0i32; 2];
+    // SAFETY: valid out-array of two ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    (fds[0], fds[1])
+}
+
+fn poll_in(fd: i32, timeout_ms: i32) -> usize {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    n.max(0) as usize
+}
+
+#[test]
+fn loop_counters_are_exact_and_poll_delay_matches_the_waits() {
+    let sampler = Sampler::new().unwrap();
+    let (r, w) = pipe();
+    let mut idle = sampler.loop_probe("idle-1ms").unwrap();
+    let mut independent_wait = Duration::ZERO;
+    for _ in 0..100 {
+        let t0 = Instant::now();
+        idle.before_wait(Some(Duration::from_millis(1)));
+        let n = poll_in(r, 1);
+        idle.after_wait(n);
+        independent_wait += t0.elapsed();
+    }
+    let s = idle.stats();
+    assert_eq!(s.total_wakeups, 100);
+    assert_eq!(s.total_idle_wakeups, 100);
+    assert_eq!(
+        s.total_timed_out_wakeups, 100,
+        "poll never returns before its timeout"
+    );
+    assert_eq!(s.total_early_wakeups, 0);
+    assert!(s.total_wait_ns >= 100_000_000);
+    // Nested inside the independent measurement, and delay = wait - timeout exactly.
+    assert!(s.total_wait_ns <= independent_wait.as_nanos() as u64);
+    assert_eq!(s.total_poll_delay_ns, s.total_wait_ns - 100 * 1_000_000);
+    assert_eq!(s.poll_delay_histogram.count(), 100);
+
+    let mut mixed = sampler.loop_probe("mixed").unwrap();
+    for i in 0..50 {
+        // SAFETY: writing one byte from a valid buffer to our pipe.
+        assert_eq!(unsafe { libc::write(w, b"x".as_ptr().cast(), 1) }, 1);
+        let g = mixed.wait(Some(Duration::from_millis(100)));
+        let n = poll_in(r, 100);
+        g.done(n);
+        let mut b = [0u8; 1];
+        // SAFETY: reading one byte into a valid buffer.
+        assert_eq!(
+            unsafe { libc::read(r, b.as_mut_ptr().cast(), 1) },
+            1,
+            "iteration {i}"
+        );
+    }
+    for _ in 0..20 {
+        mixed.before_wait(Some(Duration::ZERO));
+        let n = poll_in(r, 0);
+        mixed.after_wait(n);
+    }
+    let m = mixed.stats();
+    assert_eq!(m.total_wakeups, 70);
+    assert_eq!(m.total_events, 50);
+    assert_eq!(m.total_early_wakeups, 50);
+    assert_eq!(m.total_zero_timeout_waits, 20);
+    assert_eq!(m.total_idle_wakeups, 20);
+    assert_eq!(m.total_timed_out_wakeups, 20);
+    assert!(m.total_busy_ns > 0);
+
+    // The sampler publishes both probes, and an interval gives the rates.
+    let a = sampler.sample_now().unwrap();
+    assert_eq!(a.loops.len(), 2);
+    assert_eq!(a.loops[0].total_wakeups, 100);
+    let tid = a.loops[0].tid.unwrap();
+    assert!(
+        a.thread_by_tid(tid).is_some(),
+        "the loop's thread is in the snapshot"
+    );
+    for _ in 0..10 {
+        idle.before_wait(Some(Duration::from_millis(1)));
+        let n = poll_in(r, 1);
+        idle.after_wait(n);
+    }
+    let b = sampler.sample_now().unwrap();
+    let i = wakemeter::Interval::between(&a, &b);
+    let l = i.loops.iter().find(|l| l.name == "idle-1ms").unwrap();
+    assert_eq!(l.wakeups, 10);
+    assert_eq!(l.idle_wakeup_ratio, 1.0);
+    assert!(l.mean_poll_delay_ns > 0);
+    assert!(l.utilization >= 0.0 && l.utilization < 1.0);
+    // SAFETY: closing our own descriptors.
+    unsafe {
+        libc::close(r);
+        libc::close(w);
+    }
+}
+
+#[test]
+fn sleep_probe_matches_an_independent_clock() {
+    let sampler = Sampler::new().unwrap();
+    let mut p = sampler.sleep_probe("poll-2ms").unwrap();
+    let t0 = Instant::now();
+    for _ in 0..50 {
+        p.sleep(Duration::from_millis(2));
+    }
+    let wall = t0.elapsed().as_nanos() as u64;
+    let s = p.stats();
+    assert_eq!(s.total_calls, 50);
+    assert_eq!(s.total_requested_ns, 100_000_000);
+    assert!(
+        s.total_actual_ns >= 100_000_000,
+        "sleep never returns early"
+    );
+    assert!(s.total_actual_ns <= wall);
+    assert_eq!(
+        s.total_oversleep_ns,
+        s.total_actual_ns - s.total_requested_ns
+    );
+    assert_eq!(s.oversleep_histogram.count(), 50);
+    assert!(s.total_cpu_ns > 0, "entering and leaving a sleep costs CPU");
+    assert!(s.total_cpu_ns < s.total_actual_ns);
+    // Begin/end around a foreign sleep.
+    p.begin(Duration::from_micros(500));
+    // SAFETY: usleep has no memory-safety preconditions.
+    unsafe { libc::usleep(500) };
+    p.end();
+    assert_eq!(p.stats().total_calls, 51);
+    let snap = sampler.sample_now().unwrap();
+    assert_eq!(snap.sleeps[0].total_calls, 51);
+}
+
+#[test]
+fn bad_use_is_defined_and_never_panics() {
+    let sampler = Sampler::new().unwrap();
+    let mut p = sampler.loop_probe("odd").unwrap();
+    p.after_wait(3); // no before_wait
+    p.before_wait(None);
+    p.before_wait(Some(Duration::MAX)); // the first wait is dropped
+    p.after_wait(usize::MAX);
+    p.before_wait(Some(Duration::MAX));
+    p.after_wait(usize::MAX); // events saturate
+    {
+        let _g = p.wait(Some(Duration::from_millis(5))); // dropped: 0 events
+    }
+    let s = p.stats();
+    assert_eq!(s.total_unmatched_calls, 2);
+    assert_eq!(s.total_wakeups, 3);
+    assert_eq!(s.total_events, u64::MAX);
+    assert_eq!(s.total_timed_out_wakeups, 0, "Duration::MAX never elapses");
+    assert_eq!(s.total_early_wakeups, 3);
+    // A wait that never ends shows as the current wait.
+    p.before_wait(None);
+    std::thread::sleep(Duration::from_millis(5));
+    assert!(sampler.sample_now().unwrap().loops[0].current_wait_ns >= 5_000_000);
+
+    let mut sp = sampler.sleep_probe("odd-sleep").unwrap();
+    sp.end();
+    sp.sleep(Duration::ZERO);
+    assert_eq!(sp.stats().total_unmatched_calls, 1);
+    assert_eq!(sp.stats().total_calls, 1);
+
+    // A probe outlives its sampler and keeps working.
+    drop(sampler);
+    p.after_wait(1);
+    assert_eq!(p.stats().total_wakeups, 4);
+}
+
+#[test]
+fn dropped_probes_are_reported_once_more_then_forgotten() {
+    let sampler = Sampler::new().unwrap();
+    let mut p = sampler.loop_probe("short-lived").unwrap();
+    p.before_wait(None);
+    p.after_wait(1);
+    drop(p);
+    assert_eq!(
+        sampler.sample_now().unwrap().loops.len(),
+        1,
+        "final counters reported"
+    );
+    assert!(sampler.sample_now().unwrap().loops.is_empty());
+}
+
+#[test]
+fn probe_count_is_bounded() {
+    let sampler = Sampler::new().unwrap();
+    let probes: Vec<_> = (0..wakemeter::probe::MAX_PROBES)
+        .map(|i| sampler.loop_probe(&format!("p{i}")).unwrap())
+        .collect();
+    let err = sampler.loop_probe("one-too-many").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            wakemeter::Error::InvalidConfig {
+                field: "probes",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    drop(probes);
+    sampler.sample_now().unwrap();
+    assert!(sampler.loop_probe("fits-again").is_ok());
+}
