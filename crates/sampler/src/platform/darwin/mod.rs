@@ -5,7 +5,7 @@
 //! entitlement needed, allowed in the iOS sandbox):
 //!
 //! - `task_threads`: one send right per thread, plus a kernel-allocated array.
-//!   The array is released with `mach_vm_deallocate` inside [`Sys::task_threads`]
+//!   The array is released with `vm_deallocate` inside [`Sys::task_threads`]
 //!   right after it is copied; every port is released with
 //!   `mach_port_deallocate` right after that thread is measured, whether its
 //!   info calls succeeded or not, so nothing leaks on any path.

@@ -14,11 +14,10 @@ use mach2::port::mach_port_t;
 use mach2::task::{task_info, task_threads};
 use mach2::task_info::{
     TASK_POWER_INFO, TASK_POWER_INFO_COUNT as MACH2_TASK_POWER_INFO_COUNT, TASK_VM_INFO,
-    task_info_t, task_power_info, task_vm_info,
+    task_power_info, task_vm_info,
 };
 use mach2::traps::mach_task_self;
-use mach2::vm::mach_vm_deallocate;
-use mach2::vm_types::{mach_vm_address_t, mach_vm_size_t, natural_t};
+use mach2::vm_types::natural_t;
 
 use super::{
     KernReturn, Port, PowerInfo, Reply, Sys, TASK_POWER_INFO_COUNT, TASK_VM_INFO_REV0_COUNT,
@@ -138,14 +137,7 @@ impl DarwinSys {
         // SAFETY: as in `thread_info`: `info` is writable for `count` words,
         // `count` is a valid in/out pointer, and the kernel writes at most
         // `count` words.
-        let kr = unsafe {
-            task_info(
-                self.task,
-                flavor,
-                (&raw mut info).cast::<T>() as task_info_t,
-                &mut count,
-            )
-        };
+        let kr = unsafe { task_info(self.task, flavor, (&raw mut info).cast(), &mut count) };
         if kr != KERN_SUCCESS {
             return Err(kr);
         }
@@ -173,11 +165,13 @@ impl Sys for DarwinSys {
         // used after it.
         let listed = unsafe { std::slice::from_raw_parts(list, count as usize) };
         out.extend_from_slice(listed);
-        let bytes = mach_vm_size_t::from(count) * size_of::<mach_port_t>() as mach_vm_size_t;
+        let bytes = count as usize * size_of::<mach_port_t>();
         // SAFETY: releases exactly the region the kernel allocated for this
         // reply (address and size of the array); nothing refers to it any more.
-        // The ports themselves were copied and are released one by one by the caller.
-        unsafe { mach_vm_deallocate(self.task, list as mach_vm_address_t, bytes) };
+        // The ports themselves were copied and are released one by one by the
+        // caller. `vm_deallocate` rather than `mach_vm_deallocate`: the
+        // `mach_vm_*` headers are not supported on iOS.
+        unsafe { libc::vm_deallocate(self.task, list as libc::vm_address_t, bytes) };
         Ok(())
     }
 
