@@ -1,0 +1,97 @@
+// Idiomatic Kotlin over the generated bindings in dev.wakemeter.ffi.
+package dev.wakemeter
+
+import dev.wakemeter.ffi.CallbackThreads
+import dev.wakemeter.ffi.Interval
+import dev.wakemeter.ffi.Sampler
+import dev.wakemeter.ffi.SamplerConfig
+import dev.wakemeter.ffi.SamplerListener
+import kotlin.time.Duration
+import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
+import kotlinx.coroutines.channels.BufferOverflow
+import kotlinx.coroutines.channels.awaitClose
+import kotlinx.coroutines.flow.Flow
+import kotlinx.coroutines.flow.buffer
+import kotlinx.coroutines.flow.callbackFlow
+
+/**
+ * Settings of a [Sampler], set inside the [wakemeter] builder block.
+ * Out-of-range values are not checked here: the library rejects them with a
+ * typed [dev.wakemeter.ffi.WakemeterException.InvalidConfig].
+ */
+class SamplerSettings {
+    /** Time between background samples; whole milliseconds, at least 1 ms. */
+    var interval: Duration = 1.seconds
+
+    /** Snapshots kept in history (1 to 100000). */
+    var history: Int = 300
+
+    /** Process to observe; `null` observes this process. */
+    var pid: Int? = null
+
+    /** Read voluntary/involuntary switch counts every Nth sample (1 = every sample). */
+    var switchSplitEvery: Int = 10
+
+    /** Name of the background sampling thread (1 to 15 bytes). */
+    var threadName: String = "wakemeter"
+
+    /** The generated configuration record for these settings. */
+    fun toConfig(): SamplerConfig = SamplerConfig(
+        // Negative values map to 0 (or to an absurdly large number) so the
+        // library reports them as InvalidConfig, like any other bad value.
+        intervalMs = interval.inWholeMilliseconds.coerceAtLeast(0).toULong(),
+        history = history.toUInt(),
+        pid = pid?.toUInt(),
+        switchSplitEvery = switchSplitEvery.toUInt(),
+        threadName = threadName,
+    )
+}
+
+/**
+ * Builds a sampler: `wakemeter { interval = 1.seconds; history = 300 }`.
+ * The sampler is [AutoCloseable]; `use { }` releases it.
+ *
+ * @throws dev.wakemeter.ffi.WakemeterException.InvalidConfig for out-of-range settings.
+ */
+fun wakemeter(configure: SamplerSettings.() -> Unit = {}): Sampler {
+    CallbackThreads.install()
+    return Sampler(SamplerSettings().apply(configure).toConfig())
+}
+
+/** The configured sampling interval as a Kotlin [Duration]. */
+val Sampler.interval: Duration get() = config().intervalMs.toLong().milliseconds
+
+/** Runs [block] with background sampling started, and stops it afterwards. */
+inline fun <R> Sampler.sampling(block: (Sampler) -> R): R {
+    start()
+    try {
+        return block(this)
+    } finally {
+        stop()
+    }
+}
+
+/**
+ * The intervals of background sampling, one per tick, as a cold [Flow]:
+ * collecting registers a listener, cancelling removes it. Start sampling
+ * ([Sampler.start]) for values to arrive. A slow collector loses the oldest
+ * intervals rather than delaying the sampler.
+ */
+fun Sampler.intervals(capacity: Int = 64): Flow<Interval> = callbackFlow {
+    val id = addListener(object : SamplerListener {
+        override fun onInterval(interval: Interval) {
+            trySend(interval)
+        }
+    })
+    awaitClose { removeListenerQuietly(id) }
+}.buffer(capacity, BufferOverflow.DROP_OLDEST)
+
+/** Removes a listener; the sampler may already be released when a flow is cancelled. */
+internal fun Sampler.removeListenerQuietly(id: ULong) {
+    try {
+        removeListener(id)
+    } catch (_: IllegalStateException) {
+        // Already released: its listeners are gone with it.
+    }
+}

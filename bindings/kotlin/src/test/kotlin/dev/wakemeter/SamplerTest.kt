@@ -1,0 +1,302 @@
+package dev.wakemeter
+
+import dev.wakemeter.ffi.CpuTimeSource
+import dev.wakemeter.ffi.Interval
+import dev.wakemeter.ffi.ListenerException
+import dev.wakemeter.ffi.Sampler
+import dev.wakemeter.ffi.SamplerConfig
+import dev.wakemeter.ffi.SamplerListener
+import dev.wakemeter.ffi.WakemeterException
+import dev.wakemeter.ffi.wakemeterVersion
+import java.util.concurrent.ConcurrentLinkedQueue
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.CyclicBarrier
+import java.util.concurrent.TimeUnit
+import java.util.concurrent.atomic.AtomicInteger
+import kotlin.concurrent.thread
+import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
+import kotlinx.coroutines.flow.take
+import kotlinx.coroutines.flow.toList
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeout
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertNotNull
+import org.junit.jupiter.api.Assertions.assertNull
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+import org.junit.jupiter.api.assertThrows
+
+/** Linux TID of the calling thread, to find it in snapshots. */
+private fun currentTid(): ULong =
+    java.io.File("/proc/thread-self").canonicalFile.name.toULong()
+
+class SamplerTest {
+    @Test
+    fun `default config mirrors the core defaults`() {
+        val c = SamplerConfig()
+        assertEquals(1000uL, c.intervalMs)
+        assertEquals(300u, c.history)
+        assertNull(c.pid)
+        assertEquals(10u, c.switchSplitEvery)
+        assertEquals("wakemeter", c.threadName)
+        assertEquals(c, SamplerSettings().toConfig())
+        assertTrue(wakemeterVersion().isNotEmpty())
+    }
+
+    @Test
+    fun `builder DSL configures the sampler`() {
+        wakemeter { interval = 250.milliseconds; history = 42; threadName = "wm-test" }.use { s ->
+            assertEquals(250uL, s.config().intervalMs)
+            assertEquals(42u, s.config().history)
+            assertEquals(250.milliseconds, s.interval)
+            assertTrue(s.system().cpuCount >= 1u)
+            assertTrue(s.system().totalMemoryBytes > 0uL)
+            assertEquals("linux", s.system().os)
+        }
+    }
+
+    @Test
+    fun `sample now sees the calling thread`() {
+        wakemeter().use { s ->
+            val snap = s.sampleNow()
+            assertEquals(0uL, snap.seq)
+            val me = snap.threads.firstOrNull { it.tid == currentTid() }
+            assertNotNull(me, "calling thread in the snapshot")
+            assertEquals(CpuTimeSource.THREAD_CLOCK, me!!.cpuTimeSource)
+            assertTrue(me.cpuTimeNs > 0uL)
+            assertTrue(snap.process.rssBytes > 0uL)
+            assertEquals(snap.threads.size.toUInt(), snap.process.threadCount)
+            assertNull(snap.kernel)
+            assertTrue(snap.warnings.isEmpty())
+        }
+    }
+
+    @Test
+    fun `history, intervals, stats and reports`() {
+        wakemeter { history = 3 }.use { s ->
+            assertNull(s.latest())
+            assertNull(s.latestInterval())
+            assertNull(s.intervalOver(1000uL))
+            repeat(5) {
+                s.sampleNow()
+                Thread.sleep(5)
+            }
+            assertEquals(4uL, s.latest()!!.seq)
+            assertEquals(listOf(2uL, 3uL, 4uL), s.snapshots().map { it.seq })
+            val last = s.latestInterval()!!
+            assertEquals(3uL, last.fromSeq)
+            assertEquals(4uL, last.toSeq)
+            assertTrue(last.durationNs >= 5_000_000uL)
+            assertTrue(last.threads.isNotEmpty())
+            val whole = s.intervalOver(60_000uL)!!
+            assertEquals(2uL, whole.fromSeq)
+            val stats = s.stats()
+            assertEquals(5uL, stats.samplesTaken)
+            assertEquals(3u, stats.historyLen)
+            assertFalse(stats.running)
+            assertNull(stats.lastError)
+            val report = s.report()
+            assertEquals(2uL, report.interval!!.fromSeq)
+            assertEquals(s.config(), report.config)
+            val json = s.reportJson()
+            assertTrue(json.startsWith("{"))
+            for (key in listOf("\"system\"", "\"config\"", "\"stats\"", "\"interval\"", "\"cpu_percent\"")) {
+                assertTrue(json.contains(key), "report JSON has $key")
+            }
+        }
+    }
+
+    @Test
+    fun `background sampling starts, refuses a second start, stops and resumes`() {
+        wakemeter { interval = 20.milliseconds }.use { s ->
+            assertFalse(s.isRunning())
+            s.start()
+            assertTrue(s.isRunning())
+            assertThrows<WakemeterException.AlreadyRunning> { s.start() }
+            Thread.sleep(120)
+            assertTrue(s.stats().running)
+            s.stop()
+            s.stop() // idempotent
+            assertFalse(s.isRunning())
+            val taken = s.stats().samplesTaken
+            assertTrue(taken >= 3uL, "took $taken samples")
+            s.sampling { Thread.sleep(60) }
+            assertTrue(s.stats().samplesTaken > taken)
+            assertFalse(s.isRunning())
+        }
+    }
+
+    @Test
+    fun `listener is called from the wakemeter thread`() {
+        wakemeter { interval = 20.milliseconds }.use { s ->
+            val seen = ConcurrentLinkedQueue<Pair<String, Interval>>()
+            val got = CountDownLatch(3)
+            val id = s.addListener(object : SamplerListener {
+                override fun onInterval(interval: Interval) {
+                    seen.add(Thread.currentThread().name to interval)
+                    got.countDown()
+                }
+            })
+            s.start()
+            assertTrue(got.await(5, TimeUnit.SECONDS), "three intervals delivered")
+            s.stop()
+            assertTrue(seen.all { it.first == "wakemeter-cb" }, "threads: ${seen.map { it.first }.toSet()}")
+            val seqs = seen.map { it.second.toSeq }
+            assertEquals(seqs.sorted().distinct(), seqs, "each interval once, in order")
+            assertTrue(seen.all { it.second.durationNs > 0uL })
+            assertTrue(s.removeListener(id))
+            assertFalse(s.removeListener(id))
+            val ls = s.listenerStats()
+            assertEquals(0u, ls.listeners)
+            assertTrue(ls.intervalsDelivered >= 3uL)
+            assertEquals(0uL, ls.listenerErrors)
+        }
+    }
+
+    @Test
+    fun `a throwing listener is counted and sampling goes on`() {
+        wakemeter { interval = 20.milliseconds }.use { s ->
+            val calls = AtomicInteger()
+            val healthy = CountDownLatch(4)
+            s.addListener(object : SamplerListener {
+                override fun onInterval(interval: Interval) {
+                    if (calls.incrementAndGet() % 2 == 0) {
+                        throw ListenerException.Failed("typed failure")
+                    }
+                    throw IllegalStateException("boom from Kotlin")
+                }
+            })
+            s.addListener(object : SamplerListener {
+                override fun onInterval(interval: Interval) = healthy.countDown()
+            })
+            s.start()
+            assertTrue(healthy.await(5, TimeUnit.SECONDS), "the other listener kept receiving")
+            s.stop()
+            val ls = s.listenerStats()
+            assertTrue(ls.listenerErrors >= 3uL, "errors counted: ${ls.listenerErrors}")
+            val last = ls.lastListenerError!!
+            assertTrue(last.contains("boom from Kotlin") || last.contains("typed failure"), last)
+            assertNull(s.stats().lastError)
+            assertTrue(s.stats().samplesTaken >= 4uL)
+        }
+    }
+
+    @Test
+    fun `intervals flow delivers background intervals`() = runBlocking {
+        wakemeter { interval = 20.milliseconds }.use { s ->
+            s.start()
+            val got = withTimeout(5.seconds) { s.intervals().take(3).toList() }
+            s.stop()
+            assertEquals(3, got.size)
+            assertTrue(got.zipWithNext().all { (a, b) -> a.toSeq < b.toSeq })
+            assertEquals(0u, s.listenerStats().listeners, "cancelling the flow removes its listener")
+        }
+    }
+
+    @Test
+    fun `many JVM threads use one sampler at once`() {
+        wakemeter { interval = 5.milliseconds; history = 50 }.use { s ->
+            s.start()
+            val n = 8
+            val barrier = CyclicBarrier(n)
+            val failures = ConcurrentLinkedQueue<Throwable>()
+            val threads = (0 until n).map { i ->
+                thread(name = "jvm-$i") {
+                    try {
+                        barrier.await()
+                        repeat(40) { k ->
+                            when ((i + k) % 5) {
+                                0 -> assertTrue(s.sampleNow().threads.isNotEmpty())
+                                1 -> s.latestInterval()
+                                2 -> s.stats()
+                                3 -> s.reportJson()
+                                else -> {
+                                    val id = s.addListener(object : SamplerListener {
+                                        override fun onInterval(interval: Interval) {}
+                                    })
+                                    s.removeListener(id)
+                                }
+                            }
+                        }
+                    } catch (t: Throwable) {
+                        failures.add(t)
+                    }
+                }
+            }
+            threads.forEach { it.join() }
+            s.stop()
+            assertTrue(failures.isEmpty(), "failures: $failures")
+            val seqs = s.snapshots().map { it.seq }
+            assertEquals(seqs.sorted().distinct(), seqs)
+        }
+    }
+
+    @Test
+    fun `bad configuration raises typed exceptions`() {
+        fun field(configure: SamplerSettings.() -> Unit): String {
+            val e = assertThrows<WakemeterException.InvalidConfig> { wakemeter(configure).close() }
+            return e.message!!
+        }
+        assertTrue(field { interval = 0.milliseconds }.contains("interval must be greater than zero"))
+        assertTrue(field { interval = (-5).seconds }.contains("interval"))
+        assertTrue(field { history = 0 }.contains("history"))
+        assertTrue(field { history = 10_000_000 }.contains("history must be at most"))
+        assertTrue(field { history = -1 }.contains("history"))
+        assertTrue(field { switchSplitEvery = 0 }.contains("switch_split_every"))
+        assertTrue(field { threadName = "a-name-longer-than-15" }.contains("thread_name"))
+        assertTrue(field { threadName = "" }.contains("thread_name"))
+        assertThrows<WakemeterException.NoSuchProcess> { wakemeter { pid = Int.MAX_VALUE }.close() }
+    }
+
+    @Test
+    fun `a shut down sampler refuses every call with Closed`() {
+        val s = wakemeter { interval = 10.milliseconds }
+        s.addListener(object : SamplerListener {
+            override fun onInterval(interval: Interval) {}
+        })
+        s.start()
+        s.shutdown()
+        s.shutdown() // idempotent
+        assertTrue(s.isShutDown())
+        assertFalse(s.isRunning())
+        assertEquals(0u, s.listenerStats().listeners)
+        assertThrows<WakemeterException.Closed> { s.start() }
+        assertThrows<WakemeterException.Closed> { s.stop() }
+        assertThrows<WakemeterException.Closed> { s.sampleNow() }
+        assertThrows<WakemeterException.Closed> { s.latest() }
+        assertThrows<WakemeterException.Closed> { s.snapshots() }
+        assertThrows<WakemeterException.Closed> { s.latestInterval() }
+        assertThrows<WakemeterException.Closed> { s.intervalOver(1uL) }
+        assertThrows<WakemeterException.Closed> { s.stats() }
+        assertThrows<WakemeterException.Closed> { s.report() }
+        assertThrows<WakemeterException.Closed> { s.reportJson() }
+        val e = assertThrows<WakemeterException.Closed> {
+            s.addListener(object : SamplerListener {
+                override fun onInterval(interval: Interval) {}
+            })
+        }
+        assertEquals("the sampler is shut down", e.message)
+        s.close()
+        // A released object is refused on the Kotlin side before reaching Rust.
+        assertThrows<IllegalStateException> { s.sampleNow() }
+    }
+
+    @Test
+    fun `stopping from inside a listener does not deadlock`() {
+        wakemeter { interval = 10.milliseconds }.use { s ->
+            val stopped = CountDownLatch(1)
+            s.addListener(object : SamplerListener {
+                override fun onInterval(interval: Interval) {
+                    s.stop()
+                    stopped.countDown()
+                }
+            })
+            s.start()
+            assertTrue(stopped.await(5, TimeUnit.SECONDS))
+            Thread.sleep(50)
+            assertFalse(s.isRunning())
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The errors of the bindings; every core error is converted here, in one place.
+
+/// Everything a wakemeter call can fail with, as seen from Kotlin
+/// (`WakemeterException.*`) and Swift (`WakemeterError.*`).
+///
+/// Exposed as a "flat" error: each variant carries its message, which is the
+/// `Display` text below, so Kotlin's `message` and Swift's description read
+/// as plain sentences.
+#[derive(Debug, thiserror::Error, uniffi::Error)]
+#[uniffi(flat_error)]
+pub enum WakemeterError {
+    /// A configuration value is out of range (e.g. a zero interval or a huge history).
+    #[error("invalid configuration: {field} {reason}")]
+    InvalidConfig {
+        /// The setting that was rejected, e.g. `interval_ms`.
+        field: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A file the platform backend needs could not be read.
+    #[error("cannot read {path}: {message}")]
+    Unreadable {
+        /// The path, e.g. `/proc/self/task`.
+        path: String,
+        /// The OS error, as text.
+        message: String,
+    },
+    /// The observed process does not exist or has exited.
+    #[error("no process with pid {pid}")]
+    NoSuchProcess {
+        /// The process id asked for.
+        pid: u32,
+    },
+    /// The process ran out of file descriptors.
+    #[error("out of file descriptors while opening {path}: {message}")]
+    DescriptorsExhausted {
+        /// The path that could not be opened.
+        path: String,
+        /// The OS error, as text.
+        message: String,
+    },
+    /// Not supported on this platform.
+    #[error("not supported on this platform: {what}")]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+    },
+    /// `start()` was called while background sampling was already running.
+    #[error("background sampling is already running")]
+    AlreadyRunning,
+    /// A background thread could not be created.
+    #[error("cannot spawn a thread: {message}")]
+    Spawn {
+        /// The OS error, as text.
+        message: String,
+    },
+    /// The sampler was shut down (`shutdown()`); create a new one.
+    #[error("the sampler is shut down")]
+    Closed,
+    /// The probe's sampler has been shut down or released, so the probe has
+    /// nowhere to report to.
+    #[error("the probe's sampler is gone (shut down or released)")]
+    SamplerGone,
+    /// The probe was closed; register a new one.
+    #[error("the probe is closed")]
+    ProbeClosed,
+    /// A report could not be serialized.
+    #[error("cannot serialize the report: {message}")]
+    Serialization {
+        /// The serializer's error, as text.
+        message: String,
+    },
+    /// An error of the core library this version of the bindings does not know.
+    #[error("{message}")]
+    Other {
+        /// The core error, as text.
+        message: String,
+    },
+}
+
+impl From<wakemeter::Error> for WakemeterError {
+    fn from(e: wakemeter::Error) -> Self {
+        use wakemeter::Error as E;
+        match e {
+            E::InvalidConfig { field, reason } => WakemeterError::InvalidConfig {
+                field: field.to_string(),
+                reason,
+            },
+            E::Unreadable { path, source } => WakemeterError::Unreadable {
+                path,
+                message: source.to_string(),
+            },
+            E::NoSuchProcess { pid } => WakemeterError::NoSuchProcess { pid },
+            E::DescriptorsExhausted { path, source } => WakemeterError::DescriptorsExhausted {
+                path,
+                message: source.to_string(),
+            },
+            E::Unsupported { what } => WakemeterError::Unsupported {
+                what: what.to_string(),
+            },
+            E::AlreadyRunning => WakemeterError::AlreadyRunning,
+            E::Spawn(source) => WakemeterError::Spawn {
+                message: source.to_string(),
+            },
+            other => WakemeterError::Other {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<serde_json::Error> for WakemeterError {
+    fn from(e: serde_json::Error) -> Self {
+        WakemeterError::Serialization {
+            message: e.to_string(),
+        }
+    }
+}
+
+/// What a Kotlin or Swift listener reports back when it fails.
+///
+/// Any exception a listener throws arrives here (an exception that is not a
+/// `ListenerException`/`ListenerError` becomes [`ListenerError::Unexpected`]);
+/// the sampler counts it, keeps the message and keeps sampling.
+#[derive(Debug, thiserror::Error, uniffi::Error)]
+pub enum ListenerError {
+    /// The listener reported a failure itself.
+    #[error("listener failed: {reason}")]
+    Failed {
+        /// What went wrong, in the listener's words.
+        reason: String,
+    },
+    /// The listener threw something else (the foreign exception's text).
+    #[error("listener threw: {reason}")]
+    Unexpected {
+        /// The exception as text (Kotlin: its stack trace).
+        reason: String,
+    },
+}
+
+impl From<uniffi::UnexpectedUniFFICallbackError> for ListenerError {
+    fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
+        ListenerError::Unexpected { reason: e.reason }
+    }
+}

@@ -1,0 +1,261 @@
+//! Listeners implemented in Kotlin or Swift, and the thread that calls them.
+//!
+//! The core samples on its own thread and knows nothing about listeners. A
+//! small dispatcher thread here wakes once per sampling tick (aligned to the
+//! timestamps of the snapshots, so it costs one wakeup per tick), reads the
+//! newest interval and hands it to every listener. A slow or failing listener
+//! therefore never delays sampling.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::Duration;
+
+use crate::error::{ListenerError, WakemeterError};
+use crate::records::Interval;
+use crate::sampler::lock;
+
+/// Receives what the sampler measures; implement it in Kotlin or Swift.
+///
+/// Methods are called on a wakemeter thread, one call at a time. Throwing
+/// from a method is fine: the failure is counted in
+/// `Sampler.listener_stats()` and delivery continues.
+#[uniffi::export(with_foreign)]
+pub trait SamplerListener: Send + Sync {
+    /// Called after each background sample with the interval it closed.
+    ///
+    /// # Errors
+    /// Whatever the listener throws; it is counted, never propagated.
+    fn on_interval(&self, interval: Interval) -> Result<(), ListenerError>;
+}
+
+/// Counters of listener delivery.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, uniffi::Record)]
+pub struct ListenerStats {
+    /// Listeners currently registered.
+    pub listeners: u32,
+    /// Intervals handed to listeners (one per listener per interval).
+    pub intervals_delivered: u64,
+    /// Listener calls that threw or returned an error.
+    pub listener_errors: u64,
+    /// The message of the last listener failure, if any.
+    pub last_listener_error: Option<String>,
+}
+
+/// The registered listeners and their delivery counters.
+#[derive(Default)]
+pub(crate) struct Listeners {
+    list: Mutex<Vec<(u64, Arc<dyn SamplerListener>)>>,
+    next_id: AtomicU64,
+    /// Signalled when a listener is added, so an idle dispatcher starts ticking.
+    added: Condvar,
+    intervals_delivered: AtomicU64,
+    listener_errors: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Listeners {
+    pub(crate) fn add(&self, listener: Arc<dyn SamplerListener>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.list).push((id, listener));
+        self.added.notify_all();
+        id
+    }
+
+    pub(crate) fn remove(&self, id: u64) -> bool {
+        let mut list = lock(&self.list);
+        let before = list.len();
+        list.retain(|(i, _)| *i != id);
+        list.len() != before
+    }
+
+    pub(crate) fn clear(&self) {
+        lock(&self.list).clear();
+    }
+
+    pub(crate) fn stats(&self) -> ListenerStats {
+        ListenerStats {
+            listeners: u32::try_from(lock(&self.list).len()).unwrap_or(u32::MAX),
+            intervals_delivered: self.intervals_delivered.load(Ordering::Relaxed),
+            listener_errors: self.listener_errors.load(Ordering::Relaxed),
+            last_listener_error: lock(&self.last_error).clone(),
+        }
+    }
+
+    /// A copy of the list, so no lock is held while foreign code runs.
+    fn current(&self) -> Vec<Arc<dyn SamplerListener>> {
+        lock(&self.list).iter().map(|(_, l)| l.clone()).collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        lock(&self.list).is_empty()
+    }
+
+    fn record_failure(&self, message: String) {
+        self.listener_errors.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.last_error) = Some(message);
+    }
+
+    /// Calls `f` on every listener; failures and panics are counted, never propagated.
+    fn deliver(&self, f: impl Fn(&dyn SamplerListener) -> Result<(), ListenerError>) {
+        for listener in self.current() {
+            match catch_unwind(AssertUnwindSafe(|| f(listener.as_ref()))) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.record_failure(e.to_string()),
+                Err(_) => self.record_failure("listener call panicked".to_string()),
+            }
+        }
+    }
+
+    /// Hands `interval` to every listener.
+    fn deliver_interval(&self, interval: &Interval) {
+        let n = self.current().len() as u64;
+        self.deliver(|l| l.on_interval(interval.clone()));
+        self.intervals_delivered.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Monotonic time in nanoseconds, the clock the core stamps snapshots with.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// State shared by a dispatcher thread and its handle.
+struct Shared {
+    stop: AtomicBool,
+    /// Guards nothing but the sleeps, so `stop()` can wake the thread.
+    sleep: Mutex<()>,
+    wake: Condvar,
+}
+
+/// The thread that calls listeners after each background sample.
+pub(crate) struct Dispatcher {
+    shared: Arc<Shared>,
+    listeners: Arc<Listeners>,
+    handle: Option<JoinHandle<()>>,
+    thread: ThreadId,
+}
+
+impl Dispatcher {
+    /// Starts delivering the intervals of `core` to `listeners`.
+    pub(crate) fn spawn(
+        core: wakemeter::Sampler,
+        listeners: Arc<Listeners>,
+    ) -> Result<Dispatcher, WakemeterError> {
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            sleep: Mutex::new(()),
+            wake: Condvar::new(),
+        });
+        let (s, l) = (shared.clone(), listeners.clone());
+        let handle = std::thread::Builder::new()
+            .name("wakemeter-cb".to_string())
+            .spawn(move || run(&core, &s, &l))
+            .map_err(|e| WakemeterError::Spawn {
+                message: e.to_string(),
+            })?;
+        Ok(Dispatcher {
+            thread: handle.thread().id(),
+            shared,
+            listeners,
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops the thread and waits for a call in progress to return (unless
+    /// called from a listener itself, which must not wait for itself).
+    pub(crate) fn stop(mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        {
+            let _g = lock(&self.shared.sleep);
+            self.shared.wake.notify_all();
+        }
+        {
+            let _g = lock(&self.listeners.list);
+            self.listeners.added.notify_all();
+        }
+        if let Some(h) = self.handle.take()
+            && std::thread::current().id() != self.thread
+        {
+            // The thread catches listener panics; a join error has nothing to report.
+            let _ = h.join();
+        }
+    }
+}
+
+/// How long after a snapshot's timestamp the next one is expected, plus a
+/// margin for the sample itself, in nanoseconds.
+const MARGIN_NS: u64 = 2_000_000;
+/// First retry delay when the expected sample is not there yet.
+const RETRY_NS: u64 = 1_000_000;
+
+fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
+    let interval_ns = u64::try_from(core.interval().as_nanos()).unwrap_or(u64::MAX);
+    let mut last_seq: Option<u64> = None;
+    let mut deadline = monotonic_ns();
+    let mut retry = RETRY_NS;
+    while !shared.stop.load(Ordering::Acquire) {
+        // Sleep without waking while nobody listens.
+        {
+            let mut list = lock(&listeners.list);
+            while list.is_empty() && !shared.stop.load(Ordering::Acquire) {
+                list = listeners
+                    .added
+                    .wait(list)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        // Sleep until the next sample is expected.
+        {
+            let mut g = lock(&shared.sleep);
+            loop {
+                if shared.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let now = monotonic_ns();
+                if now >= deadline {
+                    break;
+                }
+                g = match shared
+                    .wake
+                    .wait_timeout(g, Duration::from_nanos(deadline - now))
+                {
+                    Ok((g, _)) => g,
+                    Err(e) => e.into_inner().0,
+                };
+            }
+        }
+        match core.latest_interval() {
+            Some(iv) if Some(iv.to_seq) != last_seq => {
+                last_seq = Some(iv.to_seq);
+                retry = RETRY_NS;
+                deadline = iv
+                    .end_monotonic_ns
+                    .saturating_add(interval_ns)
+                    .saturating_add(MARGIN_NS)
+                    .max(monotonic_ns().saturating_add(RETRY_NS));
+                if !listeners.is_empty() {
+                    listeners.deliver_interval(&(&iv).into());
+                }
+            }
+            _ => {
+                // Not sampled yet (or the sample ran late): retry soon, backing off
+                // to a quarter of the interval.
+                deadline = monotonic_ns().saturating_add(retry);
+                retry = retry.saturating_mul(2).min((interval_ns / 4).max(RETRY_NS));
+            }
+        }
+    }
+}

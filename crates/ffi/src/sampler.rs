@@ -1,0 +1,309 @@
+//! The exported sampler object and its configuration.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::error::WakemeterError;
+use crate::listener::{Dispatcher, ListenerStats, Listeners, SamplerListener};
+use crate::records::{Interval, SamplerStats, Snapshot, SystemInfo};
+
+/// How a [`Sampler`] is set up. Every field has the core's default, so
+/// `SamplerConfig()` in Kotlin and Swift is the default configuration.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, uniffi::Record)]
+pub struct SamplerConfig {
+    /// Time between background samples, in milliseconds (at least 1).
+    #[uniffi(default = 1000)]
+    pub interval_ms: u64,
+    /// Snapshots kept in history (1 to 100000; 300 = 5 minutes at 1 s).
+    #[uniffi(default = 300)]
+    pub history: u32,
+    /// Process to observe; `None` (the default) observes this process.
+    #[uniffi(default = None)]
+    pub pid: Option<u32>,
+    /// Read voluntary/involuntary switch counts every Nth sample (1 = every sample).
+    #[uniffi(default = 10)]
+    pub switch_split_every: u32,
+    /// Name of the background sampling thread (1 to 15 bytes).
+    #[uniffi(default = "wakemeter")]
+    pub thread_name: String,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            interval_ms: 1000,
+            history: 300,
+            pid: None,
+            switch_split_every: 10,
+            thread_name: "wakemeter".to_string(),
+        }
+    }
+}
+
+impl SamplerConfig {
+    /// The core builder for this configuration (the core validates the values).
+    fn builder(&self) -> wakemeter::SamplerBuilder {
+        let target = match self.pid {
+            None => wakemeter::Target::SelfProcess,
+            Some(pid) => wakemeter::Target::Pid(pid),
+        };
+        wakemeter::SamplerBuilder::new()
+            .with_interval(Duration::from_millis(self.interval_ms))
+            .with_history(usize::try_from(self.history).unwrap_or(usize::MAX))
+            .with_target(target)
+            .with_switch_split_every(self.switch_split_every)
+            .with_thread_name(self.thread_name.clone())
+    }
+}
+
+/// What [`Sampler::report`] returns: the state of the sampler in one record.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, uniffi::Record)]
+pub struct Report {
+    /// The machine.
+    pub system: SystemInfo,
+    /// The sampler's configuration.
+    pub config: SamplerConfig,
+    /// Counters about the sampler itself.
+    pub stats: SamplerStats,
+    /// The interval over the whole history (oldest to newest snapshot);
+    /// `None` with fewer than two snapshots.
+    pub interval: Option<Interval>,
+}
+
+/// Locks a mutex, recovering from poisoning: nothing behind these locks can
+/// be left inconsistent, and a host app must never crash because of us.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Background sampling in progress: the core's guard and the listener dispatcher.
+struct Running {
+    guard: wakemeter::SamplingGuard,
+    dispatcher: Dispatcher,
+}
+
+/// Samples this process's (or another process's) threads.
+///
+/// Safe to use from any thread. `start()` samples in the background until
+/// `stop()`; `shutdown()` (or releasing the object: Kotlin `close()`/`use`,
+/// Swift deinit) stops everything and frees the history. After `shutdown()`
+/// every call fails with `Closed`.
+#[derive(uniffi::Object)]
+pub struct Sampler {
+    config: SamplerConfig,
+    system: SystemInfo,
+    core: Mutex<Option<wakemeter::Sampler>>,
+    running: Mutex<Option<Running>>,
+    listeners: Arc<Listeners>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sampler {
+    /// The core sampler, or `Closed` after shutdown (a cheap `Arc` clone).
+    pub(crate) fn core(&self) -> Result<wakemeter::Sampler, WakemeterError> {
+        lock(&self.core).clone().ok_or(WakemeterError::Closed)
+    }
+
+    /// Stops background sampling and the dispatcher, if running.
+    fn stop_running(&self) {
+        let running = lock(&self.running).take();
+        if let Some(Running { guard, dispatcher }) = running {
+            // Listener delivery first, so no callback sees a half-stopped sampler.
+            dispatcher.stop();
+            guard.stop();
+        }
+    }
+}
+
+#[uniffi::export]
+impl Sampler {
+    /// Builds a sampler; nothing is sampled until `start()` or `sample_now()`.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a zero interval, a zero or huge history, a zero
+    /// split period or a bad thread name; `NoSuchProcess` for an unknown
+    /// `pid`; `Unreadable`/`Unsupported` when the platform cannot be sampled.
+    #[uniffi::constructor]
+    pub fn new(config: SamplerConfig) -> Result<Arc<Self>, WakemeterError> {
+        let core = config.builder().build()?;
+        Ok(Arc::new(Sampler {
+            system: core.system().into(),
+            config,
+            core: Mutex::new(Some(core)),
+            running: Mutex::new(None),
+            listeners: Arc::new(Listeners::default()),
+        }))
+    }
+
+    /// The configuration the sampler was built with.
+    pub fn config(&self) -> SamplerConfig {
+        self.config.clone()
+    }
+
+    /// Facts about the machine, read once when the sampler was built.
+    pub fn system(&self) -> SystemInfo {
+        self.system.clone()
+    }
+
+    /// Starts sampling in the background every `interval_ms`; listeners are
+    /// called after each sample, on a wakemeter thread.
+    ///
+    /// # Errors
+    /// `AlreadyRunning` if started twice; `Closed` after `shutdown()`;
+    /// `Spawn` if a thread cannot be created.
+    pub fn start(&self) -> Result<(), WakemeterError> {
+        let core = self.core()?;
+        let mut running = lock(&self.running);
+        if running.is_some() {
+            return Err(WakemeterError::AlreadyRunning);
+        }
+        let guard = core.start()?;
+        let dispatcher = Dispatcher::spawn(core, self.listeners.clone())?;
+        *running = Some(Running { guard, dispatcher });
+        Ok(())
+    }
+
+    /// Stops background sampling (history is kept; `start()` resumes).
+    /// Does nothing when not running.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn stop(&self) -> Result<(), WakemeterError> {
+        self.core()?;
+        self.stop_running();
+        Ok(())
+    }
+
+    /// Whether background sampling is running.
+    pub fn is_running(&self) -> bool {
+        lock(&self.running).is_some()
+    }
+
+    /// Stops sampling, drops every listener and frees the history. Every
+    /// later call fails with `Closed`. Calling it again does nothing.
+    pub fn shutdown(&self) {
+        self.stop_running();
+        self.listeners.clear();
+        lock(&self.core).take();
+    }
+
+    /// Whether `shutdown()` was called.
+    pub fn is_shut_down(&self) -> bool {
+        lock(&self.core).is_none()
+    }
+
+    /// Takes a snapshot now, stores it in history and returns it.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`; `NoSuchProcess` once the target exited;
+    /// `Unreadable` when the process-level sources cannot be read.
+    pub fn sample_now(&self) -> Result<Snapshot, WakemeterError> {
+        Ok((&self.core()?.sample_now()?).into())
+    }
+
+    /// The newest snapshot, if any.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn latest(&self) -> Result<Option<Snapshot>, WakemeterError> {
+        Ok(self.core()?.latest().as_ref().map(Into::into))
+    }
+
+    /// Every snapshot in history, oldest first.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>, WakemeterError> {
+        Ok(self.core()?.snapshots().iter().map(Into::into).collect())
+    }
+
+    /// The interval between the two newest snapshots; `None` with fewer than two.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn latest_interval(&self) -> Result<Option<Interval>, WakemeterError> {
+        Ok(self.core()?.latest_interval().as_ref().map(Into::into))
+    }
+
+    /// The interval from the oldest snapshot within `window_ms` of the newest
+    /// one to the newest one (at least the last two snapshots); `None` with
+    /// fewer than two snapshots.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn interval_over(&self, window_ms: u64) -> Result<Option<Interval>, WakemeterError> {
+        Ok(self
+            .core()?
+            .interval_over(Duration::from_millis(window_ms))
+            .as_ref()
+            .map(Into::into))
+    }
+
+    /// Counters about the sampler itself, including its own CPU overhead.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn stats(&self) -> Result<SamplerStats, WakemeterError> {
+        Ok((&self.core()?.stats()).into())
+    }
+
+    /// The sampler's state in one record: system, config, stats and the
+    /// interval over the whole history.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn report(&self) -> Result<Report, WakemeterError> {
+        let core = self.core()?;
+        Ok(Report {
+            system: self.system.clone(),
+            config: self.config.clone(),
+            stats: (&core.stats()).into(),
+            interval: core.interval_over(Duration::MAX).as_ref().map(Into::into),
+        })
+    }
+
+    /// [`Sampler::report`] as a JSON object; field names are the Rust
+    /// (snake_case) names, as in every wakemeter JSON.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`; `Serialization` if encoding fails.
+    pub fn report_json(&self) -> Result<String, WakemeterError> {
+        Ok(serde_json::to_string(&self.report()?)?)
+    }
+
+    /// Registers a listener called after every background sample (on a
+    /// wakemeter thread, never on the caller's); returns an id for
+    /// `remove_listener`. An exception thrown by the listener is counted in
+    /// `listener_stats()` and does not stop sampling or delivery.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn add_listener(&self, listener: Arc<dyn SamplerListener>) -> Result<u64, WakemeterError> {
+        self.core()?;
+        Ok(self.listeners.add(listener))
+    }
+
+    /// Unregisters a listener; `false` if the id was not registered. The
+    /// listener may still receive a call already in progress.
+    pub fn remove_listener(&self, id: u64) -> bool {
+        self.listeners.remove(id)
+    }
+
+    /// Counters of listener delivery: calls made and listener failures.
+    pub fn listener_stats(&self) -> ListenerStats {
+        self.listeners.stats()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop_running();
+    }
+}
