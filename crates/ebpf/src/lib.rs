@@ -93,6 +93,8 @@ pub struct EbpfSourceBuilder {
     max_threads: u32,
     max_wakers: u32,
     top_wakers: usize,
+    syscalls: bool,
+    calibration: bool,
 }
 
 impl EbpfSourceBuilder {
@@ -105,6 +107,8 @@ impl EbpfSourceBuilder {
             max_threads: DEFAULT_MAX_THREADS,
             max_wakers: DEFAULT_MAX_WAKERS,
             top_wakers: DEFAULT_TOP_WAKERS,
+            syscalls: true,
+            calibration: false,
         }
     }
 
@@ -134,6 +138,29 @@ impl EbpfSourceBuilder {
     /// How many wakers to report per thread, most frequent first.
     pub fn with_top_wakers(mut self, n: usize) -> Self {
         self.top_wakers = n;
+        self
+    }
+
+    /// Whether to trace syscalls (`sys_enter`/`sys_exit`; on by default).
+    ///
+    /// They give the poll-family and sleep statistics and split off-CPU
+    /// time into sleep / lock / poll. Enabling the kernel's syscall
+    /// tracepoints moves every syscall of every process onto the kernel's
+    /// slower traced path while attached; without them, off-CPU time is
+    /// only split into I/O, preempted and other, and `poll` / `sleep` stay
+    /// zero.
+    pub fn with_syscalls(mut self, on: bool) -> Self {
+        self.syscalls = on;
+        self
+    }
+
+    /// Also attaches an empty program to `sched_switch` (off by default).
+    /// Its nanoseconds per run in [`EbpfSource::program_stats`] (as
+    /// `tpbtf_calibrate` or `rawtp_calibrate`) are the floor that every
+    /// program pays on this machine: dispatch plus the kernel's run-time
+    /// accounting. Meant for benchmarks.
+    pub fn with_calibration_program(mut self, on: bool) -> Self {
+        self.calibration = on;
         self
     }
 

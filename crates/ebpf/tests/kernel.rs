@@ -402,6 +402,50 @@ fn exited_threads_are_removed_and_full_maps_count_drops() {
     assert!(sample.dropped_events > 0, "a full map must count drops");
 }
 
+#[test]
+fn without_syscalls_only_scheduler_programs_run() {
+    let _g = serial();
+    let Some(mut source) = attach_or_skip(
+        "without_syscalls",
+        EbpfSource::builder(Target::SelfProcess)
+            .with_syscalls(false)
+            .with_calibration_program(true),
+    ) else {
+        return;
+    };
+    // Names without the flavour prefix (`tpbtf_` or `rawtp_`).
+    let names: Vec<String> = source
+        .program_stats()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name.split_once('_').unwrap().1.to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "sched_process_exit",
+            "sched_waking",
+            "sched_switch",
+            "calibrate"
+        ]
+    );
+    on_parked_thread(
+        || {
+            for _ in 0..5 {
+                thread::sleep(Duration::from_millis(1));
+            }
+        },
+        |tid, ()| {
+            let (sample, (_, vol, _)) = read_while_parked(&mut source, tid);
+            let t = thread_of(&sample, tid);
+            assert_eq!(t.voluntary_switches, vol);
+            assert_eq!(t.sleep.calls, 0);
+            assert_eq!(t.off_cpu.sleep_ns, 0, "no syscall, no sleep attribution");
+            assert!(t.off_cpu.other_ns > 0);
+        },
+    );
+}
+
 fn open_fds() -> usize {
     fs::read_dir("/proc/self/fd").unwrap().count()
 }

@@ -491,6 +491,17 @@ int tpbtf_sys_exit(__u64 *ctx) { return on_sys_exit(ctx); }
 SEC("raw_tp/sys_exit")
 int rawtp_sys_exit(__u64 *ctx) { return on_sys_exit(ctx); }
 
+
+/* --- Calibration: an empty program on sched_switch, attached only on request.
+ * Its run time per event is the floor (dispatch plus the kernel's own
+ * run-time accounting) that every program above pays on this machine. --- */
+
+SEC("tp_btf/sched_switch")
+int tpbtf_calibrate(__u64 *ctx) { return 0; }
+
+SEC("raw_tp/sched_switch")
+int rawtp_calibrate(__u64 *ctx) { return 0; }
+
 _Static_assert(sizeof(struct wm_thread) == 1776, "wm_thread layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_waker_key) == 8, "wm_waker_key layout changed");
 _Static_assert(sizeof(struct wm_waker) == 24, "wm_waker layout changed");

@@ -57,6 +57,13 @@ const HOOKS: [Hook; 5] = [
     },
 ];
 
+/// The empty program attached with [`EbpfSourceBuilder::with_calibration_program`].
+const CALIBRATION: Hook = Hook {
+    tracepoint: "sched_switch",
+    btf_program: "tpbtf_calibrate",
+    raw_program: "rawtp_calibrate",
+};
+
 /// The compiled kernel programs, embedded with 8-byte alignment.
 #[cfg(not(wakemeter_ebpf_no_clang))]
 fn object() -> Result<&'static [u8], EbpfError> {
@@ -146,7 +153,12 @@ impl Session {
 
         let mut programs = Vec::with_capacity(HOOKS.len());
         let (mut on_btf, mut on_raw) = (0usize, 0usize);
-        for hook in &HOOKS {
+        let calibration = options.calibration.then_some(&CALIBRATION);
+        let hooks = HOOKS
+            .iter()
+            .filter(|h| options.syscalls || !h.tracepoint.starts_with("sys_"))
+            .chain(calibration);
+        for hook in hooks {
             let name = attach_hook(&mut ebpf, hook, options.kind, btf)?;
             if name == hook.btf_program {
                 on_btf += 1;
