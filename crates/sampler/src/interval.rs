@@ -50,6 +50,8 @@ pub struct ThreadInterval {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ProcessInterval {
+    /// Process id.
+    pub pid: u32,
     /// Process CPU time used during the interval (exited threads included), in ns.
     pub cpu_time_ns: u64,
     /// `cpu_time_ns / duration` in percent of one core (up to `cpu_count × 100`).
@@ -378,6 +380,7 @@ pub(crate) fn compute<T: ThreadCounters>(
         end_monotonic_ns: to.monotonic_ns,
         duration_ns: d,
         process: ProcessInterval {
+            pid: pt.pid,
             cpu_time_ns: cpu,
             cpu_percent: percent(cpu, d),
             rss_bytes: pt.rss_bytes,

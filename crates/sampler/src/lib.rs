@@ -19,6 +19,7 @@
 //! # Ok::<(), wakemeter::Error>(())
 //! ```
 
+pub mod diagnose;
 pub mod error;
 pub mod histogram;
 pub mod kernel;
@@ -35,8 +36,9 @@ pub mod sampler;
 mod history;
 mod platform;
 
+pub use diagnose::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 pub use history::BYTES_PER_STORED_THREAD_SAMPLE;
 pub use interval::{Interval, LoopInterval, ProcessInterval, SleepInterval, ThreadInterval};
 pub use platform::Target;
 pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats, WaitGuard};
-pub use sampler::{Sampler, SamplerBuilder, SamplerStats, SamplingGuard};
+pub use sampler::{Report, Sampler, SamplerBuilder, SamplerStats, SamplingGuard};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::diagnose::{self, Finding, Thresholds};
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Header, History};
 use crate::interval::{Interval, between_stored, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
@@ -48,6 +49,7 @@ pub struct SamplerBuilder {
     switch_split_every: u32,
     thread_name: String,
     kernel_source: Option<Box<dyn KernelSource>>,
+    thresholds: Thresholds,
 }
 
 impl Default for SamplerBuilder {
@@ -79,6 +81,7 @@ impl SamplerBuilder {
             switch_split_every: DEFAULT_SWITCH_SPLIT_EVERY,
             thread_name: "wakemeter".to_string(),
             kernel_source: None,
+            thresholds: Thresholds::default(),
         }
     }
 
@@ -110,6 +113,12 @@ impl SamplerBuilder {
     /// Name of the background sampling thread (at most 15 bytes, no NUL).
     pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
         self.thread_name = name.into();
+        self
+    }
+
+    /// Thresholds of the findings engine (default: [`Thresholds::default`]).
+    pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
+        self.thresholds = thresholds;
         self
     }
 
@@ -158,6 +167,7 @@ impl SamplerBuilder {
         {
             return invalid("thread_name", "must be 1 to 15 bytes without NUL");
         }
+        self.thresholds.validate()?;
         let backend = platform::backend_for(self.target)?;
         Ok(Sampler {
             inner: Arc::new(Inner {
@@ -180,6 +190,8 @@ impl SamplerBuilder {
                 wake: Condvar::new(),
                 last_error: Mutex::new(None),
                 probes: ProbeRegistry::default(),
+                thresholds: self.thresholds,
+                sampler_tid: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -227,6 +239,9 @@ struct Inner {
     wake: Condvar,
     last_error: Mutex<Option<String>>,
     probes: ProbeRegistry,
+    thresholds: Thresholds,
+    /// OS id of the background sampling thread while it runs (0: none).
+    sampler_tid: std::sync::atomic::AtomicU64,
 }
 
 /// Locks a mutex, recovering from poisoning: the data behind every lock here
@@ -417,9 +432,42 @@ impl Sampler {
         }
     }
 
-    /// Runs `f` over the stored history (for the findings engine; no copies).
-    pub(crate) fn with_history<R>(&self, f: impl FnOnce(&History) -> R) -> R {
-        f(&lock(&self.inner.history))
+    /// Findings over the history with the configured thresholds, most
+    /// severe first. The sampler's own thread is never a subject.
+    pub fn findings(&self) -> Vec<Finding> {
+        self.diagnose(&self.inner.thresholds)
+    }
+
+    /// Findings with other thresholds.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when a threshold is out of range.
+    pub fn findings_with(&self, thresholds: &Thresholds) -> Result<Vec<Finding>> {
+        thresholds.validate()?;
+        Ok(self.diagnose(thresholds))
+    }
+
+    /// The configured thresholds.
+    pub fn thresholds(&self) -> &Thresholds {
+        &self.inner.thresholds
+    }
+
+    fn diagnose(&self, t: &Thresholds) -> Vec<Finding> {
+        let tid = self.inner.sampler_tid.load(Ordering::Relaxed);
+        let h = lock(&self.inner.history);
+        diagnose::diagnose(&h, t, &self.inner.system, (tid != 0).then_some(tid))
+    }
+
+    /// Everything a report needs: machine, sampler cost, the interval over
+    /// the findings window, and the findings. Serializes to JSON with serde.
+    pub fn report(&self) -> Report {
+        Report {
+            unix_time_ns: clock::unix_ns(),
+            system: self.inner.system.clone(),
+            stats: self.stats(),
+            interval: self.interval_over(self.inner.thresholds.window),
+            findings: self.findings(),
+        }
     }
 }
 
@@ -474,6 +522,8 @@ impl Inner {
 
     /// The background loop: sample, then wait until the next tick or a stop.
     fn run(&self) {
+        self.sampler_tid
+            .store(crate::probe::current_tid(), Ordering::Relaxed);
         let interval = u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX);
         let mut next = clock::monotonic_ns();
         loop {
@@ -512,6 +562,22 @@ impl Inner {
             }
         }
     }
+}
+
+/// A report: what the sampler measured and what it concluded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Report {
+    /// When the report was made, in nanoseconds since the Unix epoch.
+    pub unix_time_ns: u64,
+    /// The machine.
+    pub system: SystemInfo,
+    /// The sampler's own counters and overhead.
+    pub stats: SamplerStats,
+    /// The interval over the findings window (None with fewer than two snapshots).
+    pub interval: Option<Interval>,
+    /// Findings, most severe first.
+    pub findings: Vec<Finding>,
 }
 
 /// Keeps background sampling running; dropping it stops the sampling thread

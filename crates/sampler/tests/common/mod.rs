@@ -1,6 +1,8 @@
 //! Helpers for integration tests: the kernel's own accounting, read directly.
 #![allow(dead_code)]
 
+pub mod workloads;
+
 use std::fs;
 use std::sync::mpsc;
 use std::time::Duration;

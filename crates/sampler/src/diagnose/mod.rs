@@ -1,0 +1,159 @@
+//! The findings engine: turns history into plain-words findings with
+//! evidence and advice.
+//!
+//! Each rule looks at an [`Interval`] over its own window (10 s for rates,
+//! 60 s for CPU, 300 s for the wakeups budget, the whole history for
+//! memory), so a finding speaks about a sustained behaviour, not one noisy
+//! sample. A thread explained by a more specific finding (a busy-polling
+//! loop, a sleep loop) is not reported again as a CPU hog or periodic waker.
+
+mod rules;
+mod thresholds;
+
+use serde::{Deserialize, Serialize};
+
+pub use thresholds::Thresholds;
+
+use crate::history::History;
+use crate::model::SystemInfo;
+
+/// What a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FindingKind {
+    /// An event loop (or a thread's poll syscalls) wakes far more often than it has work.
+    BusyPoller,
+    /// A sleep-and-check loop whose sleeping itself costs CPU and wakeups.
+    SleepOverhead,
+    /// A thread or loop waking at a fixed period with little work per wakeup.
+    PeriodicWakeups,
+    /// A thread using most of a core for a sustained time.
+    CpuHog,
+    /// A thread runnable but waiting for a CPU a large share of the time.
+    RunQueueContention,
+    /// The process's wakeup rate against iOS's limit (150/s over 300 s).
+    WakeupsBudget,
+    /// Resident memory growing across the history.
+    MemoryGrowth,
+}
+
+/// How urgent a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Severity {
+    /// Worth knowing; no action needed yet.
+    Info,
+    /// Costs battery or CPU noticeably; fix when you can.
+    Warning,
+    /// Costs a lot, or the OS would act on it (kill, throttle, crash report).
+    Critical,
+}
+
+/// Who a finding is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Subject {
+    /// The whole process.
+    Process {
+        /// Process id.
+        pid: u32,
+    },
+    /// One thread.
+    Thread {
+        /// OS thread id.
+        tid: u64,
+        /// Thread name.
+        name: String,
+    },
+    /// An instrumented loop ([`crate::LoopProbe`]).
+    Loop {
+        /// Probe name.
+        name: String,
+        /// Thread that runs it, if known.
+        tid: Option<u64>,
+    },
+    /// An instrumented sleep site ([`crate::SleepProbe`]).
+    SleepSite {
+        /// Probe name.
+        name: String,
+        /// Thread that sleeps there, if known.
+        tid: Option<u64>,
+    },
+}
+
+impl Subject {
+    /// The thread this subject runs on, if known.
+    pub fn tid(&self) -> Option<u64> {
+        match self {
+            Subject::Process { .. } => None,
+            Subject::Thread { tid, .. } => Some(*tid),
+            Subject::Loop { tid, .. } | Subject::SleepSite { tid, .. } => *tid,
+        }
+    }
+
+    /// A short label such as `loop "io"` or `thread 1234 "worker"`.
+    pub fn label(&self) -> String {
+        match self {
+            Subject::Process { pid } => format!("process {pid}"),
+            Subject::Thread { tid, name } => format!("thread {tid} \"{name}\""),
+            Subject::Loop { name, .. } => format!("loop \"{name}\""),
+            Subject::SleepSite { name, .. } => format!("sleep site \"{name}\""),
+        }
+    }
+}
+
+/// One number behind a finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Evidence {
+    /// What was measured, e.g. "wakeups_per_sec".
+    pub name: String,
+    /// The value.
+    pub value: f64,
+    /// Its unit, e.g. "1/s", "%", "ns", "bytes", "ratio".
+    pub unit: String,
+}
+
+/// A diagnosis in plain words, with the numbers behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Finding {
+    /// What kind of waste.
+    pub kind: FindingKind,
+    /// How urgent.
+    pub severity: Severity,
+    /// Who.
+    pub subject: Subject,
+    /// One line a developer acts on.
+    pub summary: String,
+    /// The numbers the summary rests on.
+    pub evidence: Vec<Evidence>,
+    /// What to do about it.
+    pub advice: String,
+    /// Length of the window the finding looked at, in nanoseconds.
+    pub window_ns: u64,
+}
+
+impl Finding {
+    /// The evidence named `name`, if present.
+    pub fn evidence(&self, name: &str) -> Option<f64> {
+        self.evidence
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.value)
+    }
+}
+
+/// Runs every rule over `history`. `exclude_tid` is the sampler's own
+/// thread, which is never a subject.
+pub(crate) fn diagnose(
+    history: &History,
+    t: &Thresholds,
+    system: &SystemInfo,
+    exclude_tid: Option<u64>,
+) -> Vec<Finding> {
+    rules::run(history, t, system, exclude_tid)
+}
