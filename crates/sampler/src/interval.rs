@@ -243,6 +243,11 @@ impl ThreadCounters for PackedThread {
     }
 }
 
+/// A duration in nanoseconds, saturating at `u64::MAX`.
+pub(crate) fn duration_to_ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// `count / seconds`, or 0 for an empty interval.
 pub(crate) fn per_sec(count: u64, duration_ns: u64) -> f64 {
     if duration_ns == 0 {

@@ -25,6 +25,8 @@ pub mod histogram;
 pub mod kernel;
 pub mod model;
 pub mod probe;
+#[cfg(feature = "tokio")]
+pub mod runtime;
 
 pub use error::{Error, Result};
 pub use histogram::Log2Histogram;

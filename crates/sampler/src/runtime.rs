@@ -1,0 +1,165 @@
+//! tokio integration (feature `tokio`, stable tokio, no `tokio_unstable`).
+//!
+//! - [`instrument`] makes every worker of a runtime a loop: a park is a wait,
+//!   an unpark a wakeup, so wakeups/s and parked vs busy time of each worker
+//!   appear in snapshots and findings like any [`LoopProbe`].
+//! - [`runtime_stats`] reads tokio's stable runtime metrics.
+//! - [`watch`] runs the sampler from a task and yields a [`Report`] per period.
+
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::runtime::{Builder, Handle};
+use tokio::sync::mpsc;
+
+use crate::interval::duration_to_ns;
+use crate::probe::LoopProbe;
+use crate::{Report, Sampler};
+
+thread_local! {
+    /// The probe of the runtime worker running on this thread, created at its first park.
+    static WORKER_PROBE: RefCell<Option<LoopProbe>> = const { RefCell::new(None) };
+}
+
+/// Instruments `builder` so each worker thread reports through a loop probe
+/// named `probe_name` of `sampler`. Call before `build()`.
+///
+/// tokio does not say how many tasks were ready at an unpark, so each
+/// wakeup counts as one event: idle-wakeup ratios of workers stay 0, while
+/// wakeups/s and utilization (busy vs parked time) are exact. tokio also
+/// wakes a parked worker and parks it again without calling the unpark hook
+/// when it finds nothing to do; the probe does not see those, but
+/// [`RuntimeStats::worker_park_unparks`] counts them: half of it minus the
+/// probe's wakeups is the workers' wakeups for nothing.
+pub fn instrument<'b>(
+    builder: &'b mut Builder,
+    sampler: &Sampler,
+    probe_name: &str,
+) -> &'b mut Builder {
+    let s = sampler.clone();
+    let name = probe_name.to_string();
+    builder
+        .on_thread_park(move || {
+            WORKER_PROBE.with(|cell| {
+                let Ok(mut slot) = cell.try_borrow_mut() else {
+                    return;
+                };
+                if slot.is_none() {
+                    *slot = s.loop_probe(&name).ok();
+                }
+                if let Some(p) = slot.as_mut() {
+                    p.before_wait(None);
+                }
+            })
+        })
+        .on_thread_unpark(|| {
+            WORKER_PROBE.with(|cell| {
+                if let Ok(mut slot) = cell.try_borrow_mut() {
+                    if let Some(p) = slot.as_mut() {
+                        p.after_wait(1);
+                    }
+                }
+            })
+        })
+        .on_thread_stop(|| {
+            WORKER_PROBE.with(|cell| {
+                if let Ok(mut slot) = cell.try_borrow_mut() {
+                    slot.take();
+                }
+            })
+        })
+}
+
+/// tokio's stable runtime metrics at one instant (cumulative where counters).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RuntimeStats {
+    /// Worker threads.
+    pub workers: u32,
+    /// Tasks alive in the runtime.
+    pub alive_tasks: u64,
+    /// Tasks waiting in the global queue.
+    pub global_queue_depth: u64,
+    /// Per worker: time spent busy (not parked), in nanoseconds.
+    pub worker_busy_ns: Vec<u64>,
+    /// Per worker: times parked.
+    pub worker_parks: Vec<u64>,
+    /// Per worker: park/unpark transitions.
+    pub worker_park_unparks: Vec<u64>,
+}
+
+/// Reads tokio's stable runtime metrics for the runtime of `handle`.
+pub fn runtime_stats(handle: &Handle) -> RuntimeStats {
+    let m = handle.metrics();
+    let n = m.num_workers();
+    RuntimeStats {
+        workers: u32::try_from(n).unwrap_or(u32::MAX),
+        alive_tasks: m.num_alive_tasks() as u64,
+        global_queue_depth: m.global_queue_depth() as u64,
+        worker_busy_ns: (0..n)
+            .map(|w| duration_to_ns(m.worker_total_busy_duration(w)))
+            .collect(),
+        worker_parks: (0..n).map(|w| m.worker_park_count(w)).collect(),
+        worker_park_unparks: (0..n).map(|w| m.worker_park_unpark_count(w)).collect(),
+    }
+}
+
+/// A stream of reports, one per period; see [`watch`].
+#[derive(Debug)]
+pub struct ReportStream {
+    rx: mpsc::Receiver<Report>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReportStream {
+    /// The next report; `None` once the sampler's target is gone.
+    pub async fn next(&mut self) -> Option<Report> {
+        self.rx.recv().await
+    }
+}
+
+impl futures_core::Stream for ReportStream {
+    type Item = Report;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Report>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for ReportStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Samples every `period` from a task on the current runtime and yields a
+/// [`Report`] (interval and findings) each time. Sampling runs on tokio's
+/// blocking pool so it never stalls a worker. A slow consumer misses
+/// reports (at most 8 are buffered) rather than growing memory. Dropping the
+/// stream stops it. Must be called from within a tokio runtime.
+pub fn watch(sampler: &Sampler, period: Duration) -> ReportStream {
+    let (tx, rx) = mpsc::channel(8);
+    let s = sampler.clone();
+    let period = period.max(crate::sampler::MIN_INTERVAL);
+    let task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            let s2 = s.clone();
+            let report =
+                match tokio::task::spawn_blocking(move || s2.sample().map(|_| s2.report())).await {
+                    Ok(Ok(r)) => r,
+                    // The target is gone (or the blocking pool shut down): end the stream.
+                    _ => return,
+                };
+            if tx.is_closed() {
+                return;
+            }
+            let _ = tx.try_send(report);
+        }
+    });
+    ReportStream { rx, task }
+}
