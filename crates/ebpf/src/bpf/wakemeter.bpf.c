@@ -78,6 +78,9 @@ struct {
 #define NR_PSELECT6 270
 #define NR_PPOLL 271
 #define NR_EPOLL_PWAIT 281
+#define NR_EXECVE 59
+#define NR_PRCTL 157
+#define NR_EXECVEAT 322
 #else /* arm64: the generic syscall table has no poll, select, epoll_wait */
 #define NR_EPOLL_PWAIT 22
 #define NR_PSELECT6 72
@@ -85,6 +88,9 @@ struct {
 #define NR_FUTEX 98
 #define NR_NANOSLEEP 101
 #define NR_CLOCK_NANOSLEEP 115
+#define NR_PRCTL 167
+#define NR_EXECVE 221
+#define NR_EXECVEAT 281
 #endif
 #define NR_EPOLL_PWAIT2 441
 #define NR_FUTEX_WAITV 449
@@ -208,7 +214,6 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 				/* A wakeup seen before the switch-out (woken while still
 				 * running) is not a wait for the CPU. */
 				st->woken_at_ns = 0;
-				bpf_get_current_comm(&st->comm, sizeof(st->comm));
 			}
 		}
 	}
@@ -392,6 +397,11 @@ static __always_inline int on_sys_enter(__u64 *ctx, const bool btf)
 	case NR_FUTEX_WAITV:
 		cls = WM_SC_LOCK;
 		break;
+	case NR_PRCTL: /* PR_SET_NAME among others */
+	case NR_EXECVE:
+	case NR_EXECVEAT:
+		cls = WM_SC_RENAME;
+		break;
 #ifdef NR_POLL
 	case NR_POLL:
 		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
@@ -434,7 +444,7 @@ static __always_inline int on_sys_enter(__u64 *ctx, const bool btf)
 	}
 	st->sc_class = cls;
 	st->sc_arg_ns = arg;
-	if (cls != WM_SC_OTHER)
+	if (cls != WM_SC_OTHER && cls != WM_SC_RENAME)
 		st->sc_enter_ns = bpf_ktime_get_ns();
 	return 0;
 }
@@ -457,6 +467,12 @@ static __always_inline int on_sys_exit(__u64 *ctx)
 		return 0;
 	__u64 cls = st->sc_class;
 	st->sc_class = WM_SC_NONE;
+	if (cls == WM_SC_RENAME) {
+		/* The thread may have a new name: the only moments comm changes
+		 * for itself, so the scheduler path never copies it. */
+		bpf_get_current_comm(&st->comm, sizeof(st->comm));
+		return 0;
+	}
 	if (cls != WM_SC_POLL && cls != WM_SC_SLEEP)
 		return 0;
 

@@ -27,6 +27,7 @@
 #define WM_SC_SLEEP 2
 #define WM_SC_LOCK 3
 #define WM_SC_POLL 4
+#define WM_SC_RENAME 5 /* prctl, execve, execveat: comm may change */
 
 /* wm_thread.sc_arg_ns sentinels. */
 #define WM_ARG_INFINITE (~0ULL)
