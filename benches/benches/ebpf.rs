@@ -175,6 +175,16 @@ mod linux {
             .collect()
     }
 
+    /// Where the workload's two threads run.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Layout {
+        /// Both on CPU 0: every switch is from one workload thread to the other.
+        SameCpu,
+        /// On CPUs 0 and 1: every switch is between a workload thread and
+        /// the idle task (or whatever else runs there).
+        CrossCpu,
+    }
+
     struct Workload {
         child: Child,
         stdin: ChildStdin,
@@ -204,8 +214,9 @@ mod linux {
         }
 
         /// One timed run of `ROUND_TRIPS` round trips; wall time in ns.
-        fn run(&mut self) -> Option<u64> {
-            writeln!(self.stdin, "{ROUND_TRIPS}").ok()?;
+        fn run(&mut self, layout: Layout) -> Option<u64> {
+            let cross = u8::from(layout == Layout::CrossCpu);
+            writeln!(self.stdin, "{ROUND_TRIPS} {cross}").ok()?;
             self.stdin.flush().ok()?;
             let mut line = String::new();
             self.stdout.read_line(&mut line).ok()?;
@@ -213,10 +224,10 @@ mod linux {
         }
 
         /// Median wall time of `RUNS` runs, with program-stat deltas over all of them.
-        fn measure(&mut self, ids: &[u32]) -> (u64, Deltas) {
-            let _ = self.run(); // warm-up
+        fn measure(&mut self, layout: Layout, ids: &[u32]) -> (u64, Deltas) {
+            let _ = self.run(layout); // warm-up
             let before = program_stats();
-            let mut times: Vec<u64> = (0..RUNS).filter_map(|_| self.run()).collect();
+            let mut times: Vec<u64> = (0..RUNS).filter_map(|_| self.run(layout)).collect();
             let after = program_stats();
             times.sort_unstable();
             let median = times.get(times.len() / 2).copied().unwrap_or(0);
@@ -367,10 +378,10 @@ mod linux {
         }
     }
 
-    fn attach_ours(target: Target, syscalls: bool) -> Option<EbpfSource> {
+    fn attach_ours(target: Target, syscalls: bool, calibration: bool) -> Option<EbpfSource> {
         match EbpfSource::builder(target)
             .with_syscalls(syscalls)
-            .with_calibration_program(true)
+            .with_calibration_program(calibration)
             .attach()
         {
             Ok(s) => Some(s),
@@ -381,147 +392,184 @@ mod linux {
         }
     }
 
-    /// Runs the workload under our programs; prints and returns
+    /// Our programs as one configuration of a measurement.
+    #[derive(Clone, Copy)]
+    struct Ours {
+        label: &'static str,
+        target_workload: bool,
+        syscalls: bool,
+    }
+
+    const CONFIGS: [Ours; 3] = [
+        Ours {
+            label: "ours, workload NOT the target",
+            target_workload: false,
+            syscalls: true,
+        },
+        Ours {
+            label: "ours, workload IS the target",
+            target_workload: true,
+            syscalls: true,
+        },
+        Ours {
+            label: "ours without syscalls, workload IS target",
+            target_workload: true,
+            syscalls: false,
+        },
+    ];
+
+    /// Runs the workload under one configuration of our programs; returns
     /// (median ns per run, program deltas).
     fn measure_ours(
         w: &mut Workload,
-        label: &str,
-        target: Target,
-        syscalls: bool,
+        layout: Layout,
+        cfg: Ours,
+        calibration: bool,
     ) -> Option<(u64, Deltas)> {
-        let source = attach_ours(target, syscalls)?;
+        let target = if cfg.target_workload {
+            Target::Pid(w.pid())
+        } else {
+            Target::SelfProcess
+        };
+        let source = attach_ours(target, cfg.syscalls, calibration)?;
         let ids = ours(&program_stats());
-        let (t, d) = w.measure(&ids);
+        let r = w.measure(layout, &ids);
         drop(source);
-        println!("\n  {label:<44} {:>8.2} ms/run", t as f64 / 1e6);
-        print_programs(label.split(',').next().unwrap_or(label), &d);
-        Some((t, d))
+        Some(r)
+    }
+
+    fn ms(ns: u64) -> f64 {
+        ns as f64 / 1e6
     }
 
     fn event_costs() {
-        let Ok(_stats) = wakemeter_ebpf::enable_run_stats() else {
-            println!("per-event costs skipped: BPF_ENABLE_STATS refused");
-            return;
-        };
         let Some(mut w) = Workload::start() else {
             println!("per-event costs skipped: cannot start the workload process");
             return;
         };
         let workload_pid = w.pid();
         println!(
-            "\nper-event cost: workload = {ROUND_TRIPS} pipe round trips between two threads pinned to CPU 0 \
-             (2 switches, 4 syscalls each), median of {RUNS} runs"
+            "\nworkload: {ROUND_TRIPS} pipe round trips between two threads of a child process \
+             (2 switches, 4 syscalls each); median of {RUNS} runs"
         );
 
-        let (base, _) = w.measure(&[]);
+        // bpftrace with the equivalent one-liner, if it can run here.
+        let mount = TracefsMount::ensure();
+        let bt = match &mount {
+            Ok(_) => Bpftrace::start(workload_pid),
+            Err(e) => Err(e.clone()),
+        };
+        if let Err(e) = &bt {
+            println!("bpftrace comparison skipped: {e}");
+        }
+        // bpftrace runs first (slowdown alone), is stopped for our runs,
+        // and is started again for the same-run comparison.
+        let bt_ids: Vec<u32> = bt.as_ref().map(|b| b.ids.clone()).unwrap_or_default();
+
+        // Pass 1: wall-clock slowdown, run-time statistics OFF, no calibration.
+        println!("\nslowdown (threads on one CPU; run-time stats off):");
+        let mut bt_time = None;
+        if bt.is_ok() {
+            let (t, _) = w.measure(Layout::SameCpu, &[]);
+            bt_time = Some(t);
+        }
+        let bt = bt.ok();
+        drop(bt); // bpftrace detached for the rest of pass 1
+        let (base, _) = w.measure(Layout::SameCpu, &[]);
         println!(
-            "  {:<44} {:>8.2} ms/run",
+            "  {:<46} {:>8.2} ms/run",
             "baseline (nothing attached)",
-            base as f64 / 1e6
+            ms(base)
         );
-
-        // Workload as a non-target process: ours observes this bench process.
-        let Some((t_non, d_non)) = measure_ours(
-            &mut w,
-            "ours, workload NOT the target",
-            Target::SelfProcess,
-            true,
-        ) else {
-            return;
-        };
-        let Some((t_tgt, d_tgt)) = measure_ours(
-            &mut w,
-            "ours, workload IS the target",
-            Target::Pid(workload_pid),
-            true,
-        ) else {
-            return;
-        };
-        let Some((t_tgt_nosys, d_tgt_nosys)) = measure_ours(
-            &mut w,
-            "ours without syscalls, workload IS the target",
-            Target::Pid(workload_pid),
-            false,
-        ) else {
-            return;
-        };
-
-        // bpftrace, alone (slowdown) and together with ours (ns/event, same run).
-        let mount = match TracefsMount::ensure() {
-            Ok(m) => Some(m),
-            Err(e) => {
-                println!("\n  bpftrace comparison skipped: {e}");
-                None
+        let slow = |t: u64| (t as f64 / base.max(1) as f64 - 1.0) * 100.0;
+        for cfg in CONFIGS {
+            if let Some((t, _)) = measure_ours(&mut w, Layout::SameCpu, cfg, false) {
+                println!(
+                    "  {:<46} {:>8.2} ms/run  {:+6.1}%",
+                    cfg.label,
+                    ms(t),
+                    slow(t)
+                );
             }
+        }
+        if let Some(t) = bt_time {
+            println!(
+                "  {:<46} {:>8.2} ms/run  {:+6.1}%",
+                "bpftrace one-liner, workload IS the target",
+                ms(t),
+                slow(t)
+            );
+        }
+
+        // Pass 2: ns per event from the kernel's run-time statistics.
+        let Ok(_stats) = wakemeter_ebpf::enable_run_stats() else {
+            println!("per-event costs skipped: BPF_ENABLE_STATS refused");
+            return;
         };
-        let mut bt_summary = None;
-        if mount.is_some() {
+        println!(
+            "\nper event (kernel run_time_ns / run_cnt; stats on; calibrate = empty program, the floor):"
+        );
+        let mut rows: Vec<(String, Deltas)> = Vec::new();
+        for (layout, lname) in [(Layout::SameCpu, "one CPU"), (Layout::CrossCpu, "two CPUs")] {
+            for cfg in CONFIGS {
+                if layout == Layout::CrossCpu && !cfg.target_workload {
+                    continue;
+                }
+                if let Some((_, d)) = measure_ours(&mut w, layout, cfg, true) {
+                    let label = format!("{} ({lname})", cfg.label);
+                    println!("  {label}");
+                    print_programs("", &d);
+                    rows.push((label, d));
+                }
+            }
+        }
+
+        // Same run as bpftrace: both attached to the workload.
+        let mut bt_row = None;
+        if !bt_ids.is_empty() {
             match Bpftrace::start(workload_pid) {
-                Err(e) => println!("\n  bpftrace comparison skipped: {e}"),
+                Err(e) => println!("bpftrace (same run) skipped: {e}"),
                 Ok(bt) => {
-                    let (t_bt, d_bt) = w.measure(&bt.ids);
-                    println!(
-                        "\n  {:<44} {:>8.2} ms/run",
-                        "bpftrace alone, workload IS the target",
-                        t_bt as f64 / 1e6
-                    );
-                    print_programs("bpftrace", &d_bt);
-                    // Same run: ours attached as well.
-                    if let Some(both) = attach_ours(Target::Pid(workload_pid), true) {
+                    if let Some(both) = attach_ours(Target::Pid(workload_pid), true, true) {
                         let mut ids = ours(&program_stats());
                         ids.extend(bt.ids.iter().copied());
-                        let (_, d_both) = w.measure(&ids);
+                        let (_, d) = w.measure(Layout::SameCpu, &ids);
                         drop(both);
-                        let (mine, theirs): (Vec<_>, Vec<_>) =
-                            d_both.into_iter().partition(|(n, _, _)| is_ours(n));
-                        println!("\n  same run, both attached, workload IS the target:");
+                        let (mine, theirs): (Deltas, Deltas) =
+                            d.into_iter().partition(|(n, _, _)| is_ours(n));
+                        println!(
+                            "  same run, ours and bpftrace both attached, workload IS the target (one CPU)"
+                        );
                         print_programs("ours", &mine);
                         print_programs("bpftrace", &theirs);
-                        if let (Some((o, _)), Some((b, _))) = (
-                            ns_per_event(&mine, "sched_sw"),
-                            ns_per_event(&theirs, "sched_sw"),
-                        ) {
-                            bt_summary = Some((o, b, t_bt));
-                        }
+                        bt_row = Some((mine, theirs));
                     }
-                    drop(bt);
                 }
             }
         }
         drop(mount);
         drop(w);
 
-        println!(
-            "\nsummary (kernel run-time stats; floor = empty program on sched_switch, same run):"
-        );
-        let row = |label: &str, d: &Deltas, goal: &str| {
+        println!("\nsummary: sched_switch program, ns per event (above the empty program's floor)");
+        for (label, d) in &rows {
             if let (Some((ns, n)), Some((floor, _))) =
                 (ns_per_event(d, "sched_sw"), ns_per_event(d, "calibrat"))
             {
                 println!(
-                    "  {label:<36} {ns:6.1} ns/event over {n} events (floor {floor:.1}, above floor {:.1}; goal {goal})",
+                    "  {label:<58} {ns:6.1} ns ({:5.1} above floor {floor:.1}) over {n} events",
                     ns - floor
                 );
             }
-        };
-        row("sched_switch, non-target:", &d_non, "<= 50");
-        row("sched_switch, target<->target:", &d_tgt, "<= 150");
-        row("sched_switch, target, no syscalls:", &d_tgt_nosys, "<= 150");
-        let slow = |t: u64| (t as f64 / base.max(1) as f64 - 1.0) * 100.0;
-        println!(
-            "  workload slowdown: ours non-target {:+.1}%, ours target {:+.1}%, ours target without syscalls {:+.1}%",
-            slow(t_non),
-            slow(t_tgt),
-            slow(t_tgt_nosys)
-        );
-        if let Some((o, b, t_bt)) = bt_summary {
+        }
+        if let Some((mine, theirs)) = bt_row
+            && let (Some((o, _)), Some((b, _))) = (
+                ns_per_event(&mine, "sched_sw"),
+                ns_per_event(&theirs, "sched_sw"),
+            )
+        {
             println!(
-                "  vs bpftrace (same run, target): sched_switch ours {o:.1} ns/event, bpftrace {b:.1} ns/event, ratio ours/bpftrace {:.2}",
+                "  same run vs bpftrace (target, one CPU): ours {o:.1} ns, bpftrace {b:.1} ns per sched_switch; ours/bpftrace = {:.2}",
                 o / b
-            );
-            println!(
-                "  workload slowdown under bpftrace alone (target, sched_switch only): {:+.1}%",
-                slow(t_bt)
             );
         }
     }
@@ -534,13 +582,14 @@ mod linux {
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         use std::time::Instant;
 
-        fn pin_to_cpu0() {
+        /// Pins thread `tid` (0 = the caller) to one CPU.
+        fn pin(tid: libc::pid_t, cpu: usize) {
             // SAFETY: `set` is a zeroed cpu_set_t that CPU_SET fills; the
             // call only reads it.
             unsafe {
                 let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
-                libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+                libc::CPU_SET(cpu, &mut set);
+                libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &set);
             }
         }
 
@@ -569,21 +618,31 @@ mod linux {
         pub fn serve() {
             let (a_to_b_r, a_to_b_w) = pipe();
             let (b_to_a_r, b_to_a_w) = pipe();
+            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
-                pin_to_cpu0();
+                // SAFETY: gettid has no preconditions.
+                let _ = tid_tx.send(unsafe { libc::gettid() });
                 while xfer(&a_to_b_r, false) {
                     if !xfer(&b_to_a_w, true) {
                         break;
                     }
                 }
             });
-            pin_to_cpu0();
+            let Ok(b_tid) = tid_rx.recv() else {
+                return;
+            };
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             let stdin = std::io::stdin();
             let mut out = std::io::stdout();
             for line in stdin.lock().lines() {
-                let Ok(n) = line.map(|l| l.trim().parse::<u64>().unwrap_or(0)) else {
+                let Ok(line) = line else {
                     break;
                 };
+                let mut words = line.split_whitespace();
+                let n: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+                let cross = words.next() == Some("1") && cpus > 1;
+                pin(0, 0);
+                pin(b_tid, usize::from(cross));
                 let t0 = Instant::now();
                 for _ in 0..n {
                     if !(xfer(&a_to_b_w, true) && xfer(&b_to_a_r, false)) {
