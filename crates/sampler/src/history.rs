@@ -124,6 +124,17 @@ impl History {
         self.ring.get(index)
     }
 
+    /// The outermost snapshots with `seq` in `from_seq..=to_seq` that read
+    /// the voluntary/involuntary split, if there are two.
+    pub(crate) fn split_bounds(&self, from_seq: u64, to_seq: u64) -> Option<(&Stored, &Stored)> {
+        let within = |s: &&Stored| {
+            s.header.switch_split_read && s.header.seq >= from_seq && s.header.seq <= to_seq
+        };
+        let a = self.ring.iter().find(within)?;
+        let b = self.ring.iter().rev().find(within)?;
+        (a.header.seq < b.header.seq).then_some((a, b))
+    }
+
     /// The oldest stored snapshot taken at or after `monotonic_ns`.
     pub(crate) fn first_since(&self, monotonic_ns: u64) -> Option<&Stored> {
         let i = self

@@ -31,7 +31,9 @@ pub struct ThreadInterval {
     pub timeslices: Option<u64>,
     /// `timeslices` per second: the thread's context switches (wakeups) per second.
     pub switches_per_sec: Option<f64>,
-    /// Voluntary switches during the interval (both ends must have read the split).
+    /// Voluntary switches during the interval. When an end of the interval
+    /// did not read the split, this covers the outermost snapshots inside
+    /// it that did; `None` if fewer than two did.
     pub voluntary_switches: Option<u64>,
     /// `voluntary_switches` per second: how often the thread blocked or slept.
     pub voluntary_switches_per_sec: Option<f64>,
@@ -241,11 +243,6 @@ impl ThreadCounters for PackedThread {
     fn involuntary_switches(&self) -> Option<u64> {
         present(self.involuntary_switches)
     }
-}
-
-/// A duration in nanoseconds, saturating at `u64::MAX`.
-pub(crate) fn duration_to_ns(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// `count / seconds`, or 0 for an empty interval.
@@ -605,4 +602,33 @@ mod tests {
         assert_eq!(i.threads[0].cpu_percent, 0.0);
         assert_eq!(i.threads[0].switches_per_sec, Some(0.0));
     }
+}
+
+/// Interval between two stored snapshots of `history`; when an end did not
+/// read the voluntary/involuntary split, the split rates come from the
+/// outermost snapshots inside the interval that did.
+pub(crate) fn between_in_history(
+    history: &crate::history::History,
+    from: &Stored,
+    to: &Stored,
+) -> Interval {
+    let mut i = between_stored(from, to);
+    if from.header.switch_split_read && to.header.switch_split_read {
+        return i;
+    }
+    let Some((a, b)) = history.split_bounds(from.header.seq, to.header.seq) else {
+        return i;
+    };
+    let split = between_stored(a, b);
+    let by_serial: HashMap<u64, &ThreadInterval> =
+        split.threads.iter().map(|t| (t.serial, t)).collect();
+    for t in &mut i.threads {
+        if let Some(s) = by_serial.get(&t.serial) {
+            t.voluntary_switches = s.voluntary_switches;
+            t.voluntary_switches_per_sec = s.voluntary_switches_per_sec;
+            t.involuntary_switches = s.involuntary_switches;
+            t.involuntary_switches_per_sec = s.involuntary_switches_per_sec;
+        }
+    }
+    i
 }

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::mpsc;
 
-use crate::interval::duration_to_ns;
 use crate::probe::LoopProbe;
+use crate::probe::duration_ns;
 use crate::{Report, Sampler};
 
 thread_local! {
@@ -100,7 +100,7 @@ pub fn runtime_stats(handle: &Handle) -> RuntimeStats {
         alive_tasks: m.num_alive_tasks() as u64,
         global_queue_depth: m.global_queue_depth() as u64,
         worker_busy_ns: (0..n)
-            .map(|w| duration_to_ns(m.worker_total_busy_duration(w)))
+            .map(|w| duration_ns(m.worker_total_busy_duration(w)))
             .collect(),
         worker_parks: (0..n).map(|w| m.worker_park_count(w)).collect(),
         worker_park_unparks: (0..n).map(|w| m.worker_park_unpark_count(w)).collect(),

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnose::{self, Finding, Thresholds};
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Header, History};
-use crate::interval::{Interval, between_stored, percent};
+use crate::interval::{Interval, between_in_history, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo};
 use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock};
@@ -376,7 +376,11 @@ impl Sampler {
     pub fn latest_interval(&self) -> Option<Interval> {
         let h = lock(&self.inner.history);
         let n = h.len();
-        Some(between_stored(h.get(n.checked_sub(2)?)?, h.get(n - 1)?))
+        Some(between_in_history(
+            &h,
+            h.get(n.checked_sub(2)?)?,
+            h.get(n - 1)?,
+        ))
     }
 
     /// The interval from the oldest snapshot within `window` of the newest
@@ -387,13 +391,13 @@ impl Sampler {
         let since = to
             .header
             .monotonic_ns
-            .saturating_sub(u64::try_from(window.as_nanos()).unwrap_or(u64::MAX));
+            .saturating_sub(crate::probe::duration_ns(window));
         let from = h.first_since(since)?;
         if from.header.seq == to.header.seq {
             let n = h.len();
-            return Some(between_stored(h.get(n.checked_sub(2)?)?, to));
+            return Some(between_in_history(&h, h.get(n.checked_sub(2)?)?, to));
         }
-        Some(between_stored(from, to))
+        Some(between_in_history(&h, from, to))
     }
 
     /// Facts about the machine, read once at build.
@@ -524,7 +528,7 @@ impl Inner {
     fn run(&self) {
         self.sampler_tid
             .store(crate::probe::current_tid(), Ordering::Relaxed);
-        let interval = u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX);
+        let interval = crate::probe::duration_ns(self.interval);
         let mut next = clock::monotonic_ns();
         loop {
             match self.take() {

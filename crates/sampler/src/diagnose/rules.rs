@@ -5,13 +5,11 @@ use std::time::Duration;
 
 use super::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 use crate::history::{History, Stored};
-use crate::interval::{Interval, between_stored, per_sec};
+use crate::interval::{Interval, between_in_history, between_stored, per_sec};
 use crate::kernel::KernelThreadStats;
 use crate::model::SystemInfo;
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+use crate::probe::duration_ns as ns;
 
 fn ev(name: &str, value: f64, unit: &str) -> Evidence {
     Evidence {
@@ -39,7 +37,7 @@ fn window<'h>(
     {
         return None;
     }
-    Some((from, to, between_stored(from, to)))
+    Some((from, to, between_in_history(h, from, to)))
 }
 
 struct Ctx<'a> {
@@ -114,8 +112,8 @@ pub(super) fn run(
     };
     if let Some((from, to, i)) = window(h, t.window, t.min_window) {
         busy_poller_loops(&mut cx, &i);
-        kernel_threads(&mut cx, from, to, &i);
         sleep_sites(&mut cx, &i);
+        kernel_threads(&mut cx, from, to, &i);
         periodic_loops(&mut cx, &i);
         periodic_threads(&mut cx, h, from, to, &i);
         run_queue(&mut cx, &i, system);
@@ -525,20 +523,12 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
     let (rate, source, top) = if let Some(r) = i.process.interrupt_wakeups_per_sec {
         (r, "task_interrupt_wakeups", Vec::new())
     } else {
-        let in_window = |s: &&Stored| {
-            s.header.switch_split_read
-                && s.header.seq >= from.header.seq
-                && s.header.seq <= to.header.seq
-        };
-        let split = match (h.iter().find(in_window), h.iter().rev().find(in_window)) {
-            (Some(a), Some(b))
-                if b.header.monotonic_ns.saturating_sub(a.header.monotonic_ns)
-                    >= ns(t.min_window) =>
-            {
-                Some(between_stored(a, b))
-            }
-            _ => None,
-        };
+        let split = h
+            .split_bounds(from.header.seq, to.header.seq)
+            .filter(|(a, b)| {
+                b.header.monotonic_ns.saturating_sub(a.header.monotonic_ns) >= ns(t.min_window)
+            })
+            .map(|(a, b)| between_stored(a, b));
         let (iv, field): (&Interval, fn(&crate::ThreadInterval) -> Option<f64>) = match &split {
             Some(s) => (s, |th| th.voluntary_switches_per_sec),
             None => (i, |th| th.switches_per_sec),

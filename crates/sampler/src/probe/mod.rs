@@ -15,7 +15,7 @@ mod loop_probe;
 mod registry;
 mod sleep_probe;
 
-pub(crate) use cells::current_tid;
+pub(crate) use cells::{current_tid, duration_ns};
 pub use loop_probe::{LoopProbe, LoopStats, WaitGuard};
 pub(crate) use registry::ProbeRegistry;
 pub use sleep_probe::{SleepProbe, SleepStats};

@@ -1,0 +1,98 @@
+//! `wakemeter`: the demo and the sidecar watcher.
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod demo;
+mod kernel;
+mod print;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod scenarios;
+mod watch;
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+mod demo {
+    /// The demo's scenarios use epoll and gettid: Linux and Android only.
+    pub fn run(
+        _: u64,
+        _: &std::path::Path,
+        _: bool,
+    ) -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
+        Err("the demo runs on Linux and Android (its scenarios use epoll)".into())
+    }
+}
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Measures event-loop wakeups, sleep overhead and thread CPU, and says in
+/// plain words what wastes battery and CPU.
+#[derive(Parser, Debug)]
+#[command(name = "wakemeter", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs built-in scenarios (a spinning poller beside an efficient epoll
+    /// loop, a usleep polling thread beside a condition-variable waiter),
+    /// prints what wakemeter finds and writes the full report as JSON.
+    Demo {
+        /// How long to run, in seconds (5 to 600).
+        #[arg(long, default_value_t = 12)]
+        seconds: u64,
+        /// Where to write the JSON report.
+        #[arg(long, default_value = "wakemeter-report.json")]
+        report: PathBuf,
+        /// Do not try to attach the eBPF kernel source.
+        #[arg(long)]
+        no_ebpf: bool,
+    },
+    /// Watches another process by PID (e.g. an Envoy sidecar): per-thread
+    /// CPU, switches and run-queue wait, plus the eBPF kernel view when
+    /// privileges allow; prints findings every interval.
+    Watch {
+        /// Process to watch.
+        #[arg(long)]
+        pid: u32,
+        /// Seconds between reports (1 to 3600).
+        #[arg(long, default_value_t = 5)]
+        every: u64,
+        /// Stop after this many seconds (default: until the process exits).
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// Print each report as one JSON line instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Do not try to attach the eBPF kernel source.
+        #[arg(long)]
+        no_ebpf: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo {
+            seconds,
+            report,
+            no_ebpf,
+        } => demo::run(seconds, &report, !no_ebpf),
+        Command::Watch {
+            pid,
+            every,
+            seconds,
+            json,
+            no_ebpf,
+        } => watch::run(pid, every, seconds, json, !no_ebpf),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("wakemeter: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
