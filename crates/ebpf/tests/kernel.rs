@@ -499,6 +499,61 @@ fn drop_detaches_and_frees_everything() {
     }
 }
 
+/// Drops CAP_SYS_ADMIN, CAP_PERFMON and CAP_BPF from the calling thread's
+/// effective set (capabilities are per thread; the rest of the process keeps them).
+fn drop_bpf_capabilities_of_this_thread() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: header and a two-element data array as capget(2) v3 expects.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    assert_eq!(rc, 0, "capget");
+    for cap in [21u32, 38, 39] {
+        data[(cap / 32) as usize].effective &= !(1 << (cap % 32));
+    }
+    // SAFETY: as above; lowering the effective set is always permitted.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    assert_eq!(rc, 0, "capset");
+}
+
+#[test]
+fn missing_capabilities_are_a_typed_error() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED missing_capabilities: {why}");
+        return;
+    }
+    let result = thread::spawn(|| {
+        drop_bpf_capabilities_of_this_thread();
+        EbpfSource::attach(Target::SelfProcess)
+    })
+    .join()
+    .unwrap();
+    match result {
+        Err(EbpfError::MissingPrivilege { missing }) => {
+            assert_eq!(missing, "CAP_BPF and CAP_PERFMON")
+        }
+        Err(EbpfError::BuiltWithoutClang) => {
+            eprintln!("SKIPPED missing_capabilities: crate built without clang")
+        }
+        other => panic!("expected MissingPrivilege, got {other:?}"),
+    }
+}
+
 #[test]
 fn nonexistent_pid_is_a_typed_error() {
     // Above the largest possible pid_max (2^22), so never a process.

@@ -48,12 +48,15 @@ pub(crate) fn missing_capabilities(cap_eff: u64) -> Option<&'static str> {
 /// Fails with [`EbpfError::MissingPrivilege`] unless this process may load
 /// tracing programs.
 pub(crate) fn check_privileges() -> Result<(), EbpfError> {
-    let status = fs::read_to_string("/proc/self/status")
-        .map_err(io_err("reading /proc/self/status for CapEff"))?;
+    // Capabilities are per thread: the calling thread's are the ones the
+    // kernel checks (`/proc/self` would show the main thread's).
+    let status = fs::read_to_string("/proc/thread-self/status")
+        .or_else(|_| fs::read_to_string("/proc/self/status"))
+        .map_err(io_err("reading /proc/thread-self/status for CapEff"))?;
     let cap_eff = status_field(&status, "CapEff")
         .and_then(|v| u64::from_str_radix(v, 16).ok())
         .ok_or_else(|| EbpfError::Io {
-            what: "parsing CapEff of /proc/self/status".into(),
+            what: "parsing CapEff of /proc/thread-self/status".into(),
             source: io::Error::from(io::ErrorKind::InvalidData),
         })?;
     match missing_capabilities(cap_eff) {
