@@ -28,8 +28,8 @@ fn procfs_job() -> u64 {
     // Same per-thread job with the procfs crate: list tasks, read each
     // task's stat (CPU ticks) and schedstat (run ns, run-queue wait).
     let mut sum = 0u64;
-    if let Ok(me) = procfs::process::Process::myself() {
-        if let Ok(tasks) = me.tasks() {
+    if let Ok(me) = procfs::process::Process::myself()
+        && let Ok(tasks) = me.tasks() {
             for t in tasks.flatten() {
                 if let (Ok(stat), Ok(ss)) = (t.stat(), t.schedstat()) {
                     sum = sum
@@ -37,7 +37,6 @@ fn procfs_job() -> u64 {
                 }
             }
         }
-    }
     sum
 }
 

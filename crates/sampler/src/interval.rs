@@ -514,6 +514,35 @@ pub(crate) fn between_stored(from: &Stored, to: &Stored) -> Interval {
     )
 }
 
+/// Interval between two stored snapshots of `history`; when an end did not
+/// read the voluntary/involuntary split, the split rates come from the
+/// outermost snapshots inside the interval that did.
+pub(crate) fn between_in_history(
+    history: &crate::history::History,
+    from: &Stored,
+    to: &Stored,
+) -> Interval {
+    let mut i = between_stored(from, to);
+    if from.header.switch_split_read && to.header.switch_split_read {
+        return i;
+    }
+    let Some((a, b)) = history.split_bounds(from.header.seq, to.header.seq) else {
+        return i;
+    };
+    let split = between_stored(a, b);
+    let by_serial: HashMap<u64, &ThreadInterval> =
+        split.threads.iter().map(|t| (t.serial, t)).collect();
+    for t in &mut i.threads {
+        if let Some(s) = by_serial.get(&t.serial) {
+            t.voluntary_switches = s.voluntary_switches;
+            t.voluntary_switches_per_sec = s.voluntary_switches_per_sec;
+            t.involuntary_switches = s.involuntary_switches;
+            t.involuntary_switches_per_sec = s.involuntary_switches_per_sec;
+        }
+    }
+    i
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -602,33 +631,4 @@ mod tests {
         assert_eq!(i.threads[0].cpu_percent, 0.0);
         assert_eq!(i.threads[0].switches_per_sec, Some(0.0));
     }
-}
-
-/// Interval between two stored snapshots of `history`; when an end did not
-/// read the voluntary/involuntary split, the split rates come from the
-/// outermost snapshots inside the interval that did.
-pub(crate) fn between_in_history(
-    history: &crate::history::History,
-    from: &Stored,
-    to: &Stored,
-) -> Interval {
-    let mut i = between_stored(from, to);
-    if from.header.switch_split_read && to.header.switch_split_read {
-        return i;
-    }
-    let Some((a, b)) = history.split_bounds(from.header.seq, to.header.seq) else {
-        return i;
-    };
-    let split = between_stored(a, b);
-    let by_serial: HashMap<u64, &ThreadInterval> =
-        split.threads.iter().map(|t| (t.serial, t)).collect();
-    for t in &mut i.threads {
-        if let Some(s) = by_serial.get(&t.serial) {
-            t.voluntary_switches = s.voluntary_switches;
-            t.voluntary_switches_per_sec = s.voluntary_switches_per_sec;
-            t.involuntary_switches = s.involuntary_switches;
-            t.involuntary_switches_per_sec = s.involuntary_switches_per_sec;
-        }
-    }
-    i
 }

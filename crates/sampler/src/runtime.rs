@@ -57,10 +57,10 @@ pub fn instrument<'b>(
         })
         .on_thread_unpark(|| {
             WORKER_PROBE.with(|cell| {
-                if let Ok(mut slot) = cell.try_borrow_mut() {
-                    if let Some(p) = slot.as_mut() {
-                        p.after_wait(1);
-                    }
+                if let Ok(mut slot) = cell.try_borrow_mut()
+                    && let Some(p) = slot.as_mut()
+                {
+                    p.after_wait(1);
                 }
             })
         })

@@ -482,7 +482,7 @@ impl Inner {
         let mut st = lock(&self.state);
         let st = &mut *st;
         let request = SampleRequest {
-            switch_split: st.seq % u64::from(self.switch_split_every) == 0,
+            switch_split: st.seq.is_multiple_of(u64::from(self.switch_split_every)),
         };
         let monotonic_ns = clock::monotonic_ns();
         let unix_time_ns = clock::unix_ns();

@@ -21,11 +21,7 @@ fn ev(name: &str, value: f64, unit: &str) -> Evidence {
 
 /// Oldest and newest stored snapshots of a window ending at the newest,
 /// with their interval; `None` when the history covers less than `min`.
-fn window<'h>(
-    h: &'h History,
-    span: Duration,
-    min: Duration,
-) -> Option<(&'h Stored, &'h Stored, Interval)> {
+fn window(h: &History, span: Duration, min: Duration) -> Option<(&Stored, &Stored, Interval)> {
     let to = h.latest()?;
     let from = h.first_since(to.header.monotonic_ns.saturating_sub(ns(span)))?;
     if to
@@ -45,6 +41,8 @@ struct Ctx<'a> {
     out: Vec<Finding>,
     /// Threads already explained by a more specific finding (or excluded).
     explained: HashSet<u64>,
+    /// Window of the rule running now, in nanoseconds.
+    window_ns: u64,
 }
 
 impl Ctx<'_> {
@@ -56,7 +54,6 @@ impl Ctx<'_> {
         summary: String,
         evidence: Vec<Evidence>,
         advice: &str,
-        window_ns: u64,
     ) {
         self.out.push(Finding {
             kind,
@@ -65,7 +62,7 @@ impl Ctx<'_> {
             summary,
             evidence,
             advice: advice.to_string(),
-            window_ns,
+            window_ns: self.window_ns,
         });
     }
 }
@@ -109,8 +106,10 @@ pub(super) fn run(
         t,
         out: Vec::new(),
         explained: exclude_tid.into_iter().collect(),
+        window_ns: 0,
     };
     if let Some((from, to, i)) = window(h, t.window, t.min_window) {
+        cx.window_ns = i.duration_ns;
         busy_poller_loops(&mut cx, &i);
         sleep_sites(&mut cx, &i);
         kernel_threads(&mut cx, from, to, &i);
@@ -119,9 +118,11 @@ pub(super) fn run(
         run_queue(&mut cx, &i, system);
     }
     if let Some((_, _, i)) = window(h, t.cpu_window, t.min_window) {
+        cx.window_ns = i.duration_ns;
         cpu_hogs(&mut cx, &i);
     }
     if let Some((from, to, i)) = window(h, t.wakeups_window, t.min_window) {
+        cx.window_ns = i.duration_ns;
         wakeups_budget(&mut cx, h, from, to, &i);
     }
     memory_growth(&mut cx, h);
@@ -186,12 +187,11 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
             ),
             evidence,
             BUSY_POLL_ADVICE,
-            i.duration_ns,
         );
     }
 }
 
-fn kernel_delta<'a>(from: &'a Stored, tid: u64) -> Option<&'a KernelThreadStats> {
+fn kernel_delta(from: &Stored, tid: u64) -> Option<&KernelThreadStats> {
     from.header.kernel.as_ref()?.thread(tid)
 }
 
@@ -257,7 +257,6 @@ fn kernel_threads(cx: &mut Ctx<'_>, from: &Stored, to: &Stored, i: &Interval) {
                 ),
                 evidence,
                 BUSY_POLL_ADVICE,
-                d,
             );
             continue;
         }
@@ -282,7 +281,6 @@ fn kernel_threads(cx: &mut Ctx<'_>, from: &Stored, to: &Stored, i: &Interval) {
                     ev("mean_actual_ns", actual.checked_div(sleeps).unwrap_or(0) as f64, "ns"),
                 ],
                 SLEEP_ADVICE,
-                d,
             );
         }
     }
@@ -333,7 +331,6 @@ fn sleep_sites(cx: &mut Ctx<'_>, i: &Interval) {
                 ev("mean_oversleep_ns", s.mean_oversleep_ns as f64, "ns"),
             ],
             SLEEP_ADVICE,
-            i.duration_ns,
         );
     }
 }
@@ -372,7 +369,6 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
                 ev("events_per_wakeup", l.events_per_wakeup, "events"),
             ],
             PERIODIC_ADVICE,
-            i.duration_ns,
         );
     }
 }
@@ -403,10 +399,10 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
         .filter(|s| s.header.seq >= from.header.seq && s.header.seq <= to.header.seq)
     {
         for th in &s.threads {
-            if let Some(&k) = candidates.get(&th.ident.serial) {
-                if let Some(slices) = crate::platform::present(th.timeslices) {
-                    series[k].push((s.header.monotonic_ns, slices));
-                }
+            if let Some(&k) = candidates.get(&th.ident.serial)
+                && let Some(slices) = crate::platform::present(th.timeslices)
+            {
+                series[k].push((s.header.monotonic_ns, slices));
             }
         }
     }
@@ -448,7 +444,6 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
                 ev("thread_cpu_percent", th.cpu_percent, "%"),
             ],
             PERIODIC_ADVICE,
-            i.duration_ns,
         );
     }
 }
@@ -485,7 +480,6 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             ],
             "The thread is runnable but not running: more runnable threads than cores (check thread-pool sizes \
              against the CPU count), other processes competing, or a container CPU quota throttling the process.",
-            i.duration_ns,
         );
     }
 }
@@ -511,7 +505,6 @@ fn cpu_hogs(cx: &mut Ctx<'_>, i: &Interval) {
             "A thread near a full core for a sustained time drains the battery; iOS kills background apps above 80% \
              CPU over 60 s. Profile it (perf, Instruments, Android Studio) and check for spinning, retries without \
              backoff or work that could be batched.",
-            i.duration_ns,
         );
     }
 }
@@ -584,7 +577,6 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
         ],
         "iOS raises EXC_RESOURCE WAKEUPS (and Android vitals flags excessive wakeups) for processes that wake this \
          often. Find the top wakers above and remove polling and short timers.",
-        i.duration_ns,
     );
 }
 
@@ -619,6 +611,7 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
     }
     let mib = |v: u64| v as f64 / (1u64 << 20) as f64;
     let per_min = growth as f64 / (d as f64 / 60e9);
+    cx.window_ns = d;
     cx.push(
         FindingKind::MemoryGrowth,
         if growth >= a { Severity::Critical } else { Severity::Warning },
@@ -639,6 +632,5 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
         ],
         "Steady growth across the whole history looks like a leak or an unbounded cache/queue. Compare heap \
          profiles at two points (heaptrack, Instruments Allocations, Android Studio) or bound the cache.",
-        d,
     );
 }

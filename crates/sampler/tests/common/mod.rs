@@ -18,7 +18,7 @@ pub fn status_field(tid: u64, key: &str) -> u64 {
     let s = fs::read_to_string(format!("/proc/self/task/{tid}/status")).expect("status");
     s.lines()
         .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')))
-        .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("field present")
 }
 

@@ -276,30 +276,30 @@ impl<S: Sys> Reader<S> {
                 }
             }
         }
-        if request.switch_split {
-            if let Some(f) = &t.status {
-                let n = match self.sys.pread(f, &mut self.buf) {
-                    Ok(n) => n,
-                    Err(e) if is_gone(&e) => return Measured::Exited,
-                    Err(_) => 0,
-                };
-                let bytes = &self.buf[..n];
-                if let Some((vol, invol)) = parse::status_switches(bytes) {
-                    out.voluntary_switches = vol;
-                    out.involuntary_switches = invol;
-                }
-                if let Some(raw) = parse::status_name(bytes) {
-                    if raw != t.ident.name.as_bytes() {
-                        // Renamed (pthread_setname_np): new identity record, same serial.
-                        t.ident = Arc::new(ThreadIdent {
-                            tid: t.ident.tid,
-                            serial: t.ident.serial,
-                            name: String::from_utf8_lossy(raw).into(),
-                            cpu_time_source: t.ident.cpu_time_source,
-                        });
-                        out.ident = t.ident.clone();
-                    }
-                }
+        if request.switch_split
+            && let Some(f) = &t.status
+        {
+            let n = match self.sys.pread(f, &mut self.buf) {
+                Ok(n) => n,
+                Err(e) if is_gone(&e) => return Measured::Exited,
+                Err(_) => 0,
+            };
+            let bytes = &self.buf[..n];
+            if let Some((vol, invol)) = parse::status_switches(bytes) {
+                out.voluntary_switches = vol;
+                out.involuntary_switches = invol;
+            }
+            if let Some(raw) = parse::status_name(bytes)
+                && raw != t.ident.name.as_bytes()
+            {
+                // Renamed (pthread_setname_np): new identity record, same serial.
+                t.ident = Arc::new(ThreadIdent {
+                    tid: t.ident.tid,
+                    serial: t.ident.serial,
+                    name: String::from_utf8_lossy(raw).into(),
+                    cpu_time_source: t.ident.cpu_time_source,
+                });
+                out.ident = t.ident.clone();
             }
         }
         if out.cpu_time_ns == ABSENT {
@@ -467,11 +467,9 @@ impl<S: Sys> Backend for LinuxBackend<S> {
         };
         let mut tids = std::mem::take(&mut self.tids);
         let listed_first = tids.is_empty() || thread_count.is_none();
-        if listed_first {
-            if let Err(e) = self.list(&mut tids) {
-                self.tids = tids;
-                return Err(e);
-            }
+        if listed_first && let Err(e) = self.list(&mut tids) {
+            self.tids = tids;
+            return Err(e);
         }
         for &tid in &tids {
             visit(
