@@ -1,25 +1,42 @@
 #!/usr/bin/env bash
-# Runs every test of wakemeter on a fresh Debian/Ubuntu machine.
-# Installs what it needs (rust targets via rust-toolchain.toml, clang for the
-# eBPF programs, Maven dependencies) and says clearly what is missing when it
-# cannot.
+# Runs every test of wakemeter on a fresh Debian/Ubuntu machine: format,
+# lints, Rust tests (eBPF ones for real when run as root), cross-target
+# compile checks for iOS/macOS/Android, the Kotlin tests on the JVM and the
+# Swift syntax check. Installs what it needs and names what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+SECONDS=0
 
 # shellcheck source=scripts/prereqs.sh
 source scripts/prereqs.sh
 ensure_rust
+ensure_clang
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy (all targets, -D warnings)"
+step "cargo clippy (workspace, all targets and features, -D warnings)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
-step "cargo test (workspace)"
+step "cargo test (workspace, all features)"
 cargo test --workspace --all-features
 
 step "benches compile"
 cargo bench --workspace --no-run
+
+step "cross-target checks (iOS, macOS, Android)"
+scripts/cross.sh
+
+if [ -x scripts/kotlin-test.sh ]; then
+  step "Kotlin bindings on the JVM"
+  scripts/kotlin-test.sh
+fi
+
+if [ -x scripts/swift-check.sh ]; then
+  step "Swift syntax check"
+  scripts/swift-check.sh
+fi
+
+step "all tests passed in ${SECONDS}s"
