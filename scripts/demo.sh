@@ -8,5 +8,4 @@ cd "$(dirname "$0")/.."
 source scripts/prereqs.sh
 ensure_rust
 ensure_clang || true
-cargo build --release -p wakemeter-cli
-exec target/release/wakemeter demo "$@"
+exec cargo run --release -q -p wakemeter-cli -- demo "$@"
