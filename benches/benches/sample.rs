@@ -29,14 +29,15 @@ fn procfs_job() -> u64 {
     // task's stat (CPU ticks) and schedstat (run ns, run-queue wait).
     let mut sum = 0u64;
     if let Ok(me) = procfs::process::Process::myself()
-        && let Ok(tasks) = me.tasks() {
-            for t in tasks.flatten() {
-                if let (Ok(stat), Ok(ss)) = (t.stat(), t.schedstat()) {
-                    sum = sum
-                        .wrapping_add(stat.utime + stat.stime + ss.sum_exec_runtime + ss.run_delay);
-                }
+        && let Ok(tasks) = me.tasks()
+    {
+        for t in tasks.flatten() {
+            if let (Ok(stat), Ok(ss)) = (t.stat(), t.schedstat()) {
+                sum =
+                    sum.wrapping_add(stat.utime + stat.stime + ss.sum_exec_runtime + ss.run_delay);
             }
         }
+    }
     sum
 }
 
