@@ -27,7 +27,7 @@ target_dir="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps |
 lib_dir="$target_dir/release"
 
 echo "==> mvn test (bindings/kotlin)" >&2
-if ! (cd bindings/kotlin && mvn -B -ntp -Dwakemeter.lib.dir="$lib_dir" test "$@"); then
+if ! (cd bindings/kotlin && mvn -B -ntp -Dwakemeter.lib.dir="$lib_dir" clean test "$@"); then
   if ! (cd bindings/kotlin && mvn -B -q -o dependency:resolve >/dev/null 2>&1) &&
     ! (cd bindings/kotlin && mvn -B -q dependency:resolve >/dev/null 2>&1); then
     echo "MISSING: Maven could not download the Kotlin plugin or dependencies (no access to Maven Central?)" >&2

@@ -61,9 +61,6 @@ pub enum WakemeterError {
     /// nowhere to report to.
     #[error("the probe's sampler is gone (shut down or released)")]
     SamplerGone,
-    /// The probe was closed; register a new one.
-    #[error("the probe is closed")]
-    ProbeClosed,
     /// A report could not be serialized.
     #[error("cannot serialize the report: {message}")]
     Serialization {

@@ -12,17 +12,37 @@
 uniffi::setup_scaffolding!();
 
 mod error;
+pub mod fast;
+mod findings;
 mod listener;
+mod probe;
 mod records;
 mod sampler;
 
 pub use error::{ListenerError, WakemeterError};
+pub use findings::{Evidence, Finding, FindingKind, Report, Severity, Subject, Thresholds};
 pub use listener::{ListenerStats, SamplerListener};
+pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats};
 pub use records::*;
-pub use sampler::{Report, Sampler, SamplerConfig};
+pub use sampler::{Sampler, SamplerConfig};
+
+/// The default sampler configuration (the core's defaults).
+#[uniffi::export]
+pub fn default_sampler_config() -> SamplerConfig {
+    SamplerConfig::default()
+}
+
+/// The default thresholds of the findings engine (the core's defaults).
+#[uniffi::export]
+pub fn default_thresholds() -> Thresholds {
+    Thresholds::default()
+}
 
 /// Version of the wakemeter library behind these bindings.
 #[uniffi::export]
 pub fn wakemeter_version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,13 @@
 //! timestamps of the snapshots, so it costs one wakeup per tick), reads the
 //! newest interval and hands it to every listener. A slow or failing listener
 //! therefore never delays sampling.
+//!
+//! After each interval the dispatcher runs the findings engine and hands
+//! over the findings that are new (not present after the previous sample)
+//! or more severe than before, so a listener hears about a problem once,
+//! not every second.
 
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -13,6 +19,7 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
 use crate::error::{ListenerError, WakemeterError};
+use crate::findings::Finding;
 use crate::records::Interval;
 use crate::sampler::lock;
 
@@ -28,6 +35,13 @@ pub trait SamplerListener: Send + Sync {
     /// # Errors
     /// Whatever the listener throws; it is counted, never propagated.
     fn on_interval(&self, interval: Interval) -> Result<(), ListenerError>;
+
+    /// Called when a finding appears, or comes back more severe, after a
+    /// background sample (at most once per finding and sample).
+    ///
+    /// # Errors
+    /// Whatever the listener throws; it is counted, never propagated.
+    fn on_finding(&self, finding: Finding) -> Result<(), ListenerError>;
 }
 
 /// Counters of listener delivery.
@@ -37,6 +51,8 @@ pub struct ListenerStats {
     pub listeners: u32,
     /// Intervals handed to listeners (one per listener per interval).
     pub intervals_delivered: u64,
+    /// Findings handed to listeners (one per listener per finding).
+    pub findings_delivered: u64,
     /// Listener calls that threw or returned an error.
     pub listener_errors: u64,
     /// The message of the last listener failure, if any.
@@ -51,6 +67,7 @@ pub(crate) struct Listeners {
     /// Signalled when a listener is added, so an idle dispatcher starts ticking.
     added: Condvar,
     intervals_delivered: AtomicU64,
+    findings_delivered: AtomicU64,
     listener_errors: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
@@ -78,6 +95,7 @@ impl Listeners {
         ListenerStats {
             listeners: u32::try_from(lock(&self.list).len()).unwrap_or(u32::MAX),
             intervals_delivered: self.intervals_delivered.load(Ordering::Relaxed),
+            findings_delivered: self.findings_delivered.load(Ordering::Relaxed),
             listener_errors: self.listener_errors.load(Ordering::Relaxed),
             last_listener_error: lock(&self.last_error).clone(),
         }
@@ -97,22 +115,30 @@ impl Listeners {
         *lock(&self.last_error) = Some(message);
     }
 
-    /// Calls `f` on every listener; failures and panics are counted, never propagated.
-    fn deliver(&self, f: impl Fn(&dyn SamplerListener) -> Result<(), ListenerError>) {
-        for listener in self.current() {
+    /// Calls `f` on every listener and returns how many were called;
+    /// failures and panics are counted, never propagated.
+    fn deliver(&self, f: impl Fn(&dyn SamplerListener) -> Result<(), ListenerError>) -> u64 {
+        let listeners = self.current();
+        for listener in &listeners {
             match catch_unwind(AssertUnwindSafe(|| f(listener.as_ref()))) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => self.record_failure(e.to_string()),
                 Err(_) => self.record_failure("listener call panicked".to_string()),
             }
         }
+        listeners.len() as u64
     }
 
     /// Hands `interval` to every listener.
     fn deliver_interval(&self, interval: &Interval) {
-        let n = self.current().len() as u64;
-        self.deliver(|l| l.on_interval(interval.clone()));
+        let n = self.deliver(|l| l.on_interval(interval.clone()));
         self.intervals_delivered.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Hands `finding` to every listener.
+    fn deliver_finding(&self, finding: &Finding) {
+        let n = self.deliver(|l| l.on_finding(finding.clone()));
+        self.findings_delivered.fetch_add(n, Ordering::Relaxed);
     }
 }
 
@@ -206,6 +232,7 @@ fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
     let mut last_seq: Option<u64> = None;
     let mut deadline = monotonic_ns();
     let mut retry = RETRY_NS;
+    let mut known = KnownFindings::default();
     while !shared.stop.load(Ordering::Acquire) {
         // Sleep without waking while nobody listens.
         {
@@ -248,6 +275,9 @@ fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
                     .max(monotonic_ns().saturating_add(RETRY_NS));
                 if !listeners.is_empty() {
                     listeners.deliver_interval(&(&iv).into());
+                    for finding in known.update(&core.findings()) {
+                        listeners.deliver_finding(&finding);
+                    }
                 }
             }
             _ => {
@@ -257,5 +287,33 @@ fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
                 retry = retry.saturating_mul(2).min((interval_ns / 4).max(RETRY_NS));
             }
         }
+    }
+}
+
+/// The findings seen after the previous sample, to report only what changed.
+#[derive(Default)]
+struct KnownFindings {
+    /// Severity by (kind, subject label).
+    seen: HashMap<(wakemeter::FindingKind, String), wakemeter::Severity>,
+}
+
+impl KnownFindings {
+    /// Remembers `current` and returns those that are new or more severe.
+    fn update(&mut self, current: &[wakemeter::Finding]) -> Vec<Finding> {
+        let mut fresh = Vec::new();
+        let mut seen = HashMap::with_capacity(current.len());
+        for f in current {
+            let key = (f.kind, f.subject.label());
+            if self
+                .seen
+                .get(&key)
+                .is_none_or(|before| f.severity > *before)
+            {
+                fresh.push(f.into());
+            }
+            seen.insert(key, f.severity);
+        }
+        self.seen = seen;
+        fresh
     }
 }

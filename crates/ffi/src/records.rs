@@ -7,6 +7,8 @@
 
 use serde::Serialize;
 
+use crate::probe::{LoopStats, SleepStats};
+
 /// Where a thread's CPU time came from (see [`wakemeter::CpuTimeSource`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, uniffi::Enum)]
 #[serde(rename_all = "snake_case")]
@@ -381,6 +383,10 @@ pub struct Snapshot {
     pub sampler_cost_ns: u64,
     /// CPU time the sampler spent on all snapshots so far, in nanoseconds.
     pub sampler_cpu_time_ns: u64,
+    /// Every loop probe of the sampler (cumulative counters).
+    pub loops: Vec<LoopStats>,
+    /// Every sleep probe of the sampler (cumulative counters).
+    pub sleeps: Vec<SleepStats>,
     /// What an attached kernel source measured.
     pub kernel: Option<KernelSample>,
     /// What made this snapshot less complete than configured.
@@ -398,6 +404,8 @@ impl From<&wakemeter::Snapshot> for Snapshot {
             switch_split_read: s.switch_split_read,
             sampler_cost_ns: s.sampler_cost_ns,
             sampler_cpu_time_ns: s.sampler_cpu_time_ns,
+            loops: s.loops.iter().map(Into::into).collect(),
+            sleeps: s.sleeps.iter().map(Into::into).collect(),
             kernel: s.kernel.as_ref().map(Into::into),
             warnings: s.warnings.iter().map(Into::into).collect(),
         }
@@ -461,6 +469,8 @@ impl From<&wakemeter::ThreadInterval> for ThreadInterval {
 /// Process-wide rates over an interval (see [`wakemeter::ProcessInterval`]).
 #[derive(Debug, Clone, PartialEq, Serialize, uniffi::Record)]
 pub struct ProcessInterval {
+    /// Process id.
+    pub pid: u32,
     /// Process CPU time used during the interval, in nanoseconds.
     pub cpu_time_ns: u64,
     /// CPU in percent of one core (up to `cpu_count × 100`).
@@ -482,6 +492,7 @@ pub struct ProcessInterval {
 impl From<&wakemeter::ProcessInterval> for ProcessInterval {
     fn from(p: &wakemeter::ProcessInterval) -> Self {
         ProcessInterval {
+            pid: p.pid,
             cpu_time_ns: p.cpu_time_ns,
             cpu_percent: p.cpu_percent,
             rss_bytes: p.rss_bytes,
@@ -490,6 +501,129 @@ impl From<&wakemeter::ProcessInterval> for ProcessInterval {
             thread_count: p.thread_count,
             interrupt_wakeups_per_sec: p.interrupt_wakeups_per_sec,
             platform_idle_wakeups_per_sec: p.platform_idle_wakeups_per_sec,
+        }
+    }
+}
+
+/// One instrumented loop over an interval (see [`wakemeter::LoopInterval`]).
+#[derive(Debug, Clone, PartialEq, Serialize, uniffi::Record)]
+pub struct LoopInterval {
+    /// Probe id.
+    pub id: u64,
+    /// Probe name.
+    pub name: String,
+    /// Thread that last waited, if any.
+    pub tid: Option<u64>,
+    /// Wakeups (returns from the wait) during the interval.
+    pub wakeups: u64,
+    /// Wakeups per second.
+    pub wakeups_per_sec: f64,
+    /// Wakeups that found 0 events.
+    pub idle_wakeups: u64,
+    /// `idle_wakeups / wakeups` (0 to 1).
+    pub idle_wakeup_ratio: f64,
+    /// Wakeups after the full timeout elapsed.
+    pub timed_out_wakeups: u64,
+    /// Wakeups before a finite timeout elapsed.
+    pub early_wakeups: u64,
+    /// Waits with a zero timeout (non-blocking polls).
+    pub zero_timeout_waits: u64,
+    /// `zero_timeout_waits / wakeups` (0 to 1).
+    pub zero_timeout_ratio: f64,
+    /// Ready events reported.
+    pub events: u64,
+    /// `events / wakeups`.
+    pub events_per_wakeup: f64,
+    /// Time inside waits, in nanoseconds.
+    pub wait_ns: u64,
+    /// Time between waits (doing work), in nanoseconds.
+    pub busy_ns: u64,
+    /// Loop utilization, `busy / (busy + wait)` (0 to 1).
+    pub utilization: f64,
+    /// Poll delays of timed-out wakeups, in nanoseconds.
+    pub poll_delay_histogram: Log2Histogram,
+    /// Mean poll delay of timed-out wakeups, in nanoseconds.
+    pub mean_poll_delay_ns: u64,
+    /// 99th percentile poll delay (lower bound of its log2 bucket), in nanoseconds.
+    pub p99_poll_delay_ns: Option<u64>,
+    /// Length of the wait in progress at the end, in nanoseconds.
+    pub current_wait_ns: u64,
+}
+
+impl From<&wakemeter::LoopInterval> for LoopInterval {
+    fn from(l: &wakemeter::LoopInterval) -> Self {
+        LoopInterval {
+            id: l.id,
+            name: l.name.clone(),
+            tid: l.tid,
+            wakeups: l.wakeups,
+            wakeups_per_sec: l.wakeups_per_sec,
+            idle_wakeups: l.idle_wakeups,
+            idle_wakeup_ratio: l.idle_wakeup_ratio,
+            timed_out_wakeups: l.timed_out_wakeups,
+            early_wakeups: l.early_wakeups,
+            zero_timeout_waits: l.zero_timeout_waits,
+            zero_timeout_ratio: l.zero_timeout_ratio,
+            events: l.events,
+            events_per_wakeup: l.events_per_wakeup,
+            wait_ns: l.wait_ns,
+            busy_ns: l.busy_ns,
+            utilization: l.utilization,
+            poll_delay_histogram: (&l.poll_delay_histogram).into(),
+            mean_poll_delay_ns: l.mean_poll_delay_ns,
+            p99_poll_delay_ns: l.p99_poll_delay_ns,
+            current_wait_ns: l.current_wait_ns,
+        }
+    }
+}
+
+/// One instrumented sleep site over an interval (see [`wakemeter::SleepInterval`]).
+#[derive(Debug, Clone, PartialEq, Serialize, uniffi::Record)]
+pub struct SleepInterval {
+    /// Probe id.
+    pub id: u64,
+    /// Probe name.
+    pub name: String,
+    /// Thread that last slept, if any.
+    pub tid: Option<u64>,
+    /// Sleeps completed during the interval.
+    pub calls: u64,
+    /// Sleeps per second.
+    pub sleeps_per_sec: f64,
+    /// Mean requested sleep, in nanoseconds.
+    pub mean_requested_ns: u64,
+    /// Mean actual sleep, in nanoseconds.
+    pub mean_actual_ns: u64,
+    /// Mean oversleep (actual − requested), in nanoseconds.
+    pub mean_oversleep_ns: u64,
+    /// CPU time consumed inside the sleep calls, in nanoseconds.
+    pub cpu_ns: u64,
+    /// `cpu_ns / duration` in percent of one core.
+    pub cpu_percent: f64,
+    /// CPU time per sleep call, in nanoseconds.
+    pub cpu_per_sleep_ns: u64,
+    /// Oversleeps during the interval, in nanoseconds.
+    pub oversleep_histogram: Log2Histogram,
+    /// 99th percentile oversleep (lower bound of its log2 bucket), in nanoseconds.
+    pub p99_oversleep_ns: Option<u64>,
+}
+
+impl From<&wakemeter::SleepInterval> for SleepInterval {
+    fn from(s: &wakemeter::SleepInterval) -> Self {
+        SleepInterval {
+            id: s.id,
+            name: s.name.clone(),
+            tid: s.tid,
+            calls: s.calls,
+            sleeps_per_sec: s.sleeps_per_sec,
+            mean_requested_ns: s.mean_requested_ns,
+            mean_actual_ns: s.mean_actual_ns,
+            mean_oversleep_ns: s.mean_oversleep_ns,
+            cpu_ns: s.cpu_ns,
+            cpu_percent: s.cpu_percent,
+            cpu_per_sleep_ns: s.cpu_per_sleep_ns,
+            oversleep_histogram: (&s.oversleep_histogram).into(),
+            p99_oversleep_ns: s.p99_oversleep_ns,
         }
     }
 }
@@ -511,6 +645,10 @@ pub struct Interval {
     pub threads: Vec<ThreadInterval>,
     /// Threads that exited during the interval.
     pub threads_exited: u32,
+    /// Instrumented loops alive at the end.
+    pub loops: Vec<LoopInterval>,
+    /// Instrumented sleep sites alive at the end.
+    pub sleeps: Vec<SleepInterval>,
     /// CPU time the sampler spent during the interval, in nanoseconds.
     pub sampler_cpu_time_ns: u64,
     /// The sampler's own CPU in percent of one core.
@@ -527,6 +665,8 @@ impl From<&wakemeter::Interval> for Interval {
             process: (&i.process).into(),
             threads: i.threads.iter().map(Into::into).collect(),
             threads_exited: i.threads_exited,
+            loops: i.loops.iter().map(Into::into).collect(),
+            sleeps: i.sleeps.iter().map(Into::into).collect(),
             sampler_cpu_time_ns: i.sampler_cpu_time_ns,
             sampler_cpu_percent: i.sampler_cpu_percent,
         }

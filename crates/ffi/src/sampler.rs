@@ -1,15 +1,18 @@
 //! The exported sampler object and its configuration.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::error::WakemeterError;
+use crate::findings::{Finding, Report, Thresholds};
 use crate::listener::{Dispatcher, ListenerStats, Listeners, SamplerListener};
+use crate::probe::{Alive, LoopProbe, SleepProbe};
 use crate::records::{Interval, SamplerStats, Snapshot, SystemInfo};
 
 /// How a [`Sampler`] is set up. Every field has the core's default, so
 /// `SamplerConfig()` in Kotlin and Swift is the default configuration.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, uniffi::Record)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, uniffi::Record)]
 pub struct SamplerConfig {
     /// Time between background samples, in milliseconds (at least 1).
     #[uniffi(default = 1000)]
@@ -26,6 +29,9 @@ pub struct SamplerConfig {
     /// Name of the background sampling thread (1 to 15 bytes).
     #[uniffi(default = "wakemeter")]
     pub thread_name: String,
+    /// Thresholds of the findings engine.
+    #[uniffi(default)]
+    pub thresholds: Thresholds,
 }
 
 impl Default for SamplerConfig {
@@ -36,6 +42,7 @@ impl Default for SamplerConfig {
             pid: None,
             switch_split_every: 10,
             thread_name: "wakemeter".to_string(),
+            thresholds: Thresholds::default(),
         }
     }
 }
@@ -53,21 +60,8 @@ impl SamplerConfig {
             .with_target(target)
             .with_switch_split_every(self.switch_split_every)
             .with_thread_name(self.thread_name.clone())
+            .with_thresholds((&self.thresholds).into())
     }
-}
-
-/// What [`Sampler::report`] returns: the state of the sampler in one record.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, uniffi::Record)]
-pub struct Report {
-    /// The machine.
-    pub system: SystemInfo,
-    /// The sampler's configuration.
-    pub config: SamplerConfig,
-    /// Counters about the sampler itself.
-    pub stats: SamplerStats,
-    /// The interval over the whole history (oldest to newest snapshot);
-    /// `None` with fewer than two snapshots.
-    pub interval: Option<Interval>,
 }
 
 /// Locks a mutex, recovering from poisoning: nothing behind these locks can
@@ -95,6 +89,8 @@ pub struct Sampler {
     core: Mutex<Option<wakemeter::Sampler>>,
     running: Mutex<Option<Running>>,
     listeners: Arc<Listeners>,
+    /// Cleared on shutdown and release; the probes check it.
+    alive: Alive,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -139,6 +135,7 @@ impl Sampler {
             core: Mutex::new(Some(core)),
             running: Mutex::new(None),
             listeners: Arc::new(Listeners::default()),
+            alive: Arc::new(AtomicBool::new(true)),
         }))
     }
 
@@ -189,6 +186,7 @@ impl Sampler {
     /// Stops sampling, drops every listener and frees the history. Every
     /// later call fails with `Closed`. Calling it again does nothing.
     pub fn shutdown(&self) {
+        self.alive.store(false, Ordering::Release);
         self.stop_running();
         self.listeners.clear();
         lock(&self.core).take();
@@ -254,28 +252,64 @@ impl Sampler {
         Ok((&self.core()?.stats()).into())
     }
 
-    /// The sampler's state in one record: system, config, stats and the
-    /// interval over the whole history.
+    /// A new loop probe whose counters appear in this sampler's snapshots,
+    /// intervals and findings. One probe per loop.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+    pub fn loop_probe(&self, name: String) -> Result<Arc<LoopProbe>, WakemeterError> {
+        let probe = self.core()?.loop_probe(&name)?;
+        Ok(Arc::new(LoopProbe::new(probe, name, self.alive.clone())))
+    }
+
+    /// A new sleep probe whose counters appear in this sampler's snapshots,
+    /// intervals and findings. One probe per sleep site.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+    pub fn sleep_probe(&self, name: String) -> Result<Arc<SleepProbe>, WakemeterError> {
+        let probe = self.core()?.sleep_probe(&name)?;
+        Ok(Arc::new(SleepProbe::new(probe, name, self.alive.clone())))
+    }
+
+    /// Findings over the history with the configured thresholds, most severe first.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`.
+    pub fn findings(&self) -> Result<Vec<Finding>, WakemeterError> {
+        Ok(self.core()?.findings().iter().map(Into::into).collect())
+    }
+
+    /// Findings over the history with other thresholds.
+    ///
+    /// # Errors
+    /// `Closed` after `shutdown()`; `InvalidConfig` when a threshold is out of range.
+    pub fn findings_with(&self, thresholds: Thresholds) -> Result<Vec<Finding>, WakemeterError> {
+        let findings = self.core()?.findings_with(&(&thresholds).into())?;
+        Ok(findings.iter().map(Into::into).collect())
+    }
+
+    /// The thresholds the sampler was built with.
+    pub fn thresholds(&self) -> Thresholds {
+        self.config.thresholds.clone()
+    }
+
+    /// What the sampler measured and concluded: system, sampler stats, the
+    /// interval over the findings window, and the findings.
     ///
     /// # Errors
     /// `Closed` after `shutdown()`.
     pub fn report(&self) -> Result<Report, WakemeterError> {
-        let core = self.core()?;
-        Ok(Report {
-            system: self.system.clone(),
-            config: self.config.clone(),
-            stats: (&core.stats()).into(),
-            interval: core.interval_over(Duration::MAX).as_ref().map(Into::into),
-        })
+        Ok((&self.core()?.report()).into())
     }
 
-    /// [`Sampler::report`] as a JSON object; field names are the Rust
-    /// (snake_case) names, as in every wakemeter JSON.
+    /// [`Sampler::report`] as JSON, exactly as the core serializes it (field
+    /// names are the Rust snake_case names, as in every wakemeter JSON).
     ///
     /// # Errors
     /// `Closed` after `shutdown()`; `Serialization` if encoding fails.
     pub fn report_json(&self) -> Result<String, WakemeterError> {
-        Ok(serde_json::to_string(&self.report()?)?)
+        Ok(serde_json::to_string(&self.core()?.report())?)
     }
 
     /// Registers a listener called after every background sample (on a
@@ -304,6 +338,7 @@ impl Sampler {
 
 impl Drop for Sampler {
     fn drop(&mut self) {
+        self.alive.store(false, Ordering::Release);
         self.stop_running();
     }
 }

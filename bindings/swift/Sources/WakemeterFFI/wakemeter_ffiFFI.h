@@ -250,12 +250,20 @@ typedef void (*UniffiCallbackInterfaceSamplerListenerMethod0)(uint64_t, RustBuff
     );
 
 #endif
+#ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_SAMPLER_LISTENER_METHOD1
+#define UNIFFI_FFIDEF_CALLBACK_INTERFACE_SAMPLER_LISTENER_METHOD1
+typedef void (*UniffiCallbackInterfaceSamplerListenerMethod1)(uint64_t, RustBuffer, void* _Nonnull, 
+        RustCallStatus *_Nonnull uniffiCallStatus
+    );
+
+#endif
 #ifndef UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_SAMPLER_LISTENER
 #define UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_SAMPLER_LISTENER
 typedef struct UniffiVTableCallbackInterfaceSamplerListener {
     UniffiCallbackInterfaceFree _Nonnull uniffiFree;
     UniffiCallbackInterfaceClone _Nonnull uniffiClone;
     UniffiCallbackInterfaceSamplerListenerMethod0 _Nonnull onInterval;
+    UniffiCallbackInterfaceSamplerListenerMethod1 _Nonnull onFinding;
 } UniffiVTableCallbackInterfaceSamplerListener;
 
 #endif
@@ -277,6 +285,86 @@ void uniffi_wakemeter_ffi_fn_init_callback_vtable_samplerlistener(const UniffiVT
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLERLISTENER_ON_INTERVAL
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLERLISTENER_ON_INTERVAL
 void uniffi_wakemeter_ffi_fn_method_samplerlistener_on_interval(uint64_t ptr, RustBuffer interval, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLERLISTENER_ON_FINDING
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLERLISTENER_ON_FINDING
+void uniffi_wakemeter_ffi_fn_method_samplerlistener_on_finding(uint64_t ptr, RustBuffer finding, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_LOOPPROBE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_LOOPPROBE
+uint64_t uniffi_wakemeter_ffi_fn_clone_loopprobe(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FREE_LOOPPROBE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FREE_LOOPPROBE
+void uniffi_wakemeter_ffi_fn_free_loopprobe(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_AFTER_WAIT
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_AFTER_WAIT
+void uniffi_wakemeter_ffi_fn_method_loopprobe_after_wait(uint64_t ptr, uint32_t events, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_BEFORE_WAIT
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_BEFORE_WAIT
+void uniffi_wakemeter_ffi_fn_method_loopprobe_before_wait(uint64_t ptr, int64_t timeout_ns, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_ID
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_ID
+uint64_t uniffi_wakemeter_ffi_fn_method_loopprobe_id(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_NAME
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_NAME
+RustBuffer uniffi_wakemeter_ffi_fn_method_loopprobe_name(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_STATS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_LOOPPROBE_STATS
+RustBuffer uniffi_wakemeter_ffi_fn_method_loopprobe_stats(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_SLEEPPROBE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_SLEEPPROBE
+uint64_t uniffi_wakemeter_ffi_fn_clone_sleepprobe(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FREE_SLEEPPROBE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FREE_SLEEPPROBE
+void uniffi_wakemeter_ffi_fn_free_sleepprobe(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_BEGIN
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_BEGIN
+void uniffi_wakemeter_ffi_fn_method_sleepprobe_begin(uint64_t ptr, uint64_t requested_ns, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_END
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_END
+void uniffi_wakemeter_ffi_fn_method_sleepprobe_end(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_ID
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_ID
+uint64_t uniffi_wakemeter_ffi_fn_method_sleepprobe_id(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_NAME
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_NAME
+RustBuffer uniffi_wakemeter_ffi_fn_method_sleepprobe_name(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_SLEEP
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_SLEEP
+void uniffi_wakemeter_ffi_fn_method_sleepprobe_sleep(uint64_t ptr, uint64_t requested_ns, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_STATS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SLEEPPROBE_STATS
+RustBuffer uniffi_wakemeter_ffi_fn_method_sleepprobe_stats(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_SAMPLER
@@ -302,6 +390,16 @@ uint64_t uniffi_wakemeter_ffi_fn_method_sampler_add_listener(uint64_t ptr, uint6
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_CONFIG
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_CONFIG
 RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_config(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_FINDINGS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_FINDINGS
+RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_findings(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_FINDINGS_WITH
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_FINDINGS_WITH
+RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_findings_with(uint64_t ptr, RustBuffer thresholds, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_INTERVAL_OVER
@@ -334,6 +432,11 @@ RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_latest_interval(uint64_t ptr, 
 RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_listener_stats(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_LOOP_PROBE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_LOOP_PROBE
+uint64_t uniffi_wakemeter_ffi_fn_method_sampler_loop_probe(uint64_t ptr, RustBuffer name, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_REMOVE_LISTENER
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_REMOVE_LISTENER
 int8_t uniffi_wakemeter_ffi_fn_method_sampler_remove_listener(uint64_t ptr, uint64_t id, RustCallStatus *_Nonnull out_status
@@ -359,6 +462,11 @@ RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_sample_now(uint64_t ptr, RustC
 void uniffi_wakemeter_ffi_fn_method_sampler_shutdown(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_SLEEP_PROBE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_SLEEP_PROBE
+uint64_t uniffi_wakemeter_ffi_fn_method_sampler_sleep_probe(uint64_t ptr, RustBuffer name, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_SNAPSHOTS
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_SNAPSHOTS
 RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_snapshots(uint64_t ptr, RustCallStatus *_Nonnull out_status
@@ -382,6 +490,23 @@ void uniffi_wakemeter_ffi_fn_method_sampler_stop(uint64_t ptr, RustCallStatus *_
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_SYSTEM
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_SYSTEM
 RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_system(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_THRESHOLDS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_THRESHOLDS
+RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_thresholds(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_DEFAULT_SAMPLER_CONFIG
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_DEFAULT_SAMPLER_CONFIG
+RustBuffer uniffi_wakemeter_ffi_fn_func_default_sampler_config(RustCallStatus *_Nonnull out_status
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_DEFAULT_THRESHOLDS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_DEFAULT_THRESHOLDS
+RustBuffer uniffi_wakemeter_ffi_fn_func_default_thresholds(RustCallStatus *_Nonnull out_status
+    
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_WAKEMETER_VERSION
@@ -650,6 +775,18 @@ void ffi_wakemeter_ffi_rust_future_free_void(uint64_t handle
 void ffi_wakemeter_ffi_rust_future_complete_void(uint64_t handle, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_DEFAULT_SAMPLER_CONFIG
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_DEFAULT_SAMPLER_CONFIG
+uint16_t uniffi_wakemeter_ffi_checksum_func_default_sampler_config(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_DEFAULT_THRESHOLDS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_DEFAULT_THRESHOLDS
+uint16_t uniffi_wakemeter_ffi_checksum_func_default_thresholds(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_WAKEMETER_VERSION
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_WAKEMETER_VERSION
 uint16_t uniffi_wakemeter_ffi_checksum_func_wakemeter_version(void
@@ -662,6 +799,78 @@ uint16_t uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_interval(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLERLISTENER_ON_FINDING
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLERLISTENER_ON_FINDING
+uint16_t uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_AFTER_WAIT
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_AFTER_WAIT
+uint16_t uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_BEFORE_WAIT
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_BEFORE_WAIT
+uint16_t uniffi_wakemeter_ffi_checksum_method_loopprobe_before_wait(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_ID
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_ID
+uint16_t uniffi_wakemeter_ffi_checksum_method_loopprobe_id(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_NAME
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_NAME
+uint16_t uniffi_wakemeter_ffi_checksum_method_loopprobe_name(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_STATS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_STATS
+uint16_t uniffi_wakemeter_ffi_checksum_method_loopprobe_stats(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_BEGIN
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_BEGIN
+uint16_t uniffi_wakemeter_ffi_checksum_method_sleepprobe_begin(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_END
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_END
+uint16_t uniffi_wakemeter_ffi_checksum_method_sleepprobe_end(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_ID
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_ID
+uint16_t uniffi_wakemeter_ffi_checksum_method_sleepprobe_id(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_NAME
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_NAME
+uint16_t uniffi_wakemeter_ffi_checksum_method_sleepprobe_name(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_SLEEP
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_SLEEP
+uint16_t uniffi_wakemeter_ffi_checksum_method_sleepprobe_sleep(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_STATS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SLEEPPROBE_STATS
+uint16_t uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_ADD_LISTENER
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_ADD_LISTENER
 uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_add_listener(void
@@ -671,6 +880,18 @@ uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_add_listener(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_CONFIG
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_CONFIG
 uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_config(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_FINDINGS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_FINDINGS
+uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_findings(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_FINDINGS_WITH
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_FINDINGS_WITH
+uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_findings_with(void
     
 );
 #endif
@@ -710,6 +931,12 @@ uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_LOOP_PROBE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_LOOP_PROBE
+uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_REMOVE_LISTENER
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_REMOVE_LISTENER
 uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener(void
@@ -740,6 +967,12 @@ uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_shutdown(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_SLEEP_PROBE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_SLEEP_PROBE
+uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_SNAPSHOTS
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_SNAPSHOTS
 uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_snapshots(void
@@ -767,6 +1000,12 @@ uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_stop(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_SYSTEM
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_SYSTEM
 uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_system(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_THRESHOLDS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_THRESHOLDS
+uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_thresholds(void
     
 );
 #endif

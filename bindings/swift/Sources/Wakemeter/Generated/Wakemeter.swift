@@ -606,6 +606,237 @@ fileprivate struct FfiConverterString: FfiConverter {
 
 
 /**
+ * Instruments one event loop: call `before_wait` right before the loop
+ * blocks (poll, epoll_wait, kevent, a park) and `after_wait` right after.
+ *
+ * Created by `Sampler.loop_probe(name)`; its counters appear in every
+ * snapshot of that sampler. Release it (Kotlin `close()`/`use`, Swift
+ * deinit) when the loop ends. Calls fail with `SamplerGone` once the
+ * sampler is shut down or released.
+ */
+public protocol LoopProbeProtocol: AnyObject, Sendable {
+    
+    /**
+     * The wait returned with `events` ready events (0: timed out or woke for nothing).
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    func afterWait(events: UInt32) throws 
+    
+    /**
+     * The loop is about to wait with this timeout, in nanoseconds:
+     * negative = no timeout (block until an event, like `poll(…, -1)`),
+     * 0 = a non-blocking poll.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    func beforeWait(timeoutNs: Int64) throws 
+    
+    /**
+     * The probe's id (matches `LoopStats.id` in snapshots).
+     */
+    func id()  -> UInt64
+    
+    /**
+     * The name the probe was created with.
+     */
+    func name()  -> String
+    
+    /**
+     * The probe's current cumulative counters.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    func stats() throws  -> LoopStats
+    
+}
+/**
+ * Instruments one event loop: call `before_wait` right before the loop
+ * blocks (poll, epoll_wait, kevent, a park) and `after_wait` right after.
+ *
+ * Created by `Sampler.loop_probe(name)`; its counters appear in every
+ * snapshot of that sampler. Release it (Kotlin `close()`/`use`, Swift
+ * deinit) when the loop ends. Calls fail with `SamplerGone` once the
+ * sampler is shut down or released.
+ */
+open class LoopProbe: LoopProbeProtocol, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_wakemeter_ffi_fn_clone_loopprobe(self.handle, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_wakemeter_ffi_fn_free_loopprobe(handle, $0) }
+    }
+
+    
+
+    
+    /**
+     * The wait returned with `events` ready events (0: timed out or woke for nothing).
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+open func afterWait(events: UInt32)throws   {try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_loopprobe_after_wait(
+            self.uniffiCloneHandle(),
+        FfiConverterUInt32.lower(events),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * The loop is about to wait with this timeout, in nanoseconds:
+     * negative = no timeout (block until an event, like `poll(…, -1)`),
+     * 0 = a non-blocking poll.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+open func beforeWait(timeoutNs: Int64)throws   {try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_loopprobe_before_wait(
+            self.uniffiCloneHandle(),
+        FfiConverterInt64.lower(timeoutNs),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * The probe's id (matches `LoopStats.id` in snapshots).
+     */
+open func id() -> UInt64  {
+    return try!  FfiConverterUInt64.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_loopprobe_id(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * The name the probe was created with.
+     */
+open func name() -> String  {
+    return try!  FfiConverterString.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_loopprobe_name(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * The probe's current cumulative counters.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+open func stats()throws  -> LoopStats  {
+    return try  FfiConverterTypeLoopStats_lift(try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_loopprobe_stats(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+
+    
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeLoopProbe: FfiConverter {
+    typealias FfiType = UInt64
+    typealias SwiftType = LoopProbe
+
+    public static func lift(_ handle: UInt64) throws -> LoopProbe {
+        return LoopProbe(unsafeFromHandle: handle)
+    }
+
+    public static func lower(_ value: LoopProbe) -> UInt64 {
+        return value.uniffiCloneHandle()
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> LoopProbe {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: LoopProbe, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLoopProbe_lift(_ handle: UInt64) throws -> LoopProbe {
+    return try FfiConverterTypeLoopProbe.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLoopProbe_lower(_ value: LoopProbe) -> UInt64 {
+    return FfiConverterTypeLoopProbe.lower(value)
+}
+
+
+
+
+
+
+/**
  * Samples this process's (or another process's) threads.
  *
  * Safe to use from any thread. `start()` samples in the background until
@@ -630,6 +861,22 @@ public protocol SamplerProtocol: AnyObject, Sendable {
      * The configuration the sampler was built with.
      */
     func config()  -> SamplerConfig
+    
+    /**
+     * Findings over the history with the configured thresholds, most severe first.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`.
+     */
+    func findings() throws  -> [Finding]
+    
+    /**
+     * Findings over the history with other thresholds.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when a threshold is out of range.
+     */
+    func findingsWith(thresholds: Thresholds) throws  -> [Finding]
     
     /**
      * The interval from the oldest snapshot within `window_ms` of the newest
@@ -673,14 +920,23 @@ public protocol SamplerProtocol: AnyObject, Sendable {
     func listenerStats()  -> ListenerStats
     
     /**
+     * A new loop probe whose counters appear in this sampler's snapshots,
+     * intervals and findings. One probe per loop.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+     */
+    func loopProbe(name: String) throws  -> LoopProbe
+    
+    /**
      * Unregisters a listener; `false` if the id was not registered. The
      * listener may still receive a call already in progress.
      */
     func removeListener(id: UInt64)  -> Bool
     
     /**
-     * The sampler's state in one record: system, config, stats and the
-     * interval over the whole history.
+     * What the sampler measured and concluded: system, sampler stats, the
+     * interval over the findings window, and the findings.
      *
      * # Errors
      * `Closed` after `shutdown()`.
@@ -688,8 +944,8 @@ public protocol SamplerProtocol: AnyObject, Sendable {
     func report() throws  -> Report
     
     /**
-     * [`Sampler::report`] as a JSON object; field names are the Rust
-     * (snake_case) names, as in every wakemeter JSON.
+     * [`Sampler::report`] as JSON, exactly as the core serializes it (field
+     * names are the Rust snake_case names, as in every wakemeter JSON).
      *
      * # Errors
      * `Closed` after `shutdown()`; `Serialization` if encoding fails.
@@ -710,6 +966,15 @@ public protocol SamplerProtocol: AnyObject, Sendable {
      * later call fails with `Closed`. Calling it again does nothing.
      */
     func shutdown() 
+    
+    /**
+     * A new sleep probe whose counters appear in this sampler's snapshots,
+     * intervals and findings. One probe per sleep site.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+     */
+    func sleepProbe(name: String) throws  -> SleepProbe
     
     /**
      * Every snapshot in history, oldest first.
@@ -750,6 +1015,11 @@ public protocol SamplerProtocol: AnyObject, Sendable {
      * Facts about the machine, read once when the sampler was built.
      */
     func system()  -> SystemInfo
+    
+    /**
+     * The thresholds the sampler was built with.
+     */
+    func thresholds()  -> Thresholds
     
 }
 /**
@@ -862,6 +1132,37 @@ open func config() -> SamplerConfig  {
 }
     
     /**
+     * Findings over the history with the configured thresholds, most severe first.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`.
+     */
+open func findings()throws  -> [Finding]  {
+    return try  FfiConverterSequenceTypeFinding.lift(try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sampler_findings(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Findings over the history with other thresholds.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when a threshold is out of range.
+     */
+open func findingsWith(thresholds: Thresholds)throws  -> [Finding]  {
+    return try  FfiConverterSequenceTypeFinding.lift(try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sampler_findings_with(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeThresholds_lower(thresholds),uniffiCallStatus
+    )
+})
+}
+    
+    /**
      * The interval from the oldest snapshot within `window_ms` of the newest
      * one to the newest one (at least the last two snapshots); `None` with
      * fewer than two snapshots.
@@ -946,6 +1247,23 @@ open func listenerStats() -> ListenerStats  {
 }
     
     /**
+     * A new loop probe whose counters appear in this sampler's snapshots,
+     * intervals and findings. One probe per loop.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+     */
+open func loopProbe(name: String)throws  -> LoopProbe  {
+    return try  FfiConverterTypeLoopProbe_lift(try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sampler_loop_probe(
+            self.uniffiCloneHandle(),
+        FfiConverterString.lower(name),uniffiCallStatus
+    )
+})
+}
+    
+    /**
      * Unregisters a listener; `false` if the id was not registered. The
      * listener may still receive a call already in progress.
      */
@@ -960,8 +1278,8 @@ open func removeListener(id: UInt64) -> Bool  {
 }
     
     /**
-     * The sampler's state in one record: system, config, stats and the
-     * interval over the whole history.
+     * What the sampler measured and concluded: system, sampler stats, the
+     * interval over the findings window, and the findings.
      *
      * # Errors
      * `Closed` after `shutdown()`.
@@ -976,8 +1294,8 @@ open func report()throws  -> Report  {
 }
     
     /**
-     * [`Sampler::report`] as a JSON object; field names are the Rust
-     * (snake_case) names, as in every wakemeter JSON.
+     * [`Sampler::report`] as JSON, exactly as the core serializes it (field
+     * names are the Rust snake_case names, as in every wakemeter JSON).
      *
      * # Errors
      * `Closed` after `shutdown()`; `Serialization` if encoding fails.
@@ -1017,6 +1335,23 @@ open func shutdown()  {try! rustCall() {
             self.uniffiCloneHandle(),uniffiCallStatus
     )
 }
+}
+    
+    /**
+     * A new sleep probe whose counters appear in this sampler's snapshots,
+     * intervals and findings. One probe per sleep site.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+     */
+open func sleepProbe(name: String)throws  -> SleepProbe  {
+    return try  FfiConverterTypeSleepProbe_lift(try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sampler_sleep_probe(
+            self.uniffiCloneHandle(),
+        FfiConverterString.lower(name),uniffiCallStatus
+    )
+})
 }
     
     /**
@@ -1092,6 +1427,18 @@ open func system() -> SystemInfo  {
 })
 }
     
+    /**
+     * The thresholds the sampler was built with.
+     */
+open func thresholds() -> Thresholds  {
+    return try!  FfiConverterTypeThresholds_lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sampler_thresholds(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
 
     
 }
@@ -1158,6 +1505,15 @@ public protocol SamplerListener: AnyObject, Sendable {
      * Whatever the listener throws; it is counted, never propagated.
      */
     func onInterval(interval: Interval) throws 
+    
+    /**
+     * Called when a finding appears, or comes back more severe, after a
+     * background sample (at most once per finding and sample).
+     *
+     * # Errors
+     * Whatever the listener throws; it is counted, never propagated.
+     */
+    func onFinding(finding: Finding) throws 
     
 }
 /**
@@ -1235,6 +1591,22 @@ open func onInterval(interval: Interval)throws   {try rustCallWithError(FfiConve
 }
 }
     
+    /**
+     * Called when a finding appears, or comes back more severe, after a
+     * background sample (at most once per finding and sample).
+     *
+     * # Errors
+     * Whatever the listener throws; it is counted, never propagated.
+     */
+open func onFinding(finding: Finding)throws   {try rustCallWithError(FfiConverterTypeListenerError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_samplerlistener_on_finding(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeFinding_lower(finding),uniffiCallStatus
+    )
+}
+}
+    
 
     
 }
@@ -1276,6 +1648,31 @@ fileprivate struct UniffiCallbackInterfaceSamplerListener {
                 }
                 return try uniffiObj.onInterval(
                      interval: try FfiConverterTypeInterval_lift(interval)
+                )
+            }
+
+            
+            let writeReturn = { () }
+            uniffiTraitInterfaceCallWithError(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn,
+                lowerError: FfiConverterTypeListenerError_lower
+            )
+        },
+        onFinding: { (
+            uniffiHandle: UInt64,
+            finding: RustBuffer,
+            uniffiOutReturn: UnsafeMutableRawPointer,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> () in
+                guard let uniffiObj = try? FfiConverterTypeSamplerListener.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return try uniffiObj.onFinding(
+                     finding: try FfiConverterTypeFinding_lift(finding)
                 )
             }
 
@@ -1365,6 +1762,451 @@ public func FfiConverterTypeSamplerListener_lower(_ value: SamplerListener) -> U
 
 
 
+
+
+/**
+ * Instruments a sleep-and-check loop: `sleep(ns)` sleeps and records, or
+ * wrap your own sleep in `begin(ns)` / `end()`.
+ *
+ * Created by `Sampler.sleep_probe(name)`. Calls fail with `SamplerGone`
+ * once the sampler is shut down or released.
+ */
+public protocol SleepProbeProtocol: AnyObject, Sendable {
+    
+    /**
+     * A sleep of `requested_ns` nanoseconds is about to start.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    func begin(requestedNs: UInt64) throws 
+    
+    /**
+     * The sleep started by `begin` returned.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    func end() throws 
+    
+    /**
+     * The probe's id (matches `SleepStats.id` in snapshots).
+     */
+    func id()  -> UInt64
+    
+    /**
+     * The name the probe was created with.
+     */
+    func name()  -> String
+    
+    /**
+     * Sleeps the calling thread for `requested_ns` nanoseconds (with the
+     * standard library's sleep) and records it.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    func sleep(requestedNs: UInt64) throws 
+    
+    /**
+     * The probe's current cumulative counters.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    func stats() throws  -> SleepStats
+    
+}
+/**
+ * Instruments a sleep-and-check loop: `sleep(ns)` sleeps and records, or
+ * wrap your own sleep in `begin(ns)` / `end()`.
+ *
+ * Created by `Sampler.sleep_probe(name)`. Calls fail with `SamplerGone`
+ * once the sampler is shut down or released.
+ */
+open class SleepProbe: SleepProbeProtocol, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_wakemeter_ffi_fn_clone_sleepprobe(self.handle, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_wakemeter_ffi_fn_free_sleepprobe(handle, $0) }
+    }
+
+    
+
+    
+    /**
+     * A sleep of `requested_ns` nanoseconds is about to start.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+open func begin(requestedNs: UInt64)throws   {try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sleepprobe_begin(
+            self.uniffiCloneHandle(),
+        FfiConverterUInt64.lower(requestedNs),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * The sleep started by `begin` returned.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+open func end()throws   {try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sleepprobe_end(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * The probe's id (matches `SleepStats.id` in snapshots).
+     */
+open func id() -> UInt64  {
+    return try!  FfiConverterUInt64.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sleepprobe_id(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * The name the probe was created with.
+     */
+open func name() -> String  {
+    return try!  FfiConverterString.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sleepprobe_name(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Sleeps the calling thread for `requested_ns` nanoseconds (with the
+     * standard library's sleep) and records it.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+open func sleep(requestedNs: UInt64)throws   {try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sleepprobe_sleep(
+            self.uniffiCloneHandle(),
+        FfiConverterUInt64.lower(requestedNs),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * The probe's current cumulative counters.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+open func stats()throws  -> SleepStats  {
+    return try  FfiConverterTypeSleepStats_lift(try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sleepprobe_stats(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+
+    
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSleepProbe: FfiConverter {
+    typealias FfiType = UInt64
+    typealias SwiftType = SleepProbe
+
+    public static func lift(_ handle: UInt64) throws -> SleepProbe {
+        return SleepProbe(unsafeFromHandle: handle)
+    }
+
+    public static func lower(_ value: SleepProbe) -> UInt64 {
+        return value.uniffiCloneHandle()
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SleepProbe {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: SleepProbe, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSleepProbe_lift(_ handle: UInt64) throws -> SleepProbe {
+    return try FfiConverterTypeSleepProbe.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSleepProbe_lower(_ value: SleepProbe) -> UInt64 {
+    return FfiConverterTypeSleepProbe.lower(value)
+}
+
+
+
+
+/**
+ * One number behind a finding (see [`wakemeter::Evidence`]).
+ */
+public struct Evidence: Equatable, Hashable {
+    /**
+     * What was measured, e.g. "wakeups_per_sec".
+     */
+    public let name: String
+    /**
+     * The value.
+     */
+    public let value: Double
+    /**
+     * Its unit, e.g. "1/s", "%", "ns", "bytes", "ratio".
+     */
+    public let unit: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * What was measured, e.g. "wakeups_per_sec".
+         */name: String, 
+        /**
+         * The value.
+         */value: Double, 
+        /**
+         * Its unit, e.g. "1/s", "%", "ns", "bytes", "ratio".
+         */unit: String) {
+        self.name = name
+        self.value = value
+        self.unit = unit
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension Evidence: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeEvidence: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Evidence {
+        return
+            try Evidence(
+                name: FfiConverterString.read(from: &buf), 
+                value: FfiConverterDouble.read(from: &buf), 
+                unit: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: Evidence, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterDouble.write(value.value, into: &buf)
+        FfiConverterString.write(value.unit, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeEvidence_lift(_ buf: RustBuffer) throws -> Evidence {
+    return try FfiConverterTypeEvidence.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeEvidence_lower(_ value: Evidence) -> RustBuffer {
+    return FfiConverterTypeEvidence.lower(value)
+}
+
+
+/**
+ * A diagnosis in plain words, with the numbers behind it (see [`wakemeter::Finding`]).
+ */
+public struct Finding: Equatable, Hashable {
+    /**
+     * What kind of waste.
+     */
+    public let kind: FindingKind
+    /**
+     * How urgent.
+     */
+    public let severity: Severity
+    /**
+     * Who.
+     */
+    public let subject: Subject
+    /**
+     * One line a developer acts on.
+     */
+    public let summary: String
+    /**
+     * The numbers the summary rests on.
+     */
+    public let evidence: [Evidence]
+    /**
+     * What to do about it.
+     */
+    public let advice: String
+    /**
+     * Length of the window the finding looked at, in nanoseconds.
+     */
+    public let windowNs: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * What kind of waste.
+         */kind: FindingKind, 
+        /**
+         * How urgent.
+         */severity: Severity, 
+        /**
+         * Who.
+         */subject: Subject, 
+        /**
+         * One line a developer acts on.
+         */summary: String, 
+        /**
+         * The numbers the summary rests on.
+         */evidence: [Evidence], 
+        /**
+         * What to do about it.
+         */advice: String, 
+        /**
+         * Length of the window the finding looked at, in nanoseconds.
+         */windowNs: UInt64) {
+        self.kind = kind
+        self.severity = severity
+        self.subject = subject
+        self.summary = summary
+        self.evidence = evidence
+        self.advice = advice
+        self.windowNs = windowNs
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension Finding: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeFinding: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Finding {
+        return
+            try Finding(
+                kind: FfiConverterTypeFindingKind.read(from: &buf), 
+                severity: FfiConverterTypeSeverity.read(from: &buf), 
+                subject: FfiConverterTypeSubject.read(from: &buf), 
+                summary: FfiConverterString.read(from: &buf), 
+                evidence: FfiConverterSequenceTypeEvidence.read(from: &buf), 
+                advice: FfiConverterString.read(from: &buf), 
+                windowNs: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: Finding, into buf: inout [UInt8]) {
+        FfiConverterTypeFindingKind.write(value.kind, into: &buf)
+        FfiConverterTypeSeverity.write(value.severity, into: &buf)
+        FfiConverterTypeSubject.write(value.subject, into: &buf)
+        FfiConverterString.write(value.summary, into: &buf)
+        FfiConverterSequenceTypeEvidence.write(value.evidence, into: &buf)
+        FfiConverterString.write(value.advice, into: &buf)
+        FfiConverterUInt64.write(value.windowNs, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFinding_lift(_ buf: RustBuffer) throws -> Finding {
+    return try FfiConverterTypeFinding.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFinding_lower(_ value: Finding) -> RustBuffer {
+    return FfiConverterTypeFinding.lower(value)
+}
+
+
 /**
  * The difference of two snapshots, with rates (see [`wakemeter::Interval`]).
  */
@@ -1397,6 +2239,14 @@ public struct Interval: Equatable, Hashable {
      * Threads that exited during the interval.
      */
     public let threadsExited: UInt32
+    /**
+     * Instrumented loops alive at the end.
+     */
+    public let loops: [LoopInterval]
+    /**
+     * Instrumented sleep sites alive at the end.
+     */
+    public let sleeps: [SleepInterval]
     /**
      * CPU time the sampler spent during the interval, in nanoseconds.
      */
@@ -1431,6 +2281,12 @@ public struct Interval: Equatable, Hashable {
          * Threads that exited during the interval.
          */threadsExited: UInt32, 
         /**
+         * Instrumented loops alive at the end.
+         */loops: [LoopInterval], 
+        /**
+         * Instrumented sleep sites alive at the end.
+         */sleeps: [SleepInterval], 
+        /**
          * CPU time the sampler spent during the interval, in nanoseconds.
          */samplerCpuTimeNs: UInt64, 
         /**
@@ -1443,6 +2299,8 @@ public struct Interval: Equatable, Hashable {
         self.process = process
         self.threads = threads
         self.threadsExited = threadsExited
+        self.loops = loops
+        self.sleeps = sleeps
         self.samplerCpuTimeNs = samplerCpuTimeNs
         self.samplerCpuPercent = samplerCpuPercent
     }
@@ -1470,6 +2328,8 @@ public struct FfiConverterTypeInterval: FfiConverterRustBuffer {
                 process: FfiConverterTypeProcessInterval.read(from: &buf), 
                 threads: FfiConverterSequenceTypeThreadInterval.read(from: &buf), 
                 threadsExited: FfiConverterUInt32.read(from: &buf), 
+                loops: FfiConverterSequenceTypeLoopInterval.read(from: &buf), 
+                sleeps: FfiConverterSequenceTypeSleepInterval.read(from: &buf), 
                 samplerCpuTimeNs: FfiConverterUInt64.read(from: &buf), 
                 samplerCpuPercent: FfiConverterDouble.read(from: &buf)
         )
@@ -1483,6 +2343,8 @@ public struct FfiConverterTypeInterval: FfiConverterRustBuffer {
         FfiConverterTypeProcessInterval.write(value.process, into: &buf)
         FfiConverterSequenceTypeThreadInterval.write(value.threads, into: &buf)
         FfiConverterUInt32.write(value.threadsExited, into: &buf)
+        FfiConverterSequenceTypeLoopInterval.write(value.loops, into: &buf)
+        FfiConverterSequenceTypeSleepInterval.write(value.sleeps, into: &buf)
         FfiConverterUInt64.write(value.samplerCpuTimeNs, into: &buf)
         FfiConverterDouble.write(value.samplerCpuPercent, into: &buf)
     }
@@ -1775,6 +2637,10 @@ public struct ListenerStats: Equatable, Hashable {
      */
     public let intervalsDelivered: UInt64
     /**
+     * Findings handed to listeners (one per listener per finding).
+     */
+    public let findingsDelivered: UInt64
+    /**
      * Listener calls that threw or returned an error.
      */
     public let listenerErrors: UInt64
@@ -1793,6 +2659,9 @@ public struct ListenerStats: Equatable, Hashable {
          * Intervals handed to listeners (one per listener per interval).
          */intervalsDelivered: UInt64, 
         /**
+         * Findings handed to listeners (one per listener per finding).
+         */findingsDelivered: UInt64, 
+        /**
          * Listener calls that threw or returned an error.
          */listenerErrors: UInt64, 
         /**
@@ -1800,6 +2669,7 @@ public struct ListenerStats: Equatable, Hashable {
          */lastListenerError: String?) {
         self.listeners = listeners
         self.intervalsDelivered = intervalsDelivered
+        self.findingsDelivered = findingsDelivered
         self.listenerErrors = listenerErrors
         self.lastListenerError = lastListenerError
     }
@@ -1822,6 +2692,7 @@ public struct FfiConverterTypeListenerStats: FfiConverterRustBuffer {
             try ListenerStats(
                 listeners: FfiConverterUInt32.read(from: &buf), 
                 intervalsDelivered: FfiConverterUInt64.read(from: &buf), 
+                findingsDelivered: FfiConverterUInt64.read(from: &buf), 
                 listenerErrors: FfiConverterUInt64.read(from: &buf), 
                 lastListenerError: FfiConverterOptionString.read(from: &buf)
         )
@@ -1830,6 +2701,7 @@ public struct FfiConverterTypeListenerStats: FfiConverterRustBuffer {
     public static func write(_ value: ListenerStats, into buf: inout [UInt8]) {
         FfiConverterUInt32.write(value.listeners, into: &buf)
         FfiConverterUInt64.write(value.intervalsDelivered, into: &buf)
+        FfiConverterUInt64.write(value.findingsDelivered, into: &buf)
         FfiConverterUInt64.write(value.listenerErrors, into: &buf)
         FfiConverterOptionString.write(value.lastListenerError, into: &buf)
     }
@@ -1908,6 +2780,454 @@ public func FfiConverterTypeLog2Histogram_lift(_ buf: RustBuffer) throws -> Log2
 #endif
 public func FfiConverterTypeLog2Histogram_lower(_ value: Log2Histogram) -> RustBuffer {
     return FfiConverterTypeLog2Histogram.lower(value)
+}
+
+
+/**
+ * One instrumented loop over an interval (see [`wakemeter::LoopInterval`]).
+ */
+public struct LoopInterval: Equatable, Hashable {
+    /**
+     * Probe id.
+     */
+    public let id: UInt64
+    /**
+     * Probe name.
+     */
+    public let name: String
+    /**
+     * Thread that last waited, if any.
+     */
+    public let tid: UInt64?
+    /**
+     * Wakeups (returns from the wait) during the interval.
+     */
+    public let wakeups: UInt64
+    /**
+     * Wakeups per second.
+     */
+    public let wakeupsPerSec: Double
+    /**
+     * Wakeups that found 0 events.
+     */
+    public let idleWakeups: UInt64
+    /**
+     * `idle_wakeups / wakeups` (0 to 1).
+     */
+    public let idleWakeupRatio: Double
+    /**
+     * Wakeups after the full timeout elapsed.
+     */
+    public let timedOutWakeups: UInt64
+    /**
+     * Wakeups before a finite timeout elapsed.
+     */
+    public let earlyWakeups: UInt64
+    /**
+     * Waits with a zero timeout (non-blocking polls).
+     */
+    public let zeroTimeoutWaits: UInt64
+    /**
+     * `zero_timeout_waits / wakeups` (0 to 1).
+     */
+    public let zeroTimeoutRatio: Double
+    /**
+     * Ready events reported.
+     */
+    public let events: UInt64
+    /**
+     * `events / wakeups`.
+     */
+    public let eventsPerWakeup: Double
+    /**
+     * Time inside waits, in nanoseconds.
+     */
+    public let waitNs: UInt64
+    /**
+     * Time between waits (doing work), in nanoseconds.
+     */
+    public let busyNs: UInt64
+    /**
+     * Loop utilization, `busy / (busy + wait)` (0 to 1).
+     */
+    public let utilization: Double
+    /**
+     * Poll delays of timed-out wakeups, in nanoseconds.
+     */
+    public let pollDelayHistogram: Log2Histogram
+    /**
+     * Mean poll delay of timed-out wakeups, in nanoseconds.
+     */
+    public let meanPollDelayNs: UInt64
+    /**
+     * 99th percentile poll delay (lower bound of its log2 bucket), in nanoseconds.
+     */
+    public let p99PollDelayNs: UInt64?
+    /**
+     * Length of the wait in progress at the end, in nanoseconds.
+     */
+    public let currentWaitNs: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Probe id.
+         */id: UInt64, 
+        /**
+         * Probe name.
+         */name: String, 
+        /**
+         * Thread that last waited, if any.
+         */tid: UInt64?, 
+        /**
+         * Wakeups (returns from the wait) during the interval.
+         */wakeups: UInt64, 
+        /**
+         * Wakeups per second.
+         */wakeupsPerSec: Double, 
+        /**
+         * Wakeups that found 0 events.
+         */idleWakeups: UInt64, 
+        /**
+         * `idle_wakeups / wakeups` (0 to 1).
+         */idleWakeupRatio: Double, 
+        /**
+         * Wakeups after the full timeout elapsed.
+         */timedOutWakeups: UInt64, 
+        /**
+         * Wakeups before a finite timeout elapsed.
+         */earlyWakeups: UInt64, 
+        /**
+         * Waits with a zero timeout (non-blocking polls).
+         */zeroTimeoutWaits: UInt64, 
+        /**
+         * `zero_timeout_waits / wakeups` (0 to 1).
+         */zeroTimeoutRatio: Double, 
+        /**
+         * Ready events reported.
+         */events: UInt64, 
+        /**
+         * `events / wakeups`.
+         */eventsPerWakeup: Double, 
+        /**
+         * Time inside waits, in nanoseconds.
+         */waitNs: UInt64, 
+        /**
+         * Time between waits (doing work), in nanoseconds.
+         */busyNs: UInt64, 
+        /**
+         * Loop utilization, `busy / (busy + wait)` (0 to 1).
+         */utilization: Double, 
+        /**
+         * Poll delays of timed-out wakeups, in nanoseconds.
+         */pollDelayHistogram: Log2Histogram, 
+        /**
+         * Mean poll delay of timed-out wakeups, in nanoseconds.
+         */meanPollDelayNs: UInt64, 
+        /**
+         * 99th percentile poll delay (lower bound of its log2 bucket), in nanoseconds.
+         */p99PollDelayNs: UInt64?, 
+        /**
+         * Length of the wait in progress at the end, in nanoseconds.
+         */currentWaitNs: UInt64) {
+        self.id = id
+        self.name = name
+        self.tid = tid
+        self.wakeups = wakeups
+        self.wakeupsPerSec = wakeupsPerSec
+        self.idleWakeups = idleWakeups
+        self.idleWakeupRatio = idleWakeupRatio
+        self.timedOutWakeups = timedOutWakeups
+        self.earlyWakeups = earlyWakeups
+        self.zeroTimeoutWaits = zeroTimeoutWaits
+        self.zeroTimeoutRatio = zeroTimeoutRatio
+        self.events = events
+        self.eventsPerWakeup = eventsPerWakeup
+        self.waitNs = waitNs
+        self.busyNs = busyNs
+        self.utilization = utilization
+        self.pollDelayHistogram = pollDelayHistogram
+        self.meanPollDelayNs = meanPollDelayNs
+        self.p99PollDelayNs = p99PollDelayNs
+        self.currentWaitNs = currentWaitNs
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension LoopInterval: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeLoopInterval: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> LoopInterval {
+        return
+            try LoopInterval(
+                id: FfiConverterUInt64.read(from: &buf), 
+                name: FfiConverterString.read(from: &buf), 
+                tid: FfiConverterOptionUInt64.read(from: &buf), 
+                wakeups: FfiConverterUInt64.read(from: &buf), 
+                wakeupsPerSec: FfiConverterDouble.read(from: &buf), 
+                idleWakeups: FfiConverterUInt64.read(from: &buf), 
+                idleWakeupRatio: FfiConverterDouble.read(from: &buf), 
+                timedOutWakeups: FfiConverterUInt64.read(from: &buf), 
+                earlyWakeups: FfiConverterUInt64.read(from: &buf), 
+                zeroTimeoutWaits: FfiConverterUInt64.read(from: &buf), 
+                zeroTimeoutRatio: FfiConverterDouble.read(from: &buf), 
+                events: FfiConverterUInt64.read(from: &buf), 
+                eventsPerWakeup: FfiConverterDouble.read(from: &buf), 
+                waitNs: FfiConverterUInt64.read(from: &buf), 
+                busyNs: FfiConverterUInt64.read(from: &buf), 
+                utilization: FfiConverterDouble.read(from: &buf), 
+                pollDelayHistogram: FfiConverterTypeLog2Histogram.read(from: &buf), 
+                meanPollDelayNs: FfiConverterUInt64.read(from: &buf), 
+                p99PollDelayNs: FfiConverterOptionUInt64.read(from: &buf), 
+                currentWaitNs: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: LoopInterval, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.id, into: &buf)
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterOptionUInt64.write(value.tid, into: &buf)
+        FfiConverterUInt64.write(value.wakeups, into: &buf)
+        FfiConverterDouble.write(value.wakeupsPerSec, into: &buf)
+        FfiConverterUInt64.write(value.idleWakeups, into: &buf)
+        FfiConverterDouble.write(value.idleWakeupRatio, into: &buf)
+        FfiConverterUInt64.write(value.timedOutWakeups, into: &buf)
+        FfiConverterUInt64.write(value.earlyWakeups, into: &buf)
+        FfiConverterUInt64.write(value.zeroTimeoutWaits, into: &buf)
+        FfiConverterDouble.write(value.zeroTimeoutRatio, into: &buf)
+        FfiConverterUInt64.write(value.events, into: &buf)
+        FfiConverterDouble.write(value.eventsPerWakeup, into: &buf)
+        FfiConverterUInt64.write(value.waitNs, into: &buf)
+        FfiConverterUInt64.write(value.busyNs, into: &buf)
+        FfiConverterDouble.write(value.utilization, into: &buf)
+        FfiConverterTypeLog2Histogram.write(value.pollDelayHistogram, into: &buf)
+        FfiConverterUInt64.write(value.meanPollDelayNs, into: &buf)
+        FfiConverterOptionUInt64.write(value.p99PollDelayNs, into: &buf)
+        FfiConverterUInt64.write(value.currentWaitNs, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLoopInterval_lift(_ buf: RustBuffer) throws -> LoopInterval {
+    return try FfiConverterTypeLoopInterval.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLoopInterval_lower(_ value: LoopInterval) -> RustBuffer {
+    return FfiConverterTypeLoopInterval.lower(value)
+}
+
+
+/**
+ * Cumulative counters of one instrumented loop (see [`wakemeter::LoopStats`]).
+ */
+public struct LoopStats: Equatable, Hashable {
+    /**
+     * Probe id, unique within its sampler.
+     */
+    public let id: UInt64
+    /**
+     * Name given when the probe was created.
+     */
+    public let name: String
+    /**
+     * OS id of the thread that last waited; `None` before the first wait.
+     */
+    public let tid: UInt64?
+    /**
+     * Returns from the wait.
+     */
+    public let totalWakeups: UInt64
+    /**
+     * Wakeups that reported 0 ready events.
+     */
+    public let totalIdleWakeups: UInt64
+    /**
+     * Wakeups after a finite timeout fully elapsed.
+     */
+    public let totalTimedOutWakeups: UInt64
+    /**
+     * Wakeups before a finite timeout elapsed.
+     */
+    public let totalEarlyWakeups: UInt64
+    /**
+     * Waits with a zero timeout (busy polling).
+     */
+    public let totalZeroTimeoutWaits: UInt64
+    /**
+     * Sum of ready-event counts.
+     */
+    public let totalEvents: UInt64
+    /**
+     * Time inside waits, in nanoseconds.
+     */
+    public let totalWaitNs: UInt64
+    /**
+     * Time between waits (the loop working), in nanoseconds.
+     */
+    public let totalBusyNs: UInt64
+    /**
+     * Sum of how late timed-out waits returned, in nanoseconds.
+     */
+    public let totalPollDelayNs: UInt64
+    /**
+     * Poll delay of each timed-out wakeup, in nanoseconds.
+     */
+    public let pollDelayHistogram: Log2Histogram
+    /**
+     * Calls out of order (ignored and counted).
+     */
+    public let totalUnmatchedCalls: UInt64
+    /**
+     * Length of the wait in progress, in nanoseconds (0 when not waiting).
+     */
+    public let currentWaitNs: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Probe id, unique within its sampler.
+         */id: UInt64, 
+        /**
+         * Name given when the probe was created.
+         */name: String, 
+        /**
+         * OS id of the thread that last waited; `None` before the first wait.
+         */tid: UInt64?, 
+        /**
+         * Returns from the wait.
+         */totalWakeups: UInt64, 
+        /**
+         * Wakeups that reported 0 ready events.
+         */totalIdleWakeups: UInt64, 
+        /**
+         * Wakeups after a finite timeout fully elapsed.
+         */totalTimedOutWakeups: UInt64, 
+        /**
+         * Wakeups before a finite timeout elapsed.
+         */totalEarlyWakeups: UInt64, 
+        /**
+         * Waits with a zero timeout (busy polling).
+         */totalZeroTimeoutWaits: UInt64, 
+        /**
+         * Sum of ready-event counts.
+         */totalEvents: UInt64, 
+        /**
+         * Time inside waits, in nanoseconds.
+         */totalWaitNs: UInt64, 
+        /**
+         * Time between waits (the loop working), in nanoseconds.
+         */totalBusyNs: UInt64, 
+        /**
+         * Sum of how late timed-out waits returned, in nanoseconds.
+         */totalPollDelayNs: UInt64, 
+        /**
+         * Poll delay of each timed-out wakeup, in nanoseconds.
+         */pollDelayHistogram: Log2Histogram, 
+        /**
+         * Calls out of order (ignored and counted).
+         */totalUnmatchedCalls: UInt64, 
+        /**
+         * Length of the wait in progress, in nanoseconds (0 when not waiting).
+         */currentWaitNs: UInt64) {
+        self.id = id
+        self.name = name
+        self.tid = tid
+        self.totalWakeups = totalWakeups
+        self.totalIdleWakeups = totalIdleWakeups
+        self.totalTimedOutWakeups = totalTimedOutWakeups
+        self.totalEarlyWakeups = totalEarlyWakeups
+        self.totalZeroTimeoutWaits = totalZeroTimeoutWaits
+        self.totalEvents = totalEvents
+        self.totalWaitNs = totalWaitNs
+        self.totalBusyNs = totalBusyNs
+        self.totalPollDelayNs = totalPollDelayNs
+        self.pollDelayHistogram = pollDelayHistogram
+        self.totalUnmatchedCalls = totalUnmatchedCalls
+        self.currentWaitNs = currentWaitNs
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension LoopStats: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeLoopStats: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> LoopStats {
+        return
+            try LoopStats(
+                id: FfiConverterUInt64.read(from: &buf), 
+                name: FfiConverterString.read(from: &buf), 
+                tid: FfiConverterOptionUInt64.read(from: &buf), 
+                totalWakeups: FfiConverterUInt64.read(from: &buf), 
+                totalIdleWakeups: FfiConverterUInt64.read(from: &buf), 
+                totalTimedOutWakeups: FfiConverterUInt64.read(from: &buf), 
+                totalEarlyWakeups: FfiConverterUInt64.read(from: &buf), 
+                totalZeroTimeoutWaits: FfiConverterUInt64.read(from: &buf), 
+                totalEvents: FfiConverterUInt64.read(from: &buf), 
+                totalWaitNs: FfiConverterUInt64.read(from: &buf), 
+                totalBusyNs: FfiConverterUInt64.read(from: &buf), 
+                totalPollDelayNs: FfiConverterUInt64.read(from: &buf), 
+                pollDelayHistogram: FfiConverterTypeLog2Histogram.read(from: &buf), 
+                totalUnmatchedCalls: FfiConverterUInt64.read(from: &buf), 
+                currentWaitNs: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: LoopStats, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.id, into: &buf)
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterOptionUInt64.write(value.tid, into: &buf)
+        FfiConverterUInt64.write(value.totalWakeups, into: &buf)
+        FfiConverterUInt64.write(value.totalIdleWakeups, into: &buf)
+        FfiConverterUInt64.write(value.totalTimedOutWakeups, into: &buf)
+        FfiConverterUInt64.write(value.totalEarlyWakeups, into: &buf)
+        FfiConverterUInt64.write(value.totalZeroTimeoutWaits, into: &buf)
+        FfiConverterUInt64.write(value.totalEvents, into: &buf)
+        FfiConverterUInt64.write(value.totalWaitNs, into: &buf)
+        FfiConverterUInt64.write(value.totalBusyNs, into: &buf)
+        FfiConverterUInt64.write(value.totalPollDelayNs, into: &buf)
+        FfiConverterTypeLog2Histogram.write(value.pollDelayHistogram, into: &buf)
+        FfiConverterUInt64.write(value.totalUnmatchedCalls, into: &buf)
+        FfiConverterUInt64.write(value.currentWaitNs, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLoopStats_lift(_ buf: RustBuffer) throws -> LoopStats {
+    return try FfiConverterTypeLoopStats.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLoopStats_lower(_ value: LoopStats) -> RustBuffer {
+    return FfiConverterTypeLoopStats.lower(value)
 }
 
 
@@ -2134,6 +3454,10 @@ public func FfiConverterTypePollSyscallStats_lower(_ value: PollSyscallStats) ->
  */
 public struct ProcessInterval: Equatable, Hashable {
     /**
+     * Process id.
+     */
+    public let pid: UInt32
+    /**
      * Process CPU time used during the interval, in nanoseconds.
      */
     public let cpuTimeNs: UInt64
@@ -2170,6 +3494,9 @@ public struct ProcessInterval: Equatable, Hashable {
     // declare one manually.
     public init(
         /**
+         * Process id.
+         */pid: UInt32, 
+        /**
          * Process CPU time used during the interval, in nanoseconds.
          */cpuTimeNs: UInt64, 
         /**
@@ -2193,6 +3520,7 @@ public struct ProcessInterval: Equatable, Hashable {
         /**
          * Apple platform-idle wakeups per second.
          */platformIdleWakeupsPerSec: Double?) {
+        self.pid = pid
         self.cpuTimeNs = cpuTimeNs
         self.cpuPercent = cpuPercent
         self.rssBytes = rssBytes
@@ -2219,6 +3547,7 @@ public struct FfiConverterTypeProcessInterval: FfiConverterRustBuffer {
     public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ProcessInterval {
         return
             try ProcessInterval(
+                pid: FfiConverterUInt32.read(from: &buf), 
                 cpuTimeNs: FfiConverterUInt64.read(from: &buf), 
                 cpuPercent: FfiConverterDouble.read(from: &buf), 
                 rssBytes: FfiConverterUInt64.read(from: &buf), 
@@ -2231,6 +3560,7 @@ public struct FfiConverterTypeProcessInterval: FfiConverterRustBuffer {
     }
 
     public static func write(_ value: ProcessInterval, into buf: inout [UInt8]) {
+        FfiConverterUInt32.write(value.pid, into: &buf)
         FfiConverterUInt64.write(value.cpuTimeNs, into: &buf)
         FfiConverterDouble.write(value.cpuPercent, into: &buf)
         FfiConverterUInt64.write(value.rssBytes, into: &buf)
@@ -2388,47 +3718,53 @@ public func FfiConverterTypeProcessSample_lower(_ value: ProcessSample) -> RustB
 
 
 /**
- * What [`Sampler::report`] returns: the state of the sampler in one record.
+ * What the sampler measured and concluded (see [`wakemeter::Report`]).
  */
 public struct Report: Equatable, Hashable {
+    /**
+     * When the report was made, in nanoseconds since the Unix epoch.
+     */
+    public let unixTimeNs: UInt64
     /**
      * The machine.
      */
     public let system: SystemInfo
     /**
-     * The sampler's configuration.
-     */
-    public let config: SamplerConfig
-    /**
-     * Counters about the sampler itself.
+     * The sampler's own counters and overhead.
      */
     public let stats: SamplerStats
     /**
-     * The interval over the whole history (oldest to newest snapshot);
-     * `None` with fewer than two snapshots.
+     * The interval over the findings window (`None` with fewer than two snapshots).
      */
     public let interval: Interval?
+    /**
+     * Findings, most severe first.
+     */
+    public let findings: [Finding]
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
     public init(
         /**
+         * When the report was made, in nanoseconds since the Unix epoch.
+         */unixTimeNs: UInt64, 
+        /**
          * The machine.
          */system: SystemInfo, 
         /**
-         * The sampler's configuration.
-         */config: SamplerConfig, 
-        /**
-         * Counters about the sampler itself.
+         * The sampler's own counters and overhead.
          */stats: SamplerStats, 
         /**
-         * The interval over the whole history (oldest to newest snapshot);
-         * `None` with fewer than two snapshots.
-         */interval: Interval?) {
+         * The interval over the findings window (`None` with fewer than two snapshots).
+         */interval: Interval?, 
+        /**
+         * Findings, most severe first.
+         */findings: [Finding]) {
+        self.unixTimeNs = unixTimeNs
         self.system = system
-        self.config = config
         self.stats = stats
         self.interval = interval
+        self.findings = findings
     }
 
     
@@ -2447,18 +3783,20 @@ public struct FfiConverterTypeReport: FfiConverterRustBuffer {
     public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Report {
         return
             try Report(
+                unixTimeNs: FfiConverterUInt64.read(from: &buf), 
                 system: FfiConverterTypeSystemInfo.read(from: &buf), 
-                config: FfiConverterTypeSamplerConfig.read(from: &buf), 
                 stats: FfiConverterTypeSamplerStats.read(from: &buf), 
-                interval: FfiConverterOptionTypeInterval.read(from: &buf)
+                interval: FfiConverterOptionTypeInterval.read(from: &buf), 
+                findings: FfiConverterSequenceTypeFinding.read(from: &buf)
         )
     }
 
     public static func write(_ value: Report, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.unixTimeNs, into: &buf)
         FfiConverterTypeSystemInfo.write(value.system, into: &buf)
-        FfiConverterTypeSamplerConfig.write(value.config, into: &buf)
         FfiConverterTypeSamplerStats.write(value.stats, into: &buf)
         FfiConverterOptionTypeInterval.write(value.interval, into: &buf)
+        FfiConverterSequenceTypeFinding.write(value.findings, into: &buf)
     }
 }
 
@@ -2503,6 +3841,10 @@ public struct SamplerConfig: Equatable, Hashable {
      * Name of the background sampling thread (1 to 15 bytes).
      */
     public let threadName: String
+    /**
+     * Thresholds of the findings engine.
+     */
+    public let thresholds: Thresholds
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2521,12 +3863,16 @@ public struct SamplerConfig: Equatable, Hashable {
          */switchSplitEvery: UInt32 = UInt32(10), 
         /**
          * Name of the background sampling thread (1 to 15 bytes).
-         */threadName: String = "wakemeter") {
+         */threadName: String = "wakemeter", 
+        /**
+         * Thresholds of the findings engine.
+         */thresholds: Thresholds = Thresholds()) {
         self.intervalMs = intervalMs
         self.history = history
         self.pid = pid
         self.switchSplitEvery = switchSplitEvery
         self.threadName = threadName
+        self.thresholds = thresholds
     }
 
     
@@ -2549,7 +3895,8 @@ public struct FfiConverterTypeSamplerConfig: FfiConverterRustBuffer {
                 history: FfiConverterUInt32.read(from: &buf), 
                 pid: FfiConverterOptionUInt32.read(from: &buf), 
                 switchSplitEvery: FfiConverterUInt32.read(from: &buf), 
-                threadName: FfiConverterString.read(from: &buf)
+                threadName: FfiConverterString.read(from: &buf), 
+                thresholds: FfiConverterTypeThresholds.read(from: &buf)
         )
     }
 
@@ -2559,6 +3906,7 @@ public struct FfiConverterTypeSamplerConfig: FfiConverterRustBuffer {
         FfiConverterOptionUInt32.write(value.pid, into: &buf)
         FfiConverterUInt32.write(value.switchSplitEvery, into: &buf)
         FfiConverterString.write(value.threadName, into: &buf)
+        FfiConverterTypeThresholds.write(value.thresholds, into: &buf)
     }
 }
 
@@ -2708,6 +4056,334 @@ public func FfiConverterTypeSamplerStats_lower(_ value: SamplerStats) -> RustBuf
 
 
 /**
+ * One instrumented sleep site over an interval (see [`wakemeter::SleepInterval`]).
+ */
+public struct SleepInterval: Equatable, Hashable {
+    /**
+     * Probe id.
+     */
+    public let id: UInt64
+    /**
+     * Probe name.
+     */
+    public let name: String
+    /**
+     * Thread that last slept, if any.
+     */
+    public let tid: UInt64?
+    /**
+     * Sleeps completed during the interval.
+     */
+    public let calls: UInt64
+    /**
+     * Sleeps per second.
+     */
+    public let sleepsPerSec: Double
+    /**
+     * Mean requested sleep, in nanoseconds.
+     */
+    public let meanRequestedNs: UInt64
+    /**
+     * Mean actual sleep, in nanoseconds.
+     */
+    public let meanActualNs: UInt64
+    /**
+     * Mean oversleep (actual − requested), in nanoseconds.
+     */
+    public let meanOversleepNs: UInt64
+    /**
+     * CPU time consumed inside the sleep calls, in nanoseconds.
+     */
+    public let cpuNs: UInt64
+    /**
+     * `cpu_ns / duration` in percent of one core.
+     */
+    public let cpuPercent: Double
+    /**
+     * CPU time per sleep call, in nanoseconds.
+     */
+    public let cpuPerSleepNs: UInt64
+    /**
+     * Oversleeps during the interval, in nanoseconds.
+     */
+    public let oversleepHistogram: Log2Histogram
+    /**
+     * 99th percentile oversleep (lower bound of its log2 bucket), in nanoseconds.
+     */
+    public let p99OversleepNs: UInt64?
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Probe id.
+         */id: UInt64, 
+        /**
+         * Probe name.
+         */name: String, 
+        /**
+         * Thread that last slept, if any.
+         */tid: UInt64?, 
+        /**
+         * Sleeps completed during the interval.
+         */calls: UInt64, 
+        /**
+         * Sleeps per second.
+         */sleepsPerSec: Double, 
+        /**
+         * Mean requested sleep, in nanoseconds.
+         */meanRequestedNs: UInt64, 
+        /**
+         * Mean actual sleep, in nanoseconds.
+         */meanActualNs: UInt64, 
+        /**
+         * Mean oversleep (actual − requested), in nanoseconds.
+         */meanOversleepNs: UInt64, 
+        /**
+         * CPU time consumed inside the sleep calls, in nanoseconds.
+         */cpuNs: UInt64, 
+        /**
+         * `cpu_ns / duration` in percent of one core.
+         */cpuPercent: Double, 
+        /**
+         * CPU time per sleep call, in nanoseconds.
+         */cpuPerSleepNs: UInt64, 
+        /**
+         * Oversleeps during the interval, in nanoseconds.
+         */oversleepHistogram: Log2Histogram, 
+        /**
+         * 99th percentile oversleep (lower bound of its log2 bucket), in nanoseconds.
+         */p99OversleepNs: UInt64?) {
+        self.id = id
+        self.name = name
+        self.tid = tid
+        self.calls = calls
+        self.sleepsPerSec = sleepsPerSec
+        self.meanRequestedNs = meanRequestedNs
+        self.meanActualNs = meanActualNs
+        self.meanOversleepNs = meanOversleepNs
+        self.cpuNs = cpuNs
+        self.cpuPercent = cpuPercent
+        self.cpuPerSleepNs = cpuPerSleepNs
+        self.oversleepHistogram = oversleepHistogram
+        self.p99OversleepNs = p99OversleepNs
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension SleepInterval: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSleepInterval: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SleepInterval {
+        return
+            try SleepInterval(
+                id: FfiConverterUInt64.read(from: &buf), 
+                name: FfiConverterString.read(from: &buf), 
+                tid: FfiConverterOptionUInt64.read(from: &buf), 
+                calls: FfiConverterUInt64.read(from: &buf), 
+                sleepsPerSec: FfiConverterDouble.read(from: &buf), 
+                meanRequestedNs: FfiConverterUInt64.read(from: &buf), 
+                meanActualNs: FfiConverterUInt64.read(from: &buf), 
+                meanOversleepNs: FfiConverterUInt64.read(from: &buf), 
+                cpuNs: FfiConverterUInt64.read(from: &buf), 
+                cpuPercent: FfiConverterDouble.read(from: &buf), 
+                cpuPerSleepNs: FfiConverterUInt64.read(from: &buf), 
+                oversleepHistogram: FfiConverterTypeLog2Histogram.read(from: &buf), 
+                p99OversleepNs: FfiConverterOptionUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: SleepInterval, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.id, into: &buf)
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterOptionUInt64.write(value.tid, into: &buf)
+        FfiConverterUInt64.write(value.calls, into: &buf)
+        FfiConverterDouble.write(value.sleepsPerSec, into: &buf)
+        FfiConverterUInt64.write(value.meanRequestedNs, into: &buf)
+        FfiConverterUInt64.write(value.meanActualNs, into: &buf)
+        FfiConverterUInt64.write(value.meanOversleepNs, into: &buf)
+        FfiConverterUInt64.write(value.cpuNs, into: &buf)
+        FfiConverterDouble.write(value.cpuPercent, into: &buf)
+        FfiConverterUInt64.write(value.cpuPerSleepNs, into: &buf)
+        FfiConverterTypeLog2Histogram.write(value.oversleepHistogram, into: &buf)
+        FfiConverterOptionUInt64.write(value.p99OversleepNs, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSleepInterval_lift(_ buf: RustBuffer) throws -> SleepInterval {
+    return try FfiConverterTypeSleepInterval.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSleepInterval_lower(_ value: SleepInterval) -> RustBuffer {
+    return FfiConverterTypeSleepInterval.lower(value)
+}
+
+
+/**
+ * Cumulative counters of one instrumented sleep site (see [`wakemeter::SleepStats`]).
+ */
+public struct SleepStats: Equatable, Hashable {
+    /**
+     * Probe id, unique within its sampler.
+     */
+    public let id: UInt64
+    /**
+     * Name given when the probe was created.
+     */
+    public let name: String
+    /**
+     * OS id of the thread that last slept; `None` before the first sleep.
+     */
+    public let tid: UInt64?
+    /**
+     * Completed sleeps.
+     */
+    public let totalCalls: UInt64
+    /**
+     * Sum of requested durations, in nanoseconds.
+     */
+    public let totalRequestedNs: UInt64
+    /**
+     * Sum of actual durations, in nanoseconds.
+     */
+    public let totalActualNs: UInt64
+    /**
+     * CPU time consumed inside the sleep calls, in nanoseconds.
+     */
+    public let totalCpuNs: UInt64
+    /**
+     * Sum of oversleep (actual − requested), in nanoseconds.
+     */
+    public let totalOversleepNs: UInt64
+    /**
+     * Oversleep of each call, in nanoseconds.
+     */
+    public let oversleepHistogram: Log2Histogram
+    /**
+     * `end` without `begin` (ignored and counted).
+     */
+    public let totalUnmatchedCalls: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Probe id, unique within its sampler.
+         */id: UInt64, 
+        /**
+         * Name given when the probe was created.
+         */name: String, 
+        /**
+         * OS id of the thread that last slept; `None` before the first sleep.
+         */tid: UInt64?, 
+        /**
+         * Completed sleeps.
+         */totalCalls: UInt64, 
+        /**
+         * Sum of requested durations, in nanoseconds.
+         */totalRequestedNs: UInt64, 
+        /**
+         * Sum of actual durations, in nanoseconds.
+         */totalActualNs: UInt64, 
+        /**
+         * CPU time consumed inside the sleep calls, in nanoseconds.
+         */totalCpuNs: UInt64, 
+        /**
+         * Sum of oversleep (actual − requested), in nanoseconds.
+         */totalOversleepNs: UInt64, 
+        /**
+         * Oversleep of each call, in nanoseconds.
+         */oversleepHistogram: Log2Histogram, 
+        /**
+         * `end` without `begin` (ignored and counted).
+         */totalUnmatchedCalls: UInt64) {
+        self.id = id
+        self.name = name
+        self.tid = tid
+        self.totalCalls = totalCalls
+        self.totalRequestedNs = totalRequestedNs
+        self.totalActualNs = totalActualNs
+        self.totalCpuNs = totalCpuNs
+        self.totalOversleepNs = totalOversleepNs
+        self.oversleepHistogram = oversleepHistogram
+        self.totalUnmatchedCalls = totalUnmatchedCalls
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension SleepStats: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSleepStats: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SleepStats {
+        return
+            try SleepStats(
+                id: FfiConverterUInt64.read(from: &buf), 
+                name: FfiConverterString.read(from: &buf), 
+                tid: FfiConverterOptionUInt64.read(from: &buf), 
+                totalCalls: FfiConverterUInt64.read(from: &buf), 
+                totalRequestedNs: FfiConverterUInt64.read(from: &buf), 
+                totalActualNs: FfiConverterUInt64.read(from: &buf), 
+                totalCpuNs: FfiConverterUInt64.read(from: &buf), 
+                totalOversleepNs: FfiConverterUInt64.read(from: &buf), 
+                oversleepHistogram: FfiConverterTypeLog2Histogram.read(from: &buf), 
+                totalUnmatchedCalls: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: SleepStats, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.id, into: &buf)
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterOptionUInt64.write(value.tid, into: &buf)
+        FfiConverterUInt64.write(value.totalCalls, into: &buf)
+        FfiConverterUInt64.write(value.totalRequestedNs, into: &buf)
+        FfiConverterUInt64.write(value.totalActualNs, into: &buf)
+        FfiConverterUInt64.write(value.totalCpuNs, into: &buf)
+        FfiConverterUInt64.write(value.totalOversleepNs, into: &buf)
+        FfiConverterTypeLog2Histogram.write(value.oversleepHistogram, into: &buf)
+        FfiConverterUInt64.write(value.totalUnmatchedCalls, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSleepStats_lift(_ buf: RustBuffer) throws -> SleepStats {
+    return try FfiConverterTypeSleepStats.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSleepStats_lower(_ value: SleepStats) -> RustBuffer {
+    return FfiConverterTypeSleepStats.lower(value)
+}
+
+
+/**
  * Sleep syscalls of one thread (see [`wakemeter::kernel::SleepSyscallStats`]).
  */
 public struct SleepSyscallStats: Equatable, Hashable {
@@ -2823,6 +4499,14 @@ public struct Snapshot: Equatable, Hashable {
      */
     public let samplerCpuTimeNs: UInt64
     /**
+     * Every loop probe of the sampler (cumulative counters).
+     */
+    public let loops: [LoopStats]
+    /**
+     * Every sleep probe of the sampler (cumulative counters).
+     */
+    public let sleeps: [SleepStats]
+    /**
      * What an attached kernel source measured.
      */
     public let kernel: KernelSample?
@@ -2859,6 +4543,12 @@ public struct Snapshot: Equatable, Hashable {
          * CPU time the sampler spent on all snapshots so far, in nanoseconds.
          */samplerCpuTimeNs: UInt64, 
         /**
+         * Every loop probe of the sampler (cumulative counters).
+         */loops: [LoopStats], 
+        /**
+         * Every sleep probe of the sampler (cumulative counters).
+         */sleeps: [SleepStats], 
+        /**
          * What an attached kernel source measured.
          */kernel: KernelSample?, 
         /**
@@ -2872,6 +4562,8 @@ public struct Snapshot: Equatable, Hashable {
         self.switchSplitRead = switchSplitRead
         self.samplerCostNs = samplerCostNs
         self.samplerCpuTimeNs = samplerCpuTimeNs
+        self.loops = loops
+        self.sleeps = sleeps
         self.kernel = kernel
         self.warnings = warnings
     }
@@ -2900,6 +4592,8 @@ public struct FfiConverterTypeSnapshot: FfiConverterRustBuffer {
                 switchSplitRead: FfiConverterBool.read(from: &buf), 
                 samplerCostNs: FfiConverterUInt64.read(from: &buf), 
                 samplerCpuTimeNs: FfiConverterUInt64.read(from: &buf), 
+                loops: FfiConverterSequenceTypeLoopStats.read(from: &buf), 
+                sleeps: FfiConverterSequenceTypeSleepStats.read(from: &buf), 
                 kernel: FfiConverterOptionTypeKernelSample.read(from: &buf), 
                 warnings: FfiConverterSequenceTypeSampleWarning.read(from: &buf)
         )
@@ -2914,6 +4608,8 @@ public struct FfiConverterTypeSnapshot: FfiConverterRustBuffer {
         FfiConverterBool.write(value.switchSplitRead, into: &buf)
         FfiConverterUInt64.write(value.samplerCostNs, into: &buf)
         FfiConverterUInt64.write(value.samplerCpuTimeNs, into: &buf)
+        FfiConverterSequenceTypeLoopStats.write(value.loops, into: &buf)
+        FfiConverterSequenceTypeSleepStats.write(value.sleeps, into: &buf)
         FfiConverterOptionTypeKernelSample.write(value.kernel, into: &buf)
         FfiConverterSequenceTypeSampleWarning.write(value.warnings, into: &buf)
     }
@@ -3343,6 +5039,237 @@ public func FfiConverterTypeThreadSample_lower(_ value: ThreadSample) -> RustBuf
 
 
 /**
+ * When a finding fires (see [`wakemeter::Thresholds`], which documents
+ * where each default comes from). Durations are in milliseconds here;
+ * every other field has the core's name. `Thresholds()` is the default set.
+ */
+public struct Thresholds: Equatable, Hashable {
+    /**
+     * Window for rate-based findings, in milliseconds. Default 10 s.
+     */
+    public let windowMs: UInt64
+    /**
+     * Least history a finding needs, in milliseconds. Default 2 s.
+     */
+    public let minWindowMs: UInt64
+    /**
+     * Busy poller: wakeups per second of a loop. Default 1000/s.
+     */
+    public let busyPollWakeupsPerSec: Double
+    /**
+     * Busy poller: share of wakeups that found nothing (0–1). Default 0.9.
+     */
+    public let busyPollIdleRatio: Double
+    /**
+     * Busy poller: share of zero-timeout waits (0–1). Default 0.5.
+     */
+    public let busyPollZeroTimeoutRatio: Double
+    /**
+     * Sleep overhead: sleeps per second of one sleep site. Default 100/s.
+     */
+    public let sleepCallsPerSec: Double
+    /**
+     * Sleep overhead: CPU inside sleeps, percent of one core. Default 1%.
+     */
+    public let sleepCpuPercent: Double
+    /**
+     * Periodic wakeups: wakeups per second. Default 20/s.
+     */
+    public let periodicWakeupsPerSec: Double
+    /**
+     * Periodic wakeups: most CPU (percent of one core). Default 5%.
+     */
+    public let periodicMaxCpuPercent: Double
+    /**
+     * Periodic wakeups: largest coefficient of variation. Default 0.25.
+     */
+    public let periodicMaxVariation: Double
+    /**
+     * CPU hog: percent of one core over `cpu_window_ms`. Default 80%.
+     */
+    public let cpuHogPercent: Double
+    /**
+     * Window of the CPU hog finding, in milliseconds. Default 60 s.
+     */
+    public let cpuWindowMs: UInt64
+    /**
+     * Run-queue contention: percent of time waiting for a CPU. Default 20%.
+     */
+    public let runQueueWaitPercent: Double
+    /**
+     * Wakeups budget: wakeups per second over `wakeups_window_ms`. Default 150/s.
+     */
+    public let wakeupsBudgetPerSec: Double
+    /**
+     * Share of the budget that raises a warning (0–1). Default 0.8.
+     */
+    public let wakeupsWarnFraction: Double
+    /**
+     * Window of the wakeups budget, in milliseconds. Default 300 s.
+     */
+    public let wakeupsWindowMs: UInt64
+    /**
+     * Memory growth: RSS growth across the history, in bytes. Default 32 MiB.
+     */
+    public let memoryGrowthBytes: UInt64
+    /**
+     * Memory growth: growth relative to the start (0–10). Default 0.10.
+     */
+    public let memoryGrowthRatio: Double
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Window for rate-based findings, in milliseconds. Default 10 s.
+         */windowMs: UInt64 = UInt64(10000), 
+        /**
+         * Least history a finding needs, in milliseconds. Default 2 s.
+         */minWindowMs: UInt64 = UInt64(2000), 
+        /**
+         * Busy poller: wakeups per second of a loop. Default 1000/s.
+         */busyPollWakeupsPerSec: Double = Double(1000.0), 
+        /**
+         * Busy poller: share of wakeups that found nothing (0–1). Default 0.9.
+         */busyPollIdleRatio: Double = Double(0.9), 
+        /**
+         * Busy poller: share of zero-timeout waits (0–1). Default 0.5.
+         */busyPollZeroTimeoutRatio: Double = Double(0.5), 
+        /**
+         * Sleep overhead: sleeps per second of one sleep site. Default 100/s.
+         */sleepCallsPerSec: Double = Double(100.0), 
+        /**
+         * Sleep overhead: CPU inside sleeps, percent of one core. Default 1%.
+         */sleepCpuPercent: Double = Double(1.0), 
+        /**
+         * Periodic wakeups: wakeups per second. Default 20/s.
+         */periodicWakeupsPerSec: Double = Double(20.0), 
+        /**
+         * Periodic wakeups: most CPU (percent of one core). Default 5%.
+         */periodicMaxCpuPercent: Double = Double(5.0), 
+        /**
+         * Periodic wakeups: largest coefficient of variation. Default 0.25.
+         */periodicMaxVariation: Double = Double(0.25), 
+        /**
+         * CPU hog: percent of one core over `cpu_window_ms`. Default 80%.
+         */cpuHogPercent: Double = Double(80.0), 
+        /**
+         * Window of the CPU hog finding, in milliseconds. Default 60 s.
+         */cpuWindowMs: UInt64 = UInt64(60000), 
+        /**
+         * Run-queue contention: percent of time waiting for a CPU. Default 20%.
+         */runQueueWaitPercent: Double = Double(20.0), 
+        /**
+         * Wakeups budget: wakeups per second over `wakeups_window_ms`. Default 150/s.
+         */wakeupsBudgetPerSec: Double = Double(150.0), 
+        /**
+         * Share of the budget that raises a warning (0–1). Default 0.8.
+         */wakeupsWarnFraction: Double = Double(0.8), 
+        /**
+         * Window of the wakeups budget, in milliseconds. Default 300 s.
+         */wakeupsWindowMs: UInt64 = UInt64(300000), 
+        /**
+         * Memory growth: RSS growth across the history, in bytes. Default 32 MiB.
+         */memoryGrowthBytes: UInt64 = UInt64(33554432), 
+        /**
+         * Memory growth: growth relative to the start (0–10). Default 0.10.
+         */memoryGrowthRatio: Double = Double(0.1)) {
+        self.windowMs = windowMs
+        self.minWindowMs = minWindowMs
+        self.busyPollWakeupsPerSec = busyPollWakeupsPerSec
+        self.busyPollIdleRatio = busyPollIdleRatio
+        self.busyPollZeroTimeoutRatio = busyPollZeroTimeoutRatio
+        self.sleepCallsPerSec = sleepCallsPerSec
+        self.sleepCpuPercent = sleepCpuPercent
+        self.periodicWakeupsPerSec = periodicWakeupsPerSec
+        self.periodicMaxCpuPercent = periodicMaxCpuPercent
+        self.periodicMaxVariation = periodicMaxVariation
+        self.cpuHogPercent = cpuHogPercent
+        self.cpuWindowMs = cpuWindowMs
+        self.runQueueWaitPercent = runQueueWaitPercent
+        self.wakeupsBudgetPerSec = wakeupsBudgetPerSec
+        self.wakeupsWarnFraction = wakeupsWarnFraction
+        self.wakeupsWindowMs = wakeupsWindowMs
+        self.memoryGrowthBytes = memoryGrowthBytes
+        self.memoryGrowthRatio = memoryGrowthRatio
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension Thresholds: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Thresholds {
+        return
+            try Thresholds(
+                windowMs: FfiConverterUInt64.read(from: &buf), 
+                minWindowMs: FfiConverterUInt64.read(from: &buf), 
+                busyPollWakeupsPerSec: FfiConverterDouble.read(from: &buf), 
+                busyPollIdleRatio: FfiConverterDouble.read(from: &buf), 
+                busyPollZeroTimeoutRatio: FfiConverterDouble.read(from: &buf), 
+                sleepCallsPerSec: FfiConverterDouble.read(from: &buf), 
+                sleepCpuPercent: FfiConverterDouble.read(from: &buf), 
+                periodicWakeupsPerSec: FfiConverterDouble.read(from: &buf), 
+                periodicMaxCpuPercent: FfiConverterDouble.read(from: &buf), 
+                periodicMaxVariation: FfiConverterDouble.read(from: &buf), 
+                cpuHogPercent: FfiConverterDouble.read(from: &buf), 
+                cpuWindowMs: FfiConverterUInt64.read(from: &buf), 
+                runQueueWaitPercent: FfiConverterDouble.read(from: &buf), 
+                wakeupsBudgetPerSec: FfiConverterDouble.read(from: &buf), 
+                wakeupsWarnFraction: FfiConverterDouble.read(from: &buf), 
+                wakeupsWindowMs: FfiConverterUInt64.read(from: &buf), 
+                memoryGrowthBytes: FfiConverterUInt64.read(from: &buf), 
+                memoryGrowthRatio: FfiConverterDouble.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: Thresholds, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.windowMs, into: &buf)
+        FfiConverterUInt64.write(value.minWindowMs, into: &buf)
+        FfiConverterDouble.write(value.busyPollWakeupsPerSec, into: &buf)
+        FfiConverterDouble.write(value.busyPollIdleRatio, into: &buf)
+        FfiConverterDouble.write(value.busyPollZeroTimeoutRatio, into: &buf)
+        FfiConverterDouble.write(value.sleepCallsPerSec, into: &buf)
+        FfiConverterDouble.write(value.sleepCpuPercent, into: &buf)
+        FfiConverterDouble.write(value.periodicWakeupsPerSec, into: &buf)
+        FfiConverterDouble.write(value.periodicMaxCpuPercent, into: &buf)
+        FfiConverterDouble.write(value.periodicMaxVariation, into: &buf)
+        FfiConverterDouble.write(value.cpuHogPercent, into: &buf)
+        FfiConverterUInt64.write(value.cpuWindowMs, into: &buf)
+        FfiConverterDouble.write(value.runQueueWaitPercent, into: &buf)
+        FfiConverterDouble.write(value.wakeupsBudgetPerSec, into: &buf)
+        FfiConverterDouble.write(value.wakeupsWarnFraction, into: &buf)
+        FfiConverterUInt64.write(value.wakeupsWindowMs, into: &buf)
+        FfiConverterUInt64.write(value.memoryGrowthBytes, into: &buf)
+        FfiConverterDouble.write(value.memoryGrowthRatio, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeThresholds_lift(_ buf: RustBuffer) throws -> Thresholds {
+    return try FfiConverterTypeThresholds.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeThresholds_lower(_ value: Thresholds) -> RustBuffer {
+    return FfiConverterTypeThresholds.lower(value)
+}
+
+
+/**
  * A thread that woke another one (see [`wakemeter::kernel::Waker`]).
  */
 public struct Waker: Equatable, Hashable {
@@ -3522,6 +5449,141 @@ public func FfiConverterTypeCpuTimeSource_lift(_ buf: RustBuffer) throws -> CpuT
 #endif
 public func FfiConverterTypeCpuTimeSource_lower(_ value: CpuTimeSource) -> RustBuffer {
     return FfiConverterTypeCpuTimeSource.lower(value)
+}
+
+
+
+/**
+ * What a finding is about (see [`wakemeter::FindingKind`]).
+ */
+
+public enum FindingKind: Equatable, Hashable {
+    
+    /**
+     * An event loop (or a thread's poll syscalls) wakes far more often than it has work.
+     */
+    case busyPoller
+    /**
+     * A sleep-and-check loop whose sleeping itself costs CPU and wakeups.
+     */
+    case sleepOverhead
+    /**
+     * A thread or loop waking at a fixed period with little work per wakeup.
+     */
+    case periodicWakeups
+    /**
+     * A thread using most of a core for a sustained time.
+     */
+    case cpuHog
+    /**
+     * A thread runnable but waiting for a CPU a large share of the time.
+     */
+    case runQueueContention
+    /**
+     * The process's wakeup rate against iOS's limit (150/s over 300 s).
+     */
+    case wakeupsBudget
+    /**
+     * Resident memory growing across the history.
+     */
+    case memoryGrowth
+    /**
+     * A kind added to the core after this version of the bindings.
+     */
+    case other
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension FindingKind: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeFindingKind: FfiConverterRustBuffer {
+    typealias SwiftType = FindingKind
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> FindingKind {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .busyPoller
+        
+        case 2: return .sleepOverhead
+        
+        case 3: return .periodicWakeups
+        
+        case 4: return .cpuHog
+        
+        case 5: return .runQueueContention
+        
+        case 6: return .wakeupsBudget
+        
+        case 7: return .memoryGrowth
+        
+        case 8: return .other
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: FindingKind, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .busyPoller:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .sleepOverhead:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .periodicWakeups:
+            writeInt(&buf, Int32(3))
+        
+        
+        case .cpuHog:
+            writeInt(&buf, Int32(4))
+        
+        
+        case .runQueueContention:
+            writeInt(&buf, Int32(5))
+        
+        
+        case .wakeupsBudget:
+            writeInt(&buf, Int32(6))
+        
+        
+        case .memoryGrowth:
+            writeInt(&buf, Int32(7))
+        
+        
+        case .other:
+            writeInt(&buf, Int32(8))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFindingKind_lift(_ buf: RustBuffer) throws -> FindingKind {
+    return try FfiConverterTypeFindingKind.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFindingKind_lower(_ value: FindingKind) -> RustBuffer {
+    return FfiConverterTypeFindingKind.lower(value)
 }
 
 
@@ -3734,6 +5796,238 @@ public func FfiConverterTypeSampleWarning_lower(_ value: SampleWarning) -> RustB
 
 
 /**
+ * How urgent a finding is (see [`wakemeter::Severity`]); ordered from least to most urgent.
+ */
+
+public enum Severity: Equatable, Hashable {
+    
+    /**
+     * Worth knowing; no action needed yet.
+     */
+    case info
+    /**
+     * Costs battery or CPU noticeably; fix when you can.
+     */
+    case warning
+    /**
+     * Costs a lot, or the OS would act on it (kill, throttle, crash report).
+     */
+    case critical
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension Severity: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSeverity: FfiConverterRustBuffer {
+    typealias SwiftType = Severity
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Severity {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .info
+        
+        case 2: return .warning
+        
+        case 3: return .critical
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: Severity, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .info:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .warning:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .critical:
+            writeInt(&buf, Int32(3))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSeverity_lift(_ buf: RustBuffer) throws -> Severity {
+    return try FfiConverterTypeSeverity.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSeverity_lower(_ value: Severity) -> RustBuffer {
+    return FfiConverterTypeSeverity.lower(value)
+}
+
+
+
+/**
+ * Who a finding is about (see [`wakemeter::Subject`]).
+ */
+
+public enum Subject: Equatable, Hashable {
+    
+    /**
+     * The whole process.
+     */
+    case process(
+        /**
+         * Process id.
+         */pid: UInt32
+    )
+    /**
+     * One thread.
+     */
+    case thread(
+        /**
+         * OS thread id.
+         */tid: UInt64, 
+        /**
+         * Thread name.
+         */name: String
+    )
+    /**
+     * An instrumented loop (a LoopProbe).
+     */
+    case loop(
+        /**
+         * Probe name.
+         */name: String, 
+        /**
+         * Thread that runs it, if known.
+         */tid: UInt64?
+    )
+    /**
+     * An instrumented sleep site (a SleepProbe).
+     */
+    case sleepSite(
+        /**
+         * Probe name.
+         */name: String, 
+        /**
+         * Thread that sleeps there, if known.
+         */tid: UInt64?
+    )
+    /**
+     * A subject added to the core after this version of the bindings.
+     */
+    case other(
+        /**
+         * The core's label for it.
+         */label: String
+    )
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension Subject: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSubject: FfiConverterRustBuffer {
+    typealias SwiftType = Subject
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Subject {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .process(pid: try FfiConverterUInt32.read(from: &buf)
+        )
+        
+        case 2: return .thread(tid: try FfiConverterUInt64.read(from: &buf), name: try FfiConverterString.read(from: &buf)
+        )
+        
+        case 3: return .loop(name: try FfiConverterString.read(from: &buf), tid: try FfiConverterOptionUInt64.read(from: &buf)
+        )
+        
+        case 4: return .sleepSite(name: try FfiConverterString.read(from: &buf), tid: try FfiConverterOptionUInt64.read(from: &buf)
+        )
+        
+        case 5: return .other(label: try FfiConverterString.read(from: &buf)
+        )
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: Subject, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case let .process(pid):
+            writeInt(&buf, Int32(1))
+            FfiConverterUInt32.write(pid, into: &buf)
+            
+        
+        case let .thread(tid,name):
+            writeInt(&buf, Int32(2))
+            FfiConverterUInt64.write(tid, into: &buf)
+            FfiConverterString.write(name, into: &buf)
+            
+        
+        case let .loop(name,tid):
+            writeInt(&buf, Int32(3))
+            FfiConverterString.write(name, into: &buf)
+            FfiConverterOptionUInt64.write(tid, into: &buf)
+            
+        
+        case let .sleepSite(name,tid):
+            writeInt(&buf, Int32(4))
+            FfiConverterString.write(name, into: &buf)
+            FfiConverterOptionUInt64.write(tid, into: &buf)
+            
+        
+        case let .other(label):
+            writeInt(&buf, Int32(5))
+            FfiConverterString.write(label, into: &buf)
+            
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSubject_lift(_ buf: RustBuffer) throws -> Subject {
+    return try FfiConverterTypeSubject.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSubject_lower(_ value: Subject) -> RustBuffer {
+    return FfiConverterTypeSubject.lower(value)
+}
+
+
+
+/**
  * Everything a wakemeter call can fail with, as seen from Kotlin
  * (`WakemeterException.*`) and Swift (`WakemeterError.*`).
  *
@@ -3791,11 +6085,6 @@ enum WakemeterError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError
      * nowhere to report to.
      */
     case SamplerGone(message: String)
-    
-    /**
-     * The probe was closed; register a new one.
-     */
-    case ProbeClosed(message: String)
     
     /**
      * A report could not be serialized.
@@ -3872,15 +6161,11 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 10: return .ProbeClosed(
+        case 10: return .Serialization(
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 11: return .Serialization(
-            message: try FfiConverterString.read(from: &buf)
-        )
-        
-        case 12: return .Other(
+        case 11: return .Other(
             message: try FfiConverterString.read(from: &buf)
         )
         
@@ -3913,12 +6198,10 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             writeInt(&buf, Int32(8))
         case .SamplerGone(_ /* message is ignored*/):
             writeInt(&buf, Int32(9))
-        case .ProbeClosed(_ /* message is ignored*/):
-            writeInt(&buf, Int32(10))
         case .Serialization(_ /* message is ignored*/):
-            writeInt(&buf, Int32(11))
+            writeInt(&buf, Int32(10))
         case .Other(_ /* message is ignored*/):
-            writeInt(&buf, Int32(12))
+            writeInt(&buf, Int32(11))
 
         
         }
@@ -4136,6 +6419,56 @@ fileprivate struct FfiConverterSequenceUInt64: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterSequenceTypeEvidence: FfiConverterRustBuffer {
+    typealias SwiftType = [Evidence]
+
+    public static func write(_ value: [Evidence], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeEvidence.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [Evidence] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [Evidence]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeEvidence.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeFinding: FfiConverterRustBuffer {
+    typealias SwiftType = [Finding]
+
+    public static func write(_ value: [Finding], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeFinding.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [Finding] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [Finding]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeFinding.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterSequenceTypeKernelThreadStats: FfiConverterRustBuffer {
     typealias SwiftType = [KernelThreadStats]
 
@@ -4153,6 +6486,106 @@ fileprivate struct FfiConverterSequenceTypeKernelThreadStats: FfiConverterRustBu
         seq.reserveCapacity(Int(len))
         for _ in 0 ..< len {
             seq.append(try FfiConverterTypeKernelThreadStats.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeLoopInterval: FfiConverterRustBuffer {
+    typealias SwiftType = [LoopInterval]
+
+    public static func write(_ value: [LoopInterval], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeLoopInterval.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [LoopInterval] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [LoopInterval]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeLoopInterval.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeLoopStats: FfiConverterRustBuffer {
+    typealias SwiftType = [LoopStats]
+
+    public static func write(_ value: [LoopStats], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeLoopStats.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [LoopStats] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [LoopStats]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeLoopStats.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeSleepInterval: FfiConverterRustBuffer {
+    typealias SwiftType = [SleepInterval]
+
+    public static func write(_ value: [SleepInterval], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeSleepInterval.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [SleepInterval] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [SleepInterval]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeSleepInterval.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeSleepStats: FfiConverterRustBuffer {
+    typealias SwiftType = [SleepStats]
+
+    public static func write(_ value: [SleepStats], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeSleepStats.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [SleepStats] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [SleepStats]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeSleepStats.read(from: &buf))
         }
         return seq
     }
@@ -4283,6 +6716,26 @@ fileprivate struct FfiConverterSequenceTypeSampleWarning: FfiConverterRustBuffer
     }
 }
 /**
+ * The default sampler configuration (the core's defaults).
+ */
+public func defaultSamplerConfig() -> SamplerConfig  {
+    return try!  FfiConverterTypeSamplerConfig_lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_func_default_sampler_config(uniffiCallStatus
+    )
+})
+}
+/**
+ * The default thresholds of the findings engine (the core's defaults).
+ */
+public func defaultThresholds() -> Thresholds  {
+    return try!  FfiConverterTypeThresholds_lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_func_default_thresholds(uniffiCallStatus
+    )
+})
+}
+/**
  * Version of the wakemeter library behind these bindings.
  */
 public func wakemeterVersion() -> String  {
@@ -4308,16 +6761,64 @@ private let initializationResult: InitializationResult = {
     if bindings_contract_version != scaffolding_contract_version {
         return InitializationResult.contractVersionMismatch
     }
+    if (uniffi_wakemeter_ffi_checksum_func_default_sampler_config() != 62954) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_func_default_thresholds() != 19208) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_wakemeter_ffi_checksum_func_wakemeter_version() != 60032) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_interval() != 55989) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding() != 56929) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait() != 38488) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_loopprobe_before_wait() != 53878) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_loopprobe_id() != 38844) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_loopprobe_name() != 62891) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_loopprobe_stats() != 32747) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_begin() != 46581) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_end() != 34144) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_id() != 48624) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_name() != 62671) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_sleep() != 22535) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() != 15600) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() != 54072) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_config() != 14081) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_findings() != 22590) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() != 16158) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() != 25918) {
@@ -4338,19 +6839,25 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats() != 43565) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe() != 54179) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() != 41410) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_report() != 4728) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_report() != 52951) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_report_json() != 61280) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_report_json() != 24395) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() != 37663) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() != 39861) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() != 28833) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() != 34526) {
@@ -4366,6 +6873,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_system() != 21691) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() != 11674) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_constructor_sampler_new() != 37292) {

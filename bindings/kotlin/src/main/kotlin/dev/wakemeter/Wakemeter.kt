@@ -2,10 +2,12 @@
 package dev.wakemeter
 
 import dev.wakemeter.ffi.CallbackThreads
+import dev.wakemeter.ffi.Finding
 import dev.wakemeter.ffi.Interval
 import dev.wakemeter.ffi.Sampler
 import dev.wakemeter.ffi.SamplerConfig
 import dev.wakemeter.ffi.SamplerListener
+import dev.wakemeter.ffi.Thresholds
 import kotlin.time.Duration
 import kotlin.time.Duration.Companion.milliseconds
 import kotlin.time.Duration.Companion.seconds
@@ -36,21 +38,25 @@ class SamplerSettings {
     /** Name of the background sampling thread (1 to 15 bytes). */
     var threadName: String = "wakemeter"
 
+    /** Thresholds of the findings engine; change fields with `Thresholds(windowMs = …)` or `copy`. */
+    var thresholds: Thresholds = Thresholds()
+
     /** The generated configuration record for these settings. */
     fun toConfig(): SamplerConfig = SamplerConfig(
-        // Negative values map to 0 (or to an absurdly large number) so the
-        // library reports them as InvalidConfig, like any other bad value.
+        // Negative values become 0 (or a huge number) so the library reports
+        // them as InvalidConfig, like any other bad value.
         intervalMs = interval.inWholeMilliseconds.coerceAtLeast(0).toULong(),
         history = history.toUInt(),
         pid = pid?.toUInt(),
         switchSplitEvery = switchSplitEvery.toUInt(),
         threadName = threadName,
+        thresholds = thresholds,
     )
 }
 
 /**
  * Builds a sampler: `wakemeter { interval = 1.seconds; history = 300 }`.
- * The sampler is [AutoCloseable]; `use { }` releases it.
+ * The sampler is [AutoCloseable]; `use { }` stops it and releases it.
  *
  * @throws dev.wakemeter.ffi.WakemeterException.InvalidConfig for out-of-range settings.
  */
@@ -61,6 +67,10 @@ fun wakemeter(configure: SamplerSettings.() -> Unit = {}): Sampler {
 
 /** The configured sampling interval as a Kotlin [Duration]. */
 val Sampler.interval: Duration get() = config().intervalMs.toLong().milliseconds
+
+/** The interval over the last [window] of history (see [Sampler.intervalOver]). */
+fun Sampler.intervalOver(window: Duration): Interval? =
+    intervalOver(window.inWholeMilliseconds.coerceAtLeast(0).toULong())
 
 /** Runs [block] with background sampling started, and stops it afterwards. */
 inline fun <R> Sampler.sampling(block: (Sampler) -> R): R {
@@ -73,18 +83,49 @@ inline fun <R> Sampler.sampling(block: (Sampler) -> R): R {
 }
 
 /**
+ * A [SamplerListener] with empty methods: override only what you need.
+ * Methods run on wakemeter's delivery thread; exceptions are counted in
+ * [Sampler.listenerStats] and do not stop sampling.
+ */
+open class SamplerListenerAdapter : SamplerListener {
+    override fun onInterval(interval: Interval) {}
+    override fun onFinding(finding: Finding) {}
+}
+
+/**
+ * Registers callbacks for intervals and findings; closing the returned
+ * handle unregisters them.
+ */
+fun Sampler.listen(
+    onInterval: (Interval) -> Unit = {},
+    onFinding: (Finding) -> Unit = {},
+): AutoCloseable {
+    CallbackThreads.install()
+    val id = addListener(object : SamplerListener {
+        override fun onInterval(interval: Interval) = onInterval(interval)
+        override fun onFinding(finding: Finding) = onFinding(finding)
+    })
+    return AutoCloseable { removeListenerQuietly(id) }
+}
+
+/**
  * The intervals of background sampling, one per tick, as a cold [Flow]:
  * collecting registers a listener, cancelling removes it. Start sampling
  * ([Sampler.start]) for values to arrive. A slow collector loses the oldest
  * intervals rather than delaying the sampler.
  */
-fun Sampler.intervals(capacity: Int = 64): Flow<Interval> = callbackFlow {
-    val id = addListener(object : SamplerListener {
-        override fun onInterval(interval: Interval) {
-            trySend(interval)
-        }
-    })
-    awaitClose { removeListenerQuietly(id) }
+fun Sampler.intervalFlow(capacity: Int = 64): Flow<Interval> = callbackFlow {
+    val registration = listen(onInterval = { trySend(it) })
+    awaitClose { registration.close() }
+}.buffer(capacity, BufferOverflow.DROP_OLDEST)
+
+/**
+ * Findings as they appear during background sampling (each one once, and
+ * again only if it becomes more severe), as a cold [Flow].
+ */
+fun Sampler.findingFlow(capacity: Int = 64): Flow<Finding> = callbackFlow {
+    val registration = listen(onFinding = { trySend(it) })
+    awaitClose { registration.close() }
 }.buffer(capacity, BufferOverflow.DROP_OLDEST)
 
 /** Removes a listener; the sampler may already be released when a flow is cancelled. */
@@ -92,6 +133,6 @@ internal fun Sampler.removeListenerQuietly(id: ULong) {
     try {
         removeListener(id)
     } catch (_: IllegalStateException) {
-        // Already released: its listeners are gone with it.
+        // Already released: its listeners went with it.
     }
 }

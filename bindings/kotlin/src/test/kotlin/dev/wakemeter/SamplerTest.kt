@@ -99,10 +99,11 @@ class SamplerTest {
             assertNull(stats.lastError)
             val report = s.report()
             assertEquals(2uL, report.interval!!.fromSeq)
-            assertEquals(s.config(), report.config)
+            assertEquals(5uL, report.stats.samplesTaken)
+            assertTrue(report.findings.isEmpty())
             val json = s.reportJson()
             assertTrue(json.startsWith("{"))
-            for (key in listOf("\"system\"", "\"config\"", "\"stats\"", "\"interval\"", "\"cpu_percent\"")) {
+            for (key in listOf("\"unix_time_ns\"", "\"system\"", "\"stats\"", "\"interval\"", "\"findings\"", "\"cpu_percent\"")) {
                 assertTrue(json.contains(key), "report JSON has $key")
             }
         }
@@ -133,7 +134,7 @@ class SamplerTest {
         wakemeter { interval = 20.milliseconds }.use { s ->
             val seen = ConcurrentLinkedQueue<Pair<String, Interval>>()
             val got = CountDownLatch(3)
-            val id = s.addListener(object : SamplerListener {
+            val id = s.addListener(object : SamplerListenerAdapter() {
                 override fun onInterval(interval: Interval) {
                     seen.add(Thread.currentThread().name to interval)
                     got.countDown()
@@ -160,7 +161,7 @@ class SamplerTest {
         wakemeter { interval = 20.milliseconds }.use { s ->
             val calls = AtomicInteger()
             val healthy = CountDownLatch(4)
-            s.addListener(object : SamplerListener {
+            s.addListener(object : SamplerListenerAdapter() {
                 override fun onInterval(interval: Interval) {
                     if (calls.incrementAndGet() % 2 == 0) {
                         throw ListenerException.Failed("typed failure")
@@ -168,7 +169,7 @@ class SamplerTest {
                     throw IllegalStateException("boom from Kotlin")
                 }
             })
-            s.addListener(object : SamplerListener {
+            s.addListener(object : SamplerListenerAdapter() {
                 override fun onInterval(interval: Interval) = healthy.countDown()
             })
             s.start()
@@ -184,10 +185,10 @@ class SamplerTest {
     }
 
     @Test
-    fun `intervals flow delivers background intervals`() = runBlocking {
+    fun `interval flow delivers background intervals`() = runBlocking {
         wakemeter { interval = 20.milliseconds }.use { s ->
             s.start()
-            val got = withTimeout(5.seconds) { s.intervals().take(3).toList() }
+            val got = withTimeout(5.seconds) { s.intervalFlow().take(3).toList() }
             s.stop()
             assertEquals(3, got.size)
             assertTrue(got.zipWithNext().all { (a, b) -> a.toSeq < b.toSeq })
@@ -213,7 +214,7 @@ class SamplerTest {
                                 2 -> s.stats()
                                 3 -> s.reportJson()
                                 else -> {
-                                    val id = s.addListener(object : SamplerListener {
+                                    val id = s.addListener(object : SamplerListenerAdapter() {
                                         override fun onInterval(interval: Interval) {}
                                     })
                                     s.removeListener(id)
@@ -253,7 +254,7 @@ class SamplerTest {
     @Test
     fun `a shut down sampler refuses every call with Closed`() {
         val s = wakemeter { interval = 10.milliseconds }
-        s.addListener(object : SamplerListener {
+        s.addListener(object : SamplerListenerAdapter() {
             override fun onInterval(interval: Interval) {}
         })
         s.start()
@@ -273,7 +274,7 @@ class SamplerTest {
         assertThrows<WakemeterException.Closed> { s.report() }
         assertThrows<WakemeterException.Closed> { s.reportJson() }
         val e = assertThrows<WakemeterException.Closed> {
-            s.addListener(object : SamplerListener {
+            s.addListener(object : SamplerListenerAdapter() {
                 override fun onInterval(interval: Interval) {}
             })
         }
@@ -287,7 +288,7 @@ class SamplerTest {
     fun `stopping from inside a listener does not deadlock`() {
         wakemeter { interval = 10.milliseconds }.use { s ->
             val stopped = CountDownLatch(1)
-            s.addListener(object : SamplerListener {
+            s.addListener(object : SamplerListenerAdapter() {
                 override fun onInterval(interval: Interval) {
                     s.stop()
                     stopped.countDown()

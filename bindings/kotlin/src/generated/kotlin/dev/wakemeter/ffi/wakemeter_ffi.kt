@@ -653,22 +653,28 @@ internal interface UniffiForeignFutureCompleteVoid : com.sun.jna.Callback {
 internal interface UniffiCallbackInterfaceSamplerListenerMethod0 : com.sun.jna.Callback {
     fun callback(`uniffiHandle`: Long,`interval`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
 }
-@Structure.FieldOrder("uniffiFree", "uniffiClone", "onInterval")
+internal interface UniffiCallbackInterfaceSamplerListenerMethod1 : com.sun.jna.Callback {
+    fun callback(`uniffiHandle`: Long,`finding`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
+}
+@Structure.FieldOrder("uniffiFree", "uniffiClone", "onInterval", "onFinding")
 internal open class UniffiVTableCallbackInterfaceSamplerListener(
     @JvmField internal var `uniffiFree`: UniffiCallbackInterfaceFree? = null,
     @JvmField internal var `uniffiClone`: UniffiCallbackInterfaceClone? = null,
     @JvmField internal var `onInterval`: UniffiCallbackInterfaceSamplerListenerMethod0? = null,
+    @JvmField internal var `onFinding`: UniffiCallbackInterfaceSamplerListenerMethod1? = null,
 ) : Structure() {
     class UniffiByValue(
         `uniffiFree`: UniffiCallbackInterfaceFree? = null,
         `uniffiClone`: UniffiCallbackInterfaceClone? = null,
         `onInterval`: UniffiCallbackInterfaceSamplerListenerMethod0? = null,
-    ): UniffiVTableCallbackInterfaceSamplerListener(`uniffiFree`,`uniffiClone`,`onInterval`,), Structure.ByValue
+        `onFinding`: UniffiCallbackInterfaceSamplerListenerMethod1? = null,
+    ): UniffiVTableCallbackInterfaceSamplerListener(`uniffiFree`,`uniffiClone`,`onInterval`,`onFinding`,), Structure.ByValue
 
    internal fun uniffiSetValue(other: UniffiVTableCallbackInterfaceSamplerListener) {
         `uniffiFree` = other.`uniffiFree`
         `uniffiClone` = other.`uniffiClone`
         `onInterval` = other.`onInterval`
+        `onFinding` = other.`onFinding`
     }
 
 }
@@ -697,13 +703,49 @@ internal object IntegrityCheckingUniffiLib {
     }
 
     internal fun ensureInitialized() = Unit
+    external fun uniffi_wakemeter_ffi_checksum_func_default_sampler_config(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_func_default_thresholds(
+    ): Int
     external fun uniffi_wakemeter_ffi_checksum_func_wakemeter_version(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_interval(
     ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_loopprobe_before_wait(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_loopprobe_id(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_loopprobe_name(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_loopprobe_raw_handle(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_loopprobe_stats(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sleepprobe_begin(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sleepprobe_end(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sleepprobe_id(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sleepprobe_name(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sleepprobe_raw_handle(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sleepprobe_sleep(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats(
+    ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_add_listener(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_config(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sampler_findings(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sampler_findings_with(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_interval_over(
     ): Int
@@ -717,6 +759,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats(
     ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe(
+    ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_report(
@@ -727,6 +771,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_shutdown(
     ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe(
+    ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_snapshots(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_start(
@@ -736,6 +782,8 @@ internal object IntegrityCheckingUniffiLib {
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_stop(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_system(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sampler_thresholds(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_constructor_sampler_new(
     ): Int
@@ -768,6 +816,42 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_method_samplerlistener_on_interval(`ptr`: Long,`interval`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_samplerlistener_on_finding(`ptr`: Long,`finding`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_clone_loopprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_wakemeter_ffi_fn_free_loopprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_loopprobe_after_wait(`ptr`: Long,`events`: Int,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_loopprobe_before_wait(`ptr`: Long,`timeoutNs`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_loopprobe_id(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_wakemeter_ffi_fn_method_loopprobe_name(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_method_loopprobe_raw_handle(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_wakemeter_ffi_fn_method_loopprobe_stats(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_clone_sleepprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_wakemeter_ffi_fn_free_sleepprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_begin(`ptr`: Long,`requestedNs`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_end(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_id(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_name(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_raw_handle(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_sleep(`ptr`: Long,`requestedNs`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_stats(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_clone_sampler(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_free_sampler(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -777,6 +861,10 @@ internal object UniffiLib {
     external fun uniffi_wakemeter_ffi_fn_method_sampler_add_listener(`ptr`: Long,`listener`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_method_sampler_config(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_findings(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_findings_with(`ptr`: Long,`thresholds`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_interval_over(`ptr`: Long,`windowMs`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -790,6 +878,8 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_listener_stats(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_loop_probe(`ptr`: Long,`name`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
     external fun uniffi_wakemeter_ffi_fn_method_sampler_remove_listener(`ptr`: Long,`id`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Byte
     external fun uniffi_wakemeter_ffi_fn_method_sampler_report(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -800,6 +890,8 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_shutdown(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_sleep_probe(`ptr`: Long,`name`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
     external fun uniffi_wakemeter_ffi_fn_method_sampler_snapshots(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_start(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -809,6 +901,12 @@ internal object UniffiLib {
     external fun uniffi_wakemeter_ffi_fn_method_sampler_stop(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_method_sampler_system(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_thresholds(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_func_default_sampler_config(uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_func_default_thresholds(uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_func_wakemeter_version(uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -931,16 +1029,70 @@ private fun uniffiCheckContractApiVersion(lib: IntegrityCheckingUniffiLib) {
 }
 @Suppress("UNUSED_PARAMETER")
 private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_func_default_sampler_config() and 0xFFFF) != 62954) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_func_default_thresholds() and 0xFFFF) != 19208) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_wakemeter_ffi_checksum_func_wakemeter_version() and 0xFFFF) != 60032) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_interval() and 0xFFFF) != 55989) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding() and 0xFFFF) != 56929) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait() and 0xFFFF) != 38488) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_before_wait() and 0xFFFF) != 53878) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_id() and 0xFFFF) != 38844) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_name() and 0xFFFF) != 62891) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_raw_handle() and 0xFFFF) != 41693) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_stats() and 0xFFFF) != 32747) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_begin() and 0xFFFF) != 46581) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_end() and 0xFFFF) != 34144) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_id() and 0xFFFF) != 48624) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_name() and 0xFFFF) != 62671) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_raw_handle() and 0xFFFF) != 12660) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_sleep() and 0xFFFF) != 22535) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() and 0xFFFF) != 15600) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() and 0xFFFF) != 54072) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_config() and 0xFFFF) != 14081) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings() and 0xFFFF) != 22590) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() and 0xFFFF) != 16158) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() and 0xFFFF) != 25918) {
@@ -961,19 +1113,25 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats() and 0xFFFF) != 43565) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe() and 0xFFFF) != 54179) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() and 0xFFFF) != 41410) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report() and 0xFFFF) != 4728) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report() and 0xFFFF) != 52951) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report_json() and 0xFFFF) != 61280) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report_json() and 0xFFFF) != 24395) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() and 0xFFFF) != 37663) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() and 0xFFFF) != 39861) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() and 0xFFFF) != 28833) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() and 0xFFFF) != 34526) {
@@ -989,6 +1147,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_system() and 0xFFFF) != 21691) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() and 0xFFFF) != 11674) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_constructor_sampler_new() and 0xFFFF) != 37292) {
@@ -1451,6 +1612,421 @@ public object FfiConverterString: FfiConverter<String, RustBuffer.ByValue> {
 
 
 /**
+ * Instruments one event loop: call `before_wait` right before the loop
+ * blocks (poll, epoll_wait, kevent, a park) and `after_wait` right after.
+ *
+ * Created by `Sampler.loop_probe(name)`; its counters appear in every
+ * snapshot of that sampler. Release it (Kotlin `close()`/`use`, Swift
+ * deinit) when the loop ends. Calls fail with `SamplerGone` once the
+ * sampler is shut down or released.
+ */
+public interface LoopProbeInterface {
+    
+    /**
+     * The wait returned with `events` ready events (0: timed out or woke for nothing).
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    fun `afterWait`(`events`: kotlin.UInt)
+    
+    /**
+     * The loop is about to wait with this timeout, in nanoseconds:
+     * negative = no timeout (block until an event, like `poll(…, -1)`),
+     * 0 = a non-blocking poll.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    fun `beforeWait`(`timeoutNs`: kotlin.Long)
+    
+    /**
+     * The probe's id (matches `LoopStats.id` in snapshots).
+     */
+    fun `id`(): kotlin.ULong
+    
+    /**
+     * The name the probe was created with.
+     */
+    fun `name`(): kotlin.String
+    
+    /**
+     * For the Kotlin layer's fast path only (Swift does not need it): a new
+     * strong reference to this probe as an opaque number, for the plain C
+     * functions `wakemeter_loop_probe_*`. It must be released exactly
+     * once with `wakemeter_loop_probe_release`.
+     */
+    fun `rawHandle`(): kotlin.ULong
+    
+    /**
+     * The probe's current cumulative counters.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    fun `stats`(): LoopStats
+    
+    companion object
+}
+
+/**
+ * Instruments one event loop: call `before_wait` right before the loop
+ * blocks (poll, epoll_wait, kevent, a park) and `after_wait` right after.
+ *
+ * Created by `Sampler.loop_probe(name)`; its counters appear in every
+ * snapshot of that sampler. Release it (Kotlin `close()`/`use`, Swift
+ * deinit) when the loop ends. Calls fail with `SamplerGone` once the
+ * sampler is shut down or released.
+ */
+open class LoopProbe: Disposable, AutoCloseable, LoopProbeInterface
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_wakemeter_ffi_fn_free_loopprobe(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_wakemeter_ffi_fn_clone_loopprobe(handle, status)
+        }
+    }
+
+    
+    /**
+     * The wait returned with `events` ready events (0: timed out or woke for nothing).
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    @Throws(WakemeterException::class)override fun `afterWait`(`events`: kotlin.UInt)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_loopprobe_after_wait(
+        it,
+        
+        FfiConverterUInt.lower(`events`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * The loop is about to wait with this timeout, in nanoseconds:
+     * negative = no timeout (block until an event, like `poll(…, -1)`),
+     * 0 = a non-blocking poll.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    @Throws(WakemeterException::class)override fun `beforeWait`(`timeoutNs`: kotlin.Long)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_loopprobe_before_wait(
+        it,
+        
+        FfiConverterLong.lower(`timeoutNs`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * The probe's id (matches `LoopStats.id` in snapshots).
+     */override fun `id`(): kotlin.ULong {
+            return FfiConverterULong.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_loopprobe_id(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * The name the probe was created with.
+     */override fun `name`(): kotlin.String {
+            return FfiConverterString.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_loopprobe_name(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * For the Kotlin layer's fast path only (Swift does not need it): a new
+     * strong reference to this probe as an opaque number, for the plain C
+     * functions `wakemeter_loop_probe_*`. It must be released exactly
+     * once with `wakemeter_loop_probe_release`.
+     */override fun `rawHandle`(): kotlin.ULong {
+            return FfiConverterULong.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_loopprobe_raw_handle(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * The probe's current cumulative counters.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    @Throws(WakemeterException::class)override fun `stats`(): LoopStats {
+            return FfiConverterTypeLoopStats.lift(
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_loopprobe_stats(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeLoopProbe: FfiConverter<LoopProbe, Long> {
+    override fun lower(value: LoopProbe): Long {
+        return value.uniffiCloneHandle()
+    }
+
+    override fun lift(value: Long): LoopProbe {
+        return LoopProbe(UniffiWithHandle, value)
+    }
+
+    override fun read(buf: ByteBuffer): LoopProbe {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: LoopProbe) = 8UL
+
+    override fun write(value: LoopProbe, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
  * Samples this process's (or another process's) threads.
  *
  * Safe to use from any thread. `start()` samples in the background until
@@ -1475,6 +2051,22 @@ public interface SamplerInterface {
      * The configuration the sampler was built with.
      */
     fun `config`(): SamplerConfig
+    
+    /**
+     * Findings over the history with the configured thresholds, most severe first.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`.
+     */
+    fun `findings`(): List<Finding>
+    
+    /**
+     * Findings over the history with other thresholds.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when a threshold is out of range.
+     */
+    fun `findingsWith`(`thresholds`: Thresholds): List<Finding>
     
     /**
      * The interval from the oldest snapshot within `window_ms` of the newest
@@ -1518,14 +2110,23 @@ public interface SamplerInterface {
     fun `listenerStats`(): ListenerStats
     
     /**
+     * A new loop probe whose counters appear in this sampler's snapshots,
+     * intervals and findings. One probe per loop.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+     */
+    fun `loopProbe`(`name`: kotlin.String): LoopProbe
+    
+    /**
      * Unregisters a listener; `false` if the id was not registered. The
      * listener may still receive a call already in progress.
      */
     fun `removeListener`(`id`: kotlin.ULong): kotlin.Boolean
     
     /**
-     * The sampler's state in one record: system, config, stats and the
-     * interval over the whole history.
+     * What the sampler measured and concluded: system, sampler stats, the
+     * interval over the findings window, and the findings.
      *
      * # Errors
      * `Closed` after `shutdown()`.
@@ -1533,8 +2134,8 @@ public interface SamplerInterface {
     fun `report`(): Report
     
     /**
-     * [`Sampler::report`] as a JSON object; field names are the Rust
-     * (snake_case) names, as in every wakemeter JSON.
+     * [`Sampler::report`] as JSON, exactly as the core serializes it (field
+     * names are the Rust snake_case names, as in every wakemeter JSON).
      *
      * # Errors
      * `Closed` after `shutdown()`; `Serialization` if encoding fails.
@@ -1555,6 +2156,15 @@ public interface SamplerInterface {
      * later call fails with `Closed`. Calling it again does nothing.
      */
     fun `shutdown`()
+    
+    /**
+     * A new sleep probe whose counters appear in this sampler's snapshots,
+     * intervals and findings. One probe per sleep site.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+     */
+    fun `sleepProbe`(`name`: kotlin.String): SleepProbe
     
     /**
      * Every snapshot in history, oldest first.
@@ -1595,6 +2205,11 @@ public interface SamplerInterface {
      * Facts about the machine, read once when the sampler was built.
      */
     fun `system`(): SystemInfo
+    
+    /**
+     * The thresholds the sampler was built with.
+     */
+    fun `thresholds`(): Thresholds
     
     companion object
 }
@@ -1767,6 +2382,47 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 
     
     /**
+     * Findings over the history with the configured thresholds, most severe first.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`.
+     */
+    @Throws(WakemeterException::class)override fun `findings`(): List<Finding> {
+            return FfiConverterSequenceTypeFinding.lift(
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_findings(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * Findings over the history with other thresholds.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when a threshold is out of range.
+     */
+    @Throws(WakemeterException::class)override fun `findingsWith`(`thresholds`: Thresholds): List<Finding> {
+            return FfiConverterSequenceTypeFinding.lift(
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_findings_with(
+        it,
+        
+        FfiConverterTypeThresholds.lower(`thresholds`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
      * The interval from the oldest snapshot within `window_ms` of the newest
      * one to the newest one (at least the last two snapshots); `None` with
      * fewer than two snapshots.
@@ -1878,6 +2534,28 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 
     
     /**
+     * A new loop probe whose counters appear in this sampler's snapshots,
+     * intervals and findings. One probe per loop.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+     */
+    @Throws(WakemeterException::class)override fun `loopProbe`(`name`: kotlin.String): LoopProbe {
+            return FfiConverterTypeLoopProbe.lift(
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_loop_probe(
+        it,
+        
+        FfiConverterString.lower(`name`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
      * Unregisters a listener; `false` if the id was not registered. The
      * listener may still receive a call already in progress.
      */override fun `removeListener`(`id`: kotlin.ULong): kotlin.Boolean {
@@ -1896,8 +2574,8 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 
     
     /**
-     * The sampler's state in one record: system, config, stats and the
-     * interval over the whole history.
+     * What the sampler measured and concluded: system, sampler stats, the
+     * interval over the findings window, and the findings.
      *
      * # Errors
      * `Closed` after `shutdown()`.
@@ -1917,8 +2595,8 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 
     
     /**
-     * [`Sampler::report`] as a JSON object; field names are the Rust
-     * (snake_case) names, as in every wakemeter JSON.
+     * [`Sampler::report`] as JSON, exactly as the core serializes it (field
+     * names are the Rust snake_case names, as in every wakemeter JSON).
      *
      * # Errors
      * `Closed` after `shutdown()`; `Serialization` if encoding fails.
@@ -1971,6 +2649,28 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 }
     }
     
+    
+
+    
+    /**
+     * A new sleep probe whose counters appear in this sampler's snapshots,
+     * intervals and findings. One probe per sleep site.
+     *
+     * # Errors
+     * `Closed` after `shutdown()`; `InvalidConfig` when too many probes are alive.
+     */
+    @Throws(WakemeterException::class)override fun `sleepProbe`(`name`: kotlin.String): SleepProbe {
+            return FfiConverterTypeSleepProbe.lift(
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_sleep_probe(
+        it,
+        
+        FfiConverterString.lower(`name`),_status)
+}
+    }
+    )
+    }
     
 
     
@@ -2062,6 +2762,22 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
     callWithHandle {
     uniffiRustCall() { _status ->
     UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_system(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * The thresholds the sampler was built with.
+     */override fun `thresholds`(): Thresholds {
+            return FfiConverterTypeThresholds.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_thresholds(
         it,
         _status)
 }
@@ -2221,6 +2937,15 @@ public interface SamplerListener {
      */
     fun `onInterval`(`interval`: Interval)
     
+    /**
+     * Called when a finding appears, or comes back more severe, after a
+     * background sample (at most once per finding and sample).
+     *
+     * # Errors
+     * Whatever the listener throws; it is counted, never propagated.
+     */
+    fun `onFinding`(`finding`: Finding)
+    
     companion object
 }
 
@@ -2353,6 +3078,27 @@ open class SamplerListenerImpl: Disposable, AutoCloseable, SamplerListener
     
 
     
+    /**
+     * Called when a finding appears, or comes back more severe, after a
+     * background sample (at most once per finding and sample).
+     *
+     * # Errors
+     * Whatever the listener throws; it is counted, never propagated.
+     */
+    @Throws(ListenerException::class)override fun `onFinding`(`finding`: Finding)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(ListenerException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_samplerlistener_on_finding(
+        it,
+        
+        FfiConverterTypeFinding.lower(`finding`),_status)
+}
+    }
+    
+    
+
+    
 
     
 
@@ -2387,6 +3133,23 @@ internal object uniffiCallbackInterfaceSamplerListener {
             )
         }
     }
+    internal object `onFinding`: UniffiCallbackInterfaceSamplerListenerMethod1 {
+        override fun callback(`uniffiHandle`: Long,`finding`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
+            val uniffiObj = FfiConverterTypeSamplerListener.handleMap.get(uniffiHandle)
+            val makeCall = { ->
+                uniffiObj.`onFinding`(
+                    FfiConverterTypeFinding.lift(`finding`),
+                )
+            }
+            val writeReturn = { _: Unit -> Unit }
+            uniffiTraitInterfaceCallWithError(
+                uniffiCallStatus,
+                makeCall,
+                writeReturn,
+                { e: ListenerException -> FfiConverterTypeListenerError.lower(e) }
+            )
+        }
+    }
 
     internal object uniffiFree: UniffiCallbackInterfaceFree {
         override fun callback(handle: Long) {
@@ -2404,6 +3167,7 @@ internal object uniffiCallbackInterfaceSamplerListener {
         uniffiFree,
         uniffiClone,
         `onInterval`,
+        `onFinding`,
     )
 
     // Registers the foreign callback with the Rust side.
@@ -2452,6 +3216,584 @@ public object FfiConverterTypeSamplerListener: FfiConverter<SamplerListener, Lon
 }
 
 
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
+ * Instruments a sleep-and-check loop: `sleep(ns)` sleeps and records, or
+ * wrap your own sleep in `begin(ns)` / `end()`.
+ *
+ * Created by `Sampler.sleep_probe(name)`. Calls fail with `SamplerGone`
+ * once the sampler is shut down or released.
+ */
+public interface SleepProbeInterface {
+    
+    /**
+     * A sleep of `requested_ns` nanoseconds is about to start.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    fun `begin`(`requestedNs`: kotlin.ULong)
+    
+    /**
+     * The sleep started by `begin` returned.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    fun `end`()
+    
+    /**
+     * The probe's id (matches `SleepStats.id` in snapshots).
+     */
+    fun `id`(): kotlin.ULong
+    
+    /**
+     * The name the probe was created with.
+     */
+    fun `name`(): kotlin.String
+    
+    /**
+     * For the Kotlin layer's fast path only (Swift does not need it): a new
+     * strong reference to this probe as an opaque number, for the plain C
+     * functions `wakemeter_sleep_probe_*`. It must be released exactly
+     * once with `wakemeter_sleep_probe_release`.
+     */
+    fun `rawHandle`(): kotlin.ULong
+    
+    /**
+     * Sleeps the calling thread for `requested_ns` nanoseconds (with the
+     * standard library's sleep) and records it.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    fun `sleep`(`requestedNs`: kotlin.ULong)
+    
+    /**
+     * The probe's current cumulative counters.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    fun `stats`(): SleepStats
+    
+    companion object
+}
+
+/**
+ * Instruments a sleep-and-check loop: `sleep(ns)` sleeps and records, or
+ * wrap your own sleep in `begin(ns)` / `end()`.
+ *
+ * Created by `Sampler.sleep_probe(name)`. Calls fail with `SamplerGone`
+ * once the sampler is shut down or released.
+ */
+open class SleepProbe: Disposable, AutoCloseable, SleepProbeInterface
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_wakemeter_ffi_fn_free_sleepprobe(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_wakemeter_ffi_fn_clone_sleepprobe(handle, status)
+        }
+    }
+
+    
+    /**
+     * A sleep of `requested_ns` nanoseconds is about to start.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    @Throws(WakemeterException::class)override fun `begin`(`requestedNs`: kotlin.ULong)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sleepprobe_begin(
+        it,
+        
+        FfiConverterULong.lower(`requestedNs`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * The sleep started by `begin` returned.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    @Throws(WakemeterException::class)override fun `end`()
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sleepprobe_end(
+        it,
+        _status)
+}
+    }
+    
+    
+
+    
+    /**
+     * The probe's id (matches `SleepStats.id` in snapshots).
+     */override fun `id`(): kotlin.ULong {
+            return FfiConverterULong.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sleepprobe_id(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * The name the probe was created with.
+     */override fun `name`(): kotlin.String {
+            return FfiConverterString.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sleepprobe_name(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * For the Kotlin layer's fast path only (Swift does not need it): a new
+     * strong reference to this probe as an opaque number, for the plain C
+     * functions `wakemeter_sleep_probe_*`. It must be released exactly
+     * once with `wakemeter_sleep_probe_release`.
+     */override fun `rawHandle`(): kotlin.ULong {
+            return FfiConverterULong.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sleepprobe_raw_handle(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * Sleeps the calling thread for `requested_ns` nanoseconds (with the
+     * standard library's sleep) and records it.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    @Throws(WakemeterException::class)override fun `sleep`(`requestedNs`: kotlin.ULong)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sleepprobe_sleep(
+        it,
+        
+        FfiConverterULong.lower(`requestedNs`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * The probe's current cumulative counters.
+     *
+     * # Errors
+     * `SamplerGone` once the sampler is shut down or released.
+     */
+    @Throws(WakemeterException::class)override fun `stats`(): SleepStats {
+            return FfiConverterTypeSleepStats.lift(
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sleepprobe_stats(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSleepProbe: FfiConverter<SleepProbe, Long> {
+    override fun lower(value: SleepProbe): Long {
+        return value.uniffiCloneHandle()
+    }
+
+    override fun lift(value: Long): SleepProbe {
+        return SleepProbe(UniffiWithHandle, value)
+    }
+
+    override fun read(buf: ByteBuffer): SleepProbe {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: SleepProbe) = 8UL
+
+    override fun write(value: SleepProbe, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
+
+
+
+/**
+ * One number behind a finding (see [`wakemeter::Evidence`]).
+ */
+data class Evidence (
+    /**
+     * What was measured, e.g. "wakeups_per_sec".
+     */
+    val `name`: kotlin.String
+    , 
+    /**
+     * The value.
+     */
+    val `value`: kotlin.Double
+    , 
+    /**
+     * Its unit, e.g. "1/s", "%", "ns", "bytes", "ratio".
+     */
+    val `unit`: kotlin.String
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeEvidence: FfiConverterRustBuffer<Evidence> {
+    override fun read(buf: ByteBuffer): Evidence {
+        return Evidence(
+            FfiConverterString.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterString.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: Evidence) = (
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterDouble.allocationSize(value.`value`) +
+            FfiConverterString.allocationSize(value.`unit`)
+    )
+
+    override fun write(value: Evidence, buf: ByteBuffer) {
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterDouble.write(value.`value`, buf)
+            FfiConverterString.write(value.`unit`, buf)
+    }
+}
+
+
+
+/**
+ * A diagnosis in plain words, with the numbers behind it (see [`wakemeter::Finding`]).
+ */
+data class Finding (
+    /**
+     * What kind of waste.
+     */
+    val `kind`: FindingKind
+    , 
+    /**
+     * How urgent.
+     */
+    val `severity`: Severity
+    , 
+    /**
+     * Who.
+     */
+    val `subject`: Subject
+    , 
+    /**
+     * One line a developer acts on.
+     */
+    val `summary`: kotlin.String
+    , 
+    /**
+     * The numbers the summary rests on.
+     */
+    val `evidence`: List<Evidence>
+    , 
+    /**
+     * What to do about it.
+     */
+    val `advice`: kotlin.String
+    , 
+    /**
+     * Length of the window the finding looked at, in nanoseconds.
+     */
+    val `windowNs`: kotlin.ULong
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeFinding: FfiConverterRustBuffer<Finding> {
+    override fun read(buf: ByteBuffer): Finding {
+        return Finding(
+            FfiConverterTypeFindingKind.read(buf),
+            FfiConverterTypeSeverity.read(buf),
+            FfiConverterTypeSubject.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterSequenceTypeEvidence.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: Finding) = (
+            FfiConverterTypeFindingKind.allocationSize(value.`kind`) +
+            FfiConverterTypeSeverity.allocationSize(value.`severity`) +
+            FfiConverterTypeSubject.allocationSize(value.`subject`) +
+            FfiConverterString.allocationSize(value.`summary`) +
+            FfiConverterSequenceTypeEvidence.allocationSize(value.`evidence`) +
+            FfiConverterString.allocationSize(value.`advice`) +
+            FfiConverterULong.allocationSize(value.`windowNs`)
+    )
+
+    override fun write(value: Finding, buf: ByteBuffer) {
+            FfiConverterTypeFindingKind.write(value.`kind`, buf)
+            FfiConverterTypeSeverity.write(value.`severity`, buf)
+            FfiConverterTypeSubject.write(value.`subject`, buf)
+            FfiConverterString.write(value.`summary`, buf)
+            FfiConverterSequenceTypeEvidence.write(value.`evidence`, buf)
+            FfiConverterString.write(value.`advice`, buf)
+            FfiConverterULong.write(value.`windowNs`, buf)
+    }
+}
+
+
 
 /**
  * The difference of two snapshots, with rates (see [`wakemeter::Interval`]).
@@ -2493,6 +3835,16 @@ data class Interval (
     val `threadsExited`: kotlin.UInt
     , 
     /**
+     * Instrumented loops alive at the end.
+     */
+    val `loops`: List<LoopInterval>
+    , 
+    /**
+     * Instrumented sleep sites alive at the end.
+     */
+    val `sleeps`: List<SleepInterval>
+    , 
+    /**
      * CPU time the sampler spent during the interval, in nanoseconds.
      */
     val `samplerCpuTimeNs`: kotlin.ULong
@@ -2524,6 +3876,8 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.read(buf),
             FfiConverterSequenceTypeThreadInterval.read(buf),
             FfiConverterUInt.read(buf),
+            FfiConverterSequenceTypeLoopInterval.read(buf),
+            FfiConverterSequenceTypeSleepInterval.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterDouble.read(buf),
         )
@@ -2537,6 +3891,8 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.allocationSize(value.`process`) +
             FfiConverterSequenceTypeThreadInterval.allocationSize(value.`threads`) +
             FfiConverterUInt.allocationSize(value.`threadsExited`) +
+            FfiConverterSequenceTypeLoopInterval.allocationSize(value.`loops`) +
+            FfiConverterSequenceTypeSleepInterval.allocationSize(value.`sleeps`) +
             FfiConverterULong.allocationSize(value.`samplerCpuTimeNs`) +
             FfiConverterDouble.allocationSize(value.`samplerCpuPercent`)
     )
@@ -2549,6 +3905,8 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.write(value.`process`, buf)
             FfiConverterSequenceTypeThreadInterval.write(value.`threads`, buf)
             FfiConverterUInt.write(value.`threadsExited`, buf)
+            FfiConverterSequenceTypeLoopInterval.write(value.`loops`, buf)
+            FfiConverterSequenceTypeSleepInterval.write(value.`sleeps`, buf)
             FfiConverterULong.write(value.`samplerCpuTimeNs`, buf)
             FfiConverterDouble.write(value.`samplerCpuPercent`, buf)
     }
@@ -2761,6 +4119,11 @@ data class ListenerStats (
     val `intervalsDelivered`: kotlin.ULong
     , 
     /**
+     * Findings handed to listeners (one per listener per finding).
+     */
+    val `findingsDelivered`: kotlin.ULong
+    , 
+    /**
      * Listener calls that threw or returned an error.
      */
     val `listenerErrors`: kotlin.ULong
@@ -2788,6 +4151,7 @@ public object FfiConverterTypeListenerStats: FfiConverterRustBuffer<ListenerStat
             FfiConverterUInt.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
             FfiConverterOptionalString.read(buf),
         )
     }
@@ -2795,6 +4159,7 @@ public object FfiConverterTypeListenerStats: FfiConverterRustBuffer<ListenerStat
     override fun allocationSize(value: ListenerStats) = (
             FfiConverterUInt.allocationSize(value.`listeners`) +
             FfiConverterULong.allocationSize(value.`intervalsDelivered`) +
+            FfiConverterULong.allocationSize(value.`findingsDelivered`) +
             FfiConverterULong.allocationSize(value.`listenerErrors`) +
             FfiConverterOptionalString.allocationSize(value.`lastListenerError`)
     )
@@ -2802,6 +4167,7 @@ public object FfiConverterTypeListenerStats: FfiConverterRustBuffer<ListenerStat
     override fun write(value: ListenerStats, buf: ByteBuffer) {
             FfiConverterUInt.write(value.`listeners`, buf)
             FfiConverterULong.write(value.`intervalsDelivered`, buf)
+            FfiConverterULong.write(value.`findingsDelivered`, buf)
             FfiConverterULong.write(value.`listenerErrors`, buf)
             FfiConverterOptionalString.write(value.`lastListenerError`, buf)
     }
@@ -2844,6 +4210,348 @@ public object FfiConverterTypeLog2Histogram: FfiConverterRustBuffer<Log2Histogra
 
     override fun write(value: Log2Histogram, buf: ByteBuffer) {
             FfiConverterSequenceULong.write(value.`buckets`, buf)
+    }
+}
+
+
+
+/**
+ * One instrumented loop over an interval (see [`wakemeter::LoopInterval`]).
+ */
+data class LoopInterval (
+    /**
+     * Probe id.
+     */
+    val `id`: kotlin.ULong
+    , 
+    /**
+     * Probe name.
+     */
+    val `name`: kotlin.String
+    , 
+    /**
+     * Thread that last waited, if any.
+     */
+    val `tid`: kotlin.ULong?
+    , 
+    /**
+     * Wakeups (returns from the wait) during the interval.
+     */
+    val `wakeups`: kotlin.ULong
+    , 
+    /**
+     * Wakeups per second.
+     */
+    val `wakeupsPerSec`: kotlin.Double
+    , 
+    /**
+     * Wakeups that found 0 events.
+     */
+    val `idleWakeups`: kotlin.ULong
+    , 
+    /**
+     * `idle_wakeups / wakeups` (0 to 1).
+     */
+    val `idleWakeupRatio`: kotlin.Double
+    , 
+    /**
+     * Wakeups after the full timeout elapsed.
+     */
+    val `timedOutWakeups`: kotlin.ULong
+    , 
+    /**
+     * Wakeups before a finite timeout elapsed.
+     */
+    val `earlyWakeups`: kotlin.ULong
+    , 
+    /**
+     * Waits with a zero timeout (non-blocking polls).
+     */
+    val `zeroTimeoutWaits`: kotlin.ULong
+    , 
+    /**
+     * `zero_timeout_waits / wakeups` (0 to 1).
+     */
+    val `zeroTimeoutRatio`: kotlin.Double
+    , 
+    /**
+     * Ready events reported.
+     */
+    val `events`: kotlin.ULong
+    , 
+    /**
+     * `events / wakeups`.
+     */
+    val `eventsPerWakeup`: kotlin.Double
+    , 
+    /**
+     * Time inside waits, in nanoseconds.
+     */
+    val `waitNs`: kotlin.ULong
+    , 
+    /**
+     * Time between waits (doing work), in nanoseconds.
+     */
+    val `busyNs`: kotlin.ULong
+    , 
+    /**
+     * Loop utilization, `busy / (busy + wait)` (0 to 1).
+     */
+    val `utilization`: kotlin.Double
+    , 
+    /**
+     * Poll delays of timed-out wakeups, in nanoseconds.
+     */
+    val `pollDelayHistogram`: Log2Histogram
+    , 
+    /**
+     * Mean poll delay of timed-out wakeups, in nanoseconds.
+     */
+    val `meanPollDelayNs`: kotlin.ULong
+    , 
+    /**
+     * 99th percentile poll delay (lower bound of its log2 bucket), in nanoseconds.
+     */
+    val `p99PollDelayNs`: kotlin.ULong?
+    , 
+    /**
+     * Length of the wait in progress at the end, in nanoseconds.
+     */
+    val `currentWaitNs`: kotlin.ULong
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeLoopInterval: FfiConverterRustBuffer<LoopInterval> {
+    override fun read(buf: ByteBuffer): LoopInterval {
+        return LoopInterval(
+            FfiConverterULong.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterOptionalULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterTypeLog2Histogram.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterOptionalULong.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: LoopInterval) = (
+            FfiConverterULong.allocationSize(value.`id`) +
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterOptionalULong.allocationSize(value.`tid`) +
+            FfiConverterULong.allocationSize(value.`wakeups`) +
+            FfiConverterDouble.allocationSize(value.`wakeupsPerSec`) +
+            FfiConverterULong.allocationSize(value.`idleWakeups`) +
+            FfiConverterDouble.allocationSize(value.`idleWakeupRatio`) +
+            FfiConverterULong.allocationSize(value.`timedOutWakeups`) +
+            FfiConverterULong.allocationSize(value.`earlyWakeups`) +
+            FfiConverterULong.allocationSize(value.`zeroTimeoutWaits`) +
+            FfiConverterDouble.allocationSize(value.`zeroTimeoutRatio`) +
+            FfiConverterULong.allocationSize(value.`events`) +
+            FfiConverterDouble.allocationSize(value.`eventsPerWakeup`) +
+            FfiConverterULong.allocationSize(value.`waitNs`) +
+            FfiConverterULong.allocationSize(value.`busyNs`) +
+            FfiConverterDouble.allocationSize(value.`utilization`) +
+            FfiConverterTypeLog2Histogram.allocationSize(value.`pollDelayHistogram`) +
+            FfiConverterULong.allocationSize(value.`meanPollDelayNs`) +
+            FfiConverterOptionalULong.allocationSize(value.`p99PollDelayNs`) +
+            FfiConverterULong.allocationSize(value.`currentWaitNs`)
+    )
+
+    override fun write(value: LoopInterval, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`id`, buf)
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterOptionalULong.write(value.`tid`, buf)
+            FfiConverterULong.write(value.`wakeups`, buf)
+            FfiConverterDouble.write(value.`wakeupsPerSec`, buf)
+            FfiConverterULong.write(value.`idleWakeups`, buf)
+            FfiConverterDouble.write(value.`idleWakeupRatio`, buf)
+            FfiConverterULong.write(value.`timedOutWakeups`, buf)
+            FfiConverterULong.write(value.`earlyWakeups`, buf)
+            FfiConverterULong.write(value.`zeroTimeoutWaits`, buf)
+            FfiConverterDouble.write(value.`zeroTimeoutRatio`, buf)
+            FfiConverterULong.write(value.`events`, buf)
+            FfiConverterDouble.write(value.`eventsPerWakeup`, buf)
+            FfiConverterULong.write(value.`waitNs`, buf)
+            FfiConverterULong.write(value.`busyNs`, buf)
+            FfiConverterDouble.write(value.`utilization`, buf)
+            FfiConverterTypeLog2Histogram.write(value.`pollDelayHistogram`, buf)
+            FfiConverterULong.write(value.`meanPollDelayNs`, buf)
+            FfiConverterOptionalULong.write(value.`p99PollDelayNs`, buf)
+            FfiConverterULong.write(value.`currentWaitNs`, buf)
+    }
+}
+
+
+
+/**
+ * Cumulative counters of one instrumented loop (see [`wakemeter::LoopStats`]).
+ */
+data class LoopStats (
+    /**
+     * Probe id, unique within its sampler.
+     */
+    val `id`: kotlin.ULong
+    , 
+    /**
+     * Name given when the probe was created.
+     */
+    val `name`: kotlin.String
+    , 
+    /**
+     * OS id of the thread that last waited; `None` before the first wait.
+     */
+    val `tid`: kotlin.ULong?
+    , 
+    /**
+     * Returns from the wait.
+     */
+    val `totalWakeups`: kotlin.ULong
+    , 
+    /**
+     * Wakeups that reported 0 ready events.
+     */
+    val `totalIdleWakeups`: kotlin.ULong
+    , 
+    /**
+     * Wakeups after a finite timeout fully elapsed.
+     */
+    val `totalTimedOutWakeups`: kotlin.ULong
+    , 
+    /**
+     * Wakeups before a finite timeout elapsed.
+     */
+    val `totalEarlyWakeups`: kotlin.ULong
+    , 
+    /**
+     * Waits with a zero timeout (busy polling).
+     */
+    val `totalZeroTimeoutWaits`: kotlin.ULong
+    , 
+    /**
+     * Sum of ready-event counts.
+     */
+    val `totalEvents`: kotlin.ULong
+    , 
+    /**
+     * Time inside waits, in nanoseconds.
+     */
+    val `totalWaitNs`: kotlin.ULong
+    , 
+    /**
+     * Time between waits (the loop working), in nanoseconds.
+     */
+    val `totalBusyNs`: kotlin.ULong
+    , 
+    /**
+     * Sum of how late timed-out waits returned, in nanoseconds.
+     */
+    val `totalPollDelayNs`: kotlin.ULong
+    , 
+    /**
+     * Poll delay of each timed-out wakeup, in nanoseconds.
+     */
+    val `pollDelayHistogram`: Log2Histogram
+    , 
+    /**
+     * Calls out of order (ignored and counted).
+     */
+    val `totalUnmatchedCalls`: kotlin.ULong
+    , 
+    /**
+     * Length of the wait in progress, in nanoseconds (0 when not waiting).
+     */
+    val `currentWaitNs`: kotlin.ULong
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeLoopStats: FfiConverterRustBuffer<LoopStats> {
+    override fun read(buf: ByteBuffer): LoopStats {
+        return LoopStats(
+            FfiConverterULong.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterOptionalULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterTypeLog2Histogram.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: LoopStats) = (
+            FfiConverterULong.allocationSize(value.`id`) +
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterOptionalULong.allocationSize(value.`tid`) +
+            FfiConverterULong.allocationSize(value.`totalWakeups`) +
+            FfiConverterULong.allocationSize(value.`totalIdleWakeups`) +
+            FfiConverterULong.allocationSize(value.`totalTimedOutWakeups`) +
+            FfiConverterULong.allocationSize(value.`totalEarlyWakeups`) +
+            FfiConverterULong.allocationSize(value.`totalZeroTimeoutWaits`) +
+            FfiConverterULong.allocationSize(value.`totalEvents`) +
+            FfiConverterULong.allocationSize(value.`totalWaitNs`) +
+            FfiConverterULong.allocationSize(value.`totalBusyNs`) +
+            FfiConverterULong.allocationSize(value.`totalPollDelayNs`) +
+            FfiConverterTypeLog2Histogram.allocationSize(value.`pollDelayHistogram`) +
+            FfiConverterULong.allocationSize(value.`totalUnmatchedCalls`) +
+            FfiConverterULong.allocationSize(value.`currentWaitNs`)
+    )
+
+    override fun write(value: LoopStats, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`id`, buf)
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterOptionalULong.write(value.`tid`, buf)
+            FfiConverterULong.write(value.`totalWakeups`, buf)
+            FfiConverterULong.write(value.`totalIdleWakeups`, buf)
+            FfiConverterULong.write(value.`totalTimedOutWakeups`, buf)
+            FfiConverterULong.write(value.`totalEarlyWakeups`, buf)
+            FfiConverterULong.write(value.`totalZeroTimeoutWaits`, buf)
+            FfiConverterULong.write(value.`totalEvents`, buf)
+            FfiConverterULong.write(value.`totalWaitNs`, buf)
+            FfiConverterULong.write(value.`totalBusyNs`, buf)
+            FfiConverterULong.write(value.`totalPollDelayNs`, buf)
+            FfiConverterTypeLog2Histogram.write(value.`pollDelayHistogram`, buf)
+            FfiConverterULong.write(value.`totalUnmatchedCalls`, buf)
+            FfiConverterULong.write(value.`currentWaitNs`, buf)
     }
 }
 
@@ -3012,6 +4720,11 @@ public object FfiConverterTypePollSyscallStats: FfiConverterRustBuffer<PollSysca
  */
 data class ProcessInterval (
     /**
+     * Process id.
+     */
+    val `pid`: kotlin.UInt
+    , 
+    /**
      * Process CPU time used during the interval, in nanoseconds.
      */
     val `cpuTimeNs`: kotlin.ULong
@@ -3066,6 +4779,7 @@ data class ProcessInterval (
 public object FfiConverterTypeProcessInterval: FfiConverterRustBuffer<ProcessInterval> {
     override fun read(buf: ByteBuffer): ProcessInterval {
         return ProcessInterval(
+            FfiConverterUInt.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterULong.read(buf),
@@ -3078,6 +4792,7 @@ public object FfiConverterTypeProcessInterval: FfiConverterRustBuffer<ProcessInt
     }
 
     override fun allocationSize(value: ProcessInterval) = (
+            FfiConverterUInt.allocationSize(value.`pid`) +
             FfiConverterULong.allocationSize(value.`cpuTimeNs`) +
             FfiConverterDouble.allocationSize(value.`cpuPercent`) +
             FfiConverterULong.allocationSize(value.`rssBytes`) +
@@ -3089,6 +4804,7 @@ public object FfiConverterTypeProcessInterval: FfiConverterRustBuffer<ProcessInt
     )
 
     override fun write(value: ProcessInterval, buf: ByteBuffer) {
+            FfiConverterUInt.write(value.`pid`, buf)
             FfiConverterULong.write(value.`cpuTimeNs`, buf)
             FfiConverterDouble.write(value.`cpuPercent`, buf)
             FfiConverterULong.write(value.`rssBytes`, buf)
@@ -3198,29 +4914,33 @@ public object FfiConverterTypeProcessSample: FfiConverterRustBuffer<ProcessSampl
 
 
 /**
- * What [`Sampler::report`] returns: the state of the sampler in one record.
+ * What the sampler measured and concluded (see [`wakemeter::Report`]).
  */
 data class Report (
+    /**
+     * When the report was made, in nanoseconds since the Unix epoch.
+     */
+    val `unixTimeNs`: kotlin.ULong
+    , 
     /**
      * The machine.
      */
     val `system`: SystemInfo
     , 
     /**
-     * The sampler's configuration.
-     */
-    val `config`: SamplerConfig
-    , 
-    /**
-     * Counters about the sampler itself.
+     * The sampler's own counters and overhead.
      */
     val `stats`: SamplerStats
     , 
     /**
-     * The interval over the whole history (oldest to newest snapshot);
-     * `None` with fewer than two snapshots.
+     * The interval over the findings window (`None` with fewer than two snapshots).
      */
     val `interval`: Interval?
+    , 
+    /**
+     * Findings, most severe first.
+     */
+    val `findings`: List<Finding>
     
 ){
     
@@ -3237,25 +4957,28 @@ data class Report (
 public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
     override fun read(buf: ByteBuffer): Report {
         return Report(
+            FfiConverterULong.read(buf),
             FfiConverterTypeSystemInfo.read(buf),
-            FfiConverterTypeSamplerConfig.read(buf),
             FfiConverterTypeSamplerStats.read(buf),
             FfiConverterOptionalTypeInterval.read(buf),
+            FfiConverterSequenceTypeFinding.read(buf),
         )
     }
 
     override fun allocationSize(value: Report) = (
+            FfiConverterULong.allocationSize(value.`unixTimeNs`) +
             FfiConverterTypeSystemInfo.allocationSize(value.`system`) +
-            FfiConverterTypeSamplerConfig.allocationSize(value.`config`) +
             FfiConverterTypeSamplerStats.allocationSize(value.`stats`) +
-            FfiConverterOptionalTypeInterval.allocationSize(value.`interval`)
+            FfiConverterOptionalTypeInterval.allocationSize(value.`interval`) +
+            FfiConverterSequenceTypeFinding.allocationSize(value.`findings`)
     )
 
     override fun write(value: Report, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`unixTimeNs`, buf)
             FfiConverterTypeSystemInfo.write(value.`system`, buf)
-            FfiConverterTypeSamplerConfig.write(value.`config`, buf)
             FfiConverterTypeSamplerStats.write(value.`stats`, buf)
             FfiConverterOptionalTypeInterval.write(value.`interval`, buf)
+            FfiConverterSequenceTypeFinding.write(value.`findings`, buf)
     }
 }
 
@@ -3290,6 +5013,11 @@ data class SamplerConfig (
      * Name of the background sampling thread (1 to 15 bytes).
      */
     val `threadName`: kotlin.String = "wakemeter" 
+    , 
+    /**
+     * Thresholds of the findings engine.
+     */
+    val `thresholds`: Thresholds = Thresholds() 
     
 ){
     
@@ -3311,6 +5039,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
             FfiConverterOptionalUInt.read(buf),
             FfiConverterUInt.read(buf),
             FfiConverterString.read(buf),
+            FfiConverterTypeThresholds.read(buf),
         )
     }
 
@@ -3319,7 +5048,8 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
             FfiConverterUInt.allocationSize(value.`history`) +
             FfiConverterOptionalUInt.allocationSize(value.`pid`) +
             FfiConverterUInt.allocationSize(value.`switchSplitEvery`) +
-            FfiConverterString.allocationSize(value.`threadName`)
+            FfiConverterString.allocationSize(value.`threadName`) +
+            FfiConverterTypeThresholds.allocationSize(value.`thresholds`)
     )
 
     override fun write(value: SamplerConfig, buf: ByteBuffer) {
@@ -3328,6 +5058,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
             FfiConverterOptionalUInt.write(value.`pid`, buf)
             FfiConverterUInt.write(value.`switchSplitEvery`, buf)
             FfiConverterString.write(value.`threadName`, buf)
+            FfiConverterTypeThresholds.write(value.`thresholds`, buf)
     }
 }
 
@@ -3423,6 +5154,252 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterUInt.write(value.`bytesPerStoredThreadSample`, buf)
             FfiConverterBoolean.write(value.`running`, buf)
             FfiConverterOptionalString.write(value.`lastError`, buf)
+    }
+}
+
+
+
+/**
+ * One instrumented sleep site over an interval (see [`wakemeter::SleepInterval`]).
+ */
+data class SleepInterval (
+    /**
+     * Probe id.
+     */
+    val `id`: kotlin.ULong
+    , 
+    /**
+     * Probe name.
+     */
+    val `name`: kotlin.String
+    , 
+    /**
+     * Thread that last slept, if any.
+     */
+    val `tid`: kotlin.ULong?
+    , 
+    /**
+     * Sleeps completed during the interval.
+     */
+    val `calls`: kotlin.ULong
+    , 
+    /**
+     * Sleeps per second.
+     */
+    val `sleepsPerSec`: kotlin.Double
+    , 
+    /**
+     * Mean requested sleep, in nanoseconds.
+     */
+    val `meanRequestedNs`: kotlin.ULong
+    , 
+    /**
+     * Mean actual sleep, in nanoseconds.
+     */
+    val `meanActualNs`: kotlin.ULong
+    , 
+    /**
+     * Mean oversleep (actual − requested), in nanoseconds.
+     */
+    val `meanOversleepNs`: kotlin.ULong
+    , 
+    /**
+     * CPU time consumed inside the sleep calls, in nanoseconds.
+     */
+    val `cpuNs`: kotlin.ULong
+    , 
+    /**
+     * `cpu_ns / duration` in percent of one core.
+     */
+    val `cpuPercent`: kotlin.Double
+    , 
+    /**
+     * CPU time per sleep call, in nanoseconds.
+     */
+    val `cpuPerSleepNs`: kotlin.ULong
+    , 
+    /**
+     * Oversleeps during the interval, in nanoseconds.
+     */
+    val `oversleepHistogram`: Log2Histogram
+    , 
+    /**
+     * 99th percentile oversleep (lower bound of its log2 bucket), in nanoseconds.
+     */
+    val `p99OversleepNs`: kotlin.ULong?
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSleepInterval: FfiConverterRustBuffer<SleepInterval> {
+    override fun read(buf: ByteBuffer): SleepInterval {
+        return SleepInterval(
+            FfiConverterULong.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterOptionalULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterTypeLog2Histogram.read(buf),
+            FfiConverterOptionalULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: SleepInterval) = (
+            FfiConverterULong.allocationSize(value.`id`) +
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterOptionalULong.allocationSize(value.`tid`) +
+            FfiConverterULong.allocationSize(value.`calls`) +
+            FfiConverterDouble.allocationSize(value.`sleepsPerSec`) +
+            FfiConverterULong.allocationSize(value.`meanRequestedNs`) +
+            FfiConverterULong.allocationSize(value.`meanActualNs`) +
+            FfiConverterULong.allocationSize(value.`meanOversleepNs`) +
+            FfiConverterULong.allocationSize(value.`cpuNs`) +
+            FfiConverterDouble.allocationSize(value.`cpuPercent`) +
+            FfiConverterULong.allocationSize(value.`cpuPerSleepNs`) +
+            FfiConverterTypeLog2Histogram.allocationSize(value.`oversleepHistogram`) +
+            FfiConverterOptionalULong.allocationSize(value.`p99OversleepNs`)
+    )
+
+    override fun write(value: SleepInterval, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`id`, buf)
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterOptionalULong.write(value.`tid`, buf)
+            FfiConverterULong.write(value.`calls`, buf)
+            FfiConverterDouble.write(value.`sleepsPerSec`, buf)
+            FfiConverterULong.write(value.`meanRequestedNs`, buf)
+            FfiConverterULong.write(value.`meanActualNs`, buf)
+            FfiConverterULong.write(value.`meanOversleepNs`, buf)
+            FfiConverterULong.write(value.`cpuNs`, buf)
+            FfiConverterDouble.write(value.`cpuPercent`, buf)
+            FfiConverterULong.write(value.`cpuPerSleepNs`, buf)
+            FfiConverterTypeLog2Histogram.write(value.`oversleepHistogram`, buf)
+            FfiConverterOptionalULong.write(value.`p99OversleepNs`, buf)
+    }
+}
+
+
+
+/**
+ * Cumulative counters of one instrumented sleep site (see [`wakemeter::SleepStats`]).
+ */
+data class SleepStats (
+    /**
+     * Probe id, unique within its sampler.
+     */
+    val `id`: kotlin.ULong
+    , 
+    /**
+     * Name given when the probe was created.
+     */
+    val `name`: kotlin.String
+    , 
+    /**
+     * OS id of the thread that last slept; `None` before the first sleep.
+     */
+    val `tid`: kotlin.ULong?
+    , 
+    /**
+     * Completed sleeps.
+     */
+    val `totalCalls`: kotlin.ULong
+    , 
+    /**
+     * Sum of requested durations, in nanoseconds.
+     */
+    val `totalRequestedNs`: kotlin.ULong
+    , 
+    /**
+     * Sum of actual durations, in nanoseconds.
+     */
+    val `totalActualNs`: kotlin.ULong
+    , 
+    /**
+     * CPU time consumed inside the sleep calls, in nanoseconds.
+     */
+    val `totalCpuNs`: kotlin.ULong
+    , 
+    /**
+     * Sum of oversleep (actual − requested), in nanoseconds.
+     */
+    val `totalOversleepNs`: kotlin.ULong
+    , 
+    /**
+     * Oversleep of each call, in nanoseconds.
+     */
+    val `oversleepHistogram`: Log2Histogram
+    , 
+    /**
+     * `end` without `begin` (ignored and counted).
+     */
+    val `totalUnmatchedCalls`: kotlin.ULong
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSleepStats: FfiConverterRustBuffer<SleepStats> {
+    override fun read(buf: ByteBuffer): SleepStats {
+        return SleepStats(
+            FfiConverterULong.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterOptionalULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterTypeLog2Histogram.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: SleepStats) = (
+            FfiConverterULong.allocationSize(value.`id`) +
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterOptionalULong.allocationSize(value.`tid`) +
+            FfiConverterULong.allocationSize(value.`totalCalls`) +
+            FfiConverterULong.allocationSize(value.`totalRequestedNs`) +
+            FfiConverterULong.allocationSize(value.`totalActualNs`) +
+            FfiConverterULong.allocationSize(value.`totalCpuNs`) +
+            FfiConverterULong.allocationSize(value.`totalOversleepNs`) +
+            FfiConverterTypeLog2Histogram.allocationSize(value.`oversleepHistogram`) +
+            FfiConverterULong.allocationSize(value.`totalUnmatchedCalls`)
+    )
+
+    override fun write(value: SleepStats, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`id`, buf)
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterOptionalULong.write(value.`tid`, buf)
+            FfiConverterULong.write(value.`totalCalls`, buf)
+            FfiConverterULong.write(value.`totalRequestedNs`, buf)
+            FfiConverterULong.write(value.`totalActualNs`, buf)
+            FfiConverterULong.write(value.`totalCpuNs`, buf)
+            FfiConverterULong.write(value.`totalOversleepNs`, buf)
+            FfiConverterTypeLog2Histogram.write(value.`oversleepHistogram`, buf)
+            FfiConverterULong.write(value.`totalUnmatchedCalls`, buf)
     }
 }
 
@@ -3528,6 +5505,16 @@ data class Snapshot (
     val `samplerCpuTimeNs`: kotlin.ULong
     , 
     /**
+     * Every loop probe of the sampler (cumulative counters).
+     */
+    val `loops`: List<LoopStats>
+    , 
+    /**
+     * Every sleep probe of the sampler (cumulative counters).
+     */
+    val `sleeps`: List<SleepStats>
+    , 
+    /**
      * What an attached kernel source measured.
      */
     val `kernel`: KernelSample?
@@ -3560,6 +5547,8 @@ public object FfiConverterTypeSnapshot: FfiConverterRustBuffer<Snapshot> {
             FfiConverterBoolean.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterSequenceTypeLoopStats.read(buf),
+            FfiConverterSequenceTypeSleepStats.read(buf),
             FfiConverterOptionalTypeKernelSample.read(buf),
             FfiConverterSequenceTypeSampleWarning.read(buf),
         )
@@ -3574,6 +5563,8 @@ public object FfiConverterTypeSnapshot: FfiConverterRustBuffer<Snapshot> {
             FfiConverterBoolean.allocationSize(value.`switchSplitRead`) +
             FfiConverterULong.allocationSize(value.`samplerCostNs`) +
             FfiConverterULong.allocationSize(value.`samplerCpuTimeNs`) +
+            FfiConverterSequenceTypeLoopStats.allocationSize(value.`loops`) +
+            FfiConverterSequenceTypeSleepStats.allocationSize(value.`sleeps`) +
             FfiConverterOptionalTypeKernelSample.allocationSize(value.`kernel`) +
             FfiConverterSequenceTypeSampleWarning.allocationSize(value.`warnings`)
     )
@@ -3587,6 +5578,8 @@ public object FfiConverterTypeSnapshot: FfiConverterRustBuffer<Snapshot> {
             FfiConverterBoolean.write(value.`switchSplitRead`, buf)
             FfiConverterULong.write(value.`samplerCostNs`, buf)
             FfiConverterULong.write(value.`samplerCpuTimeNs`, buf)
+            FfiConverterSequenceTypeLoopStats.write(value.`loops`, buf)
+            FfiConverterSequenceTypeSleepStats.write(value.`sleeps`, buf)
             FfiConverterOptionalTypeKernelSample.write(value.`kernel`, buf)
             FfiConverterSequenceTypeSampleWarning.write(value.`warnings`, buf)
     }
@@ -3896,6 +5889,183 @@ public object FfiConverterTypeThreadSample: FfiConverterRustBuffer<ThreadSample>
 
 
 /**
+ * When a finding fires (see [`wakemeter::Thresholds`], which documents
+ * where each default comes from). Durations are in milliseconds here;
+ * every other field has the core's name. `Thresholds()` is the default set.
+ */
+data class Thresholds (
+    /**
+     * Window for rate-based findings, in milliseconds. Default 10 s.
+     */
+    val `windowMs`: kotlin.ULong = 10000uL 
+    , 
+    /**
+     * Least history a finding needs, in milliseconds. Default 2 s.
+     */
+    val `minWindowMs`: kotlin.ULong = 2000uL 
+    , 
+    /**
+     * Busy poller: wakeups per second of a loop. Default 1000/s.
+     */
+    val `busyPollWakeupsPerSec`: kotlin.Double = 1000.0 
+    , 
+    /**
+     * Busy poller: share of wakeups that found nothing (0–1). Default 0.9.
+     */
+    val `busyPollIdleRatio`: kotlin.Double = 0.9 
+    , 
+    /**
+     * Busy poller: share of zero-timeout waits (0–1). Default 0.5.
+     */
+    val `busyPollZeroTimeoutRatio`: kotlin.Double = 0.5 
+    , 
+    /**
+     * Sleep overhead: sleeps per second of one sleep site. Default 100/s.
+     */
+    val `sleepCallsPerSec`: kotlin.Double = 100.0 
+    , 
+    /**
+     * Sleep overhead: CPU inside sleeps, percent of one core. Default 1%.
+     */
+    val `sleepCpuPercent`: kotlin.Double = 1.0 
+    , 
+    /**
+     * Periodic wakeups: wakeups per second. Default 20/s.
+     */
+    val `periodicWakeupsPerSec`: kotlin.Double = 20.0 
+    , 
+    /**
+     * Periodic wakeups: most CPU (percent of one core). Default 5%.
+     */
+    val `periodicMaxCpuPercent`: kotlin.Double = 5.0 
+    , 
+    /**
+     * Periodic wakeups: largest coefficient of variation. Default 0.25.
+     */
+    val `periodicMaxVariation`: kotlin.Double = 0.25 
+    , 
+    /**
+     * CPU hog: percent of one core over `cpu_window_ms`. Default 80%.
+     */
+    val `cpuHogPercent`: kotlin.Double = 80.0 
+    , 
+    /**
+     * Window of the CPU hog finding, in milliseconds. Default 60 s.
+     */
+    val `cpuWindowMs`: kotlin.ULong = 60000uL 
+    , 
+    /**
+     * Run-queue contention: percent of time waiting for a CPU. Default 20%.
+     */
+    val `runQueueWaitPercent`: kotlin.Double = 20.0 
+    , 
+    /**
+     * Wakeups budget: wakeups per second over `wakeups_window_ms`. Default 150/s.
+     */
+    val `wakeupsBudgetPerSec`: kotlin.Double = 150.0 
+    , 
+    /**
+     * Share of the budget that raises a warning (0–1). Default 0.8.
+     */
+    val `wakeupsWarnFraction`: kotlin.Double = 0.8 
+    , 
+    /**
+     * Window of the wakeups budget, in milliseconds. Default 300 s.
+     */
+    val `wakeupsWindowMs`: kotlin.ULong = 300000uL 
+    , 
+    /**
+     * Memory growth: RSS growth across the history, in bytes. Default 32 MiB.
+     */
+    val `memoryGrowthBytes`: kotlin.ULong = 33554432uL 
+    , 
+    /**
+     * Memory growth: growth relative to the start (0–10). Default 0.10.
+     */
+    val `memoryGrowthRatio`: kotlin.Double = 0.1 
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
+    override fun read(buf: ByteBuffer): Thresholds {
+        return Thresholds(
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: Thresholds) = (
+            FfiConverterULong.allocationSize(value.`windowMs`) +
+            FfiConverterULong.allocationSize(value.`minWindowMs`) +
+            FfiConverterDouble.allocationSize(value.`busyPollWakeupsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`busyPollIdleRatio`) +
+            FfiConverterDouble.allocationSize(value.`busyPollZeroTimeoutRatio`) +
+            FfiConverterDouble.allocationSize(value.`sleepCallsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`sleepCpuPercent`) +
+            FfiConverterDouble.allocationSize(value.`periodicWakeupsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`periodicMaxCpuPercent`) +
+            FfiConverterDouble.allocationSize(value.`periodicMaxVariation`) +
+            FfiConverterDouble.allocationSize(value.`cpuHogPercent`) +
+            FfiConverterULong.allocationSize(value.`cpuWindowMs`) +
+            FfiConverterDouble.allocationSize(value.`runQueueWaitPercent`) +
+            FfiConverterDouble.allocationSize(value.`wakeupsBudgetPerSec`) +
+            FfiConverterDouble.allocationSize(value.`wakeupsWarnFraction`) +
+            FfiConverterULong.allocationSize(value.`wakeupsWindowMs`) +
+            FfiConverterULong.allocationSize(value.`memoryGrowthBytes`) +
+            FfiConverterDouble.allocationSize(value.`memoryGrowthRatio`)
+    )
+
+    override fun write(value: Thresholds, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`windowMs`, buf)
+            FfiConverterULong.write(value.`minWindowMs`, buf)
+            FfiConverterDouble.write(value.`busyPollWakeupsPerSec`, buf)
+            FfiConverterDouble.write(value.`busyPollIdleRatio`, buf)
+            FfiConverterDouble.write(value.`busyPollZeroTimeoutRatio`, buf)
+            FfiConverterDouble.write(value.`sleepCallsPerSec`, buf)
+            FfiConverterDouble.write(value.`sleepCpuPercent`, buf)
+            FfiConverterDouble.write(value.`periodicWakeupsPerSec`, buf)
+            FfiConverterDouble.write(value.`periodicMaxCpuPercent`, buf)
+            FfiConverterDouble.write(value.`periodicMaxVariation`, buf)
+            FfiConverterDouble.write(value.`cpuHogPercent`, buf)
+            FfiConverterULong.write(value.`cpuWindowMs`, buf)
+            FfiConverterDouble.write(value.`runQueueWaitPercent`, buf)
+            FfiConverterDouble.write(value.`wakeupsBudgetPerSec`, buf)
+            FfiConverterDouble.write(value.`wakeupsWarnFraction`, buf)
+            FfiConverterULong.write(value.`wakeupsWindowMs`, buf)
+            FfiConverterULong.write(value.`memoryGrowthBytes`, buf)
+            FfiConverterDouble.write(value.`memoryGrowthRatio`, buf)
+    }
+}
+
+
+
+/**
  * A thread that woke another one (see [`wakemeter::kernel::Waker`]).
  */
 data class Waker (
@@ -3997,6 +6167,73 @@ public object FfiConverterTypeCpuTimeSource: FfiConverterRustBuffer<CpuTimeSourc
     override fun allocationSize(value: CpuTimeSource) = 4UL
 
     override fun write(value: CpuTimeSource, buf: ByteBuffer) {
+        buf.putInt(value.ordinal + 1)
+    }
+}
+
+
+
+
+
+/**
+ * What a finding is about (see [`wakemeter::FindingKind`]).
+ */
+
+enum class FindingKind {
+    
+    /**
+     * An event loop (or a thread's poll syscalls) wakes far more often than it has work.
+     */
+    BUSY_POLLER,
+    /**
+     * A sleep-and-check loop whose sleeping itself costs CPU and wakeups.
+     */
+    SLEEP_OVERHEAD,
+    /**
+     * A thread or loop waking at a fixed period with little work per wakeup.
+     */
+    PERIODIC_WAKEUPS,
+    /**
+     * A thread using most of a core for a sustained time.
+     */
+    CPU_HOG,
+    /**
+     * A thread runnable but waiting for a CPU a large share of the time.
+     */
+    RUN_QUEUE_CONTENTION,
+    /**
+     * The process's wakeup rate against iOS's limit (150/s over 300 s).
+     */
+    WAKEUPS_BUDGET,
+    /**
+     * Resident memory growing across the history.
+     */
+    MEMORY_GROWTH,
+    /**
+     * A kind added to the core after this version of the bindings.
+     */
+    OTHER;
+
+    
+
+
+    companion object
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeFindingKind: FfiConverterRustBuffer<FindingKind> {
+    override fun read(buf: ByteBuffer) = try {
+        FindingKind.values()[buf.getInt() - 1]
+    } catch (e: IndexOutOfBoundsException) {
+        throw RuntimeException("invalid enum value, something is very wrong!!", e)
+    }
+
+    override fun allocationSize(value: FindingKind) = 4UL
+
+    override fun write(value: FindingKind, buf: ByteBuffer) {
         buf.putInt(value.ordinal + 1)
     }
 }
@@ -4235,6 +6472,262 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
 
 
 
+/**
+ * How urgent a finding is (see [`wakemeter::Severity`]); ordered from least to most urgent.
+ */
+
+enum class Severity {
+    
+    /**
+     * Worth knowing; no action needed yet.
+     */
+    INFO,
+    /**
+     * Costs battery or CPU noticeably; fix when you can.
+     */
+    WARNING,
+    /**
+     * Costs a lot, or the OS would act on it (kill, throttle, crash report).
+     */
+    CRITICAL;
+
+    
+
+
+    companion object
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSeverity: FfiConverterRustBuffer<Severity> {
+    override fun read(buf: ByteBuffer) = try {
+        Severity.values()[buf.getInt() - 1]
+    } catch (e: IndexOutOfBoundsException) {
+        throw RuntimeException("invalid enum value, something is very wrong!!", e)
+    }
+
+    override fun allocationSize(value: Severity) = 4UL
+
+    override fun write(value: Severity, buf: ByteBuffer) {
+        buf.putInt(value.ordinal + 1)
+    }
+}
+
+
+
+
+
+/**
+ * Who a finding is about (see [`wakemeter::Subject`]).
+ */
+sealed class Subject {
+    
+    /**
+     * The whole process.
+     */
+    data class Process(
+        /**
+         * Process id.
+         */
+        val `pid`: kotlin.UInt) : Subject()
+        
+    {
+        
+
+        companion object
+    }
+    
+    /**
+     * One thread.
+     */
+    data class Thread(
+        /**
+         * OS thread id.
+         */
+        val `tid`: kotlin.ULong, 
+        /**
+         * Thread name.
+         */
+        val `name`: kotlin.String) : Subject()
+        
+    {
+        
+
+        companion object
+    }
+    
+    /**
+     * An instrumented loop (a LoopProbe).
+     */
+    data class Loop(
+        /**
+         * Probe name.
+         */
+        val `name`: kotlin.String, 
+        /**
+         * Thread that runs it, if known.
+         */
+        val `tid`: kotlin.ULong?) : Subject()
+        
+    {
+        
+
+        companion object
+    }
+    
+    /**
+     * An instrumented sleep site (a SleepProbe).
+     */
+    data class SleepSite(
+        /**
+         * Probe name.
+         */
+        val `name`: kotlin.String, 
+        /**
+         * Thread that sleeps there, if known.
+         */
+        val `tid`: kotlin.ULong?) : Subject()
+        
+    {
+        
+
+        companion object
+    }
+    
+    /**
+     * A subject added to the core after this version of the bindings.
+     */
+    data class Other(
+        /**
+         * The core's label for it.
+         */
+        val `label`: kotlin.String) : Subject()
+        
+    {
+        
+
+        companion object
+    }
+    
+
+    
+
+    
+    
+
+
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSubject : FfiConverterRustBuffer<Subject>{
+    override fun read(buf: ByteBuffer): Subject {
+        return when(buf.getInt()) {
+            1 -> Subject.Process(
+                FfiConverterUInt.read(buf),
+                )
+            2 -> Subject.Thread(
+                FfiConverterULong.read(buf),
+                FfiConverterString.read(buf),
+                )
+            3 -> Subject.Loop(
+                FfiConverterString.read(buf),
+                FfiConverterOptionalULong.read(buf),
+                )
+            4 -> Subject.SleepSite(
+                FfiConverterString.read(buf),
+                FfiConverterOptionalULong.read(buf),
+                )
+            5 -> Subject.Other(
+                FfiConverterString.read(buf),
+                )
+            else -> throw RuntimeException("invalid enum value, something is very wrong!!")
+        }
+    }
+
+    override fun allocationSize(value: Subject): ULong = when(value) {
+        is Subject.Process -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`pid`)
+            )
+        }
+        is Subject.Thread -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterULong.allocationSize(value.`tid`)
+                + FfiConverterString.allocationSize(value.`name`)
+            )
+        }
+        is Subject.Loop -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterString.allocationSize(value.`name`)
+                + FfiConverterOptionalULong.allocationSize(value.`tid`)
+            )
+        }
+        is Subject.SleepSite -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterString.allocationSize(value.`name`)
+                + FfiConverterOptionalULong.allocationSize(value.`tid`)
+            )
+        }
+        is Subject.Other -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterString.allocationSize(value.`label`)
+            )
+        }
+    }
+
+    override fun write(value: Subject, buf: ByteBuffer) {
+        when(value) {
+            is Subject.Process -> {
+                buf.putInt(1)
+                FfiConverterUInt.write(value.`pid`, buf)
+                Unit
+            }
+            is Subject.Thread -> {
+                buf.putInt(2)
+                FfiConverterULong.write(value.`tid`, buf)
+                FfiConverterString.write(value.`name`, buf)
+                Unit
+            }
+            is Subject.Loop -> {
+                buf.putInt(3)
+                FfiConverterString.write(value.`name`, buf)
+                FfiConverterOptionalULong.write(value.`tid`, buf)
+                Unit
+            }
+            is Subject.SleepSite -> {
+                buf.putInt(4)
+                FfiConverterString.write(value.`name`, buf)
+                FfiConverterOptionalULong.write(value.`tid`, buf)
+                Unit
+            }
+            is Subject.Other -> {
+                buf.putInt(5)
+                FfiConverterString.write(value.`label`, buf)
+                Unit
+            }
+        }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
+    }
+}
+
+
+
+
+
 
 
 /**
@@ -4294,11 +6787,6 @@ sealed class WakemeterException(message: String): kotlin.Exception(message) {
         class SamplerGone(message: String) : WakemeterException(message)
         
     /**
-     * The probe was closed; register a new one.
-     */
-        class ProbeClosed(message: String) : WakemeterException(message)
-        
-    /**
      * A report could not be serialized.
      */
         class Serialization(message: String) : WakemeterException(message)
@@ -4330,9 +6818,8 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
             7 -> WakemeterException.Spawn(FfiConverterString.read(buf))
             8 -> WakemeterException.Closed(FfiConverterString.read(buf))
             9 -> WakemeterException.SamplerGone(FfiConverterString.read(buf))
-            10 -> WakemeterException.ProbeClosed(FfiConverterString.read(buf))
-            11 -> WakemeterException.Serialization(FfiConverterString.read(buf))
-            12 -> WakemeterException.Other(FfiConverterString.read(buf))
+            10 -> WakemeterException.Serialization(FfiConverterString.read(buf))
+            11 -> WakemeterException.Other(FfiConverterString.read(buf))
             else -> throw RuntimeException("invalid error enum value, something is very wrong!!")
         }
         
@@ -4380,16 +6867,12 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
                 buf.putInt(9)
                 Unit
             }
-            is WakemeterException.ProbeClosed -> {
+            is WakemeterException.Serialization -> {
                 buf.putInt(10)
                 Unit
             }
-            is WakemeterException.Serialization -> {
-                buf.putInt(11)
-                Unit
-            }
             is WakemeterException.Other -> {
-                buf.putInt(12)
+                buf.putInt(11)
                 Unit
             }
         }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
@@ -4655,6 +7138,62 @@ public object FfiConverterSequenceULong: FfiConverterRustBuffer<List<kotlin.ULon
 /**
  * @suppress
  */
+public object FfiConverterSequenceTypeEvidence: FfiConverterRustBuffer<List<Evidence>> {
+    override fun read(buf: ByteBuffer): List<Evidence> {
+        val len = buf.getInt()
+        return List<Evidence>(len) {
+            FfiConverterTypeEvidence.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<Evidence>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeEvidence.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<Evidence>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeEvidence.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeFinding: FfiConverterRustBuffer<List<Finding>> {
+    override fun read(buf: ByteBuffer): List<Finding> {
+        val len = buf.getInt()
+        return List<Finding>(len) {
+            FfiConverterTypeFinding.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<Finding>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeFinding.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<Finding>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeFinding.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
 public object FfiConverterSequenceTypeKernelThreadStats: FfiConverterRustBuffer<List<KernelThreadStats>> {
     override fun read(buf: ByteBuffer): List<KernelThreadStats> {
         val len = buf.getInt()
@@ -4673,6 +7212,118 @@ public object FfiConverterSequenceTypeKernelThreadStats: FfiConverterRustBuffer<
         buf.putInt(value.size)
         value.iterator().forEach {
             FfiConverterTypeKernelThreadStats.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeLoopInterval: FfiConverterRustBuffer<List<LoopInterval>> {
+    override fun read(buf: ByteBuffer): List<LoopInterval> {
+        val len = buf.getInt()
+        return List<LoopInterval>(len) {
+            FfiConverterTypeLoopInterval.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<LoopInterval>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeLoopInterval.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<LoopInterval>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeLoopInterval.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeLoopStats: FfiConverterRustBuffer<List<LoopStats>> {
+    override fun read(buf: ByteBuffer): List<LoopStats> {
+        val len = buf.getInt()
+        return List<LoopStats>(len) {
+            FfiConverterTypeLoopStats.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<LoopStats>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeLoopStats.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<LoopStats>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeLoopStats.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeSleepInterval: FfiConverterRustBuffer<List<SleepInterval>> {
+    override fun read(buf: ByteBuffer): List<SleepInterval> {
+        val len = buf.getInt()
+        return List<SleepInterval>(len) {
+            FfiConverterTypeSleepInterval.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<SleepInterval>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeSleepInterval.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<SleepInterval>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeSleepInterval.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeSleepStats: FfiConverterRustBuffer<List<SleepStats>> {
+    override fun read(buf: ByteBuffer): List<SleepStats> {
+        val len = buf.getInt()
+        return List<SleepStats>(len) {
+            FfiConverterTypeSleepStats.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<SleepStats>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeSleepStats.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<SleepStats>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeSleepStats.write(it, buf)
         }
     }
 }
@@ -4816,6 +7467,32 @@ public object FfiConverterSequenceTypeSampleWarning: FfiConverterRustBuffer<List
         }
     }
 }
+        /**
+         * The default sampler configuration (the core's defaults).
+         */ fun `defaultSamplerConfig`(): SamplerConfig {
+            return FfiConverterTypeSamplerConfig.lift(
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_func_default_sampler_config(
+    
+        _status)
+}
+    )
+    }
+    
+
+        /**
+         * The default thresholds of the findings engine (the core's defaults).
+         */ fun `defaultThresholds`(): Thresholds {
+            return FfiConverterTypeThresholds.lift(
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_func_default_thresholds(
+    
+        _status)
+}
+    )
+    }
+    
+
         /**
          * Version of the wakemeter library behind these bindings.
          */ fun `wakemeterVersion`(): kotlin.String {

@@ -15,6 +15,7 @@ internal object CallbackThreads {
     private val installed: Unit by lazy {
         val init = CallbackThreadInitializer(true, false, "wakemeter-cb")
         Native.setCallbackThreadInitializer(uniffiCallbackInterfaceSamplerListener.`onInterval`, init)
+        Native.setCallbackThreadInitializer(uniffiCallbackInterfaceSamplerListener.`onFinding`, init)
     }
 
     /** Idempotent; called by every entry point of the idiomatic layer. */

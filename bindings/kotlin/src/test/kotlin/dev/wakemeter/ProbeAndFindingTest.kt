@@ -1,0 +1,210 @@
+package dev.wakemeter
+
+import dev.wakemeter.ffi.Finding
+import dev.wakemeter.ffi.FindingKind
+import dev.wakemeter.ffi.Severity
+import dev.wakemeter.ffi.Subject
+import dev.wakemeter.ffi.Thresholds
+import dev.wakemeter.ffi.WakemeterException
+import dev.wakemeter.ffi.defaultSamplerConfig
+import dev.wakemeter.ffi.defaultThresholds
+import java.util.concurrent.LinkedBlockingQueue
+import java.util.concurrent.TimeUnit
+import kotlin.time.Duration
+import kotlin.time.Duration.Companion.microseconds
+import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
+import kotlin.time.TimeSource
+import kotlinx.coroutines.flow.first
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeout
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertNotNull
+import org.junit.jupiter.api.Assertions.assertNull
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+import org.junit.jupiter.api.assertThrows
+
+/** Thresholds that judge a loop after a fraction of a second instead of 10 s. */
+private val quick = Thresholds(windowMs = 400uL, minWindowMs = 100uL)
+
+class ProbeAndFindingTest {
+    @Test
+    fun `defaults in Kotlin are the core's defaults`() {
+        assertEquals(defaultThresholds(), Thresholds())
+        assertEquals(defaultSamplerConfig(), SamplerSettings().toConfig())
+    }
+
+    @Test
+    fun `loop instrument records waits, events, timeouts and the thread`() {
+        wakemeter().use { s ->
+            s.instrumentLoop("queue").use { loop ->
+                val queue = LinkedBlockingQueue<Int>()
+                val poll = loop.instrument { timeout ->
+                    if (queue.poll(timeout!!.inWholeMicroseconds, TimeUnit.MICROSECONDS) != null) 1 else 0
+                }
+                queue.add(1)
+                assertEquals(1, poll(10.milliseconds)) // an event, early
+                assertEquals(0, poll(1.milliseconds)) // times out
+                assertEquals(0, loop.wait(Duration.ZERO) { 0 }) // non-blocking poll
+                assertThrows<IllegalStateException> { loop.wait(null) { error("poll failed") } }
+                val st = loop.stats()
+                assertEquals("queue", st.name)
+                assertEquals(4uL, st.totalWakeups)
+                assertEquals(3uL, st.totalIdleWakeups)
+                assertEquals(1uL, st.totalEvents)
+                assertEquals(1uL, st.totalEarlyWakeups)
+                assertEquals(2uL, st.totalTimedOutWakeups)
+                assertEquals(1uL, st.totalZeroTimeoutWaits)
+                assertTrue(st.totalWaitNs >= 1_000_000uL)
+                assertNotNull(st.tid)
+                assertEquals(0uL, st.totalUnmatchedCalls)
+                val snap = s.sampleNow()
+                assertEquals(listOf(loop.probe.id()), snap.loops.map { it.id })
+                assertEquals("queue", loop.probe.name())
+            }
+            // A closed probe is forgotten after one more snapshot.
+            s.sampleNow()
+            assertTrue(s.sampleNow().loops.isEmpty())
+        }
+    }
+
+    @Test
+    fun `generated probe methods work too`() {
+        wakemeter().use { s ->
+            s.loopProbe("raw").use { p ->
+                p.beforeWait(-1)
+                p.afterWait(2u)
+                p.afterWait(0u) // out of order: counted, ignored
+                assertEquals(1uL, p.stats().totalWakeups)
+                assertEquals(1uL, p.stats().totalUnmatchedCalls)
+            }
+            s.sleepProbe("raw-sleep").use { p ->
+                p.sleep(200_000uL)
+                p.begin(100_000uL)
+                Thread.sleep(1)
+                p.end()
+                p.end() // without begin: counted, ignored
+                val st = p.stats()
+                assertEquals(2uL, st.totalCalls)
+                assertEquals(300_000uL, st.totalRequestedNs)
+                assertTrue(st.totalActualNs >= 1_200_000uL)
+                assertEquals(1uL, st.totalUnmatchedCalls)
+                assertEquals("raw-sleep", p.name())
+                assertEquals(listOf(p.id()), s.sampleNow().sleeps.map { it.id })
+            }
+        }
+    }
+
+    @Test
+    fun `sleep instrument measures sleeps and their oversleep`() {
+        wakemeter().use { s ->
+            s.instrumentSleep("nap").use { nap ->
+                repeat(3) { nap.sleep(500.microseconds) }
+                nap.measure(1.milliseconds) { Thread.sleep(1) }
+                val st = nap.stats()
+                assertEquals(4uL, st.totalCalls)
+                assertEquals(2_500_000uL, st.totalRequestedNs)
+                assertTrue(st.totalActualNs >= st.totalRequestedNs)
+                assertTrue(st.totalOversleepNs > 0uL)
+            }
+        }
+    }
+
+    @Test
+    fun `probes of a shut down sampler raise SamplerGone, closed ones IllegalState`() {
+        val s = wakemeter()
+        val loop = s.instrumentLoop("l")
+        val nap = s.instrumentSleep("s")
+        val raw = s.loopProbe("raw")
+        s.shutdown()
+        assertThrows<WakemeterException.SamplerGone> { loop.beforeWait(null) }
+        assertThrows<WakemeterException.SamplerGone> { loop.stats() }
+        assertThrows<WakemeterException.SamplerGone> { nap.begin(1.milliseconds) }
+        assertThrows<WakemeterException.SamplerGone> { raw.afterWait(0u) }
+        assertThrows<WakemeterException.Closed> { s.loopProbe("again") }
+        assertThrows<WakemeterException.Closed> { s.instrumentSleep("again") }
+        loop.close()
+        loop.close() // idempotent
+        assertThrows<IllegalStateException> { loop.afterWait(0) }
+        nap.close()
+        raw.close()
+        s.close()
+    }
+
+    @Test
+    fun `thresholds are validated with typed errors`() {
+        val e = assertThrows<WakemeterException.InvalidConfig> {
+            wakemeter { thresholds = Thresholds(busyPollIdleRatio = 1.5) }
+        }
+        assertTrue(e.message!!.contains("busy_poll_idle_ratio"), e.message)
+        wakemeter().use { s ->
+            assertThrows<WakemeterException.InvalidConfig> { s.findingsWith(Thresholds(windowMs = 0uL)) }
+            assertEquals(Thresholds(), s.thresholds())
+        }
+    }
+
+    /** Runs [iteration] on its own thread for [duration] while [s] samples in the background. */
+    private fun runLoop(s: dev.wakemeter.ffi.Sampler, duration: Duration, iteration: () -> Unit) {
+        val end = TimeSource.Monotonic.markNow() + duration
+        val t = Thread {
+            while (end.hasNotPassedNow()) iteration()
+        }
+        t.start()
+        t.join()
+    }
+
+    @Test
+    fun `an idle instrumented loop produces no findings, a spinning one does`() {
+        wakemeter { interval = 50.milliseconds; thresholds = quick }.use { s ->
+            val idle = s.instrumentLoop("idle")
+            val spin = s.instrumentLoop("spin")
+            s.sampling {
+                // Idle: blocks 100 ms per wait, like a loop with nothing to do.
+                runLoop(s, 700.milliseconds) { idle.wait(100.milliseconds) { Thread.sleep(100); 0 } }
+                val calm = s.findings()
+                assertTrue(
+                    calm.none { it.subject is Subject.Loop },
+                    "an idle loop is not a finding: $calm",
+                )
+                // Spinning: non-blocking polls that find nothing, as fast as possible.
+                runLoop(s, 700.milliseconds) { spin.wait(Duration.ZERO) { 0 } }
+            }
+            val found = s.findings()
+            val busy = found.singleOrNull { it.kind == FindingKind.BUSY_POLLER }
+            assertNotNull(busy, "a spinning loop is a busy poller: $found")
+            assertEquals("spin", (busy!!.subject as Subject.Loop).name)
+            assertTrue(busy.severity >= Severity.WARNING)
+            assertTrue(busy.summary.isNotBlank() && busy.advice.isNotBlank())
+            assertTrue(busy.evidence.any { it.name.contains("wakeups") }, "${busy.evidence}")
+            assertTrue(found.none { (it.subject as? Subject.Loop)?.name == "idle" })
+            val report = s.report()
+            assertTrue(report.findings.any { it.kind == FindingKind.BUSY_POLLER })
+            assertTrue(s.reportJson().contains("\"busy_poller\""))
+            idle.close()
+            spin.close()
+        }
+    }
+
+    @Test
+    fun `finding flow announces a busy poller once`() = runBlocking {
+        wakemeter { interval = 50.milliseconds; thresholds = quick }.use { s ->
+            s.instrumentLoop("spin").use { spin ->
+                s.start()
+                val spinner = Thread { runLoop(s, 1500.milliseconds) { spin.wait(Duration.ZERO) { 0 } } }
+                spinner.start()
+                val first: Finding = withTimeout(10.seconds) {
+                    s.findingFlow().first { it.kind == FindingKind.BUSY_POLLER }
+                }
+                spinner.join()
+                s.stop()
+                assertEquals("spin", (first.subject as Subject.Loop).name)
+                assertTrue(s.listenerStats().findingsDelivered >= 1uL)
+                assertTrue(s.latestInterval()!!.loops.any { it.name == "spin" && it.wakeupsPerSec > 1000.0 })
+                assertNull(s.stats().lastError)
+                assertFalse(s.isRunning())
+            }
+        }
+    }
+}
