@@ -60,11 +60,8 @@ fn loop_counters_are_exact_and_poll_delay_matches_the_waits() {
         g.done(n);
         let mut b = [0u8; 1];
         // SAFETY: reading one byte into a valid buffer.
-        assert_eq!(
-            unsafe { libc::read(r, b.as_mut_ptr().cast(), 1) },
-            1,
-            "iteration {i}"
-        );
+        let got = unsafe { libc::read(r, b.as_mut_ptr().cast(), 1) };
+        assert_eq!(got, 1, "iteration {i}");
     }
     for _ in 0..20 {
         mixed.before_wait(Some(Duration::ZERO));

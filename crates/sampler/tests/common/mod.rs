@@ -1,5 +1,7 @@
 //! Helpers for integration tests: the kernel's own accounting, read directly.
 #![allow(dead_code)]
+// Test helpers may panic: a failed setup is a failed test.
+#![allow(clippy::unwrap_used)]
 
 pub mod workloads;
 
