@@ -177,6 +177,15 @@ fn switch_counts_match(kind: AttachKind) {
                 "wakeups {} of {SLEEPS}",
                 t.wakeups_received
             );
+            // Sleeps end in a timer interrupt, whatever task it lands on.
+            let top = &t.top_wakers[0];
+            assert_eq!(
+                (top.tid, top.comm.as_str()),
+                (0, "[interrupt]"),
+                "{:?}",
+                t.top_wakers
+            );
+            assert!(top.wakeups * 10 >= SLEEPS * 9, "{top:?}");
             assert_eq!(sample.dropped_events, 0);
         },
     );

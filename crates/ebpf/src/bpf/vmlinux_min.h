@@ -21,6 +21,7 @@ typedef _Bool bool;
 #define NULL ((void *)0)
 
 struct task_struct {
+	void *stack; /* base of the task's kernel stack (THREAD_SIZE bytes) */
 	int pid;  /* TID */
 	int tgid; /* process id */
 	char comm[16];
@@ -34,6 +35,8 @@ struct pt_regs {
 	unsigned long r10;
 	unsigned long r8;
 	unsigned long r9;
+	unsigned long orig_ax; /* syscall number, or -1 for interrupts and exceptions */
+	unsigned long cs;
 } __attribute__((preserve_access_index));
 #define WM_SYSCALL_ARG0(r) ((r)->di)
 #define WM_SYSCALL_ARG1(r) ((r)->si)
@@ -55,6 +58,9 @@ struct pt_regs {
 #else
 #error "define __TARGET_ARCH_x86 or __TARGET_ARCH_arm64"
 #endif
+
+/* Kernel stack size of a task on x86_64 and arm64 (without KASAN). */
+#define WM_THREAD_SIZE (16 * 1024)
 
 /* User-space time structs as the syscalls read them (64-bit ABIs). */
 struct wm_timespec {

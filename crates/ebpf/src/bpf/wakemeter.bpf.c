@@ -247,6 +247,44 @@ int tpbtf_sched_switch(__u64 *ctx) { return on_switch(ctx, true); }
 SEC("raw_tp/sched_switch")
 int rawtp_sched_switch(__u64 *ctx) { return on_switch(ctx, false); }
 
+/* Whether the program runs on an interrupt stack rather than on the
+ * current task's own kernel stack: then `current` is just the task the
+ * interrupt (a timer, an I/O completion, a softirq) happened to land on,
+ * not the waker. The BPF frame lives on whatever stack the kernel is on. */
+static __always_inline bool in_interrupt_stack(const bool btf)
+{
+	__u64 base = 0;
+	if (btf) {
+		struct task_struct *cur = bpf_get_current_task_btf();
+		base = (__u64)cur->stack;
+	} else {
+		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+		bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
+	}
+	if (!base)
+		return false;
+	__u64 fp;
+	asm volatile("%0 = r10" : "=r"(fp));
+	if (fp < base || fp > base + WM_THREAD_SIZE)
+		return true;
+#if defined(__TARGET_ARCH_x86)
+	/* x86_64 runs an interrupt that hits user mode on the task's stack.
+	 * Then the registers saved at the top of that stack (task_pt_regs;
+	 * kernels with FRED leave 16 bytes above them) are user mode ones with
+	 * orig_ax = -1, where a syscall would have its number. */
+	__u64 size = __builtin_preserve_type_info(*(struct pt_regs *)0, 1 /* size */);
+	for (int pad = 0; pad <= 16; pad += 16) {
+		struct pt_regs *regs = (struct pt_regs *)(base + WM_THREAD_SIZE - pad - size);
+		__u64 cs = 0, orig_ax = 0;
+		bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
+		bpf_probe_read_kernel(&orig_ax, sizeof(orig_ax), &regs->orig_ax);
+		if (cs == 0x33 || cs == 0x23) /* __USER_CS, __USER32_CS */
+			return (long)orig_ax < 0;
+	}
+#endif
+	return false;
+}
+
 /* --- sched_waking(task *p): runs in the waker's context --- */
 
 static __always_inline int on_waking(__u64 *ctx, const bool btf)
@@ -266,9 +304,10 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
+	bool irq = in_interrupt_stack(btf);
 	struct wm_waker_key key = {
 		.target_tid = tid,
-		.waker_tid = (__u32)bpf_get_current_pid_tgid(),
+		.waker_tid = irq ? 0 : (__u32)bpf_get_current_pid_tgid(),
 	};
 	struct wm_waker *w = bpf_map_lookup_elem(&wakers, &key);
 	if (w) {
@@ -276,7 +315,10 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 		return 0;
 	}
 	struct wm_waker fresh = { .count = 1 };
-	bpf_get_current_comm(&fresh.comm, sizeof(fresh.comm));
+	if (irq)
+		__builtin_memcpy(fresh.comm, "[interrupt]", 12);
+	else
+		bpf_get_current_comm(&fresh.comm, sizeof(fresh.comm));
 	long err = bpf_map_update_elem(&wakers, &key, &fresh, BPF_NOEXIST);
 	if (err == -WM_EEXIST) {
 		w = bpf_map_lookup_elem(&wakers, &key);
