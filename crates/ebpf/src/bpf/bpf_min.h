@@ -39,5 +39,6 @@ static __u64 (*bpf_get_current_task)(void) = (void *)35;
 static long (*bpf_probe_read_user)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)112;
 static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)113;
 static struct task_struct *(*bpf_get_current_task_btf)(void) = (void *)158;
+static struct pt_regs *(*bpf_task_pt_regs)(struct task_struct *task) = (void *)175;
 
 #endif

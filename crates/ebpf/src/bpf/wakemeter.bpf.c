@@ -247,39 +247,50 @@ int tpbtf_sched_switch(__u64 *ctx) { return on_switch(ctx, true); }
 SEC("raw_tp/sched_switch")
 int rawtp_sched_switch(__u64 *ctx) { return on_switch(ctx, false); }
 
-/* Whether the program runs on an interrupt stack rather than on the
- * current task's own kernel stack: then `current` is just the task the
- * interrupt (a timer, an I/O completion, a softirq) happened to land on,
- * not the waker. The BPF frame lives on whatever stack the kernel is on. */
-static __always_inline bool in_interrupt_stack(const bool btf)
+/* Whether the program runs in interrupt context: then `current` is just the
+ * task the interrupt (a timer, an I/O completion, a softirq) happened to
+ * land on, not the waker.
+ * - The BPF frame lives on whatever stack the kernel is on: off the current
+ *   task's own kernel stack means an interrupt stack.
+ * - x86_64 runs an interrupt that hits user mode on the task's stack; then
+ *   the registers saved at its top (task_pt_regs) are user mode ones with
+ *   orig_ax = -1, where a syscall would have its number.
+ * The tp_btf flavour (5.15+ helpers) reads through BTF pointers; the raw_tp
+ * one through bpf_probe_read_kernel (and finds FRED's 16-byte padding). */
+static __always_inline bool in_interrupt(const bool btf)
 {
-	__u64 base = 0;
-	if (btf) {
-		struct task_struct *cur = bpf_get_current_task_btf();
-		base = (__u64)cur->stack;
-	} else {
-		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
-		bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
-	}
-	if (!base)
-		return false;
 	__u64 fp;
 	asm volatile("%0 = r10" : "=r"(fp));
+	if (btf) {
+		struct task_struct *cur = bpf_get_current_task_btf();
+		__u64 base = (__u64)cur->stack;
+		if (base && (fp < base || fp > base + WM_THREAD_SIZE))
+			return true;
+#if defined(__TARGET_ARCH_x86)
+		struct pt_regs *regs = bpf_task_pt_regs(cur);
+		__u64 cs = regs->cs;
+		if (cs == 0x33 || cs == 0x23) /* __USER_CS, __USER32_CS */
+			return (long)regs->orig_ax < 0;
+#endif
+		return false;
+	}
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	__u64 base = 0;
+	bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
+	if (!base)
+		return false;
 	if (fp < base || fp > base + WM_THREAD_SIZE)
 		return true;
 #if defined(__TARGET_ARCH_x86)
-	/* x86_64 runs an interrupt that hits user mode on the task's stack.
-	 * Then the registers saved at the top of that stack (task_pt_regs;
-	 * kernels with FRED leave 16 bytes above them) are user mode ones with
-	 * orig_ax = -1, where a syscall would have its number. */
 	__u64 size = __builtin_preserve_type_info(*(struct pt_regs *)0, 1 /* size */);
 	for (int pad = 0; pad <= 16; pad += 16) {
 		struct pt_regs *regs = (struct pt_regs *)(base + WM_THREAD_SIZE - pad - size);
 		__u64 cs = 0, orig_ax = 0;
 		bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
-		bpf_probe_read_kernel(&orig_ax, sizeof(orig_ax), &regs->orig_ax);
-		if (cs == 0x33 || cs == 0x23) /* __USER_CS, __USER32_CS */
+		if (cs == 0x33 || cs == 0x23) {
+			bpf_probe_read_kernel(&orig_ax, sizeof(orig_ax), &regs->orig_ax);
 			return (long)orig_ax < 0;
+		}
 	}
 #endif
 	return false;
@@ -304,7 +315,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
-	bool irq = in_interrupt_stack(btf);
+	bool irq = in_interrupt(btf);
 	struct wm_waker_key key = {
 		.target_tid = tid,
 		.waker_tid = irq ? 0 : (__u32)bpf_get_current_pid_tgid(),
