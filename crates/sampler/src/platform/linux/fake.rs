@@ -17,6 +17,9 @@ pub(crate) struct FakeThread {
     pub slices: u64,
     pub vol: u64,
     pub invol: u64,
+    /// CPU time of the slice in progress (the thread is on a CPU): in the
+    /// clock, not yet in schedstat.
+    pub pending_ns: u64,
 }
 
 /// A kept descriptor of the fake: which file of which thread incarnation.
@@ -35,6 +38,9 @@ pub(crate) struct FakeSys {
     pub hwm_kib: u64,
     pub pid: u32,
     pub self_process: bool,
+    /// Reads made, to check which ones are skipped.
+    pub status_reads: usize,
+    pub clock_reads: usize,
     next_incarnation: u64,
 }
 
@@ -49,6 +55,8 @@ impl FakeSys {
             hwm_kib: 800,
             pid,
             self_process: true,
+            status_reads: 0,
+            clock_reads: 0,
             next_incarnation: 0,
         };
         s.spawn(pid, "main");
@@ -66,6 +74,7 @@ impl FakeSys {
             slices: 0,
             vol: 0,
             invol: 0,
+            pending_ns: 0,
         };
         self.threads.insert(tid, t);
         if !self.order.contains(&tid) {
@@ -141,6 +150,9 @@ impl Sys for FakeSys {
     }
 
     fn pread(&mut self, f: &FakeFile, buf: &mut [u8]) -> io::Result<usize> {
+        if f.tid.is_some() && f.kind == "status" {
+            self.status_reads += 1;
+        }
         let text = match (f.tid, f.kind.as_str()) {
             (None, "statm") => format!("1000 {} 10 1 0 100 0\n", self.rss_pages),
             (None, "status") => format!(
@@ -158,10 +170,12 @@ impl Sys for FakeSys {
                         t.cpu_ns / 10_000_000,
                         0
                     ),
-                    "status" => format!(
-                        "Name:\t{}\nState:\tS\nvoluntary_ctxt_switches:\t{}\nnonvoluntary_ctxt_switches:\t{}\n",
-                        t.name, t.vol, t.invol
-                    ),
+                    "status" => {
+                        format!(
+                            "Name:\t{}\nState:\tS\nvoluntary_ctxt_switches:\t{}\nnonvoluntary_ctxt_switches:\t{}\n",
+                            t.name, t.vol, t.invol
+                        )
+                    }
                     _ => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
                 }
             }
@@ -180,7 +194,8 @@ impl Sys for FakeSys {
 
     fn thread_cpu_ns(&mut self, tid: u32) -> Option<u64> {
         // The clock follows the TID, whichever thread has it now.
-        self.threads.get(&tid).map(|t| t.cpu_ns)
+        self.clock_reads += 1;
+        self.threads.get(&tid).map(|t| t.cpu_ns + t.pending_ns)
     }
 
     fn process_cpu_ns(&mut self) -> Option<u64> {

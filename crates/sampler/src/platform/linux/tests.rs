@@ -110,7 +110,11 @@ fn rename_keeps_serial() {
     sys.spawn(11, "before");
     let mut b = backend(sys, Target::SelfProcess);
     let (a, _, _) = sample(&mut b, true);
-    b.reader.sys.thread(11).name = "after".into();
+    // pthread_setname_np runs on the thread itself: it was scheduled.
+    let t = b.reader.sys.thread(11);
+    t.name = "after".into();
+    t.cpu_ns += 1000;
+    t.slices += 1;
     let (c, _, _) = sample(&mut b, true);
     let (a, c) = (&a[1].ident, &c[1].ident);
     assert_eq!(a.serial, c.serial);
@@ -208,4 +212,75 @@ fn listing_is_skipped_only_while_the_thread_set_is_unchanged() {
     let (t, _, _) = sample(&mut b, false);
     assert_eq!(t.len(), 3);
     assert_eq!(b.tracked_len(), 3);
+}
+
+#[test]
+fn idle_threads_skip_the_clock_and_status_reads_and_stay_exact() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "idle");
+    sys.spawn(12, "busy");
+    for tid in [11, 12] {
+        let t = sys.thread(tid);
+        (t.cpu_ns, t.slices, t.vol, t.invol) = (5_000, 3, 2, 1);
+    }
+    let mut b = backend(sys, Target::SelfProcess);
+    sample(&mut b, true);
+    let (clock0, status0) = (b.reader.sys.clock_reads, b.reader.sys.status_reads);
+    // 12 runs and switches; 11 and the main thread stay blocked.
+    let t = b.reader.sys.thread(12);
+    (t.cpu_ns, t.slices, t.vol) = (9_000, 4, 3);
+    let (threads, _, _) = sample(&mut b, true);
+    assert_eq!(
+        b.reader.sys.clock_reads - clock0,
+        1,
+        "only the thread that ran reads its clock"
+    );
+    assert_eq!(
+        b.reader.sys.status_reads - status0,
+        1,
+        "only the thread that switched reads status"
+    );
+    let get = |tid| threads.iter().find(|t| t.ident.tid == tid).unwrap().clone();
+    let (idle, busy) = (get(11), get(12));
+    assert_eq!(
+        (
+            idle.cpu_time_ns,
+            idle.voluntary_switches,
+            idle.involuntary_switches
+        ),
+        (5_000, 2, 1)
+    );
+    assert_eq!(
+        (busy.cpu_time_ns, busy.voluntary_switches, busy.timeslices),
+        (9_000, 3, 4)
+    );
+}
+
+#[test]
+fn a_thread_on_a_cpu_always_reads_its_clock() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "spinner");
+    // On a CPU: its clock runs ahead of schedstat, which only catches up at a tick.
+    sys.thread(11).pending_ns = 700;
+    let mut b = backend(sys, Target::SelfProcess);
+    sample(&mut b, false);
+    b.reader.sys.thread(11).pending_ns = 900;
+    let (threads, _, _) = sample(&mut b, false);
+    let t = threads.iter().find(|t| t.ident.tid == 11).unwrap();
+    assert_eq!(t.cpu_time_ns, 900, "the in-progress slice is counted");
+}
+
+#[test]
+fn a_sleeping_thread_renamed_by_another_shows_the_name_once_it_runs() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "old");
+    let mut b = backend(sys, Target::SelfProcess);
+    sample(&mut b, true);
+    b.reader.sys.thread(11).name = "new".into();
+    let (t, _, _) = sample(&mut b, true);
+    assert_eq!(&*t[1].ident.name, "old");
+    b.reader.sys.thread(11).slices += 1;
+    b.reader.sys.thread(11).cpu_ns += 10;
+    let (t, _, _) = sample(&mut b, true);
+    assert_eq!(&*t[1].ident.name, "new");
 }
