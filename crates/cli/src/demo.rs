@@ -96,21 +96,10 @@ pub fn run(seconds: u64, report_path: &Path, ebpf: bool) -> Result<ExitCode, Box
     drop(guard);
     sampler.sample()?;
     let report = sampler.report();
-    let snaps = sampler.snapshots();
     running.stop_after(|running| {
         if let Some(i) = &report.interval {
             print::threads(i);
-            let from = snaps
-                .iter()
-                .find(|s| s.seq == i.from_seq)
-                .and_then(|s| s.kernel.as_ref());
-            let to = snaps
-                .iter()
-                .find(|s| s.seq == i.to_seq)
-                .and_then(|s| s.kernel.as_ref());
-            if let (Some(a), Some(b)) = (from, to) {
-                print::kernel(a, b, i.duration_secs());
-            }
+            print::kernel(i);
         }
         print::findings(&report.findings);
         let f = &report.findings;

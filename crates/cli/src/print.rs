@@ -1,6 +1,6 @@
 //! Plain-text tables of intervals and findings.
 
-use wakemeter::{Finding, Interval, KernelSample, Severity};
+use wakemeter::{Finding, Interval, Severity};
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
@@ -71,49 +71,47 @@ pub fn threads(i: &Interval) {
     }
 }
 
-/// The kernel's view (eBPF) between two kernel samples.
-pub fn kernel(from: &KernelSample, to: &KernelSample, seconds: f64) {
-    if seconds <= 0.0 {
+/// The kernel's view (eBPF) of each thread over the interval, when attached.
+pub fn kernel(i: &Interval) {
+    if i.threads.iter().all(|t| t.kernel.is_none()) {
         return;
     }
-    println!("\nkernel view (eBPF) over {seconds:.1} s:");
+    println!("\nkernel view (eBPF) over {:.1} s:", i.duration_secs());
     println!(
-        "{:>8} {:<16} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:<20}",
+        "{:>8} {:<16} {:>8} {:>8} {:>9} {:>7} {:>11} {:>10} {:>9} {:<20}",
         "TID",
-        "COMM",
+        "THREAD",
         "vol/s",
         "invol/s",
         "polls/s",
         "0-ret%",
         "nanosleep/s",
         "wakeups/s",
+        "in-poll%",
         "top waker"
     );
-    let zero = wakemeter::KernelThreadStats::default();
-    for t in &to.threads {
-        let e = from.thread(t.tid).unwrap_or(&zero);
-        let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / seconds;
-        let polls = t.poll.calls.saturating_sub(e.poll.calls);
-        let zret = t.poll.zero_returns.saturating_sub(e.poll.zero_returns);
-        let waker = t
+    for t in &i.threads {
+        let Some(k) = &t.kernel else { continue };
+        let waker = k
             .top_wakers
             .first()
             .map(|w| format!("{} ({})", w.comm, w.tid))
             .unwrap_or_default();
         println!(
-            "{:>8} {:<16} {:>8.0} {:>8.0} {:>8.0} {:>9} {:>10.0} {:>10.0} {:<20}",
+            "{:>8} {:<16} {:>8.0} {:>8.0} {:>9.0} {:>7} {:>11.0} {:>10.0} {:>9.1} {:<20}",
             t.tid,
-            t.comm,
-            rate(t.voluntary_switches, e.voluntary_switches),
-            rate(t.involuntary_switches, e.involuntary_switches),
-            polls as f64 / seconds,
-            if polls == 0 {
+            t.name,
+            k.voluntary_switches_per_sec,
+            k.involuntary_switches_per_sec,
+            k.poll_calls_per_sec,
+            if k.poll_calls_per_sec == 0.0 {
                 "-".to_string()
             } else {
-                format!("{:.1}", zret as f64 * 100.0 / polls as f64)
+                format!("{:.1}", k.poll_zero_return_ratio * 100.0)
             },
-            rate(t.sleep.calls, e.sleep.calls),
-            rate(t.wakeups_received, e.wakeups_received),
+            k.sleeps_per_sec,
+            k.wakeups_per_sec,
+            k.off_cpu.poll_ns as f64 * 100.0 / i.duration_ns.max(1) as f64,
             waker
         );
     }

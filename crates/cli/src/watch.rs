@@ -41,6 +41,7 @@ pub fn run(
             println!("{}", serde_json::to_string(&report)?);
         } else if let Some(i) = &report.interval {
             print::threads(i);
+            print::kernel(i);
             print::findings(&report.findings);
         }
         if let Some(e) = sampler.stats().last_error {

@@ -443,6 +443,57 @@ pub struct ThreadInterval {
     pub run_queue_wait_ns: Option<u64>,
     /// Run-queue wait in percent of the interval.
     pub run_queue_wait_percent: Option<f64>,
+    /// What a kernel source (eBPF) saw of the thread over the interval.
+    pub kernel: Option<KernelThreadInterval>,
+}
+
+/// What a kernel source (eBPF) saw of one thread over an interval (see
+/// [`wakemeter::KernelThreadInterval`]).
+#[derive(Debug, Clone, PartialEq, Serialize, uniffi::Record)]
+pub struct KernelThreadInterval {
+    /// Time on CPU, in percent of one core.
+    pub on_cpu_percent: f64,
+    /// Voluntary switches per second.
+    pub voluntary_switches_per_sec: f64,
+    /// Involuntary switches per second.
+    pub involuntary_switches_per_sec: f64,
+    /// Off-CPU time during the interval by cause, in nanoseconds.
+    pub off_cpu: OffCpuTime,
+    /// Times the thread was woken, per second.
+    pub wakeups_per_sec: f64,
+    /// Poll-family syscalls per second.
+    pub poll_calls_per_sec: f64,
+    /// Share of poll calls that returned 0, 0 to 1.
+    pub poll_zero_return_ratio: f64,
+    /// Share of poll calls with a zero timeout, 0 to 1.
+    pub poll_zero_timeout_ratio: f64,
+    /// Sleep syscalls per second.
+    pub sleeps_per_sec: f64,
+    /// Mean requested sleep, in nanoseconds.
+    pub mean_sleep_requested_ns: u64,
+    /// Mean actual sleep, in nanoseconds.
+    pub mean_sleep_actual_ns: u64,
+    /// Top wakers since the source attached, most first.
+    pub top_wakers: Vec<Waker>,
+}
+
+impl From<&wakemeter::KernelThreadInterval> for KernelThreadInterval {
+    fn from(k: &wakemeter::KernelThreadInterval) -> Self {
+        KernelThreadInterval {
+            on_cpu_percent: k.on_cpu_percent,
+            voluntary_switches_per_sec: k.voluntary_switches_per_sec,
+            involuntary_switches_per_sec: k.involuntary_switches_per_sec,
+            off_cpu: (&k.off_cpu).into(),
+            wakeups_per_sec: k.wakeups_per_sec,
+            poll_calls_per_sec: k.poll_calls_per_sec,
+            poll_zero_return_ratio: k.poll_zero_return_ratio,
+            poll_zero_timeout_ratio: k.poll_zero_timeout_ratio,
+            sleeps_per_sec: k.sleeps_per_sec,
+            mean_sleep_requested_ns: k.mean_sleep_requested_ns,
+            mean_sleep_actual_ns: k.mean_sleep_actual_ns,
+            top_wakers: k.top_wakers.iter().map(Waker::from).collect(),
+        }
+    }
 }
 
 impl From<&wakemeter::ThreadInterval> for ThreadInterval {
@@ -462,6 +513,7 @@ impl From<&wakemeter::ThreadInterval> for ThreadInterval {
             involuntary_switches_per_sec: t.involuntary_switches_per_sec,
             run_queue_wait_ns: t.run_queue_wait_ns,
             run_queue_wait_percent: t.run_queue_wait_percent,
+            kernel: t.kernel.as_ref().map(KernelThreadInterval::from),
         }
     }
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::histogram::Log2Histogram;
 use crate::history::{Header, Stored};
+use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime, Waker};
 use crate::model::{Snapshot, ThreadSample};
 use crate::platform::{PackedThread, present};
 use crate::probe::{LoopStats, SleepStats};
@@ -46,6 +47,80 @@ pub struct ThreadInterval {
     /// `run_queue_wait_ns / duration`, in percent: time the thread was
     /// runnable but waiting for a CPU.
     pub run_queue_wait_percent: Option<f64>,
+    /// What a kernel source (eBPF) saw of this thread over the interval;
+    /// `None` without a kernel source or when an end lacks its sample.
+    pub kernel: Option<KernelThreadInterval>,
+}
+
+/// What a kernel source (eBPF) saw of one thread over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct KernelThreadInterval {
+    /// Time on CPU, in percent of one core.
+    pub on_cpu_percent: f64,
+    /// Voluntary switches per second, from the scheduler tracepoint.
+    pub voluntary_switches_per_sec: f64,
+    /// Involuntary switches (preemptions) per second.
+    pub involuntary_switches_per_sec: f64,
+    /// Off-CPU time during the interval by cause, in nanoseconds.
+    pub off_cpu: OffCpuTime,
+    /// Times the thread was woken, per second.
+    pub wakeups_per_sec: f64,
+    /// Poll-family syscalls per second.
+    pub poll_calls_per_sec: f64,
+    /// Share of those calls that returned 0 (nothing ready), 0 to 1.
+    pub poll_zero_return_ratio: f64,
+    /// Share of those calls made with a zero timeout (busy polling), 0 to 1.
+    pub poll_zero_timeout_ratio: f64,
+    /// `nanosleep`/`clock_nanosleep` calls per second.
+    pub sleeps_per_sec: f64,
+    /// Mean requested sleep, in nanoseconds.
+    pub mean_sleep_requested_ns: u64,
+    /// Mean actual sleep, in nanoseconds.
+    pub mean_sleep_actual_ns: u64,
+    /// The threads that woke it most since the source attached, most first.
+    pub top_wakers: Vec<Waker>,
+}
+
+fn kernel_interval(
+    e: Option<&KernelThreadStats>,
+    k: &KernelThreadStats,
+    d: u64,
+) -> KernelThreadInterval {
+    let zero = KernelThreadStats::default();
+    let e = e.unwrap_or(&zero);
+    let sub = |a: u64, b: u64| a.saturating_sub(b);
+    let calls = sub(k.poll.calls, e.poll.calls);
+    let sleeps = sub(k.sleep.calls, e.sleep.calls);
+    let (o, p) = (&k.off_cpu, &e.off_cpu);
+    KernelThreadInterval {
+        on_cpu_percent: percent(sub(k.on_cpu_ns, e.on_cpu_ns), d),
+        voluntary_switches_per_sec: per_sec(sub(k.voluntary_switches, e.voluntary_switches), d),
+        involuntary_switches_per_sec: per_sec(
+            sub(k.involuntary_switches, e.involuntary_switches),
+            d,
+        ),
+        off_cpu: OffCpuTime {
+            sleep_ns: sub(o.sleep_ns, p.sleep_ns),
+            lock_ns: sub(o.lock_ns, p.lock_ns),
+            poll_ns: sub(o.poll_ns, p.poll_ns),
+            io_ns: sub(o.io_ns, p.io_ns),
+            preempted_ns: sub(o.preempted_ns, p.preempted_ns),
+            other_ns: sub(o.other_ns, p.other_ns),
+        },
+        wakeups_per_sec: per_sec(sub(k.wakeups_received, e.wakeups_received), d),
+        poll_calls_per_sec: per_sec(calls, d),
+        poll_zero_return_ratio: ratio(sub(k.poll.zero_returns, e.poll.zero_returns), calls),
+        poll_zero_timeout_ratio: ratio(sub(k.poll.zero_timeouts, e.poll.zero_timeouts), calls),
+        sleeps_per_sec: per_sec(sleeps, d),
+        mean_sleep_requested_ns: sub(k.sleep.requested_ns, e.sleep.requested_ns)
+            .checked_div(sleeps)
+            .unwrap_or(0),
+        mean_sleep_actual_ns: sub(k.sleep.actual_ns, e.sleep.actual_ns)
+            .checked_div(sleeps)
+            .unwrap_or(0),
+        top_wakers: k.top_wakers.clone(),
+    }
 }
 
 /// Process-wide rates over an interval.
@@ -283,6 +358,7 @@ pub(crate) struct Ends<'a> {
     pub sampler_cpu_time_ns: u64,
     pub loops: &'a [LoopStats],
     pub sleeps: &'a [SleepStats],
+    pub kernel: Option<&'a KernelSample>,
 }
 
 impl<'a> From<&'a Header> for Ends<'a> {
@@ -294,6 +370,7 @@ impl<'a> From<&'a Header> for Ends<'a> {
             sampler_cpu_time_ns: h.sampler_cpu_time_ns,
             loops: &h.loops,
             sleeps: &h.sleeps,
+            kernel: h.kernel.as_ref(),
         }
     }
 }
@@ -307,6 +384,7 @@ impl<'a> From<&'a Snapshot> for Ends<'a> {
             sampler_cpu_time_ns: s.sampler_cpu_time_ns,
             loops: &s.loops,
             sleeps: &s.sleeps,
+            kernel: s.kernel.as_ref(),
         }
     }
 }
@@ -320,6 +398,20 @@ pub(crate) fn compute<T: ThreadCounters>(
 ) -> Interval {
     let d = to.monotonic_ns.saturating_sub(from.monotonic_ns);
     let earlier: HashMap<u64, &T> = from_threads.iter().map(|t| (t.serial(), t)).collect();
+    // Kernel counters are cumulative since the source attached: deltas need both ends.
+    let kernel_ends = match (from.kernel, to.kernel) {
+        (Some(a), Some(b)) => Some((
+            a.threads
+                .iter()
+                .map(|k| (k.tid, k))
+                .collect::<HashMap<u64, &KernelThreadStats>>(),
+            b.threads
+                .iter()
+                .map(|k| (k.tid, k))
+                .collect::<HashMap<u64, &KernelThreadStats>>(),
+        )),
+        _ => None,
+    };
     let mut threads: Vec<ThreadInterval> = to_threads
         .iter()
         .map(|t| {
@@ -358,6 +450,10 @@ pub(crate) fn compute<T: ThreadCounters>(
                 involuntary_switches_per_sec: opt_per_sec(invol, d),
                 run_queue_wait_ns: wait,
                 run_queue_wait_percent: wait.map(|w| percent(w, d)),
+                kernel: kernel_ends.as_ref().and_then(|(a, b)| {
+                    let now = b.get(&t.tid())?;
+                    Some(kernel_interval(a.get(&t.tid()).copied(), now, d))
+                }),
             }
         })
         .collect();

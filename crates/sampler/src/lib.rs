@@ -40,7 +40,9 @@ mod platform;
 
 pub use diagnose::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 pub use history::BYTES_PER_STORED_THREAD_SAMPLE;
-pub use interval::{Interval, LoopInterval, ProcessInterval, SleepInterval, ThreadInterval};
+pub use interval::{
+    Interval, KernelThreadInterval, LoopInterval, ProcessInterval, SleepInterval, ThreadInterval,
+};
 pub use platform::Target;
 pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats, WaitGuard};
 pub use sampler::{Report, Sampler, SamplerBuilder, SamplerStats, SamplingGuard};

@@ -6,7 +6,6 @@ use std::time::Duration;
 use super::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 use crate::history::{History, Stored};
 use crate::interval::{Interval, between_in_history, between_stored, per_sec};
-use crate::kernel::KernelThreadStats;
 use crate::model::SystemInfo;
 
 use crate::probe::duration_ns as ns;
@@ -75,14 +74,6 @@ fn thread_cpu(i: &Interval, tid: Option<u64>) -> Option<f64> {
         .map(|t| t.cpu_percent)
 }
 
-fn thread_name(i: &Interval, tid: u64) -> String {
-    i.threads
-        .iter()
-        .find(|t| t.tid == tid)
-        .map(|t| t.name.clone())
-        .unwrap_or_default()
-}
-
 const BUSY_POLL_ADVICE: &str = "Block in the wait until an event arrives or the next timer is due instead of polling: \
 pass a real timeout (not 0) to poll/epoll_wait/kevent and make sure the loop is not re-armed by a timer of 0. \
 With libevent, check the backend it chose (event_base_get_method): 'poll' or 'select' where 'epoll' or 'kqueue' \
@@ -112,7 +103,7 @@ pub(super) fn run(
         cx.window_ns = i.duration_ns;
         busy_poller_loops(&mut cx, &i);
         sleep_sites(&mut cx, &i);
-        kernel_threads(&mut cx, from, to, &i);
+        kernel_threads(&mut cx, &i);
         periodic_loops(&mut cx, &i);
         periodic_threads(&mut cx, h, from, to, &i);
         run_queue(&mut cx, &i, system);
@@ -191,94 +182,61 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
     }
 }
 
-fn kernel_delta(from: &Stored, tid: u64) -> Option<&KernelThreadStats> {
-    from.header.kernel.as_ref()?.thread(tid)
-}
-
 /// Busy pollers and sleep loops seen by a kernel source (eBPF) in threads
 /// that no probe instruments, e.g. an unmodified proxy.
-fn kernel_threads(cx: &mut Ctx<'_>, from: &Stored, to: &Stored, i: &Interval) {
-    let Some(k) = to.header.kernel.as_ref() else {
-        return;
-    };
+fn kernel_threads(cx: &mut Ctx<'_>, i: &Interval) {
     let t = cx.t;
-    let d = i.duration_ns;
-    let zero = KernelThreadStats::default();
-    for kt in &k.threads {
-        if cx.explained.contains(&kt.tid) {
+    for th in &i.threads {
+        let Some(k) = &th.kernel else { continue };
+        if cx.explained.contains(&th.tid) {
             continue;
         }
-        let e = kernel_delta(from, kt.tid).unwrap_or(&zero);
-        let calls = kt.poll.calls.saturating_sub(e.poll.calls);
-        let zero_returns = kt.poll.zero_returns.saturating_sub(e.poll.zero_returns);
-        let zero_timeouts = kt.poll.zero_timeouts.saturating_sub(e.poll.zero_timeouts);
-        let rate = per_sec(calls, d);
-        let idle = if calls == 0 {
-            0.0
-        } else {
-            zero_returns as f64 / calls as f64
-        };
-        let zt = if calls == 0 {
-            0.0
-        } else {
-            zero_timeouts as f64 / calls as f64
-        };
-        let name = if kt.comm.is_empty() {
-            thread_name(i, kt.tid)
-        } else {
-            kt.comm.clone()
-        };
+        let (rate, idle, zt) = (
+            k.poll_calls_per_sec,
+            k.poll_zero_return_ratio,
+            k.poll_zero_timeout_ratio,
+        );
         if rate >= t.busy_poll_wakeups_per_sec
             && (idle >= t.busy_poll_idle_ratio || zt >= t.busy_poll_zero_timeout_ratio)
         {
-            let cpu = thread_cpu(i, Some(kt.tid));
-            cx.explained.insert(kt.tid);
-            let severity = if cpu.unwrap_or(0.0) >= 50.0 {
-                Severity::Critical
-            } else {
-                Severity::Warning
-            };
-            let mut evidence = vec![
-                ev("poll_calls_per_sec", rate, "1/s"),
-                ev("zero_return_ratio", idle, "ratio"),
-                ev("zero_timeout_ratio", zt, "ratio"),
-            ];
-            if let Some(c) = cpu {
-                evidence.push(ev("thread_cpu_percent", c, "%"));
-            }
+            cx.explained.insert(th.tid);
             cx.push(
                 FindingKind::BusyPoller,
-                severity,
-                Subject::Thread { tid: kt.tid, name: name.clone() },
+                if th.cpu_percent >= 50.0 { Severity::Critical } else { Severity::Warning },
+                Subject::Thread { tid: th.tid, name: th.name.clone() },
                 format!(
-                    "thread {} \"{name}\" makes {rate:.0} poll-family calls/s and {:.1}% return nothing (kernel view): it is busy-polling",
-                    kt.tid,
+                    "thread {} \"{}\" makes {rate:.0} poll-family calls/s and {:.1}% return nothing (kernel view): it is busy-polling",
+                    th.tid,
+                    th.name,
                     idle * 100.0
                 ),
-                evidence,
+                vec![
+                    ev("poll_calls_per_sec", rate, "1/s"),
+                    ev("zero_return_ratio", idle, "ratio"),
+                    ev("zero_timeout_ratio", zt, "ratio"),
+                    ev("thread_cpu_percent", th.cpu_percent, "%"),
+                ],
                 BUSY_POLL_ADVICE,
             );
             continue;
         }
-        let sleeps = kt.sleep.calls.saturating_sub(e.sleep.calls);
-        let srate = per_sec(sleeps, d);
-        if srate >= t.sleep_calls_per_sec {
-            let requested = kt.sleep.requested_ns.saturating_sub(e.sleep.requested_ns);
-            let actual = kt.sleep.actual_ns.saturating_sub(e.sleep.actual_ns);
-            cx.explained.insert(kt.tid);
+        if k.sleeps_per_sec >= t.sleep_calls_per_sec {
+            cx.explained.insert(th.tid);
             cx.push(
                 FindingKind::SleepOverhead,
-                if srate >= 5.0 * t.sleep_calls_per_sec { Severity::Warning } else { Severity::Info },
-                Subject::Thread { tid: kt.tid, name: name.clone() },
+                if k.sleeps_per_sec >= 5.0 * t.sleep_calls_per_sec { Severity::Warning } else { Severity::Info },
+                Subject::Thread { tid: th.tid, name: th.name.clone() },
                 format!(
-                    "thread {} \"{name}\" sleeps {srate:.0} times/s for {:.2} ms each (kernel view): a sleep-and-check polling loop",
-                    kt.tid,
-                    requested.checked_div(sleeps).unwrap_or(0) as f64 / 1e6
+                    "thread {} \"{}\" sleeps {:.0} times/s for {:.2} ms each (kernel view): a sleep-and-check polling loop",
+                    th.tid,
+                    th.name,
+                    k.sleeps_per_sec,
+                    k.mean_sleep_requested_ns as f64 / 1e6
                 ),
                 vec![
-                    ev("sleeps_per_sec", srate, "1/s"),
-                    ev("mean_requested_ns", requested.checked_div(sleeps).unwrap_or(0) as f64, "ns"),
-                    ev("mean_actual_ns", actual.checked_div(sleeps).unwrap_or(0) as f64, "ns"),
+                    ev("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
+                    ev("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
+                    ev("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
                 ],
                 SLEEP_ADVICE,
             );

@@ -2456,6 +2456,176 @@ public func FfiConverterTypeKernelSample_lower(_ value: KernelSample) -> RustBuf
 
 
 /**
+ * What a kernel source (eBPF) saw of one thread over an interval (see
+ * [`wakemeter::KernelThreadInterval`]).
+ */
+public struct KernelThreadInterval: Equatable, Hashable {
+    /**
+     * Time on CPU, in percent of one core.
+     */
+    public let onCpuPercent: Double
+    /**
+     * Voluntary switches per second.
+     */
+    public let voluntarySwitchesPerSec: Double
+    /**
+     * Involuntary switches per second.
+     */
+    public let involuntarySwitchesPerSec: Double
+    /**
+     * Off-CPU time during the interval by cause, in nanoseconds.
+     */
+    public let offCpu: OffCpuTime
+    /**
+     * Times the thread was woken, per second.
+     */
+    public let wakeupsPerSec: Double
+    /**
+     * Poll-family syscalls per second.
+     */
+    public let pollCallsPerSec: Double
+    /**
+     * Share of poll calls that returned 0, 0 to 1.
+     */
+    public let pollZeroReturnRatio: Double
+    /**
+     * Share of poll calls with a zero timeout, 0 to 1.
+     */
+    public let pollZeroTimeoutRatio: Double
+    /**
+     * Sleep syscalls per second.
+     */
+    public let sleepsPerSec: Double
+    /**
+     * Mean requested sleep, in nanoseconds.
+     */
+    public let meanSleepRequestedNs: UInt64
+    /**
+     * Mean actual sleep, in nanoseconds.
+     */
+    public let meanSleepActualNs: UInt64
+    /**
+     * Top wakers since the source attached, most first.
+     */
+    public let topWakers: [Waker]
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Time on CPU, in percent of one core.
+         */onCpuPercent: Double, 
+        /**
+         * Voluntary switches per second.
+         */voluntarySwitchesPerSec: Double, 
+        /**
+         * Involuntary switches per second.
+         */involuntarySwitchesPerSec: Double, 
+        /**
+         * Off-CPU time during the interval by cause, in nanoseconds.
+         */offCpu: OffCpuTime, 
+        /**
+         * Times the thread was woken, per second.
+         */wakeupsPerSec: Double, 
+        /**
+         * Poll-family syscalls per second.
+         */pollCallsPerSec: Double, 
+        /**
+         * Share of poll calls that returned 0, 0 to 1.
+         */pollZeroReturnRatio: Double, 
+        /**
+         * Share of poll calls with a zero timeout, 0 to 1.
+         */pollZeroTimeoutRatio: Double, 
+        /**
+         * Sleep syscalls per second.
+         */sleepsPerSec: Double, 
+        /**
+         * Mean requested sleep, in nanoseconds.
+         */meanSleepRequestedNs: UInt64, 
+        /**
+         * Mean actual sleep, in nanoseconds.
+         */meanSleepActualNs: UInt64, 
+        /**
+         * Top wakers since the source attached, most first.
+         */topWakers: [Waker]) {
+        self.onCpuPercent = onCpuPercent
+        self.voluntarySwitchesPerSec = voluntarySwitchesPerSec
+        self.involuntarySwitchesPerSec = involuntarySwitchesPerSec
+        self.offCpu = offCpu
+        self.wakeupsPerSec = wakeupsPerSec
+        self.pollCallsPerSec = pollCallsPerSec
+        self.pollZeroReturnRatio = pollZeroReturnRatio
+        self.pollZeroTimeoutRatio = pollZeroTimeoutRatio
+        self.sleepsPerSec = sleepsPerSec
+        self.meanSleepRequestedNs = meanSleepRequestedNs
+        self.meanSleepActualNs = meanSleepActualNs
+        self.topWakers = topWakers
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension KernelThreadInterval: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> KernelThreadInterval {
+        return
+            try KernelThreadInterval(
+                onCpuPercent: FfiConverterDouble.read(from: &buf), 
+                voluntarySwitchesPerSec: FfiConverterDouble.read(from: &buf), 
+                involuntarySwitchesPerSec: FfiConverterDouble.read(from: &buf), 
+                offCpu: FfiConverterTypeOffCpuTime.read(from: &buf), 
+                wakeupsPerSec: FfiConverterDouble.read(from: &buf), 
+                pollCallsPerSec: FfiConverterDouble.read(from: &buf), 
+                pollZeroReturnRatio: FfiConverterDouble.read(from: &buf), 
+                pollZeroTimeoutRatio: FfiConverterDouble.read(from: &buf), 
+                sleepsPerSec: FfiConverterDouble.read(from: &buf), 
+                meanSleepRequestedNs: FfiConverterUInt64.read(from: &buf), 
+                meanSleepActualNs: FfiConverterUInt64.read(from: &buf), 
+                topWakers: FfiConverterSequenceTypeWaker.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: KernelThreadInterval, into buf: inout [UInt8]) {
+        FfiConverterDouble.write(value.onCpuPercent, into: &buf)
+        FfiConverterDouble.write(value.voluntarySwitchesPerSec, into: &buf)
+        FfiConverterDouble.write(value.involuntarySwitchesPerSec, into: &buf)
+        FfiConverterTypeOffCpuTime.write(value.offCpu, into: &buf)
+        FfiConverterDouble.write(value.wakeupsPerSec, into: &buf)
+        FfiConverterDouble.write(value.pollCallsPerSec, into: &buf)
+        FfiConverterDouble.write(value.pollZeroReturnRatio, into: &buf)
+        FfiConverterDouble.write(value.pollZeroTimeoutRatio, into: &buf)
+        FfiConverterDouble.write(value.sleepsPerSec, into: &buf)
+        FfiConverterUInt64.write(value.meanSleepRequestedNs, into: &buf)
+        FfiConverterUInt64.write(value.meanSleepActualNs, into: &buf)
+        FfiConverterSequenceTypeWaker.write(value.topWakers, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeKernelThreadInterval_lift(_ buf: RustBuffer) throws -> KernelThreadInterval {
+    return try FfiConverterTypeKernelThreadInterval.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeKernelThreadInterval_lower(_ value: KernelThreadInterval) -> RustBuffer {
+    return FfiConverterTypeKernelThreadInterval.lower(value)
+}
+
+
+/**
  * What the kernel saw of one thread (see [`wakemeter::KernelThreadStats`]).
  */
 public struct KernelThreadStats: Equatable, Hashable {
@@ -4770,6 +4940,10 @@ public struct ThreadInterval: Equatable, Hashable {
      * Run-queue wait in percent of the interval.
      */
     public let runQueueWaitPercent: Double?
+    /**
+     * What a kernel source (eBPF) saw of the thread over the interval.
+     */
+    public let kernel: KernelThreadInterval?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -4815,7 +4989,10 @@ public struct ThreadInterval: Equatable, Hashable {
          */runQueueWaitNs: UInt64?, 
         /**
          * Run-queue wait in percent of the interval.
-         */runQueueWaitPercent: Double?) {
+         */runQueueWaitPercent: Double?, 
+        /**
+         * What a kernel source (eBPF) saw of the thread over the interval.
+         */kernel: KernelThreadInterval?) {
         self.tid = tid
         self.serial = serial
         self.name = name
@@ -4830,6 +5007,7 @@ public struct ThreadInterval: Equatable, Hashable {
         self.involuntarySwitchesPerSec = involuntarySwitchesPerSec
         self.runQueueWaitNs = runQueueWaitNs
         self.runQueueWaitPercent = runQueueWaitPercent
+        self.kernel = kernel
     }
 
     
@@ -4861,7 +5039,8 @@ public struct FfiConverterTypeThreadInterval: FfiConverterRustBuffer {
                 involuntarySwitches: FfiConverterOptionUInt64.read(from: &buf), 
                 involuntarySwitchesPerSec: FfiConverterOptionDouble.read(from: &buf), 
                 runQueueWaitNs: FfiConverterOptionUInt64.read(from: &buf), 
-                runQueueWaitPercent: FfiConverterOptionDouble.read(from: &buf)
+                runQueueWaitPercent: FfiConverterOptionDouble.read(from: &buf), 
+                kernel: FfiConverterOptionTypeKernelThreadInterval.read(from: &buf)
         )
     }
 
@@ -4880,6 +5059,7 @@ public struct FfiConverterTypeThreadInterval: FfiConverterRustBuffer {
         FfiConverterOptionDouble.write(value.involuntarySwitchesPerSec, into: &buf)
         FfiConverterOptionUInt64.write(value.runQueueWaitNs, into: &buf)
         FfiConverterOptionDouble.write(value.runQueueWaitPercent, into: &buf)
+        FfiConverterOptionTypeKernelThreadInterval.write(value.kernel, into: &buf)
     }
 }
 
@@ -6362,6 +6542,30 @@ fileprivate struct FfiConverterOptionTypeKernelSample: FfiConverterRustBuffer {
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeKernelSample.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeKernelThreadInterval: FfiConverterRustBuffer {
+    typealias SwiftType = KernelThreadInterval?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeKernelThreadInterval.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeKernelThreadInterval.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }

@@ -3978,6 +3978,134 @@ public object FfiConverterTypeKernelSample: FfiConverterRustBuffer<KernelSample>
 
 
 /**
+ * What a kernel source (eBPF) saw of one thread over an interval (see
+ * [`wakemeter::KernelThreadInterval`]).
+ */
+data class KernelThreadInterval (
+    /**
+     * Time on CPU, in percent of one core.
+     */
+    val `onCpuPercent`: kotlin.Double
+    , 
+    /**
+     * Voluntary switches per second.
+     */
+    val `voluntarySwitchesPerSec`: kotlin.Double
+    , 
+    /**
+     * Involuntary switches per second.
+     */
+    val `involuntarySwitchesPerSec`: kotlin.Double
+    , 
+    /**
+     * Off-CPU time during the interval by cause, in nanoseconds.
+     */
+    val `offCpu`: OffCpuTime
+    , 
+    /**
+     * Times the thread was woken, per second.
+     */
+    val `wakeupsPerSec`: kotlin.Double
+    , 
+    /**
+     * Poll-family syscalls per second.
+     */
+    val `pollCallsPerSec`: kotlin.Double
+    , 
+    /**
+     * Share of poll calls that returned 0, 0 to 1.
+     */
+    val `pollZeroReturnRatio`: kotlin.Double
+    , 
+    /**
+     * Share of poll calls with a zero timeout, 0 to 1.
+     */
+    val `pollZeroTimeoutRatio`: kotlin.Double
+    , 
+    /**
+     * Sleep syscalls per second.
+     */
+    val `sleepsPerSec`: kotlin.Double
+    , 
+    /**
+     * Mean requested sleep, in nanoseconds.
+     */
+    val `meanSleepRequestedNs`: kotlin.ULong
+    , 
+    /**
+     * Mean actual sleep, in nanoseconds.
+     */
+    val `meanSleepActualNs`: kotlin.ULong
+    , 
+    /**
+     * Top wakers since the source attached, most first.
+     */
+    val `topWakers`: List<Waker>
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<KernelThreadInterval> {
+    override fun read(buf: ByteBuffer): KernelThreadInterval {
+        return KernelThreadInterval(
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterTypeOffCpuTime.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterSequenceTypeWaker.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: KernelThreadInterval) = (
+            FfiConverterDouble.allocationSize(value.`onCpuPercent`) +
+            FfiConverterDouble.allocationSize(value.`voluntarySwitchesPerSec`) +
+            FfiConverterDouble.allocationSize(value.`involuntarySwitchesPerSec`) +
+            FfiConverterTypeOffCpuTime.allocationSize(value.`offCpu`) +
+            FfiConverterDouble.allocationSize(value.`wakeupsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`pollCallsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`pollZeroReturnRatio`) +
+            FfiConverterDouble.allocationSize(value.`pollZeroTimeoutRatio`) +
+            FfiConverterDouble.allocationSize(value.`sleepsPerSec`) +
+            FfiConverterULong.allocationSize(value.`meanSleepRequestedNs`) +
+            FfiConverterULong.allocationSize(value.`meanSleepActualNs`) +
+            FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`)
+    )
+
+    override fun write(value: KernelThreadInterval, buf: ByteBuffer) {
+            FfiConverterDouble.write(value.`onCpuPercent`, buf)
+            FfiConverterDouble.write(value.`voluntarySwitchesPerSec`, buf)
+            FfiConverterDouble.write(value.`involuntarySwitchesPerSec`, buf)
+            FfiConverterTypeOffCpuTime.write(value.`offCpu`, buf)
+            FfiConverterDouble.write(value.`wakeupsPerSec`, buf)
+            FfiConverterDouble.write(value.`pollCallsPerSec`, buf)
+            FfiConverterDouble.write(value.`pollZeroReturnRatio`, buf)
+            FfiConverterDouble.write(value.`pollZeroTimeoutRatio`, buf)
+            FfiConverterDouble.write(value.`sleepsPerSec`, buf)
+            FfiConverterULong.write(value.`meanSleepRequestedNs`, buf)
+            FfiConverterULong.write(value.`meanSleepActualNs`, buf)
+            FfiConverterSequenceTypeWaker.write(value.`topWakers`, buf)
+    }
+}
+
+
+
+/**
  * What the kernel saw of one thread (see [`wakemeter::KernelThreadStats`]).
  */
 data class KernelThreadStats (
@@ -5715,6 +5843,11 @@ data class ThreadInterval (
      * Run-queue wait in percent of the interval.
      */
     val `runQueueWaitPercent`: kotlin.Double?
+    , 
+    /**
+     * What a kernel source (eBPF) saw of the thread over the interval.
+     */
+    val `kernel`: KernelThreadInterval?
     
 ){
     
@@ -5745,6 +5878,7 @@ public object FfiConverterTypeThreadInterval: FfiConverterRustBuffer<ThreadInter
             FfiConverterOptionalDouble.read(buf),
             FfiConverterOptionalULong.read(buf),
             FfiConverterOptionalDouble.read(buf),
+            FfiConverterOptionalTypeKernelThreadInterval.read(buf),
         )
     }
 
@@ -5762,7 +5896,8 @@ public object FfiConverterTypeThreadInterval: FfiConverterRustBuffer<ThreadInter
             FfiConverterOptionalULong.allocationSize(value.`involuntarySwitches`) +
             FfiConverterOptionalDouble.allocationSize(value.`involuntarySwitchesPerSec`) +
             FfiConverterOptionalULong.allocationSize(value.`runQueueWaitNs`) +
-            FfiConverterOptionalDouble.allocationSize(value.`runQueueWaitPercent`)
+            FfiConverterOptionalDouble.allocationSize(value.`runQueueWaitPercent`) +
+            FfiConverterOptionalTypeKernelThreadInterval.allocationSize(value.`kernel`)
     )
 
     override fun write(value: ThreadInterval, buf: ByteBuffer) {
@@ -5780,6 +5915,7 @@ public object FfiConverterTypeThreadInterval: FfiConverterRustBuffer<ThreadInter
             FfiConverterOptionalDouble.write(value.`involuntarySwitchesPerSec`, buf)
             FfiConverterOptionalULong.write(value.`runQueueWaitNs`, buf)
             FfiConverterOptionalDouble.write(value.`runQueueWaitPercent`, buf)
+            FfiConverterOptionalTypeKernelThreadInterval.write(value.`kernel`, buf)
     }
 }
 
@@ -7068,6 +7204,38 @@ public object FfiConverterOptionalTypeKernelSample: FfiConverterRustBuffer<Kerne
         } else {
             buf.put(1)
             FfiConverterTypeKernelSample.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeKernelThreadInterval: FfiConverterRustBuffer<KernelThreadInterval?> {
+    override fun read(buf: ByteBuffer): KernelThreadInterval? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeKernelThreadInterval.read(buf)
+    }
+
+    override fun allocationSize(value: KernelThreadInterval?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeKernelThreadInterval.allocationSize(value)
+        }
+    }
+
+    override fun write(value: KernelThreadInterval?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeKernelThreadInterval.write(value, buf)
         }
     }
 }
