@@ -33,6 +33,8 @@ pub(crate) struct FakeSys {
     pub threads: HashMap<u32, FakeThread>,
     pub order: Vec<u32>,
     pub has_schedstat: bool,
+    /// Kernels without sched_info print "0 0 0" in every schedstat.
+    pub schedstat_zeros: bool,
     pub max_files: usize,
     pub rss_pages: u64,
     pub hwm_kib: u64,
@@ -50,6 +52,7 @@ impl FakeSys {
             threads: HashMap::new(),
             order: Vec::new(),
             has_schedstat: true,
+            schedstat_zeros: false,
             max_files: usize::MAX,
             rss_pages: 100,
             hwm_kib: 800,
@@ -69,7 +72,8 @@ impl FakeSys {
         let t = FakeThread {
             incarnation: self.next_incarnation,
             name: name.to_string(),
-            cpu_ns: 0,
+            // Every real thread has run a little before anyone samples it.
+            cpu_ns: 1_000,
             wait_ns: 0,
             slices: 0,
             vol: 0,
@@ -163,6 +167,7 @@ impl Sys for FakeSys {
             (Some(_), kind) => {
                 let t = self.live(f).ok_or_else(esrch)?;
                 match kind {
+                    "schedstat" if self.schedstat_zeros => "0 0 0\n".to_string(),
                     "schedstat" => format!("{} {} {}\n", t.cpu_ns, t.wait_ns, t.slices),
                     "stat" => format!(
                         "1 ({}) S 1 1 1 0 -1 0 0 0 0 0 {} {} 0 0 20 0 1 0 5 0 0\n",

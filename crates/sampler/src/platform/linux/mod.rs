@@ -291,6 +291,7 @@ impl<S: Sys> Reader<S> {
                     out.timeslices = slices;
                 }
                 if self.self_target {
+                    let before = out.cpu_time_ns;
                     match (sched, t.last) {
                         // Not scheduled in since the last sample, and not on a
                         // CPU then (its clock equalled its run time): it has been
@@ -323,6 +324,15 @@ impl<S: Sys> Reader<S> {
                             clock_ns: out.cpu_time_ns,
                         });
                     }
+                    // Kernels without sched_info print "0 0 0" for every
+                    // thread: a thread whose clock has moved cannot have run for
+                    // 0 ns, so its run-queue wait and timeslices are unknown.
+                    if before == 0 && out.timeslices == 0 && out.cpu_time_ns > 0 {
+                        out.run_queue_wait_ns = ABSENT;
+                        out.timeslices = ABSENT;
+                        sched = None;
+                        t.last = None;
+                    }
                 }
             }
             CounterFile::Stat => {
@@ -354,7 +364,7 @@ impl<S: Sys> Reader<S> {
                 // to the run time, so unchanged (run, timeslices) means
                 // unchanged switch counts. Idle threads skip the ~5-10 µs read.
                 (Some((run, _, slices)), Some(sp))
-                    if sp.run_ns == run && sp.timeslices == slices =>
+                    if run != 0 && sp.run_ns == run && sp.timeslices == slices =>
                 {
                     out.voluntary_switches = sp.voluntary;
                     out.involuntary_switches = sp.involuntary;

@@ -267,7 +267,7 @@ fn a_thread_on_a_cpu_always_reads_its_clock() {
     b.reader.sys.thread(11).pending_ns = 900;
     let (threads, _, _) = sample(&mut b, false);
     let t = threads.iter().find(|t| t.ident.tid == 11).unwrap();
-    assert_eq!(t.cpu_time_ns, 900, "the in-progress slice is counted");
+    assert_eq!(t.cpu_time_ns, 1_000 + 900, "the in-progress slice is counted");
 }
 
 #[test]
@@ -283,4 +283,22 @@ fn a_sleeping_thread_renamed_by_another_shows_the_name_once_it_runs() {
     b.reader.sys.thread(11).cpu_ns += 10;
     let (t, _, _) = sample(&mut b, true);
     assert_eq!(&*t[1].ident.name, "new");
+}
+
+#[test]
+fn schedstat_without_sched_info_is_absent_not_zero_and_never_freezes_switch_counts() {
+    let mut sys = FakeSys::new(10);
+    sys.schedstat_zeros = true;
+    sys.spawn(11, "w");
+    let t = sys.thread(11);
+    (t.cpu_ns, t.vol) = (5_000, 1);
+    let mut b = backend(sys, Target::SelfProcess);
+    sample(&mut b, true);
+    let t = b.reader.sys.thread(11);
+    (t.cpu_ns, t.vol) = (6_000, 2);
+    let (threads, _, _) = sample(&mut b, true);
+    let w = threads.iter().find(|t| t.ident.tid == 11).unwrap();
+    assert_eq!(w.cpu_time_ns, 6_000);
+    assert_eq!(w.voluntary_switches, 2, "switch counts are re-read");
+    assert_eq!((w.timeslices, w.run_queue_wait_ns), (ABSENT, ABSENT));
 }
