@@ -267,7 +267,11 @@ fn a_thread_on_a_cpu_always_reads_its_clock() {
     b.reader.sys.thread(11).pending_ns = 900;
     let (threads, _, _) = sample(&mut b, false);
     let t = threads.iter().find(|t| t.ident.tid == 11).unwrap();
-    assert_eq!(t.cpu_time_ns, 1_000 + 900, "the in-progress slice is counted");
+    assert_eq!(
+        t.cpu_time_ns,
+        1_000 + 900,
+        "the in-progress slice is counted"
+    );
 }
 
 #[test]
