@@ -1,7 +1,7 @@
 //! The sampler: configuration, on-demand and background sampling, history.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo};
 use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
-use crate::{Error, Result};
+use crate::{Error, Result, lock};
 
 /// Default time between background samples.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -242,12 +242,6 @@ struct Inner {
     thresholds: Thresholds,
     /// OS id of the background sampling thread while it runs (0: none).
     sampler_tid: std::sync::atomic::AtomicU64,
-}
-
-/// Locks a mutex, recovering from poisoning: the data behind every lock here
-/// stays consistent even if a holder panicked, and the host must not crash.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Counters about the sampler itself.

@@ -1,28 +1,13 @@
 //! LoopProbe and SleepProbe counters against known call counts and an
 //! independent clock.
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::time::{Duration, Instant};
 
+use common::workloads::{pipe, poll_in};
 use wakemeter::Sampler;
 
-fn pipe() -> (i32, i32) {
-    let mut fds = [0i32; 2];
-    // SAFETY: valid out-array of two ints.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    (fds[0], fds[1])
-}
-
-fn poll_in(fd: i32, timeout_ms: i32) -> usize {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
-    n.max(0) as usize
-}
+mod common;
 
 #[test]
 fn loop_counters_are_exact_and_poll_delay_matches_the_waits() {

@@ -1,12 +1,12 @@
 //! The sampler's list of probes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use super::MAX_PROBES;
 use super::loop_probe::{LoopCells, LoopProbe, LoopStats};
 use super::sleep_probe::{SleepCells, SleepProbe, SleepStats};
-use crate::{Error, Result};
+use crate::{Error, Result, lock};
 
 /// Probes registered with one sampler. A dropped probe is reported in one
 /// more snapshot (its final counters) and then forgotten, so the list is
@@ -16,10 +16,6 @@ pub(crate) struct ProbeRegistry {
     next_id: AtomicU64,
     loops: Mutex<Vec<Arc<LoopCells>>>,
     sleeps: Mutex<Vec<Arc<SleepCells>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn check_room(len: usize) -> Result<()> {
