@@ -254,7 +254,8 @@ pub struct PollSyscallStats {
     pub infinite_timeouts: u64,
     /// Requested finite timeouts, in nanoseconds.
     pub timeout_histogram: Log2Histogram,
-    /// Time inside the calls, in nanoseconds.
+    /// Time blocked in the calls, from each call's first block to its
+    /// return, in nanoseconds (calls that never block add 0).
     pub time_in_calls_ns: u64,
 }
 
@@ -278,7 +279,8 @@ pub struct SleepSyscallStats {
     pub calls: u64,
     /// Sum of requested durations, in nanoseconds.
     pub requested_ns: u64,
-    /// Sum of actual durations, in nanoseconds.
+    /// Sum of actual durations, from each call's first block to its return,
+    /// in nanoseconds.
     pub actual_ns: u64,
 }
 

@@ -72,7 +72,8 @@ pub struct PollSyscallStats {
     pub infinite_timeouts: u64,
     /// Requested timeouts of calls with a finite timeout, in nanoseconds (log2 buckets).
     pub timeout_histogram: Log2Histogram,
-    /// Time spent inside the calls, in nanoseconds.
+    /// Time spent blocked in the calls, from each call's first block to its
+    /// return, in nanoseconds (calls that never block add 0).
     pub time_in_calls_ns: u64,
 }
 
@@ -84,7 +85,8 @@ pub struct SleepSyscallStats {
     pub calls: u64,
     /// Sum of requested durations (relative sleeps), in nanoseconds.
     pub requested_ns: u64,
-    /// Sum of actual durations from entry to return, in nanoseconds.
+    /// Sum of actual durations, from each call's first block to its
+    /// return, in nanoseconds.
     pub actual_ns: u64,
 }
 

@@ -29,15 +29,25 @@ struct task_struct {
 
 #if defined(__TARGET_ARCH_x86)
 struct pt_regs {
+	unsigned long r11;
+	unsigned long cx;
 	unsigned long di;
 	unsigned long si;
 	unsigned long dx;
 	unsigned long r10;
 	unsigned long r8;
 	unsigned long r9;
-	unsigned long orig_ax; /* syscall number, or -1 for interrupts and exceptions */
+	/* Syscall number; -1 for interrupts; the error code for exceptions. */
+	unsigned long orig_ax;
+	unsigned long ip;
 	unsigned long cs;
+	unsigned long flags;
 } __attribute__((preserve_access_index));
+/* The user registers stay as the syscall got them until it returns (the
+ * x86_64 syscall ABI clobbers only rax, rcx and r11), so sys_exit reads
+ * the arguments as sys_enter would. */
+#define WM_SYSCALL_NR(r) ((r)->orig_ax)
+#define WM_SYSCALL_NR_T unsigned long
 #define WM_SYSCALL_ARG0(r) ((r)->di)
 #define WM_SYSCALL_ARG1(r) ((r)->si)
 #define WM_SYSCALL_ARG2(r) ((r)->dx)
@@ -49,8 +59,14 @@ struct user_pt_regs {
 } __attribute__((preserve_access_index));
 struct pt_regs {
 	struct user_pt_regs user_regs;
+	__u64 orig_x0;
+	__s32 syscallno; /* NO_SYSCALL (-1) outside syscalls */
 } __attribute__((preserve_access_index));
-#define WM_SYSCALL_ARG0(r) ((r)->user_regs.regs[0])
+/* x0 becomes the return value; the kernel keeps the first argument in
+ * orig_x0, and x1-x5 stay as the syscall got them until it returns. */
+#define WM_SYSCALL_NR(r) ((r)->syscallno)
+#define WM_SYSCALL_NR_T __s32
+#define WM_SYSCALL_ARG0(r) ((r)->orig_x0)
 #define WM_SYSCALL_ARG1(r) ((r)->user_regs.regs[1])
 #define WM_SYSCALL_ARG2(r) ((r)->user_regs.regs[2])
 #define WM_SYSCALL_ARG3(r) ((r)->user_regs.regs[3])

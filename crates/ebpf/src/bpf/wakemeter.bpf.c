@@ -22,6 +22,9 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* Process id to observe, set by the loader before load. */
 const volatile __u32 target_tgid = 0;
+/* Whether the sys_exit program is attached (set by the loader): only then
+ * does a switch-out note the poll or sleep call it blocks in. */
+const volatile __u32 syscalls_on = 1;
 
 /* One entry per live thread of the target; deleted when the thread exits.
  * max_entries is overridden by the loader (default 1024 threads). */
@@ -162,6 +165,191 @@ static __always_inline struct wm_thread *thread_entry(__u32 tid, struct task_str
 	return st;
 }
 
+/* --- The registers a task entered the kernel with, and its syscall --- */
+
+/* The user registers of the current task, NULL if they cannot be found.
+ * tp_btf: the kernel's own task_pt_regs (5.15+ helpers). raw_tp: the top of
+ * the kernel stack, checked by its user code segment, where x86_64 FRED
+ * kernels leave 16 bytes of padding. */
+static __always_inline struct pt_regs *current_user_regs(const bool btf)
+{
+	if (btf)
+		return bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	__u64 base = 0;
+	bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
+	if (!base)
+		return NULL;
+	__u64 size = __builtin_preserve_type_info(*(struct pt_regs *)0, 1 /* size */);
+#if defined(__TARGET_ARCH_x86)
+	for (int pad = 0; pad <= 16; pad += 16) {
+		struct pt_regs *regs = (struct pt_regs *)(base + WM_THREAD_SIZE - pad - size);
+		__u64 cs = 0;
+		bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
+		if (cs == 0x33 || cs == 0x23) /* __USER_CS, __USER32_CS */
+			return regs;
+	}
+	return NULL;
+#else
+	return (struct pt_regs *)(base + WM_THREAD_SIZE - size);
+#endif
+}
+
+/* The number of the syscall the current task is in, -1 if it is in none
+ * (an interrupt or an exception such as a page fault). On x86_64 orig_ax
+ * also holds exception error codes; a SYSCALL entry is told apart by what
+ * the instruction itself left in rcx (the return address) and r11 (the
+ * flags): the test the kernel makes before returning with SYSRET. */
+static __always_inline long current_syscall(struct pt_regs *regs, const bool btf)
+{
+	if (!regs)
+		return -1;
+	WM_SYSCALL_NR_T raw_nr = 0;
+	WM_READ(btf, raw_nr, WM_SYSCALL_NR(regs));
+	long nr = (long)raw_nr;
+	if (nr < 0)
+		return -1;
+#if defined(__TARGET_ARCH_x86)
+	unsigned long ip = 0, cx = 0, flags = 0, r11 = 0;
+	WM_READ(btf, ip, regs->ip);
+	WM_READ(btf, cx, regs->cx);
+	WM_READ(btf, flags, regs->flags);
+	WM_READ(btf, r11, regs->r11);
+	if (cx != ip || r11 != flags)
+		return -1;
+#endif
+	return nr;
+}
+
+static __always_inline __u32 syscall_class(long nr)
+{
+	switch (nr) {
+	case NR_NANOSLEEP:
+	case NR_CLOCK_NANOSLEEP:
+		return WM_SC_SLEEP;
+	case NR_FUTEX:
+	case NR_FUTEX_WAITV:
+		return WM_SC_LOCK;
+	case NR_PRCTL: /* PR_SET_NAME among others */
+	case NR_EXECVE:
+	case NR_EXECVEAT:
+		return WM_SC_RENAME;
+#ifdef NR_POLL
+	case NR_POLL:
+#endif
+#ifdef NR_SELECT
+	case NR_SELECT:
+#endif
+#ifdef NR_EPOLL_WAIT
+	case NR_EPOLL_WAIT:
+#endif
+	case NR_EPOLL_PWAIT:
+	case NR_EPOLL_PWAIT2:
+	case NR_PPOLL:
+	case NR_PSELECT6:
+		return WM_SC_POLL;
+	default:
+		return WM_SC_OTHER;
+	}
+}
+
+/* Timeout or sleep length in ns from a user timespec; NULL is infinite. */
+static __always_inline __u64 user_timespec_ns(__u64 uptr)
+{
+	if (!uptr)
+		return WM_ARG_INFINITE;
+	struct wm_timespec ts = {};
+	if (bpf_probe_read_user(&ts, sizeof(ts), (const void *)uptr))
+		return WM_ARG_UNKNOWN;
+	if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= (__s64)NSEC_PER_SEC)
+		return WM_ARG_UNKNOWN; /* the syscall fails with EINVAL */
+	if ((__u64)ts.tv_sec > 18000000000ULL) /* > ~570 years: treat as forever */
+		return WM_ARG_INFINITE;
+	return (__u64)ts.tv_sec * NSEC_PER_SEC + (__u64)ts.tv_nsec;
+}
+
+#ifdef NR_SELECT
+static __always_inline __u64 user_timeval_ns(__u64 uptr)
+{
+	if (!uptr)
+		return WM_ARG_INFINITE;
+	struct wm_timeval tv = {};
+	if (bpf_probe_read_user(&tv, sizeof(tv), (const void *)uptr))
+		return WM_ARG_UNKNOWN;
+	if (tv.tv_sec < 0 || tv.tv_usec < 0)
+		return WM_ARG_UNKNOWN;
+	if ((__u64)tv.tv_sec > 18000000000ULL)
+		return WM_ARG_INFINITE;
+	return (__u64)tv.tv_sec * NSEC_PER_SEC + (__u64)tv.tv_usec * NSEC_PER_USEC;
+}
+
+#endif
+
+static __always_inline __u64 millis_ns(__u64 reg)
+{
+	int ms = (int)reg;
+	if (ms < 0)
+		return WM_ARG_INFINITE;
+	return (__u64)ms * NSEC_PER_MSEC;
+}
+
+/* The timeout (poll family) or sleep request (nanosleep family) of call
+ * `nr` in ns, read from its arguments; WM_ARG_INFINITE or WM_ARG_UNKNOWN
+ * otherwise. An absolute clock_nanosleep deadline counts from `now` (read
+ * here when 0). */
+static __always_inline __u64 syscall_arg_ns(long nr, struct pt_regs *regs, const bool btf,
+					    __u64 now)
+{
+	__u64 a = 0;
+	switch (nr) {
+	case NR_NANOSLEEP:
+		WM_READ(btf, a, WM_SYSCALL_ARG0(regs));
+		return user_timespec_ns(a);
+	case NR_CLOCK_NANOSLEEP: {
+		__u64 clock = 0, flags = 0;
+		WM_READ(btf, clock, WM_SYSCALL_ARG0(regs));
+		WM_READ(btf, flags, WM_SYSCALL_ARG1(regs));
+		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
+		__u64 arg = user_timespec_ns(a);
+		if (!(flags & TIMER_ABSTIME) || arg >= WM_ARG_UNKNOWN)
+			return arg;
+		/* Absolute deadline: only CLOCK_MONOTONIC is comparable here. */
+		if ((int)clock != CLOCK_MONOTONIC)
+			return WM_ARG_UNKNOWN;
+		if (!now)
+			now = bpf_ktime_get_ns();
+		return arg > now ? arg - now : 0;
+	}
+#ifdef NR_POLL
+	case NR_POLL:
+		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
+		return millis_ns(a);
+#endif
+#ifdef NR_SELECT
+	case NR_SELECT:
+		WM_READ(btf, a, WM_SYSCALL_ARG4(regs));
+		return user_timeval_ns(a);
+#endif
+#ifdef NR_EPOLL_WAIT
+	case NR_EPOLL_WAIT:
+#endif
+	case NR_EPOLL_PWAIT:
+		WM_READ(btf, a, WM_SYSCALL_ARG3(regs));
+		return millis_ns(a);
+	case NR_EPOLL_PWAIT2:
+		WM_READ(btf, a, WM_SYSCALL_ARG3(regs));
+		return user_timespec_ns(a);
+	case NR_PPOLL:
+		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
+		return user_timespec_ns(a);
+	case NR_PSELECT6:
+		WM_READ(btf, a, WM_SYSCALL_ARG4(regs));
+		return user_timespec_ns(a);
+	default:
+		return WM_ARG_UNKNOWN;
+	}
+}
+
 /* --- sched_switch(bool preempt, task *prev, task *next, unsigned prev_state) --- */
 
 static __always_inline int on_switch(__u64 *ctx, const bool btf)
@@ -197,7 +385,12 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 					cause = WM_OFF_PREEMPTED;
 				} else {
 					st->voluntary += 1;
-					switch (st->sc_class) {
+					/* The cause is the syscall it blocks in, read
+					 * from its saved registers (current == prev). */
+					struct pt_regs *regs = current_user_regs(btf);
+					long nr = current_syscall(regs, btf);
+					__u32 cls = syscall_class(nr);
+					switch (cls) {
 					case WM_SC_SLEEP: cause = WM_OFF_SLEEP; break;
 					case WM_SC_LOCK: cause = WM_OFF_LOCK; break;
 					case WM_SC_POLL: cause = WM_OFF_POLL; break;
@@ -207,6 +400,14 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 							cause = WM_OFF_IO;
 						else
 							cause = WM_OFF_OTHER;
+					}
+					/* First block of a poll or sleep call: what
+					 * sys_exit needs to time it. */
+					if (syscalls_on && regs && !st->sc_block_ns &&
+					    (cls == WM_SC_POLL || cls == WM_SC_SLEEP)) {
+						st->sc_block_nr = (__u64)nr;
+						st->sc_block_ns = now;
+						st->sc_arg_ns = syscall_arg_ns(nr, regs, btf, now);
 					}
 				}
 				st->off_cause = cause;
@@ -253,42 +454,28 @@ int rawtp_sched_switch(__u64 *ctx) { return on_switch(ctx, false); }
  * - The BPF frame lives on whatever stack the kernel is on: off the current
  *   task's own kernel stack means an interrupt stack.
  * - x86_64 runs an interrupt that hits user mode on the task's stack; then
- *   the registers saved at its top (task_pt_regs) are user mode ones with
- *   orig_ax = -1, where a syscall would have its number.
- * The tp_btf flavour (5.15+ helpers) reads through BTF pointers; the raw_tp
- * one through bpf_probe_read_kernel (and finds FRED's 16-byte padding). */
+ *   the registers saved at its top are user mode ones with orig_ax = -1,
+ *   where a syscall or an exception would have a number. */
 static __always_inline bool in_interrupt(const bool btf)
 {
 	__u64 fp;
 	asm volatile("%0 = r10" : "=r"(fp));
-	if (btf) {
-		struct task_struct *cur = bpf_get_current_task_btf();
-		__u64 base = (__u64)cur->stack;
-		if (base && (fp < base || fp > base + WM_THREAD_SIZE))
-			return true;
-#if defined(__TARGET_ARCH_x86)
-		struct pt_regs *regs = bpf_task_pt_regs(cur);
-		__u64 cs = regs->cs;
-		if (cs == 0x33 || cs == 0x23) /* __USER_CS, __USER32_CS */
-			return (long)regs->orig_ax < 0;
-#endif
-		return false;
-	}
-	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
 	__u64 base = 0;
-	bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
-	if (!base)
-		return false;
-	if (fp < base || fp > base + WM_THREAD_SIZE)
+	if (btf) {
+		base = (__u64)bpf_get_current_task_btf()->stack;
+	} else {
+		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+		bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
+	}
+	if (base && (fp < base || fp > base + WM_THREAD_SIZE))
 		return true;
 #if defined(__TARGET_ARCH_x86)
-	__u64 size = __builtin_preserve_type_info(*(struct pt_regs *)0, 1 /* size */);
-	for (int pad = 0; pad <= 16; pad += 16) {
-		struct pt_regs *regs = (struct pt_regs *)(base + WM_THREAD_SIZE - pad - size);
+	struct pt_regs *regs = current_user_regs(btf);
+	if (regs) {
 		__u64 cs = 0, orig_ax = 0;
-		bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
-		if (cs == 0x33 || cs == 0x23) {
-			bpf_probe_read_kernel(&orig_ax, sizeof(orig_ax), &regs->orig_ax);
+		WM_READ(btf, cs, regs->cs);
+		if (cs == 0x33 || cs == 0x23) { /* __USER_CS, __USER32_CS */
+			WM_READ(btf, orig_ax, regs->orig_ax);
 			return (long)orig_ax < 0;
 		}
 	}
@@ -365,173 +552,58 @@ int tpbtf_sched_process_exit(__u64 *ctx) { return on_exit(); }
 SEC("raw_tp/sched_process_exit")
 int rawtp_sched_process_exit(__u64 *ctx) { return on_exit(); }
 
-/* --- sys_enter(pt_regs *regs, long id) / sys_exit(pt_regs *regs, long ret) --- */
+/* --- sys_exit(pt_regs *regs, long ret): runs in the returning thread ---
+ *
+ * There is deliberately no sys_enter program. Enabling a raw syscall
+ * tracepoint puts every syscall of every process on the machine on the
+ * traced path, at about 75 ns per syscall and tracepoint here; one instead
+ * of two halves that. What sys_enter would have told is found elsewhere:
+ * the arguments are still in the saved registers at exit, and the moment a
+ * poll or sleep call blocks is its first switch-out (on_switch). */
 
-/* Timeout or sleep length in ns from a user timespec; NULL is infinite. */
-static __always_inline __u64 user_timespec_ns(__u64 uptr)
-{
-	if (!uptr)
-		return WM_ARG_INFINITE;
-	struct wm_timespec ts = {};
-	if (bpf_probe_read_user(&ts, sizeof(ts), (const void *)uptr))
-		return WM_ARG_UNKNOWN;
-	if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= (__s64)NSEC_PER_SEC)
-		return WM_ARG_UNKNOWN; /* the syscall fails with EINVAL */
-	if ((__u64)ts.tv_sec > 18000000000ULL) /* > ~570 years: treat as forever */
-		return WM_ARG_INFINITE;
-	return (__u64)ts.tv_sec * NSEC_PER_SEC + (__u64)ts.tv_nsec;
-}
-
-#ifdef NR_SELECT
-static __always_inline __u64 user_timeval_ns(__u64 uptr)
-{
-	if (!uptr)
-		return WM_ARG_INFINITE;
-	struct wm_timeval tv = {};
-	if (bpf_probe_read_user(&tv, sizeof(tv), (const void *)uptr))
-		return WM_ARG_UNKNOWN;
-	if (tv.tv_sec < 0 || tv.tv_usec < 0)
-		return WM_ARG_UNKNOWN;
-	if ((__u64)tv.tv_sec > 18000000000ULL)
-		return WM_ARG_INFINITE;
-	return (__u64)tv.tv_sec * NSEC_PER_SEC + (__u64)tv.tv_usec * NSEC_PER_USEC;
-}
-
-#endif
-
-static __always_inline __u64 millis_ns(__u64 reg)
-{
-	int ms = (int)reg;
-	if (ms < 0)
-		return WM_ARG_INFINITE;
-	return (__u64)ms * NSEC_PER_MSEC;
-}
-
-static __always_inline int on_sys_enter(__u64 *ctx, const bool btf)
+static __always_inline int on_sys_exit(__u64 *ctx, const bool btf)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	WM_SYSCALL_NR_T raw_nr = 0;
+	WM_READ(btf, raw_nr, WM_SYSCALL_NR(regs));
+	long nr = (long)raw_nr;
+	__u32 cls = syscall_class(nr);
+	/* The target's other syscalls cost no map lookup. */
+	if (cls != WM_SC_POLL && cls != WM_SC_SLEEP && cls != WM_SC_RENAME)
 		return 0;
 
 	__u32 tid = (__u32)id;
 	struct wm_thread *st = thread_entry(tid, NULL);
 	if (!st)
 		return 0;
-
-	struct pt_regs *regs = (struct pt_regs *)ctx[0];
-	long nr = (long)ctx[1];
-	__u64 cls = WM_SC_OTHER;
-	__u64 arg = 0;
-	__u64 a = 0;
-	switch (nr) {
-	case NR_NANOSLEEP:
-		WM_READ(btf, a, WM_SYSCALL_ARG0(regs));
-		cls = WM_SC_SLEEP;
-		arg = user_timespec_ns(a);
-		break;
-	case NR_CLOCK_NANOSLEEP: {
-		__u64 clock = 0, flags = 0;
-		WM_READ(btf, clock, WM_SYSCALL_ARG0(regs));
-		WM_READ(btf, flags, WM_SYSCALL_ARG1(regs));
-		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
-		cls = WM_SC_SLEEP;
-		arg = user_timespec_ns(a);
-		if ((flags & TIMER_ABSTIME) && arg < WM_ARG_UNKNOWN) {
-			/* Absolute deadline: only CLOCK_MONOTONIC is comparable here. */
-			__u64 now = bpf_ktime_get_ns();
-			if ((int)clock != CLOCK_MONOTONIC)
-				arg = WM_ARG_UNKNOWN;
-			else
-				arg = arg > now ? arg - now : 0;
-		}
-		break;
-	}
-	case NR_FUTEX:
-	case NR_FUTEX_WAITV:
-		cls = WM_SC_LOCK;
-		break;
-	case NR_PRCTL: /* PR_SET_NAME among others */
-	case NR_EXECVE:
-	case NR_EXECVEAT:
-		cls = WM_SC_RENAME;
-		break;
-#ifdef NR_POLL
-	case NR_POLL:
-		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
-		cls = WM_SC_POLL;
-		arg = millis_ns(a);
-		break;
-#endif
-#ifdef NR_SELECT
-	case NR_SELECT:
-		WM_READ(btf, a, WM_SYSCALL_ARG4(regs));
-		cls = WM_SC_POLL;
-		arg = user_timeval_ns(a);
-		break;
-#endif
-#ifdef NR_EPOLL_WAIT
-	case NR_EPOLL_WAIT:
-#endif
-	case NR_EPOLL_PWAIT:
-		WM_READ(btf, a, WM_SYSCALL_ARG3(regs));
-		cls = WM_SC_POLL;
-		arg = millis_ns(a);
-		break;
-	case NR_EPOLL_PWAIT2:
-		WM_READ(btf, a, WM_SYSCALL_ARG3(regs));
-		cls = WM_SC_POLL;
-		arg = user_timespec_ns(a);
-		break;
-	case NR_PPOLL:
-		WM_READ(btf, a, WM_SYSCALL_ARG2(regs));
-		cls = WM_SC_POLL;
-		arg = user_timespec_ns(a);
-		break;
-	case NR_PSELECT6:
-		WM_READ(btf, a, WM_SYSCALL_ARG4(regs));
-		cls = WM_SC_POLL;
-		arg = user_timespec_ns(a);
-		break;
-	default:
-		break;
-	}
-	st->sc_class = cls;
-	st->sc_arg_ns = arg;
-	if (cls != WM_SC_OTHER && cls != WM_SC_RENAME)
-		st->sc_enter_ns = bpf_ktime_get_ns();
-	return 0;
-}
-
-SEC("tp_btf/sys_enter")
-int tpbtf_sys_enter(__u64 *ctx) { return on_sys_enter(ctx, true); }
-
-SEC("raw_tp/sys_enter")
-int rawtp_sys_enter(__u64 *ctx) { return on_sys_enter(ctx, false); }
-
-static __always_inline int on_sys_exit(__u64 *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
-		return 0;
-
-	__u32 tid = (__u32)id;
-	struct wm_thread *st = bpf_map_lookup_elem(&threads, &tid);
-	if (!st)
-		return 0;
-	__u64 cls = st->sc_class;
-	st->sc_class = WM_SC_NONE;
 	if (cls == WM_SC_RENAME) {
 		/* The thread may have a new name: the only moments comm changes
 		 * for itself, so the scheduler path never copies it. */
 		bpf_get_current_comm(&st->comm, sizeof(st->comm));
 		return 0;
 	}
-	if (cls != WM_SC_POLL && cls != WM_SC_SLEEP)
-		return 0;
 
-	__u64 now = bpf_ktime_get_ns();
-	__u64 took = (st->sc_enter_ns && now > st->sc_enter_ns) ? now - st->sc_enter_ns : 0;
-	__u64 arg = st->sc_arg_ns;
+	/* A call that blocked: its timeout or request was taken when it first
+	 * blocked (ppoll, pselect6 and select write the time left back into
+	 * it before returning), and its time counts from that moment. A call
+	 * that returned without blocking took well under a microsecond. */
+	__u64 took = 0;
+	__u64 arg;
+	__u64 blocked = st->sc_block_ns;
+	if (blocked && st->sc_block_nr == (__u64)nr) {
+		__u64 now = bpf_ktime_get_ns();
+		took = now > blocked ? now - blocked : 0;
+		arg = st->sc_arg_ns;
+	} else {
+		arg = syscall_arg_ns(nr, regs, btf, 0);
+	}
+	if (blocked)
+		st->sc_block_ns = 0;
+
 	if (cls == WM_SC_POLL) {
 		long ret = (long)ctx[1];
 		st->poll_calls += 1;
@@ -555,11 +627,10 @@ static __always_inline int on_sys_exit(__u64 *ctx)
 }
 
 SEC("tp_btf/sys_exit")
-int tpbtf_sys_exit(__u64 *ctx) { return on_sys_exit(ctx); }
+int tpbtf_sys_exit(__u64 *ctx) { return on_sys_exit(ctx, true); }
 
 SEC("raw_tp/sys_exit")
-int rawtp_sys_exit(__u64 *ctx) { return on_sys_exit(ctx); }
-
+int rawtp_sys_exit(__u64 *ctx) { return on_sys_exit(ctx, false); }
 
 /* --- Calibration: an empty program on sched_switch, attached only on request.
  * Its run time per event is the floor (dispatch plus the kernel's own
@@ -572,5 +643,14 @@ SEC("raw_tp/sched_switch")
 int rawtp_calibrate(__u64 *ctx) { return 0; }
 
 _Static_assert(sizeof(struct wm_thread) == 1776, "wm_thread layout changed: update abi.rs");
+/* The same offsets are asserted in abi.rs. */
+_Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) == 24, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, wakeups) == 32, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, involuntary) == 56, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, sc_block_nr) == 112, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, sleep_actual_ns) == 192, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, off_hist) == 200, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, poll_timeout_hist) == 1240, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, comm) == 1760, "abi.rs");
 _Static_assert(sizeof(struct wm_waker_key) == 8, "wm_waker_key layout changed");
 _Static_assert(sizeof(struct wm_waker) == 24, "wm_waker layout changed");

@@ -21,16 +21,16 @@ pub(crate) const OFF_CAUSES: usize = 6;
 pub(crate) struct WmThread {
     pub on_since_ns: u64,
     pub off_since_ns: u64,
-    pub woken_at_ns: u64,
     pub off_cause: u64,
-    pub sc_class: u64,
-    pub sc_enter_ns: u64,
-    pub sc_arg_ns: u64,
+    pub woken_at_ns: u64,
+    pub wakeups: u64,
     pub on_cpu_ns: u64,
     pub voluntary: u64,
     pub involuntary: u64,
     pub off_ns: [u64; OFF_CAUSES],
-    pub wakeups: u64,
+    pub sc_block_nr: u64,
+    pub sc_block_ns: u64,
+    pub sc_arg_ns: u64,
     pub poll_calls: u64,
     pub poll_zero_returns: u64,
     pub poll_zero_timeouts: u64,
@@ -62,6 +62,16 @@ pub(crate) struct WmWaker {
 }
 
 const _: () = assert!(size_of::<WmThread>() == 1776);
+// Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
+// side only fails the build instead of reading garbage.
+const _: () = assert!(std::mem::offset_of!(WmThread, woken_at_ns) == 24);
+const _: () = assert!(std::mem::offset_of!(WmThread, wakeups) == 32);
+const _: () = assert!(std::mem::offset_of!(WmThread, involuntary) == 56);
+const _: () = assert!(std::mem::offset_of!(WmThread, sc_block_nr) == 112);
+const _: () = assert!(std::mem::offset_of!(WmThread, sleep_actual_ns) == 192);
+const _: () = assert!(std::mem::offset_of!(WmThread, off_hist) == 200);
+const _: () = assert!(std::mem::offset_of!(WmThread, poll_timeout_hist) == 1240);
+const _: () = assert!(std::mem::offset_of!(WmThread, comm) == 1760);
 const _: () = assert!(size_of::<WmWakerKey>() == 8);
 const _: () = assert!(size_of::<WmWaker>() == 24);
 const _: () = assert!(BUCKETS == wakemeter::histogram::LOG2_BUCKETS);

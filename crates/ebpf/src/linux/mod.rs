@@ -29,7 +29,7 @@ struct Hook {
 
 /// Attach order: exit cleanup first, so no entry is created that nothing
 /// would delete; the scheduler switch last, as it is the busiest.
-const HOOKS: [Hook; 5] = [
+const HOOKS: [Hook; 4] = [
     Hook {
         tracepoint: "sched_process_exit",
         btf_program: "tpbtf_sched_process_exit",
@@ -39,11 +39,6 @@ const HOOKS: [Hook; 5] = [
         tracepoint: "sys_exit",
         btf_program: "tpbtf_sys_exit",
         raw_program: "rawtp_sys_exit",
-    },
-    Hook {
-        tracepoint: "sys_enter",
-        btf_program: "tpbtf_sys_enter",
-        raw_program: "rawtp_sys_enter",
     },
     Hook {
         tracepoint: "sched_waking",
@@ -146,6 +141,7 @@ impl Session {
         let mut ebpf = EbpfLoader::new()
             .btf(Some(btf))
             .override_global("target_tgid", &pid, true)
+            .override_global("syscalls_on", &u32::from(options.syscalls), true)
             .map_max_entries("threads", options.max_threads)
             .map_max_entries("wakers", options.max_wakers)
             .load(object)
@@ -460,8 +456,8 @@ mod tests {
             off_since_ns: 0,
             woken_at_ns: 0,
             off_cause: 0,
-            sc_class: 0,
-            sc_enter_ns: 0,
+            sc_block_nr: 0,
+            sc_block_ns: 0,
             sc_arg_ns: 0,
             on_cpu_ns: 0,
             voluntary: 0,

@@ -3535,7 +3535,8 @@ public struct PollSyscallStats: Equatable, Hashable {
      */
     public let timeoutHistogram: Log2Histogram
     /**
-     * Time inside the calls, in nanoseconds.
+     * Time blocked in the calls, from each call's first block to its
+     * return, in nanoseconds (calls that never block add 0).
      */
     public let timeInCallsNs: UInt64
 
@@ -3558,7 +3559,8 @@ public struct PollSyscallStats: Equatable, Hashable {
          * Requested finite timeouts, in nanoseconds.
          */timeoutHistogram: Log2Histogram, 
         /**
-         * Time inside the calls, in nanoseconds.
+         * Time blocked in the calls, from each call's first block to its
+         * return, in nanoseconds (calls that never block add 0).
          */timeInCallsNs: UInt64) {
         self.calls = calls
         self.zeroReturns = zeroReturns
@@ -4566,7 +4568,8 @@ public struct SleepSyscallStats: Equatable, Hashable {
      */
     public let requestedNs: UInt64
     /**
-     * Sum of actual durations, in nanoseconds.
+     * Sum of actual durations, from each call's first block to its return,
+     * in nanoseconds.
      */
     public let actualNs: UInt64
 
@@ -4580,7 +4583,8 @@ public struct SleepSyscallStats: Equatable, Hashable {
          * Sum of requested durations, in nanoseconds.
          */requestedNs: UInt64, 
         /**
-         * Sum of actual durations, in nanoseconds.
+         * Sum of actual durations, from each call's first block to its return,
+         * in nanoseconds.
          */actualNs: UInt64) {
         self.calls = calls
         self.requestedNs = requestedNs

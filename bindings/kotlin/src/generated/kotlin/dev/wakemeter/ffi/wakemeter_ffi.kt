@@ -4794,7 +4794,8 @@ data class PollSyscallStats (
     val `timeoutHistogram`: Log2Histogram
     , 
     /**
-     * Time inside the calls, in nanoseconds.
+     * Time blocked in the calls, from each call's first block to its
+     * return, in nanoseconds (calls that never block add 0).
      */
     val `timeInCallsNs`: kotlin.ULong
     
@@ -5548,7 +5549,8 @@ data class SleepSyscallStats (
     val `requestedNs`: kotlin.ULong
     , 
     /**
-     * Sum of actual durations, in nanoseconds.
+     * Sum of actual durations, from each call's first block to its return,
+     * in nanoseconds.
      */
     val `actualNs`: kotlin.ULong
     
