@@ -387,7 +387,8 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 					st->voluntary += 1;
 					/* The cause is the syscall it blocks in, read
 					 * from its saved registers (current == prev). */
-					struct pt_regs *regs = current_user_regs(btf);
+					struct pt_regs *regs = btf ? bpf_task_pt_regs(prev)
+								   : current_user_regs(btf);
 					long nr = current_syscall(regs, btf);
 					__u32 cls = syscall_class(nr);
 					switch (cls) {
