@@ -7,11 +7,13 @@
 //!   ping-ponging a byte over pipes, both pinned to CPU 0, so every round
 //!   trip is two switches between the workload's threads), once with the
 //!   workload as a non-target process and once as the target;
-//! - the same workload under an equivalent bpftrace one-liner
-//!   (`tracepoint:sched:sched_switch`, switch counts and an off-CPU
-//!   histogram for one process), attached together with ours in the same
-//!   run: ns per event of each and the ratio, and the workload's slowdown
-//!   under each alone.
+//! - the same workload under bpftrace doing the equivalent counting, two
+//!   ways: our `sched_switch` handler alone (switch counts and an off-CPU
+//!   histogram for one process) and everything ours counts with syscalls
+//!   on (plus wakeups, wakers, and poll / nanosleep calls, zero returns,
+//!   timeouts and time on the per-syscall tracepoints); the workload's
+//!   slowdown under each alone against ours, and, with both attached in the
+//!   same run, ns per `sched_switch` event of each.
 //!
 //! Needs root and kernel BTF; bpftrace is optional (`apt-get install
 //! bpftrace`) and needs tracefs, which this bench mounts on
@@ -248,25 +250,80 @@ mod linux {
         ids: Vec<u32>,
     }
 
-    /// The bpftrace program equivalent to our sched_switch handler: for one
-    /// process, count voluntary / involuntary switches per thread and
-    /// histogram off-CPU spans (filter on the process first).
-    fn bpftrace_script(pid: u32) -> String {
-        format!(
+    /// Which of our programs a bpftrace script stands for.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Script {
+        /// Our `sched_switch` handler: for one process, voluntary and
+        /// involuntary switches per thread and a histogram of off-CPU spans
+        /// (filter on the process first).
+        Switch,
+        /// Everything ours counts with syscalls on: the above, wakeups and
+        /// wakers per thread, and for the poll and nanosleep families
+        /// calls, zero returns, timeouts and time in the call, on the
+        /// per-syscall tracepoints (bpftrace's cheapest way to them).
+        Full,
+    }
+
+    fn bpftrace_script(pid: u32, script: Script) -> String {
+        let switch = format!(
             "tracepoint:sched:sched_switch {{ \
-               if (pid == {pid}) {{ @off_start[tid] = nsecs; \
+               if (pid == {pid}) {{ @off_start[tid] = nsecs; @known[tid] = 1; \
                  if (args->prev_state == 0) {{ @invol[tid] = count(); }} else {{ @vol[tid] = count(); }} }} \
                $s = @off_start[args->next_pid]; \
                if ($s != 0) {{ @off_ns[args->next_pid] = hist(nsecs - $s); delete(@off_start[args->next_pid]); }} \
              }}"
+        );
+        if script == Script::Switch {
+            return switch;
+        }
+        let enter = |calls: &str, body: &str| {
+            let probes: Vec<String> = calls
+                .split(' ')
+                .map(|c| format!("tracepoint:syscalls:sys_enter_{c}"))
+                .collect();
+            format!(
+                " {} /pid == {pid}/ {{ @enter_ns[tid] = nsecs; {body} }}",
+                probes.join(",")
+            )
+        };
+        let timespec = "$t->tv_sec * 1000000000 + $t->tv_nsec";
+        format!(
+            "{switch} \
+             tracepoint:sched:sched_waking {{ if (@known[args->pid]) {{ \
+               @wakeups[args->pid] = count(); @wakers[args->pid, tid] = count(); }} }} \
+             {} {} {} {} {} \
+             tracepoint:syscalls:sys_exit_poll,tracepoint:syscalls:sys_exit_epoll_wait,\
+             tracepoint:syscalls:sys_exit_epoll_pwait,tracepoint:syscalls:sys_exit_epoll_pwait2,\
+             tracepoint:syscalls:sys_exit_ppoll,tracepoint:syscalls:sys_exit_pselect6,\
+             tracepoint:syscalls:sys_exit_select /pid == {pid}/ {{ \
+               @polls[tid] = count(); if (args->ret == 0) {{ @poll_zero[tid] = count(); }} \
+               @poll_ns[tid] = sum(nsecs - @enter_ns[tid]); }} \
+             tracepoint:syscalls:sys_exit_nanosleep,tracepoint:syscalls:sys_exit_clock_nanosleep \
+             /pid == {pid}/ {{ @sleeps[tid] = count(); @sleep_ns[tid] = sum(nsecs - @enter_ns[tid]); }}",
+            enter("poll", "@timeout_ms[tid] = hist(args->timeout_msecs);"),
+            enter(
+                "epoll_wait epoll_pwait",
+                "@timeout_ms[tid] = hist(args->timeout);"
+            ),
+            enter(
+                "ppoll",
+                &format!(
+                    "$t = uptr(args->tsp); if ($t != 0) {{ @timeout_ns[tid] = hist({timespec}); }}"
+                ),
+            ),
+            enter("pselect6 select epoll_pwait2", ""),
+            enter(
+                "nanosleep clock_nanosleep",
+                &format!("$t = uptr(args->rqtp); @sleep_req[tid] = sum({timespec});"),
+            ),
         )
     }
 
     impl Bpftrace {
-        fn start(pid: u32) -> Result<Bpftrace, String> {
+        fn start(pid: u32, script: Script) -> Result<Bpftrace, String> {
             let before: Vec<u32> = program_stats().keys().copied().collect();
             let child = Command::new("bpftrace")
-                .args(["-e", &bpftrace_script(pid)])
+                .args(["-e", &bpftrace_script(pid, script)])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -286,15 +343,17 @@ mod linux {
                     }
                     return Err(format!("bpftrace exited ({status}): {}", err.trim()));
                 }
-                let now = program_stats();
-                bt.ids = now
-                    .iter()
-                    .filter(|(id, (name, _, _))| !before.contains(id) && !is_ours(name))
-                    .map(|(id, _)| *id)
-                    .collect();
-                if !bt.ids.is_empty() {
-                    // Let it finish attaching.
-                    std::thread::sleep(Duration::from_millis(300));
+                let theirs = || -> Vec<u32> {
+                    program_stats()
+                        .iter()
+                        .filter(|(id, (name, _, _))| !before.contains(id) && !is_ours(name))
+                        .map(|(id, _)| *id)
+                        .collect()
+                };
+                if !theirs().is_empty() {
+                    // Let it finish loading and attaching all its programs.
+                    std::thread::sleep(Duration::from_millis(1000));
+                    bt.ids = theirs();
                     return Ok(bt);
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -453,28 +512,27 @@ mod linux {
              (2 switches, 4 syscalls each); median of {RUNS} runs"
         );
 
-        // bpftrace with the equivalent one-liner, if it can run here.
+        // Pass 1: wall-clock slowdown, run-time statistics OFF, no
+        // calibration. bpftrace first (each script alone), then ours.
         let mount = TracefsMount::ensure();
-        let bt = match &mount {
-            Ok(_) => Bpftrace::start(workload_pid),
-            Err(e) => Err(e.clone()),
-        };
-        if let Err(e) = &bt {
-            println!("bpftrace comparison skipped: {e}");
-        }
-        // bpftrace runs first (slowdown alone), is stopped for our runs,
-        // and is started again for the same-run comparison.
-        let bt_ids: Vec<u32> = bt.as_ref().map(|b| b.ids.clone()).unwrap_or_default();
-
-        // Pass 1: wall-clock slowdown, run-time statistics OFF, no calibration.
         println!("\nslowdown (threads on one CPU; run-time stats off):");
-        let mut bt_time = None;
-        if bt.is_ok() {
-            let (t, _) = w.measure(Layout::SameCpu, &[]);
-            bt_time = Some(t);
+        let mut bt_times: Vec<(Script, u64)> = Vec::new();
+        let mut bt_available = false;
+        for script in [Script::Switch, Script::Full] {
+            let bt = match &mount {
+                Ok(_) => Bpftrace::start(workload_pid, script),
+                Err(e) => Err(e.clone()),
+            };
+            match bt {
+                Ok(bt) => {
+                    let (t, _) = w.measure(Layout::SameCpu, &[]);
+                    drop(bt);
+                    bt_times.push((script, t));
+                    bt_available = true;
+                }
+                Err(e) => println!("  bpftrace comparison skipped: {e}"),
+            }
         }
-        let bt = bt.ok();
-        drop(bt); // bpftrace detached for the rest of pass 1
         let (base, _) = w.measure(Layout::SameCpu, &[]);
         println!(
             "  {:<46} {:>8.2} ms/run",
@@ -482,6 +540,7 @@ mod linux {
             ms(base)
         );
         let slow = |t: u64| (t as f64 / base.max(1) as f64 - 1.0) * 100.0;
+        let mut ours_times: Vec<(Ours, u64)> = Vec::new();
         for cfg in CONFIGS {
             if let Some((t, _)) = measure_ours(&mut w, Layout::SameCpu, cfg, false) {
                 println!(
@@ -490,15 +549,29 @@ mod linux {
                     ms(t),
                     slow(t)
                 );
+                ours_times.push((cfg, t));
             }
         }
-        if let Some(t) = bt_time {
-            println!(
-                "  {:<46} {:>8.2} ms/run  {:+6.1}%",
-                "bpftrace one-liner, workload IS the target",
-                ms(t),
-                slow(t)
-            );
+        for (script, t) in &bt_times {
+            let label = match script {
+                Script::Switch => "bpftrace, sched_switch only, workload IS target",
+                Script::Full => "bpftrace, all ours counts, workload IS target",
+            };
+            println!("  {label:<46} {:>8.2} ms/run  {:+6.1}%", ms(*t), slow(*t));
+        }
+        // Overhead against bpftrace doing the same counting (goal: at most half).
+        for (script, bt) in &bt_times {
+            let same = ours_times
+                .iter()
+                .find(|(cfg, _)| cfg.target_workload && cfg.syscalls == (*script == Script::Full));
+            if let Some((cfg, t)) = same {
+                let (o, b) = (slow(*t), slow(*bt));
+                println!(
+                    "  overhead ratio, {} vs bpftrace: {o:+.1}% / {b:+.1}% = {:.2}",
+                    cfg.label,
+                    o / b
+                );
+            }
         }
 
         // Pass 2: ns per event from the kernel's run-time statistics.
@@ -526,8 +599,8 @@ mod linux {
 
         // Same run as bpftrace: both attached to the workload.
         let mut bt_row = None;
-        if !bt_ids.is_empty() {
-            match Bpftrace::start(workload_pid) {
+        if bt_available {
+            match Bpftrace::start(workload_pid, Script::Switch) {
                 Err(e) => println!("bpftrace (same run) skipped: {e}"),
                 Ok(bt) => {
                     if let Some(both) = attach_ours(Target::Pid(workload_pid), true, true) {
