@@ -501,6 +501,46 @@ mod linux {
         ns as f64 / 1e6
     }
 
+    /// ns per `getppid` syscall of this process, best of 7 runs.
+    fn ns_per_syscall() -> f64 {
+        const CALLS: u32 = 200_000;
+        let mut best = f64::MAX;
+        for _ in 0..7 {
+            let t0 = Instant::now();
+            for _ in 0..CALLS {
+                // SAFETY: getppid has no arguments and no side effects.
+                std::hint::black_box(unsafe { libc::syscall(libc::SYS_getppid) });
+            }
+            best = best.min(t0.elapsed().as_nanos() as f64 / f64::from(CALLS));
+        }
+        best
+    }
+
+    /// What a syscall of a process that is NOT the target pays while the
+    /// programs are attached (a syscall tracepoint puts every syscall of
+    /// every process on the kernel's traced path). Run-time stats off.
+    fn syscall_cost(target_pid: u32, tracefs: bool) {
+        println!("\nsyscall cost for a process that is not the target (getppid; stats off):");
+        let bare = ns_per_syscall();
+        println!("  {:<46} {bare:>7.1} ns", "nothing attached");
+        let row = |label: &str, ns: f64| {
+            println!("  {label:<46} {ns:>7.1} ns  {:+6.1} ns", ns - bare);
+        };
+        for (label, syscalls) in [
+            ("ours, syscalls on (sys_exit)", true),
+            ("ours, without syscalls", false),
+        ] {
+            if let Some(source) = attach_ours(Target::Pid(target_pid), syscalls, false) {
+                row(label, ns_per_syscall());
+                drop(source);
+            }
+        }
+        if tracefs && let Ok(bt) = Bpftrace::start(target_pid, Script::Full) {
+            row("bpftrace, all ours counts", ns_per_syscall());
+            drop(bt);
+        }
+    }
+
     fn event_costs() {
         let Some(mut w) = Workload::start() else {
             println!("per-event costs skipped: cannot start the workload process");
@@ -573,6 +613,8 @@ mod linux {
                 );
             }
         }
+
+        syscall_cost(workload_pid, mount.is_ok());
 
         // Pass 2: ns per event from the kernel's run-time statistics.
         let Ok(_stats) = wakemeter_ebpf::enable_run_stats() else {
