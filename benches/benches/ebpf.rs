@@ -37,7 +37,7 @@ mod linux {
 
     use criterion::Criterion;
     use wakemeter::KernelSource;
-    use wakemeter_ebpf::{EbpfError, EbpfSource, Target};
+    use wakemeter_ebpf::{AttachKind, EbpfError, EbpfSource, SyscallHook, Target};
 
     /// argv flag that turns this binary into the workload child.
     const WORKLOAD_FLAG: &str = "--wakemeter-ebpf-workload";
@@ -166,7 +166,7 @@ mod linux {
 
     /// Whether a (kernel-truncated) program name is one of ours.
     fn is_ours(name: &str) -> bool {
-        name.starts_with("tpbtf_") || name.starts_with("rawtp_")
+        name.starts_with("tpbtf_") || name.starts_with("rawtp_") || name == "tp_sys_exits"
     }
 
     fn ours(stats: &Snapshot) -> Vec<u32> {
@@ -437,12 +437,33 @@ mod linux {
         }
     }
 
-    fn attach_ours(target: Target, syscalls: bool, calibration: bool) -> Option<EbpfSource> {
+    /// Which of our syscall hooks a measurement uses.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Hook {
+        /// `with_syscalls(false)`.
+        None,
+        /// The raw `sys_exit` tracepoint (forced with `tp_btf` programs).
+        SysExit,
+        /// The per-syscall tracepoints (`Auto`, tracefs mounted).
+        PerSyscall,
+    }
+
+    fn attach_ours(target: Target, hook: Hook, calibration: bool) -> Option<EbpfSource> {
+        let kind = if hook == Hook::PerSyscall {
+            AttachKind::Auto
+        } else {
+            AttachKind::BtfTracepoint
+        };
         match EbpfSource::builder(target)
-            .with_syscalls(syscalls)
+            .with_syscalls(hook != Hook::None)
+            .with_attach_kind(kind)
             .with_calibration_program(calibration)
             .attach()
         {
+            Ok(s) if hook == Hook::PerSyscall && s.syscall_hook() != SyscallHook::PerSyscall => {
+                println!("  per-syscall tracepoints unavailable (is tracefs mounted?)");
+                None
+            }
             Ok(s) => Some(s),
             Err(e) => {
                 println!("  attach failed: {e}");
@@ -456,24 +477,29 @@ mod linux {
     struct Ours {
         label: &'static str,
         target_workload: bool,
-        syscalls: bool,
+        hook: Hook,
     }
 
-    const CONFIGS: [Ours; 3] = [
+    const CONFIGS: [Ours; 4] = [
         Ours {
-            label: "ours, workload NOT the target",
+            label: "ours (sys_exit), workload NOT the target",
             target_workload: false,
-            syscalls: true,
+            hook: Hook::SysExit,
         },
         Ours {
-            label: "ours, workload IS the target",
+            label: "ours (sys_exit), workload IS the target",
             target_workload: true,
-            syscalls: true,
+            hook: Hook::SysExit,
+        },
+        Ours {
+            label: "ours (per-syscall), workload IS the target",
+            target_workload: true,
+            hook: Hook::PerSyscall,
         },
         Ours {
             label: "ours without syscalls, workload IS target",
             target_workload: true,
-            syscalls: false,
+            hook: Hook::None,
         },
     ];
 
@@ -490,7 +516,7 @@ mod linux {
         } else {
             Target::SelfProcess
         };
-        let source = attach_ours(target, cfg.syscalls, calibration)?;
+        let source = attach_ours(target, cfg.hook, calibration)?;
         let ids = ours(&program_stats());
         let r = w.measure(layout, &ids);
         drop(source);
@@ -526,11 +552,12 @@ mod linux {
         let row = |label: &str, ns: f64| {
             println!("  {label:<46} {ns:>7.1} ns  {:+6.1} ns", ns - bare);
         };
-        for (label, syscalls) in [
-            ("ours, syscalls on (sys_exit)", true),
-            ("ours, without syscalls", false),
+        for (label, hook) in [
+            ("ours, sys_exit", Hook::SysExit),
+            ("ours, per-syscall tracepoints", Hook::PerSyscall),
+            ("ours, without syscalls", Hook::None),
         ] {
-            if let Some(source) = attach_ours(Target::Pid(target_pid), syscalls, false) {
+            if let Some(source) = attach_ours(Target::Pid(target_pid), hook, false) {
                 row(label, ns_per_syscall());
                 drop(source);
             }
@@ -601,10 +628,10 @@ mod linux {
         }
         // Overhead against bpftrace doing the same counting (goal: at most half).
         for (script, bt) in &bt_times {
-            let same = ours_times
-                .iter()
-                .find(|(cfg, _)| cfg.target_workload && cfg.syscalls == (*script == Script::Full));
-            if let Some((cfg, t)) = same {
+            let same = ours_times.iter().filter(|(cfg, _)| {
+                cfg.target_workload && (cfg.hook != Hook::None) == (*script == Script::Full)
+            });
+            for (cfg, t) in same {
                 let (o, b) = (slow(*t), slow(*bt));
                 println!(
                     "  overhead ratio, {} vs bpftrace: {o:+.1}% / {b:+.1}% = {:.2}",
@@ -645,7 +672,8 @@ mod linux {
             match Bpftrace::start(workload_pid, Script::Switch) {
                 Err(e) => println!("bpftrace (same run) skipped: {e}"),
                 Ok(bt) => {
-                    if let Some(both) = attach_ours(Target::Pid(workload_pid), true, true) {
+                    if let Some(both) = attach_ours(Target::Pid(workload_pid), Hook::SysExit, true)
+                    {
                         let mut ids = ours(&program_stats());
                         ids.extend(bt.ids.iter().copied());
                         let (_, d) = w.measure(Layout::SameCpu, &ids);

@@ -85,6 +85,23 @@ pub enum AttachKind {
     Mixed,
 }
 
+/// Which kernel hook counts the target's poll, sleep and rename syscalls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyscallHook {
+    /// None: [`EbpfSourceBuilder::with_syscalls`] turned them off.
+    Off,
+    /// The raw `sys_exit` tracepoint (as `tp_btf` or `raw_tp`): one program
+    /// run for every syscall of every process on the machine, filtered on
+    /// the process first.
+    SysExit,
+    /// The per-syscall `syscalls/sys_exit_<name>` tracepoints of those
+    /// families, used with [`AttachKind::Auto`] where tracefs is mounted:
+    /// the kernel runs no program for the other syscalls, so every other
+    /// syscall on the machine pays less (see BENCHMARKS.md).
+    PerSyscall,
+}
+
 /// Options of an attach; start with [`EbpfSource::builder`].
 #[derive(Debug, Clone)]
 pub struct EbpfSourceBuilder {
@@ -141,7 +158,8 @@ impl EbpfSourceBuilder {
         self
     }
 
-    /// Whether to trace syscall returns (`sys_exit`; on by default).
+    /// Whether to trace syscall returns (on by default; see
+    /// [`SyscallHook`] for which hook).
     ///
     /// It gives the poll-family and sleep statistics (calls, zero returns,
     /// timeouts, requested and actual sleep). Enabling a syscall tracepoint
@@ -249,6 +267,11 @@ impl EbpfSource {
     /// How the programs ended up attached (`tp_btf`, `raw_tp` or a mix).
     pub fn attach_kind(&self) -> AttachKind {
         self.inner.attach_kind()
+    }
+
+    /// Which hook counts the target's syscalls.
+    pub fn syscall_hook(&self) -> SyscallHook {
+        self.inner.syscall_hook()
     }
 
     /// Run statistics of the attached programs (see [`enable_run_stats`]).

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use wakemeter::KernelSource;
 use wakemeter::histogram::log2_bucket;
 use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
-use wakemeter_ebpf::{AttachKind, EbpfError, EbpfSource, EbpfSourceBuilder, Target};
+use wakemeter_ebpf::{AttachKind, EbpfError, EbpfSource, EbpfSourceBuilder, SyscallHook, Target};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -55,6 +55,101 @@ fn attach_or_skip(test: &str, builder: EbpfSourceBuilder) -> Option<EbpfSource> 
             std::error::Error::source(&e)
         ),
     }
+}
+
+/// How the syscall program is attached in a test.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    /// `sys_exit` as `tp_btf`.
+    TpBtf,
+    /// `sys_exit` as `raw_tp`.
+    RawTp,
+    /// The per-syscall tracepoints (tracefs mounted for the test if needed).
+    PerSyscall,
+}
+
+/// tracefs, mounted by the test when no tracefs was; unmounted on drop.
+struct TracefsForTest {
+    mounted_here: bool,
+}
+
+const TRACEFS: &std::ffi::CStr = c"/sys/kernel/tracing";
+
+impl TracefsForTest {
+    fn ensure() -> Result<TracefsForTest, String> {
+        let events = std::path::Path::new("/sys/kernel/tracing/events/syscalls");
+        if events.exists() {
+            return Ok(TracefsForTest {
+                mounted_here: false,
+            });
+        }
+        // SAFETY: NUL-terminated strings for source, target and type; no data.
+        let rc = unsafe {
+            libc::mount(
+                c"nodev".as_ptr(),
+                TRACEFS.as_ptr(),
+                c"tracefs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "cannot mount tracefs: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let guard = TracefsForTest { mounted_here: true };
+        if events.exists() {
+            Ok(guard)
+        } else {
+            Err("tracefs has no syscalls events (CONFIG_FTRACE_SYSCALLS off)".into())
+        }
+    }
+}
+
+impl Drop for TracefsForTest {
+    fn drop(&mut self) {
+        if self.mounted_here {
+            // SAFETY: unmounting the tracefs this guard mounted.
+            unsafe { libc::umount2(TRACEFS.as_ptr(), 0) };
+        }
+    }
+}
+
+/// Attaches to this process with the syscall program `via`, checks that it
+/// went there, or prints why the test skips. The tracefs guard, if any,
+/// must outlive the source.
+fn attach_via(test: &str, via: Via) -> Option<(EbpfSource, Option<TracefsForTest>)> {
+    let builder = EbpfSource::builder(Target::SelfProcess);
+    let (builder, tracefs, expected) = match via {
+        Via::TpBtf => (
+            builder.with_attach_kind(AttachKind::BtfTracepoint),
+            None,
+            SyscallHook::SysExit,
+        ),
+        Via::RawTp => (
+            builder.with_attach_kind(AttachKind::RawTracepoint),
+            None,
+            SyscallHook::SysExit,
+        ),
+        Via::PerSyscall => {
+            if skip_reason().is_none() {
+                match TracefsForTest::ensure() {
+                    Ok(t) => (builder, Some(t), SyscallHook::PerSyscall),
+                    Err(why) => {
+                        eprintln!("SKIPPED {test}: {why}");
+                        return None;
+                    }
+                }
+            } else {
+                (builder, None, SyscallHook::PerSyscall)
+            }
+        }
+    };
+    let source = attach_or_skip(test, builder)?;
+    assert_eq!(source.syscall_hook(), expected, "{via:?}");
+    Some((source, tracefs))
 }
 
 fn gettid() -> u64 {
@@ -205,13 +300,10 @@ fn switch_counts_match_procfs_raw_tp() {
 /// On an idle pipe: `POLLS` polls with a 1 ms timeout, as many ppolls with
 /// a 1 ms timespec (which the kernel overwrites with the time left, 0, before
 /// returning), and as many ppolls with a zero timespec (which never block).
-fn poll_on_idle_pipe(kind: AttachKind) {
+fn poll_on_idle_pipe(via: Via) {
     const POLLS: u64 = 40;
     let _g = serial();
-    let Some(mut source) = attach_or_skip(
-        "poll_on_idle_pipe",
-        EbpfSource::builder(Target::SelfProcess).with_attach_kind(kind),
-    ) else {
+    let Some((mut source, _tracefs)) = attach_via("poll_on_idle_pipe", via) else {
         return;
     };
     on_parked_thread(
@@ -275,22 +367,24 @@ fn poll_on_idle_pipe(kind: AttachKind) {
 
 #[test]
 fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_tp_btf() {
-    poll_on_idle_pipe(AttachKind::BtfTracepoint);
+    poll_on_idle_pipe(Via::TpBtf);
 }
 
 #[test]
 fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_raw_tp() {
-    poll_on_idle_pipe(AttachKind::RawTracepoint);
+    poll_on_idle_pipe(Via::RawTp);
 }
 
-fn nanosleep_requested_and_actual(kind: AttachKind) {
+#[test]
+fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_per_syscall() {
+    poll_on_idle_pipe(Via::PerSyscall);
+}
+
+fn nanosleep_requested_and_actual(via: Via) {
     const SLEEPS: u64 = 30;
     const REQUEST_NS: u64 = 2_000_000;
     let _g = serial();
-    let Some(mut source) = attach_or_skip(
-        "nanosleep_requested_vs_actual",
-        EbpfSource::builder(Target::SelfProcess).with_attach_kind(kind),
-    ) else {
+    let Some((mut source, _tracefs)) = attach_via("nanosleep_requested_vs_actual", via) else {
         return;
     };
     on_parked_thread(
@@ -339,12 +433,17 @@ fn nanosleep_requested_and_actual(kind: AttachKind) {
 
 #[test]
 fn nanosleep_requested_and_actual_agree_with_userspace_tp_btf() {
-    nanosleep_requested_and_actual(AttachKind::BtfTracepoint);
+    nanosleep_requested_and_actual(Via::TpBtf);
 }
 
 #[test]
 fn nanosleep_requested_and_actual_agree_with_userspace_raw_tp() {
-    nanosleep_requested_and_actual(AttachKind::RawTracepoint);
+    nanosleep_requested_and_actual(Via::RawTp);
+}
+
+#[test]
+fn nanosleep_requested_and_actual_agree_with_userspace_per_syscall() {
+    nanosleep_requested_and_actual(Via::PerSyscall);
 }
 
 #[test]

@@ -562,16 +562,11 @@ int rawtp_sched_process_exit(__u64 *ctx) { return on_exit(); }
  * the arguments are still in the saved registers at exit, and the moment a
  * poll or sleep call blocks is its first switch-out (on_switch). */
 
-static __always_inline int on_sys_exit(__u64 *ctx, const bool btf)
+/* Counts the return of syscall `nr` (result `ret`, saved registers `regs`)
+ * by thread `id` (pid_tgid) of the target. */
+static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct pt_regs *regs,
+					    const bool btf)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
-		return 0;
-
-	struct pt_regs *regs = (struct pt_regs *)ctx[0];
-	WM_SYSCALL_NR_T raw_nr = 0;
-	WM_READ(btf, raw_nr, WM_SYSCALL_NR(regs));
-	long nr = (long)raw_nr;
 	__u32 cls = syscall_class(nr);
 	/* The target's other syscalls cost no map lookup. */
 	if (cls != WM_SC_POLL && cls != WM_SC_SLEEP && cls != WM_SC_RENAME)
@@ -606,7 +601,6 @@ static __always_inline int on_sys_exit(__u64 *ctx, const bool btf)
 		st->sc_block_ns = 0;
 
 	if (cls == WM_SC_POLL) {
-		long ret = (long)ctx[1];
 		st->poll_calls += 1;
 		if (ret == 0)
 			st->poll_zero_returns += 1;
@@ -627,11 +621,45 @@ static __always_inline int on_sys_exit(__u64 *ctx, const bool btf)
 	return 0;
 }
 
+static __always_inline int on_sys_exit(__u64 *ctx, const bool btf)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	WM_SYSCALL_NR_T raw_nr = 0;
+	WM_READ(btf, raw_nr, WM_SYSCALL_NR(regs));
+	return syscall_returned(id, (long)raw_nr, (long)ctx[1], regs, btf);
+}
+
 SEC("tp_btf/sys_exit")
 int tpbtf_sys_exit(__u64 *ctx) { return on_sys_exit(ctx, true); }
 
 SEC("raw_tp/sys_exit")
 int rawtp_sys_exit(__u64 *ctx) { return on_sys_exit(ctx, false); }
+
+/* The same, attached to the per-syscall tracepoints syscalls/sys_exit_<name>
+ * of the poll, sleep and rename families, where tracefs is mounted. Those
+ * run no program at all for the other syscalls (the kernel tests a bitmap
+ * of enabled syscalls first), which makes the machine-wide cost per syscall
+ * much smaller. Needs tracefs (for the tracepoint ids) and the 5.15+ BTF
+ * helpers; the loader falls back to sys_exit otherwise. */
+struct wm_sys_exit_record {
+	__u64 common; /* common_type, common_flags, common_preempt_count, common_pid */
+	__s32 nr;     /* __syscall_nr, at offset 8 as the events' format files say */
+	__s32 pad;
+	__s64 ret;    /* at offset 16 */
+};
+
+SEC("tracepoint/syscalls/sys_exit")
+int tp_sys_exits(struct wm_sys_exit_record *rec)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	struct pt_regs *regs = bpf_task_pt_regs(bpf_get_current_task_btf());
+	return syscall_returned(id, (long)rec->nr, (long)rec->ret, regs, true);
+}
 
 /* --- Calibration: an empty program on sched_switch, attached only on request.
  * Its run time per event is the floor (dispatch plus the kernel's own

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
-use aya::programs::{BtfTracePoint, RawTracePoint};
+use aya::programs::{BtfTracePoint, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use wakemeter::histogram::Log2Histogram;
 use wakemeter::kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Waker};
@@ -18,7 +18,7 @@ use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
 
 use self::abi::{WmThread, WmWaker, WmWakerKey};
 use self::sys::ExitWatch;
-use crate::{AttachKind, EbpfError, EbpfSourceBuilder, ProgramRunStats, Target};
+use crate::{AttachKind, EbpfError, EbpfSourceBuilder, ProgramRunStats, SyscallHook, Target};
 
 /// One tracepoint and the two flavours of its program in the object.
 struct Hook {
@@ -58,6 +58,52 @@ const CALIBRATION: Hook = Hook {
     btf_program: "tpbtf_calibrate",
     raw_program: "rawtp_calibrate",
 };
+
+/// The program for the per-syscall exit tracepoints ([`SyscallHook::PerSyscall`]).
+const PER_SYSCALL_PROGRAM: &str = "tp_sys_exits";
+
+/// The `syscalls/sys_exit_<name>` tracepoints it goes on: the poll, sleep
+/// and rename families of the kernel side's `syscall_class` (aarch64 has no
+/// `poll`, `select` or `epoll_wait`).
+#[cfg(target_arch = "x86_64")]
+const PER_SYSCALL_EXITS: &[&str] = &[
+    "poll",
+    "select",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "ppoll",
+    "pselect6",
+    "nanosleep",
+    "clock_nanosleep",
+    "prctl",
+    "execve",
+    "execveat",
+];
+#[cfg(not(target_arch = "x86_64"))]
+const PER_SYSCALL_EXITS: &[&str] = &[
+    "epoll_pwait",
+    "epoll_pwait2",
+    "ppoll",
+    "pselect6",
+    "nanosleep",
+    "clock_nanosleep",
+    "prctl",
+    "execve",
+    "execveat",
+];
+
+/// Where the kernel's tracing filesystem is mounted, as aya looks for it.
+const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// Whether a mounted tracefs offers the per-syscall exit tracepoints.
+fn per_syscall_tracepoints_available() -> bool {
+    TRACEFS_DIRS.iter().any(|dir| {
+        std::path::Path::new(dir)
+            .join("events/syscalls/sys_exit_nanosleep/id")
+            .exists()
+    })
+}
 
 /// The compiled kernel programs, embedded with 8-byte alignment.
 #[cfg(not(wakemeter_ebpf_no_clang))]
@@ -100,6 +146,7 @@ pub(crate) struct Session {
     watch: Option<ExitWatch>,
     attach_duration: Duration,
     kind: AttachKind,
+    syscall_hook: SyscallHook,
     top_wakers: usize,
     /// `None` once the target has exited (programs detached).
     live: Option<Live>,
@@ -111,6 +158,7 @@ impl std::fmt::Debug for Session {
             .field("pid", &self.pid)
             .field("attach_duration", &self.attach_duration)
             .field("kind", &self.kind)
+            .field("syscall_hook", &self.syscall_hook)
             .field("attached", &self.live.is_some())
             .finish()
     }
@@ -154,7 +202,21 @@ impl Session {
             .iter()
             .filter(|h| options.syscalls || !h.tracepoint.starts_with("sys_"))
             .chain(calibration);
+        let mut syscall_hook = SyscallHook::Off;
         for hook in hooks {
+            if hook.tracepoint == "sys_exit" {
+                syscall_hook = SyscallHook::SysExit;
+                // Auto prefers the per-syscall tracepoints where tracefs is
+                // mounted; any failure there falls back to sys_exit.
+                if options.kind == AttachKind::Auto
+                    && per_syscall_tracepoints_available()
+                    && attach_per_syscall(&mut ebpf).is_ok()
+                {
+                    syscall_hook = SyscallHook::PerSyscall;
+                    programs.push(PER_SYSCALL_PROGRAM);
+                    continue;
+                }
+            }
             let name = attach_hook(&mut ebpf, hook, options.kind, btf)?;
             if name == hook.btf_program {
                 on_btf += 1;
@@ -192,6 +254,7 @@ impl Session {
             watch,
             attach_duration: started.elapsed(),
             kind,
+            syscall_hook,
             top_wakers: options.top_wakers,
             live: Some(Live {
                 ebpf,
@@ -213,6 +276,10 @@ impl Session {
 
     pub(crate) fn attach_kind(&self) -> AttachKind {
         self.kind
+    }
+
+    pub(crate) fn syscall_hook(&self) -> SyscallHook {
+        self.syscall_hook
     }
 
     pub(crate) fn program_stats(&self) -> Result<Vec<ProgramRunStats>, EbpfError> {
@@ -375,6 +442,30 @@ fn attach_raw(ebpf: &mut Ebpf, hook: &Hook) -> Result<(), EbpfError> {
         .map_err(wrap)?;
     program.load().map_err(wrap)?;
     program.attach(hook.tracepoint).map_err(wrap)?;
+    Ok(())
+}
+
+/// Loads the per-syscall program and attaches it to every tracepoint of
+/// [`PER_SYSCALL_EXITS`]; on any failure nothing stays attached.
+fn attach_per_syscall(ebpf: &mut Ebpf) -> Result<(), EbpfError> {
+    let name = PER_SYSCALL_PROGRAM;
+    let wrap = |source| EbpfError::Program {
+        program: name,
+        source,
+    };
+    let program: &mut TracePoint = ebpf
+        .program_mut(name)
+        .ok_or(EbpfError::ObjectMismatch { name })?
+        .try_into()
+        .map_err(wrap)?;
+    program.load().map_err(wrap)?;
+    for call in PER_SYSCALL_EXITS {
+        if let Err(e) = program.attach("syscalls", &format!("sys_exit_{call}")) {
+            // Unloading detaches the tracepoints attached so far.
+            let _ = program.unload();
+            return Err(wrap(e));
+        }
+    }
     Ok(())
 }
 
