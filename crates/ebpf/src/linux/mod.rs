@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
-use aya::programs::{BtfTracePoint, RawTracePoint, TracePoint};
+use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use wakemeter::histogram::Log2Histogram;
 use wakemeter::kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Waker};
@@ -293,10 +293,7 @@ impl Session {
                     .ebpf
                     .program(name)
                     .ok_or(EbpfError::ObjectMismatch { name })?;
-                let info = program.info().map_err(|source| EbpfError::Program {
-                    program: name,
-                    source,
-                })?;
+                let info = program.info().map_err(program_error(name))?;
                 Ok(ProgramRunStats {
                     name: name.to_owned(),
                     run_time_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
@@ -409,18 +406,29 @@ fn attach_hook(
     }
 }
 
-fn attach_btf(ebpf: &mut Ebpf, hook: &Hook, btf: &Btf) -> Result<(), EbpfError> {
-    let name = hook.btf_program;
-    let wrap = |source| EbpfError::Program {
+/// The error of program `name`.
+fn program_error(name: &'static str) -> impl Fn(ProgramError) -> EbpfError {
+    move |source| EbpfError::Program {
         program: name,
         source,
-    };
-    let program: &mut BtfTracePoint = ebpf
-        .program_mut(name)
+    }
+}
+
+/// Program `name` of the object, as the program type `P`.
+fn program_of<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, EbpfError>
+where
+    &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
         .ok_or(EbpfError::ObjectMismatch { name })?
         .try_into()
-        .map_err(wrap)?;
-    program.load(hook.tracepoint, btf).map_err(wrap)?;
+        .map_err(program_error(name))
+}
+
+fn attach_btf(ebpf: &mut Ebpf, hook: &Hook, btf: &Btf) -> Result<(), EbpfError> {
+    let wrap = program_error(hook.btf_program);
+    let program: &mut BtfTracePoint = program_of(ebpf, hook.btf_program)?;
+    program.load(hook.tracepoint, btf).map_err(&wrap)?;
     if let Err(e) = program.attach() {
         // Free the verified program before falling back; the error is what matters.
         let _ = program.unload();
@@ -430,35 +438,19 @@ fn attach_btf(ebpf: &mut Ebpf, hook: &Hook, btf: &Btf) -> Result<(), EbpfError> 
 }
 
 fn attach_raw(ebpf: &mut Ebpf, hook: &Hook) -> Result<(), EbpfError> {
-    let name = hook.raw_program;
-    let wrap = |source| EbpfError::Program {
-        program: name,
-        source,
-    };
-    let program: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .ok_or(EbpfError::ObjectMismatch { name })?
-        .try_into()
-        .map_err(wrap)?;
-    program.load().map_err(wrap)?;
-    program.attach(hook.tracepoint).map_err(wrap)?;
+    let wrap = program_error(hook.raw_program);
+    let program: &mut RawTracePoint = program_of(ebpf, hook.raw_program)?;
+    program.load().map_err(&wrap)?;
+    program.attach(hook.tracepoint).map_err(&wrap)?;
     Ok(())
 }
 
 /// Loads the per-syscall program and attaches it to every tracepoint of
 /// [`PER_SYSCALL_EXITS`]; on any failure nothing stays attached.
 fn attach_per_syscall(ebpf: &mut Ebpf) -> Result<(), EbpfError> {
-    let name = PER_SYSCALL_PROGRAM;
-    let wrap = |source| EbpfError::Program {
-        program: name,
-        source,
-    };
-    let program: &mut TracePoint = ebpf
-        .program_mut(name)
-        .ok_or(EbpfError::ObjectMismatch { name })?
-        .try_into()
-        .map_err(wrap)?;
-    program.load().map_err(wrap)?;
+    let wrap = program_error(PER_SYSCALL_PROGRAM);
+    let program: &mut TracePoint = program_of(ebpf, PER_SYSCALL_PROGRAM)?;
+    program.load().map_err(&wrap)?;
     for call in PER_SYSCALL_EXITS {
         if let Err(e) = program.attach("syscalls", &format!("sys_exit_{call}")) {
             // Unloading detaches the tracepoints attached so far.
