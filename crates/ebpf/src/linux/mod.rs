@@ -63,35 +63,23 @@ const CALIBRATION: Hook = Hook {
 const PER_SYSCALL_PROGRAM: &str = "tp_sys_exits";
 
 /// The `syscalls/sys_exit_<name>` tracepoints it goes on: the poll, sleep
-/// and rename families of the kernel side's `syscall_class` (aarch64 has no
-/// `poll`, `select` or `epoll_wait`).
+/// and rename families of the kernel side's `syscall_class`...
+const PER_SYSCALL_EXITS: &[&str] = &[
+    "epoll_pwait",
+    "epoll_pwait2",
+    "ppoll",
+    "pselect6",
+    "nanosleep",
+    "clock_nanosleep",
+    "prctl",
+    "execve",
+    "execveat",
+];
+/// ...and those only x86_64 has (aarch64 has no `poll`, `select` or `epoll_wait`).
 #[cfg(target_arch = "x86_64")]
-const PER_SYSCALL_EXITS: &[&str] = &[
-    "poll",
-    "select",
-    "epoll_wait",
-    "epoll_pwait",
-    "epoll_pwait2",
-    "ppoll",
-    "pselect6",
-    "nanosleep",
-    "clock_nanosleep",
-    "prctl",
-    "execve",
-    "execveat",
-];
+const PER_SYSCALL_EXITS_X86: &[&str] = &["poll", "select", "epoll_wait"];
 #[cfg(not(target_arch = "x86_64"))]
-const PER_SYSCALL_EXITS: &[&str] = &[
-    "epoll_pwait",
-    "epoll_pwait2",
-    "ppoll",
-    "pselect6",
-    "nanosleep",
-    "clock_nanosleep",
-    "prctl",
-    "execve",
-    "execveat",
-];
+const PER_SYSCALL_EXITS_X86: &[&str] = &[];
 
 /// Where the kernel's tracing filesystem is mounted, as aya looks for it.
 const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -451,7 +439,7 @@ fn attach_per_syscall(ebpf: &mut Ebpf) -> Result<(), EbpfError> {
     let wrap = program_error(PER_SYSCALL_PROGRAM);
     let program: &mut TracePoint = program_of(ebpf, PER_SYSCALL_PROGRAM)?;
     program.load().map_err(&wrap)?;
-    for call in PER_SYSCALL_EXITS {
+    for call in PER_SYSCALL_EXITS.iter().chain(PER_SYSCALL_EXITS_X86) {
         if let Err(e) = program.attach("syscalls", &format!("sys_exit_{call}")) {
             // Unloading detaches the tracepoints attached so far.
             let _ = program.unload();
