@@ -142,22 +142,6 @@ impl Listeners {
     }
 }
 
-/// Monotonic time in nanoseconds, the clock the core stamps snapshots with.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 /// State shared by a dispatcher thread and its handle.
 struct Shared {
     stop: AtomicBool,
@@ -230,7 +214,7 @@ const RETRY_NS: u64 = 1_000_000;
 fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
     let interval_ns = u64::try_from(core.interval().as_nanos()).unwrap_or(u64::MAX);
     let mut last_seq: Option<u64> = None;
-    let mut deadline = monotonic_ns();
+    let mut deadline = wakemeter::monotonic_ns();
     let mut retry = RETRY_NS;
     let mut known = KnownFindings::default();
     while !shared.stop.load(Ordering::Acquire) {
@@ -251,7 +235,7 @@ fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
                 if shared.stop.load(Ordering::Acquire) {
                     return;
                 }
-                let now = monotonic_ns();
+                let now = wakemeter::monotonic_ns();
                 if now >= deadline {
                     break;
                 }
@@ -272,7 +256,7 @@ fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
                     .end_monotonic_ns
                     .saturating_add(interval_ns)
                     .saturating_add(MARGIN_NS)
-                    .max(monotonic_ns().saturating_add(RETRY_NS));
+                    .max(wakemeter::monotonic_ns().saturating_add(RETRY_NS));
                 if !listeners.is_empty() {
                     listeners.deliver_interval(&(&iv).into());
                     for finding in known.update(&core.findings()) {
@@ -283,7 +267,7 @@ fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
             _ => {
                 // Not sampled yet (or the sample ran late): retry soon, backing off
                 // to a quarter of the interval.
-                deadline = monotonic_ns().saturating_add(retry);
+                deadline = wakemeter::monotonic_ns().saturating_add(retry);
                 retry = retry.saturating_mul(2).min((interval_ns / 4).max(RETRY_NS));
             }
         }

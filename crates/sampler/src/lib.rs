@@ -47,6 +47,13 @@ pub use platform::Target;
 pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats, WaitGuard};
 pub use sampler::{Report, Sampler, SamplerBuilder, SamplerStats, SamplingGuard};
 
+/// Monotonic time now, in nanoseconds (`CLOCK_MONOTONIC`; 0 if the clock
+/// cannot be read): the clock [`Snapshot::monotonic_ns`] is stamped with,
+/// and on Linux the clock of eBPF's `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    platform::clock::monotonic_ns()
+}
+
 /// Locks a mutex, recovering from poisoning: the data behind every lock of
 /// this crate stays consistent even if a holder panicked, and the host must
 /// not crash.

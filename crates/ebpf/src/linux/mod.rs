@@ -300,7 +300,7 @@ impl Session {
         let Some(live) = self.live.as_mut() else {
             return Err(KernelSourceError::TargetExited { pid });
         };
-        let now = sys::monotonic_now_ns();
+        let now = wakemeter::monotonic_ns();
 
         let mut seen = HashSet::new();
         let mut threads = Vec::new();

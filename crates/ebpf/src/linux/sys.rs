@@ -175,23 +175,6 @@ pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
     fields.nth(22 - 4)?.parse().ok()
 }
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock of `bpf_ktime_get_ns`.
-pub(crate) fn monotonic_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,8 +217,8 @@ mod tests {
             process_of(0),
             Err(EbpfError::NoSuchProcess { pid: 0 })
         ));
-        let a = monotonic_now_ns();
-        let b = monotonic_now_ns();
+        let a = wakemeter::monotonic_ns();
+        let b = wakemeter::monotonic_ns();
         assert!(a > 0 && b >= a);
     }
 }
