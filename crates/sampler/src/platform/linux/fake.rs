@@ -1,10 +1,11 @@
 //! An in-memory [`Sys`] for unit tests: threads, files, exits and TID reuse
-//! are scripted; every open descriptor is counted so leaks show.
+//! are scripted; every open descriptor is counted so leaks show, and gets
+//! the lowest free number like open(2), so limits behave as in a real table.
 
 use std::collections::HashMap;
 use std::io;
 
-use super::Sys;
+use super::{Sys, TaskFile};
 
 /// A scripted thread of the fake process.
 #[derive(Debug, Clone)]
@@ -27,6 +28,7 @@ pub(crate) struct FakeFile {
     tid: Option<u32>,
     incarnation: u64,
     kind: String,
+    number: usize,
 }
 
 pub(crate) struct FakeSys {
@@ -35,7 +37,11 @@ pub(crate) struct FakeSys {
     pub has_schedstat: bool,
     /// Kernels without sched_info print "0 0 0" in every schedstat.
     pub schedstat_zeros: bool,
+    /// Open descriptors (of this test thread) at which open fails with EMFILE.
     pub max_files: usize,
+    /// The soft `RLIMIT_NOFILE`: open fails with EMFILE when no number
+    /// below it is free. `None`: unlimited.
+    pub nofile: Option<u64>,
     pub rss_pages: u64,
     pub hwm_kib: u64,
     pub pid: u32,
@@ -43,6 +49,8 @@ pub(crate) struct FakeSys {
     /// Reads made, to check which ones are skipped.
     pub status_reads: usize,
     pub clock_reads: usize,
+    /// Successful opens, to tell kept descriptors from open-read-close.
+    pub opens: usize,
     next_incarnation: u64,
 }
 
@@ -54,12 +62,14 @@ impl FakeSys {
             has_schedstat: true,
             schedstat_zeros: false,
             max_files: usize::MAX,
+            nofile: None,
             rss_pages: 100,
             hwm_kib: 800,
             pid,
             self_process: true,
             status_reads: 0,
             clock_reads: 0,
+            opens: 0,
             next_incarnation: 0,
         };
         s.spawn(pid, "main");
@@ -104,12 +114,37 @@ impl FakeSys {
 impl Drop for FakeFile {
     fn drop(&mut self) {
         OPEN.with(|c| c.set(c.get() - 1));
+        SLOTS.with(|s| {
+            if let Some(used) = s.borrow_mut().get_mut(self.number) {
+                *used = false;
+            }
+        });
     }
 }
 
 thread_local! {
     /// Descriptors currently open through any FakeSys of this test thread.
     pub(crate) static OPEN: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+    /// The descriptor table of this test thread: which numbers are in use.
+    static SLOTS: std::cell::RefCell<Vec<bool>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The number open(2) would return now: the lowest free one.
+fn lowest_free() -> usize {
+    SLOTS.with(|s| {
+        let s = s.borrow();
+        s.iter().position(|used| !used).unwrap_or(s.len())
+    })
+}
+
+fn take_slot(n: usize) {
+    SLOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() <= n {
+            s.resize(n + 1, false);
+        }
+        s[n] = true;
+    });
 }
 
 fn esrch() -> io::Error {
@@ -120,7 +155,10 @@ impl Sys for FakeSys {
     type File = FakeFile;
 
     fn open(&mut self, rel: &str) -> io::Result<FakeFile> {
-        if OPEN.with(|c| c.get()) as usize >= self.max_files {
+        let number = lowest_free();
+        if OPEN.with(|c| c.get()) as usize >= self.max_files
+            || self.nofile.is_some_and(|l| number as u64 >= l)
+        {
             return Err(io::Error::from_raw_os_error(libc::EMFILE));
         }
         let parts: Vec<&str> = rel.split('/').collect();
@@ -140,17 +178,33 @@ impl Sys for FakeSys {
                     tid: Some(tid),
                     incarnation: t.incarnation,
                     kind: kind.to_string(),
+                    number,
                 }
             }
             [kind] => FakeFile {
                 tid: None,
                 incarnation: 0,
                 kind: kind.to_string(),
+                number,
             },
             _ => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
         };
+        take_slot(number);
         OPEN.with(|c| c.set(c.get() + 1));
+        self.opens += 1;
         Ok(file)
+    }
+
+    fn open_task(&mut self, tid: u32, file: TaskFile) -> io::Result<FakeFile> {
+        self.open(&format!("task/{tid}/{}", file.name()))
+    }
+
+    fn descriptor_number(&self, file: &FakeFile) -> u64 {
+        file.number as u64
+    }
+
+    fn nofile_limit(&mut self) -> Option<u64> {
+        self.nofile
     }
 
     fn pread(&mut self, f: &FakeFile, buf: &mut [u8]) -> io::Result<usize> {

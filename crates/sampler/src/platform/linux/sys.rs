@@ -1,7 +1,7 @@
 //! Every syscall of the Linux backend, behind [`Sys`] so the backend's logic
 //! (tracking, TID reuse, fallbacks) is unit-tested with a fake.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -9,13 +9,45 @@ use super::parse;
 use crate::platform::{Target, clock};
 use crate::{Error, Result};
 
+/// A per-thread file of `/proc/<pid>/task/<tid>/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskFile {
+    /// `schedstat`: run ns, run-queue wait ns, timeslices.
+    Schedstat,
+    /// `stat`: utime + stime ticks (kernels without schedstat).
+    Stat,
+    /// `status`: name and voluntary/involuntary switch counts.
+    Status,
+}
+
+impl TaskFile {
+    /// The file's name in the task directory.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TaskFile::Schedstat => "schedstat",
+            TaskFile::Stat => "stat",
+            TaskFile::Status => "status",
+        }
+    }
+}
+
 /// The syscalls the Linux backend makes. Paths are relative to the target's
-/// `/proc/<pid>` directory, e.g. `task/1234/schedstat` or `statm`.
+/// `/proc/<pid>` directory, e.g. `statm`.
 pub(crate) trait Sys: Send {
     /// A kept-open file.
     type File: Send;
-    /// Opens a file under the target's proc directory, read-only.
+    /// Opens a file under the target's proc directory, read-only. Allocates;
+    /// used when the backend is built.
     fn open(&mut self, rel: &str) -> io::Result<Self::File>;
+    /// Opens one thread's file, read-only, without allocating (it runs on
+    /// the sampling path for threads read by open-read-close).
+    fn open_task(&mut self, tid: u32, file: TaskFile) -> io::Result<Self::File>;
+    /// The descriptor number of `file` (open(2) returns the lowest free
+    /// number, so every number below it was in use when it was opened).
+    fn descriptor_number(&self, file: &Self::File) -> u64;
+    /// The calling process's soft `RLIMIT_NOFILE` (descriptor numbers must be
+    /// below it); `None` when unlimited or unreadable.
+    fn nofile_limit(&mut self) -> Option<u64>;
     /// Reads the file from offset 0 into `buf`; returns the byte count.
     fn pread(&mut self, file: &Self::File, buf: &mut [u8]) -> io::Result<usize>;
     /// Lists the target's thread ids into `out` (cleared first).
@@ -62,6 +94,35 @@ fn open_path(path: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
     }
     // SAFETY: `fd` was just returned by open(2) and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Longest `<tid>/<file>` path plus its NUL: 10 digits, '/', 9 bytes, NUL.
+const TASK_PATH_MAX: usize = 32;
+
+/// Writes `<tid>/<file>\0` into `out`; `None` if it does not fit.
+fn task_path<'a>(tid: u32, file: &str, out: &'a mut [u8; TASK_PATH_MAX]) -> Option<&'a CStr> {
+    let mut digits = [0u8; 10];
+    let mut start = digits.len();
+    let mut n = tid;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = &digits[start..];
+    let len = digits.len() + 1 + file.len() + 1;
+    let path = out.get_mut(..len)?;
+    let (head, rest) = path.split_at_mut(digits.len());
+    head.copy_from_slice(digits);
+    let (slash, rest) = rest.split_first_mut()?;
+    *slash = b'/';
+    let (name, nul) = rest.split_at_mut(file.len());
+    name.copy_from_slice(file.as_bytes());
+    *nul.first_mut()? = 0;
+    CStr::from_bytes_with_nul(path).ok()
 }
 
 impl LinuxSys {
@@ -128,6 +189,49 @@ impl Sys for LinuxSys {
         path.push('/');
         path.push_str(rel);
         open_path(&path, 0)
+    }
+
+    // Relative to the kept task directory: no allocation, and a shorter
+    // path walk than `/proc/<pid>/task/<tid>/...`.
+    fn open_task(&mut self, tid: u32, file: TaskFile) -> io::Result<OwnedFd> {
+        let mut buf = [0u8; TASK_PATH_MAX];
+        let path = task_path(tid, file.name(), &mut buf)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `path` is NUL-terminated and outlives the call; the
+        // directory fd is owned and open.
+        let fd = unsafe {
+            libc::openat(
+                self.task_dir.as_raw_fd(),
+                path.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(last_os_error());
+        }
+        // SAFETY: `fd` was just returned by openat(2) and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn descriptor_number(&self, file: &OwnedFd) -> u64 {
+        u64::try_from(file.as_raw_fd()).unwrap_or(0)
+    }
+
+    fn nofile_limit(&mut self) -> Option<u64> {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `r` is a valid out-pointer for the duration of the call.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+            return None;
+        }
+        if r.rlim_cur == libc::RLIM_INFINITY {
+            return None;
+        }
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        // rlim_t is 32-bit on some targets
+        Some(u64::from(r.rlim_cur))
     }
 
     fn pread(&mut self, file: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
@@ -216,5 +320,31 @@ impl Sys for LinuxSys {
 
     fn base(&self) -> &str {
         &self.base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_paths() {
+        let mut buf = [0u8; TASK_PATH_MAX];
+        assert_eq!(
+            task_path(1234, "schedstat", &mut buf).map(CStr::to_bytes),
+            Some(&b"1234/schedstat"[..])
+        );
+        assert_eq!(
+            task_path(0, "stat", &mut buf).map(CStr::to_bytes),
+            Some(&b"0/stat"[..])
+        );
+        assert_eq!(
+            task_path(u32::MAX, "schedstat", &mut buf).map(CStr::to_bytes),
+            Some(&b"4294967295/schedstat"[..])
+        );
+        assert_eq!(
+            task_path(1, "a-name-far-too-long-for-the-buffer", &mut buf),
+            None
+        );
     }
 }

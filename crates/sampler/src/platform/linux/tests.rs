@@ -306,3 +306,196 @@ fn schedstat_without_sched_info_is_absent_not_zero_and_never_freezes_switch_coun
     assert_eq!(w.voluntary_switches, 2, "switch counts are re-read");
     assert_eq!((w.timeslices, w.run_queue_wait_ns), (ABSENT, ABSENT));
 }
+
+/// Spawns `n` threads after the main one (TIDs `pid + 1 ..`), each having
+/// run and switched a little so every counter is non-zero.
+fn many_threads(pid: u32, n: u32) -> FakeSys {
+    let mut sys = FakeSys::new(pid);
+    for tid in pid + 1..=pid + n {
+        sys.spawn(tid, "pool");
+        let t = sys.thread(tid);
+        (t.cpu_ns, t.wait_ns, t.slices, t.vol, t.invol) = (5_000, 300, 4, 3, 1);
+    }
+    sys
+}
+
+/// Every thread present with every counter (nothing degraded).
+fn assert_complete(threads: &[PackedThread], count: usize, split: bool) {
+    assert_eq!(threads.len(), count);
+    for t in threads {
+        assert_ne!(t.cpu_time_ns, ABSENT, "{t:?}");
+        assert_ne!(t.run_queue_wait_ns, ABSENT, "{t:?}");
+        assert_ne!(t.timeslices, ABSENT, "{t:?}");
+        if split {
+            assert_ne!(t.voluntary_switches, ABSENT, "{t:?}");
+        }
+        assert!(!t.ident.name.is_empty(), "{t:?}");
+    }
+}
+
+/// Every thread runs and switches once (so its `status` is read again).
+fn run_all(sys: &mut FakeSys) {
+    for t in sys.threads.values_mut() {
+        t.cpu_ns += 1_000;
+        t.slices += 1;
+        t.vol += 1;
+    }
+}
+
+fn kept(b: &LinuxBackend<FakeSys>) -> u64 {
+    let (counted, held) = b.kept_descriptors();
+    assert_eq!(counted, held, "the policy's count matches the table");
+    held
+}
+
+#[test]
+fn kept_descriptors_stay_within_a_quarter_of_the_limit() {
+    let base = OPEN.with(|c| c.get());
+    let mut sys = many_threads(10, 300);
+    sys.nofile = Some(400);
+    let mut b = backend(sys, Target::SelfProcess);
+    for _ in 0..3 {
+        let (threads, warnings, _) = sample(&mut b, true);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_complete(&threads, 301, true);
+        assert_eq!(kept(&b), 400 / KEPT_SHARE_DIVISOR);
+        // The process files plus the share: the rest is the host's.
+        assert_eq!(OPEN.with(|c| c.get()) - base, 2 + 100);
+    }
+    // The kept ones are read in place, the others by open-read-close.
+    let opens = b.reader.sys.opens;
+    sample(&mut b, false);
+    let reopened = b.reader.sys.opens - opens;
+    assert_eq!(
+        reopened,
+        301 - 100,
+        "only threads without a kept schedstat reopen"
+    );
+}
+
+#[test]
+fn the_top_of_the_table_is_left_to_the_host() {
+    let base = OPEN.with(|c| c.get()) as u64;
+    let mut sys = many_threads(10, 50);
+    sys.nofile = Some(1000);
+    let mut b = backend(sys, Target::SelfProcess);
+    // The host holds descriptors up to 20 short of its limit.
+    let host: Vec<_> = (base + 2..1000 - 20)
+        .map(|_| b.reader.sys.open("statm").expect("host file"))
+        .collect();
+    let (threads, warnings, _) = sample(&mut b, true);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_complete(&threads, 51, true);
+    assert_eq!(kept(&b), 0, "nothing kept within the headroom");
+    assert_eq!(
+        OPEN.with(|c| c.get()) as u64,
+        1000 - 20,
+        "all 20 still free"
+    );
+    // The host closes some: the sampler keeps descriptors below the headroom
+    // only, and then no more than the share.
+    drop(host);
+    run_all(&mut b.reader.sys);
+    sample(&mut b, true);
+    assert_eq!(kept(&b), 51 + 51, "both files of every thread");
+    assert!(kept(&b) <= 1000 / KEPT_SHARE_DIVISOR);
+}
+
+#[test]
+fn emfile_gives_back_kept_descriptors_and_waits_before_keeping_again() {
+    let base = OPEN.with(|c| c.get());
+    let mut b = backend(many_threads(10, 20), Target::SelfProcess);
+    sample(&mut b, true);
+    assert_eq!(kept(&b), 42);
+    // Ten threads start while the process is at its limit: not even
+    // open-read-close works for them.
+    b.reader.sys.max_files = OPEN.with(|c| c.get()) as usize;
+    for tid in 100..110 {
+        b.reader.sys.spawn(tid, "late");
+    }
+    let (threads, warnings, _) = sample(&mut b, true);
+    assert_eq!(
+        threads.len(),
+        31,
+        "CPU time from the clock for every thread"
+    );
+    assert_eq!(
+        warnings,
+        vec![SampleWarning::DescriptorsExhausted {
+            threads_without_descriptors: 10
+        }]
+    );
+    assert_eq!(kept(&b), 0, "the kept descriptors are given back");
+    assert_eq!(OPEN.with(|c| c.get()) - base, 2);
+    // The host frees descriptors: every thread is read completely again, by
+    // open-read-close, and the sampler does not re-take them.
+    b.reader.sys.max_files = usize::MAX;
+    for _ in 1..EXHAUSTION_BACKOFF_SAMPLES {
+        let (threads, warnings, _) = sample(&mut b, true);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(threads.len(), 31);
+        assert!(threads.iter().all(|t| t.run_queue_wait_ns != ABSENT));
+        assert_eq!(kept(&b), 0);
+    }
+    sample(&mut b, false);
+    assert_eq!(kept(&b), 31, "schedstat kept again after the back-off");
+    run_all(&mut b.reader.sys);
+    sample(&mut b, true);
+    assert_eq!(kept(&b), 31 * 2, "status too, once read again");
+}
+
+#[test]
+fn a_lowered_limit_closes_the_excess_on_the_next_sample() {
+    let mut sys = many_threads(10, 100);
+    sys.nofile = Some(4096);
+    let mut b = backend(sys, Target::SelfProcess);
+    sample(&mut b, true);
+    assert_eq!(kept(&b), 202);
+    b.reader.sys.nofile = Some(256);
+    let (threads, warnings, _) = sample(&mut b, true);
+    assert!(warnings.is_empty());
+    assert_complete(&threads, 101, true);
+    assert_eq!(kept(&b), 256 / KEPT_SHARE_DIVISOR);
+}
+
+#[test]
+fn a_reused_tid_without_kept_descriptors_is_a_new_thread() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "old");
+    sys.thread(11).cpu_ns = 9_000_000;
+    sys.thread(11).slices = 50;
+    // Limit inside the headroom: nothing is ever kept.
+    sys.nofile = Some(HEADROOM_DESCRIPTORS);
+    let mut b = backend(sys, Target::Pid(10));
+    let (before, _, _) = sample(&mut b, false);
+    assert_eq!(kept(&b), 0);
+    let old = before.iter().find(|t| t.ident.tid == 11).unwrap();
+    assert_eq!(old.cpu_time_ns, 9_000_000);
+    b.reader.sys.exit(11);
+    b.reader.sys.spawn(11, "new");
+    b.reader.sys.thread(11).slices = 1;
+    let (after, _, _) = sample(&mut b, false);
+    let new = after.iter().find(|t| t.ident.tid == 11).unwrap();
+    assert_ne!(new.ident.serial, old.ident.serial);
+    assert_eq!(new.cpu_time_ns, 1_000);
+}
+
+#[test]
+fn exits_close_descriptors_and_the_count_follows() {
+    let base = OPEN.with(|c| c.get());
+    let mut sys = many_threads(10, 30);
+    sys.nofile = Some(200);
+    let mut b = backend(sys, Target::SelfProcess);
+    sample(&mut b, true);
+    assert_eq!(kept(&b), 31, "31 × 2 exceeds 200 / 4: schedstat only");
+    for tid in 11..=40 {
+        b.reader.sys.exit(tid);
+    }
+    sample(&mut b, true);
+    assert_eq!(kept(&b), 1);
+    run_all(&mut b.reader.sys);
+    sample(&mut b, true);
+    assert_eq!(kept(&b), 2, "status is kept again once all fit");
+    drop(b);
+    assert_eq!(OPEN.with(|c| c.get()), base);
+}
