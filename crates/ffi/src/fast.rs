@@ -8,16 +8,32 @@
 //! Swift calls the uniffi functions directly (its call status lives on the
 //! stack) and does not need them.
 //!
-//! A handle is a strong reference to a probe, made by
-//! `LoopProbe.raw_handle()` / `SleepProbe.raw_handle()` and released exactly
-//! once by the matching `*_release` function. The Kotlin layer
-//! (`dev.wakemeter.FastLoopProbe`) owns handles and never uses one after
-//! releasing it.
+//! # Handles
 //!
-//! Return codes: [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`PANICKED`].
+//! A handle is the address of a small box made by `LoopProbe.raw_handle()` /
+//! `SleepProbe.raw_handle()`: a kind tag saying which probe type it holds,
+//! then a strong reference to the probe. Every function checks the tag
+//! before it touches the probe, so a loop handle given to a sleep function
+//! returns [`WRONG_KIND`] instead of reading a `LoopProbe` as a
+//! `SleepProbe`, and 0 (or an address no box can have) returns
+//! [`BAD_HANDLE`]. The check costs one relaxed atomic load and a compare:
+//! the hot path takes no lock and allocates nothing.
+//!
+//! The tag cannot make a released handle safe: the matching `*_release`
+//! function frees the box, and anything may live at that address
+//! afterwards. Release overwrites the tag first, so a stale handle whose
+//! memory has not been reused yet is refused with [`BAD_HANDLE`], but that
+//! is a diagnostic, not a guarantee. The guarantee comes from the owner:
+//! the Kotlin layer (`dev.wakemeter.LoopInstrument`/`SleepInstrument`)
+//! counts the calls in flight on a handle, releases it exactly once, after
+//! the last of them, and refuses calls once it is closed.
+//!
+//! Return codes: [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`PANICKED`],
+//! [`WRONG_KIND`].
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::WakemeterError;
 use crate::probe::{LoopProbe, SleepProbe};
@@ -26,10 +42,88 @@ use crate::probe::{LoopProbe, SleepProbe};
 pub const OK: i32 = 0;
 /// The probe's sampler is gone (`WakemeterError::SamplerGone`).
 pub const SAMPLER_GONE: i32 = 1;
-/// The handle was 0.
+/// The handle is 0, or not the address of a live handle (a released one
+/// whose memory was not reused yet, or a number no handle can have).
 pub const BAD_HANDLE: i32 = 2;
 /// The call panicked (a bug); nothing was recorded.
 pub const PANICKED: i32 = 3;
+/// The handle is of the other probe type (a loop handle given to a sleep
+/// function or the reverse); nothing was read or recorded.
+pub const WRONG_KIND: i32 = 4;
+
+/// Tag of a box holding a `LoopProbe` ("wmloop" in ASCII, then 1).
+const LOOP_KIND: u64 = 0x776d_6c6f_6f70_0001;
+/// Tag of a box holding a `SleepProbe` ("wmslep" in ASCII, then 2).
+const SLEEP_KIND: u64 = 0x776d_736c_6570_0002;
+/// Tag written by the release functions just before the box is freed.
+const RELEASED: u64 = 0x776d_6465_6164_0000;
+
+/// A probe type that can be behind a handle, with the tag of its boxes.
+pub(crate) trait Kind {
+    /// The tag stored at the start of this type's boxes.
+    const KIND: u64;
+}
+
+impl Kind for LoopProbe {
+    const KIND: u64 = LOOP_KIND;
+}
+
+impl Kind for SleepProbe {
+    const KIND: u64 = SLEEP_KIND;
+}
+
+/// What a handle points at.
+///
+/// `repr(C)` puts `kind` first for every `T`, so the tag of any handle can
+/// be read before its type is known.
+#[repr(C)]
+struct Handle<T> {
+    /// [`Kind::KIND`] of `T` while the handle is live, [`RELEASED`] after.
+    kind: AtomicU64,
+    probe: Arc<T>,
+}
+
+/// A new handle owning a strong reference to `object` (see the module docs).
+pub(crate) fn into_handle<T: Kind>(object: Arc<T>) -> u64 {
+    let boxed = Box::new(Handle {
+        kind: AtomicU64::new(T::KIND),
+        probe: object,
+    });
+    // Non-zero: a box's address is never null. On 32-bit targets the
+    // address fits, and `tagged` refuses anything above `usize::MAX`.
+    Box::into_raw(boxed).expose_provenance() as u64
+}
+
+/// The box behind `handle` if its tag says it holds a `T`, else the code to
+/// return.
+///
+/// # Safety
+/// `handle` is 0, or was returned by `into_handle` (for any probe type) and
+/// not yet released; the box stays live for `'a`.
+unsafe fn tagged<'a, T: Kind>(handle: u64) -> Result<&'a Handle<T>, i32> {
+    let Ok(address) = usize::try_from(handle) else {
+        return Err(BAD_HANDLE);
+    };
+    // Boxes of every kind share the alignment of their first two fields.
+    if address == 0 || !address.is_multiple_of(align_of::<Handle<T>>()) {
+        return Err(BAD_HANDLE);
+    }
+    let tag = std::ptr::with_exposed_provenance::<AtomicU64>(address);
+    // SAFETY: per this function's contract the non-zero `handle` is the
+    // address of a live `Handle<_>` box made by `into_handle`; whatever
+    // its type, it is `repr(C)` with an `AtomicU64` as first field, so the
+    // address is valid for an atomic read of that field.
+    let kind = unsafe { &*tag }.load(Ordering::Relaxed);
+    if kind == T::KIND {
+        // SAFETY: live box (contract) whose tag says it was made as a
+        // `Handle<T>`; only shared references to it are ever created.
+        Ok(unsafe { &*tag.cast::<Handle<T>>() })
+    } else if kind == LOOP_KIND || kind == SLEEP_KIND {
+        Err(WRONG_KIND)
+    } else {
+        Err(BAD_HANDLE)
+    }
+}
 
 fn code(r: std::thread::Result<Result<(), WakemeterError>>) -> i32 {
     match r {
@@ -39,42 +133,49 @@ fn code(r: std::thread::Result<Result<(), WakemeterError>>) -> i32 {
     }
 }
 
-/// Runs `f` on the object behind `handle`.
+/// Runs `f` on the probe behind `handle` if it is a `T`.
 ///
 /// # Safety
-/// `handle` is 0 or was returned by `raw_handle()` of a `T` and not yet released.
-unsafe fn with<T>(handle: u64, f: impl FnOnce(&T) -> Result<(), WakemeterError>) -> i32 {
-    if handle == 0 {
-        return BAD_HANDLE;
-    }
-    // SAFETY: per this function's contract the handle is `Arc::into_raw` of
-    // a live `T` whose strong reference is held by the caller until it calls
-    // the release function; we only borrow it for the duration of `f`.
-    let object = unsafe { &*(handle as usize as *const T) };
-    code(catch_unwind(AssertUnwindSafe(|| f(object))))
-}
-
-/// Releases a handle.
-///
-/// # Safety
-/// As [`with`]; the handle must not be used afterwards.
-unsafe fn release<T>(handle: u64) {
-    if handle != 0 {
-        // SAFETY: the handle is `Arc::into_raw` of a live `T` (this
-        // function's contract), and this consumes the reference it owns.
-        drop(unsafe { Arc::from_raw(handle as usize as *const T) });
+/// As [`tagged`]; the handle is not released while this runs.
+unsafe fn with<T: Kind>(handle: u64, f: impl FnOnce(&T) -> Result<(), WakemeterError>) -> i32 {
+    // SAFETY: forwarded from this function's contract; the box outlives
+    // this call because the caller does not release it meanwhile.
+    match unsafe { tagged::<T>(handle) } {
+        Ok(h) => code(catch_unwind(AssertUnwindSafe(|| f(&h.probe)))),
+        Err(code) => code,
     }
 }
 
-/// A new strong reference to `object` as a number (see the module docs).
-pub(crate) fn into_handle<T>(object: Arc<T>) -> u64 {
-    Arc::into_raw(object) as usize as u64
+/// Releases a handle if it is a `T`; returns [`OK`] or why it did not.
+///
+/// # Safety
+/// As [`tagged`]; the handle is not used again, by any thread, once this
+/// returns [`OK`].
+unsafe fn release<T: Kind>(handle: u64) -> i32 {
+    // SAFETY: forwarded from this function's contract.
+    let h = match unsafe { tagged::<T>(handle) } {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    h.kind.store(RELEASED, Ordering::Relaxed);
+    let boxed = std::ptr::from_ref(h).cast_mut();
+    // Dropping the probe's last reference runs its destructor; a panic there
+    // must not cross the C boundary.
+    let dropped = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the box was made by `Box::into_raw` as a `Handle<T>` (its
+        // tag said so) and the caller owns it and never uses it again, so
+        // it is freed exactly once; `h` is not used after this.
+        drop(unsafe { Box::from_raw(boxed) });
+    }));
+    if dropped.is_ok() { OK } else { PANICKED }
 }
 
 /// `LoopProbe.before_wait(timeout_ns)` on a raw handle.
 ///
+/// Returns [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`WRONG_KIND`] or [`PANICKED`].
+///
 /// # Safety
-/// `handle` is 0 or a live handle from `LoopProbe.raw_handle()`.
+/// `handle` is 0 or a live handle from `raw_handle()`, not released during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_loop_probe_before_wait(handle: u64, timeout_ns: i64) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -83,8 +184,10 @@ pub unsafe extern "C" fn wakemeter_loop_probe_before_wait(handle: u64, timeout_n
 
 /// `LoopProbe.after_wait(events)` on a raw handle.
 ///
+/// Returns [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`WRONG_KIND`] or [`PANICKED`].
+///
 /// # Safety
-/// `handle` is 0 or a live handle from `LoopProbe.raw_handle()`.
+/// `handle` is 0 or a live handle from `raw_handle()`, not released during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_loop_probe_after_wait(handle: u64, events: u32) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -93,18 +196,24 @@ pub unsafe extern "C" fn wakemeter_loop_probe_after_wait(handle: u64, events: u3
 
 /// Releases a handle from `LoopProbe.raw_handle()`.
 ///
+/// Returns [`OK`] when released; [`BAD_HANDLE`] or [`WRONG_KIND`] (nothing
+/// released); [`PANICKED`] if the probe's destructor panicked (the memory is
+/// still freed).
+///
 /// # Safety
-/// `handle` is 0 or a live handle from `LoopProbe.raw_handle()`, never used again.
+/// `handle` is 0 or a live handle from `raw_handle()`, never used again once released.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wakemeter_loop_probe_release(handle: u64) {
+pub unsafe extern "C" fn wakemeter_loop_probe_release(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
     unsafe { release::<LoopProbe>(handle) }
 }
 
 /// `SleepProbe.begin(requested_ns)` on a raw handle.
 ///
+/// Returns [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`WRONG_KIND`] or [`PANICKED`].
+///
 /// # Safety
-/// `handle` is 0 or a live handle from `SleepProbe.raw_handle()`.
+/// `handle` is 0 or a live handle from `raw_handle()`, not released during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_sleep_probe_begin(handle: u64, requested_ns: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -113,8 +222,10 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_begin(handle: u64, requested_ns: 
 
 /// `SleepProbe.end()` on a raw handle.
 ///
+/// Returns [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`WRONG_KIND`] or [`PANICKED`].
+///
 /// # Safety
-/// `handle` is 0 or a live handle from `SleepProbe.raw_handle()`.
+/// `handle` is 0 or a live handle from `raw_handle()`, not released during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_sleep_probe_end(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -123,10 +234,12 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_end(handle: u64) -> i32 {
 
 /// Releases a handle from `SleepProbe.raw_handle()`.
 ///
+/// Returns as [`wakemeter_loop_probe_release`].
+///
 /// # Safety
-/// `handle` is 0 or a live handle from `SleepProbe.raw_handle()`, never used again.
+/// `handle` is 0 or a live handle from `raw_handle()`, never used again once released.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wakemeter_sleep_probe_release(handle: u64) {
+pub unsafe extern "C" fn wakemeter_sleep_probe_release(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
     unsafe { release::<SleepProbe>(handle) }
 }
@@ -157,10 +270,61 @@ mod tests {
         unsafe {
             assert_eq!(wakemeter_loop_probe_before_wait(lh, 0), SAMPLER_GONE);
             assert_eq!(wakemeter_sleep_probe_end(sh), SAMPLER_GONE);
-            wakemeter_loop_probe_release(lh);
-            wakemeter_sleep_probe_release(sh);
+            assert_eq!(wakemeter_loop_probe_release(lh), OK);
+            assert_eq!(wakemeter_sleep_probe_release(sh), OK);
         }
         assert_eq!(Arc::strong_count(&lp), 1);
         assert_eq!(Arc::strong_count(&sp), 1);
+    }
+
+    #[test]
+    fn a_handle_of_the_other_kind_is_refused_untouched() {
+        let s = Sampler::new(SamplerConfig::default()).unwrap();
+        let lp = s.loop_probe("loop".into()).unwrap();
+        let sp = s.sleep_probe("nap".into()).unwrap();
+        let (lh, sh) = (lp.clone().raw_handle(), sp.clone().raw_handle());
+        let (loop_before, sleep_before) = (lp.stats().unwrap(), sp.stats().unwrap());
+        // SAFETY: live handles from raw_handle(), released once below; the
+        // wrong-kind calls only read the tag.
+        unsafe {
+            assert_eq!(wakemeter_sleep_probe_begin(lh, 10), WRONG_KIND);
+            assert_eq!(wakemeter_sleep_probe_end(lh), WRONG_KIND);
+            assert_eq!(wakemeter_sleep_probe_release(lh), WRONG_KIND);
+            assert_eq!(wakemeter_loop_probe_before_wait(sh, -1), WRONG_KIND);
+            assert_eq!(wakemeter_loop_probe_after_wait(sh, 1), WRONG_KIND);
+            assert_eq!(wakemeter_loop_probe_release(sh), WRONG_KIND);
+        }
+        // Nothing recorded, nothing released.
+        assert_eq!(lp.stats().unwrap(), loop_before);
+        assert_eq!(sp.stats().unwrap(), sleep_before);
+        assert_eq!(Arc::strong_count(&lp), 2);
+        assert_eq!(Arc::strong_count(&sp), 2);
+        // The handles still work for their own kind.
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(wakemeter_loop_probe_before_wait(lh, 0), OK);
+            assert_eq!(wakemeter_loop_probe_after_wait(lh, 2), OK);
+            assert_eq!(wakemeter_loop_probe_release(lh), OK);
+            assert_eq!(wakemeter_sleep_probe_release(sh), OK);
+        }
+        assert_eq!(lp.stats().unwrap().total_events, 2);
+        assert_eq!(Arc::strong_count(&lp), 1);
+        assert_eq!(Arc::strong_count(&sp), 1);
+    }
+
+    #[test]
+    fn zero_and_misaligned_numbers_are_refused_without_reading() {
+        // SAFETY: 0 is allowed by the contract; 1 is refused by the
+        // alignment check before any read.
+        unsafe {
+            for bad in [0, 1] {
+                assert_eq!(wakemeter_loop_probe_before_wait(bad, 0), BAD_HANDLE);
+                assert_eq!(wakemeter_loop_probe_after_wait(bad, 0), BAD_HANDLE);
+                assert_eq!(wakemeter_loop_probe_release(bad), BAD_HANDLE);
+                assert_eq!(wakemeter_sleep_probe_begin(bad, 0), BAD_HANDLE);
+                assert_eq!(wakemeter_sleep_probe_end(bad), BAD_HANDLE);
+                assert_eq!(wakemeter_sleep_probe_release(bad), BAD_HANDLE);
+            }
+        }
     }
 }
