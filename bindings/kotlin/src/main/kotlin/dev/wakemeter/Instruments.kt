@@ -7,6 +7,7 @@ import dev.wakemeter.ffi.Sampler
 import dev.wakemeter.ffi.SleepProbe
 import dev.wakemeter.ffi.SleepStats
 import dev.wakemeter.ffi.WakemeterException
+import java.util.concurrent.atomic.AtomicBoolean
 import java.util.concurrent.atomic.AtomicLong
 import kotlin.time.Duration
 
@@ -17,10 +18,18 @@ import kotlin.time.Duration
  * which costs tens of microseconds per call on the JVM; these functions take
  * and return only integers, so JNA's direct mapping calls them without
  * allocating (well under a microsecond). See `crates/ffi/src/fast.rs`.
+ *
+ * The handles are bare numbers here because JNA's direct mapping needs
+ * primitives; only [LoopHandle] and [SleepHandle] call these functions, each
+ * with its own kind of handle. The library checks the kind as well.
  */
 internal object FastPath {
+    // Return codes of the C functions, as in fast.rs.
     const val OK = 0
     const val SAMPLER_GONE = 1
+    const val BAD_HANDLE = 2
+    const val PANICKED = 3
+    const val WRONG_KIND = 4
 
     init {
         // Same library, and the same override property, as the generated code.
@@ -30,51 +39,96 @@ internal object FastPath {
 
     external fun wakemeter_loop_probe_before_wait(handle: Long, timeoutNs: Long): Int
     external fun wakemeter_loop_probe_after_wait(handle: Long, events: Int): Int
-    external fun wakemeter_loop_probe_release(handle: Long)
+    external fun wakemeter_loop_probe_release(handle: Long): Int
     external fun wakemeter_sleep_probe_begin(handle: Long, requestedNs: Long): Int
     external fun wakemeter_sleep_probe_end(handle: Long): Int
-    external fun wakemeter_sleep_probe_release(handle: Long)
+    external fun wakemeter_sleep_probe_release(handle: Long): Int
 
+    /**
+     * Turns a return code into an exception.
+     *
+     * @throws WakemeterException.SamplerGone when the probe's sampler is shut down or released.
+     * @throws IllegalStateException for the codes that mean a bug in wakemeter (a bad or
+     *   wrong-kind handle, a panic in the library); nothing was recorded.
+     */
     fun check(code: Int) {
         when (code) {
             OK -> Unit
             SAMPLER_GONE -> throw WakemeterException.SamplerGone("the probe's sampler is gone (shut down or released)")
-            else -> throw WakemeterException.Other("wakemeter probe call failed with code $code")
+            BAD_HANDLE -> throw IllegalStateException("wakemeter bug: the probe handle is not live (0, or already released)")
+            WRONG_KIND -> throw IllegalStateException("wakemeter bug: a probe handle of the other kind (loop vs sleep) was used")
+            PANICKED -> throw IllegalStateException("wakemeter bug: the library panicked; nothing was recorded")
+            else -> throw IllegalStateException("wakemeter bug: unknown return code $code from the library")
         }
     }
 }
 
 /**
- * Owns one raw handle: counts calls in flight so the handle is released only
- * after the last of them, and refuses calls after [close].
+ * Owns one raw handle: counts the calls in flight so it is released exactly
+ * once, after the last of them, and refuses calls once [close] was called.
+ *
+ * [holders] is 1 for the owner until [close], plus one per call in flight;
+ * the handle is freed by whoever brings it to 0. Only the one [close] that
+ * wins [closed] drops the owner's 1, so closing again, or from several
+ * threads at once, cannot drop it twice; and a call never takes a hold from
+ * 0, so nothing runs on a freed handle.
  */
-internal class RawHandle(private val handle: Long, private val release: (Long) -> Unit) {
-    private val calls = AtomicLong(1)
+internal class RawHandle(private val handle: Long, private val free: (Long) -> Int) {
+    private val closed = AtomicBoolean(false)
+    private val holders = AtomicLong(1)
 
+    /** Runs [block] with the handle, which stays live until [block] returns. */
     inline fun <R> use(block: (Long) -> R): R {
-        while (true) {
-            val c = calls.get()
-            check(c != 0L) { "the probe is closed" }
-            if (calls.compareAndSet(c, c + 1)) break
-        }
+        hold()
         try {
             return block(handle)
         } finally {
-            if (calls.decrementAndGet() == 0L) release(handle)
+            letGo()
         }
     }
 
-    fun close() {
+    /** Takes a hold for one call; throws if the handle is closed. */
+    fun hold() {
         while (true) {
-            val c = calls.get()
-            if (c == 0L) return
-            // Drop the initial reference once; the last call in flight releases.
-            if (calls.compareAndSet(c, c - 1)) {
-                if (c == 1L) release(handle)
-                return
-            }
+            val n = holders.get()
+            // A call that slips in between a concurrent close's flag and its
+            // decrement still holds the handle, so it is safe to finish.
+            check(n > 0L && !closed.get()) { "the probe is closed" }
+            if (holders.compareAndSet(n, n + 1)) return
         }
     }
+
+    /** Gives back a hold from [hold]; the last one frees the handle. */
+    fun letGo() {
+        if (holders.decrementAndGet() == 0L) FastPath.check(free(handle))
+    }
+
+    /** Refuses later calls and gives up the owner's hold; idempotent and thread-safe. */
+    fun close() {
+        if (closed.compareAndSet(false, true)) letGo()
+    }
+}
+
+/** A handle to a [LoopProbe]: the only way to reach the loop functions of [FastPath]. */
+internal class LoopHandle(probe: LoopProbe) {
+    private val raw = RawHandle(probe.rawHandle().toLong(), FastPath::wakemeter_loop_probe_release)
+
+    fun beforeWait(timeoutNs: Long) = raw.use { FastPath.check(FastPath.wakemeter_loop_probe_before_wait(it, timeoutNs)) }
+
+    fun afterWait(events: Int) = raw.use { FastPath.check(FastPath.wakemeter_loop_probe_after_wait(it, events)) }
+
+    fun close() = raw.close()
+}
+
+/** A handle to a [SleepProbe]: the only way to reach the sleep functions of [FastPath]. */
+internal class SleepHandle(probe: SleepProbe) {
+    private val raw = RawHandle(probe.rawHandle().toLong(), FastPath::wakemeter_sleep_probe_release)
+
+    fun begin(requestedNs: Long) = raw.use { FastPath.check(FastPath.wakemeter_sleep_probe_begin(it, requestedNs)) }
+
+    fun end() = raw.use { FastPath.check(FastPath.wakemeter_sleep_probe_end(it)) }
+
+    fun close() = raw.close()
 }
 
 /** A wait timeout in the library's form: nanoseconds, -1 for "no timeout" (as in `poll`). */
@@ -87,22 +141,28 @@ fun Duration?.toTimeoutNs(): Long = when {
  * Instruments one event loop through a [LoopProbe], on the allocation-free
  * fast path. Call [beforeWait] right before the loop blocks and [afterWait]
  * right after, or wrap the blocking call with [wait] or [instrument].
- * Closing it releases the probe.
+ * Closing it releases the probe (see [close]).
  *
  * One instance per loop, used by the loop's thread.
  */
 class LoopInstrument(val probe: LoopProbe) : AutoCloseable {
-    private val handle = RawHandle(probe.rawHandle().toLong(), FastPath::wakemeter_loop_probe_release)
+    private val handle = LoopHandle(probe)
 
-    /** The loop is about to wait; `null` (or infinite) = until an event, zero = a non-blocking poll. */
-    fun beforeWait(timeout: Duration?) = handle.use {
-        FastPath.check(FastPath.wakemeter_loop_probe_before_wait(it, timeout.toTimeoutNs()))
-    }
+    /**
+     * The loop is about to wait; `null` (or infinite) = until an event, zero = a non-blocking poll.
+     *
+     * @throws IllegalStateException once this instrument is closed.
+     * @throws dev.wakemeter.ffi.WakemeterException.SamplerGone once the sampler is shut down or released.
+     */
+    fun beforeWait(timeout: Duration?) = handle.beforeWait(timeout.toTimeoutNs())
 
-    /** The wait returned with [events] ready events (0: timed out or woke for nothing). */
-    fun afterWait(events: Int) = handle.use {
-        FastPath.check(FastPath.wakemeter_loop_probe_after_wait(it, events.coerceAtLeast(0)))
-    }
+    /**
+     * The wait returned with [events] ready events (0: timed out or woke for nothing).
+     *
+     * @throws IllegalStateException once this instrument is closed.
+     * @throws dev.wakemeter.ffi.WakemeterException.SamplerGone once the sampler is shut down or released.
+     */
+    fun afterWait(events: Int) = handle.afterWait(events.coerceAtLeast(0))
 
     /**
      * Records one wait: [wait] is the blocking call (poll, select, queue.poll…)
@@ -131,6 +191,11 @@ class LoopInstrument(val probe: LoopProbe) : AutoCloseable {
     /** The probe's cumulative counters. */
     fun stats(): LoopStats = probe.stats()
 
+    /**
+     * Releases the probe. Idempotent, and safe from any thread, even while
+     * another thread is inside a call: the probe is released once that call
+     * returns, and every later call throws [IllegalStateException].
+     */
     override fun close() {
         handle.close()
         probe.close()
@@ -139,18 +204,26 @@ class LoopInstrument(val probe: LoopProbe) : AutoCloseable {
 
 /**
  * Instruments a sleep-and-check loop through a [SleepProbe], on the
- * allocation-free fast path. Closing it releases the probe.
+ * allocation-free fast path. Closing it releases the probe (see [close]).
  */
 class SleepInstrument(val probe: SleepProbe) : AutoCloseable {
-    private val handle = RawHandle(probe.rawHandle().toLong(), FastPath::wakemeter_sleep_probe_release)
+    private val handle = SleepHandle(probe)
 
-    /** A sleep of [requested] is about to start. */
-    fun begin(requested: Duration) = handle.use {
-        FastPath.check(FastPath.wakemeter_sleep_probe_begin(it, requested.inWholeNanoseconds.coerceAtLeast(0)))
-    }
+    /**
+     * A sleep of [requested] is about to start.
+     *
+     * @throws IllegalStateException once this instrument is closed.
+     * @throws dev.wakemeter.ffi.WakemeterException.SamplerGone once the sampler is shut down or released.
+     */
+    fun begin(requested: Duration) = handle.begin(requested.inWholeNanoseconds.coerceAtLeast(0))
 
-    /** The sleep started by [begin] returned. */
-    fun end() = handle.use { FastPath.check(FastPath.wakemeter_sleep_probe_end(it)) }
+    /**
+     * The sleep started by [begin] returned.
+     *
+     * @throws IllegalStateException once this instrument is closed.
+     * @throws dev.wakemeter.ffi.WakemeterException.SamplerGone once the sampler is shut down or released.
+     */
+    fun end() = handle.end()
 
     /** Records your own sleep call [sleep] as a sleep of [requested]. */
     inline fun <T> measure(requested: Duration, sleep: () -> T): T {
@@ -168,6 +241,11 @@ class SleepInstrument(val probe: SleepProbe) : AutoCloseable {
     /** The probe's cumulative counters. */
     fun stats(): SleepStats = probe.stats()
 
+    /**
+     * Releases the probe. Idempotent, and safe from any thread, even while
+     * another thread is inside a call: the probe is released once that call
+     * returns, and every later call throws [IllegalStateException].
+     */
     override fun close() {
         handle.close()
         probe.close()
