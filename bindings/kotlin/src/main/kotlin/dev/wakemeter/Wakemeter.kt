@@ -4,6 +4,7 @@ package dev.wakemeter
 import dev.wakemeter.ffi.CallbackThreads
 import dev.wakemeter.ffi.Finding
 import dev.wakemeter.ffi.Interval
+import dev.wakemeter.ffi.ListenerException
 import dev.wakemeter.ffi.Sampler
 import dev.wakemeter.ffi.SamplerConfig
 import dev.wakemeter.ffi.SamplerListener
@@ -84,8 +85,10 @@ inline fun <R> Sampler.sampling(block: (Sampler) -> R): R {
 
 /**
  * A [SamplerListener] with empty methods: override only what you need.
- * Methods run on wakemeter's delivery thread; exceptions are counted in
- * [Sampler.listenerStats] and do not stop sampling.
+ * Methods run on wakemeter's delivery thread. Register it with
+ * [Sampler.listen]: then whatever it throws, [Error]s included, is counted
+ * in [Sampler.listenerStats] and does not stop sampling. (The generated
+ * [Sampler.addListener] counts [Exception]s only; see [Sampler.listen].)
  */
 open class SamplerListenerAdapter : SamplerListener {
     override fun onInterval(interval: Interval) {}
@@ -93,19 +96,55 @@ open class SamplerListenerAdapter : SamplerListener {
 }
 
 /**
- * Registers callbacks for intervals and findings; closing the returned
- * handle unregisters them.
+ * Registers [listener]; closing the returned handle unregisters it.
+ *
+ * Everything the listener throws is counted in [Sampler.listenerStats]
+ * (with its stack trace as the message) and does not stop sampling,
+ * [Error]s such as [AssertionError] or [StackOverflowError] included. The
+ * generated [Sampler.addListener] counts only [Exception]s: the generated
+ * callback code lets an [Error] through to JNA, which logs it and returns
+ * to the library as if the call had succeeded.
  */
+fun Sampler.listen(listener: SamplerListener): AutoCloseable {
+    CallbackThreads.install()
+    val id = addListener(CountingEveryThrowable(listener))
+    return AutoCloseable { removeListenerQuietly(id) }
+}
+
+/** Registers callbacks for intervals and findings, as [listen] with a listener. */
 fun Sampler.listen(
     onInterval: (Interval) -> Unit = {},
     onFinding: (Finding) -> Unit = {},
-): AutoCloseable {
-    CallbackThreads.install()
-    val id = addListener(object : SamplerListener {
-        override fun onInterval(interval: Interval) = onInterval(interval)
-        override fun onFinding(finding: Finding) = onFinding(finding)
-    })
-    return AutoCloseable { removeListenerQuietly(id) }
+): AutoCloseable = listen(object : SamplerListener {
+    override fun onInterval(interval: Interval) = onInterval(interval)
+    override fun onFinding(finding: Finding) = onFinding(finding)
+})
+
+/**
+ * Passes every call to [listener] and turns any [Error] it throws into a
+ * [ListenerException.Unexpected], which the generated code hands to the
+ * library (as it does on its own for other exceptions) so it is counted.
+ */
+private class CountingEveryThrowable(private val listener: SamplerListener) : SamplerListener {
+    override fun onInterval(interval: Interval) = relay { listener.onInterval(interval) }
+
+    override fun onFinding(finding: Finding) = relay { listener.onFinding(finding) }
+
+    private inline fun relay(call: () -> Unit) {
+        try {
+            call()
+        } catch (e: Exception) {
+            throw e // the generated code reports these itself
+        } catch (e: Throwable) {
+            // The same text the generated code sends for an exception.
+            val reason = try {
+                e.stackTraceToString()
+            } catch (_: Throwable) {
+                e.javaClass.name
+            }
+            throw ListenerException.Unexpected(reason)
+        }
+    }
 }
 
 /**

@@ -185,6 +185,57 @@ class SamplerTest {
     }
 
     @Test
+    fun `a listener throwing an Error is counted too`() {
+        wakemeter { interval = 20.milliseconds }.use { s ->
+            val thrown = AtomicInteger()
+            val healthy = CountDownLatch(4)
+            s.listen(onInterval = {
+                thrown.incrementAndGet()
+                throw AssertionError("assertion failed in a listener")
+            }).use {
+                s.listen(onInterval = { healthy.countDown() }).use {
+                    s.start()
+                    assertTrue(healthy.await(5, TimeUnit.SECONDS), "the other listener kept receiving")
+                    s.stop()
+                }
+            }
+            val ls = s.listenerStats()
+            assertTrue(thrown.get() >= 1)
+            assertEquals(thrown.get().toULong(), ls.listenerErrors, "every throw is counted")
+            assertTrue(ls.lastListenerError!!.contains("assertion failed in a listener"), ls.lastListenerError)
+            assertTrue(s.stats().samplesTaken >= 4uL)
+        }
+    }
+
+    @Test
+    fun `a listener object throwing errors is counted, whatever it throws`() {
+        wakemeter { interval = 20.milliseconds }.use { s ->
+            val thrown = AtomicInteger()
+            val healthy = CountDownLatch(4)
+            val failing = object : SamplerListenerAdapter() {
+                override fun onInterval(interval: Interval) {
+                    when (thrown.incrementAndGet() % 3) {
+                        0 -> throw StackOverflowError("thrown by a listener")
+                        1 -> throw AssertionError("thrown by a listener")
+                        else -> throw IllegalStateException("thrown by a listener")
+                    }
+                }
+            }
+            s.listen(failing).use {
+                s.listen(onInterval = { healthy.countDown() }).use {
+                    s.start()
+                    assertTrue(healthy.await(5, TimeUnit.SECONDS), "the other listener kept receiving")
+                    s.stop()
+                }
+            }
+            val ls = s.listenerStats()
+            assertTrue(thrown.get() >= 3, "each kind thrown at least once: ${thrown.get()}")
+            assertEquals(thrown.get().toULong(), ls.listenerErrors, "every throw is counted")
+            assertTrue(ls.lastListenerError!!.contains("thrown by a listener"), ls.lastListenerError)
+        }
+    }
+
+    @Test
     fun `interval flow delivers background intervals`() = runBlocking {
         wakemeter { interval = 20.milliseconds }.use { s ->
             s.start()
