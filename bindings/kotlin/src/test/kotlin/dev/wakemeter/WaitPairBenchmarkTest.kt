@@ -6,8 +6,9 @@ import org.junit.jupiter.api.Test
 
 /**
  * Cost of recording one wait (beforeWait + afterWait) from Kotlin. Prints
- * the figures; the target is 2 µs per pair on the fast path. The assertion
- * is looser so a busy CI machine does not fail the build.
+ * the figures; the target is 2 µs per pair on the fast path. The test only
+ * asserts a loose 10 µs bound (still well below the generated calls' 25 µs
+ * and more), so a busy machine does not fail the build.
  */
 class WaitPairBenchmarkTest {
     private inline fun nsPerPair(pairs: Int, body: () -> Unit): Double {
@@ -17,7 +18,7 @@ class WaitPairBenchmarkTest {
     }
 
     @Test
-    fun `a LoopInstrument wait pair costs under two microseconds`() {
+    fun `LoopInstrument wait pairs are all recorded, at under 10 microseconds each`() {
         wakemeter().use { sampler ->
             sampler.instrumentLoop("bench").use { loop ->
                 repeat(300_000) { loop.wait(null) { 0 } } // warm up JNA and the JIT
