@@ -29,6 +29,8 @@
 //! even open-read-close could not read.
 
 mod parse;
+#[cfg(test)]
+mod parse_proptest;
 mod sys;
 
 #[cfg(test)]

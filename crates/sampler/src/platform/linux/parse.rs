@@ -61,9 +61,14 @@ pub(crate) fn status_switches(buf: &[u8]) -> Option<(u64, u64)> {
     ))
 }
 
-/// The thread name of a `status` file (`Name:` line), raw bytes.
+/// The thread name of a `status` file (`Name:` line), raw bytes. The
+/// kernel writes `Name:\t` and the name, which may itself start with
+/// spaces: only that one tab is stripped.
 pub(crate) fn status_name(buf: &[u8]) -> Option<&[u8]> {
-    status_line(buf, b"Name")
+    buf.split(|b| *b == b'\n').find_map(|line| {
+        let rest = line.strip_prefix(b"Name:")?;
+        Some(rest.strip_prefix(b"\t").unwrap_or(rest))
+    })
 }
 
 /// `stat`: (utime + stime) in clock ticks. The command name (field 2) may
@@ -87,6 +92,27 @@ pub(crate) fn tid_name(name: &[u8]) -> Option<u32> {
     u32::try_from(leading_u64(name)?).ok()
 }
 
+/// Appends the TIDs named by a buffer of `linux_dirent64` records, as
+/// getdents64 fills it, to `out`; stops at the first malformed record.
+pub(crate) fn dirent_tids(filled: &[u8], out: &mut Vec<u32>) {
+    // linux_dirent64: u64 d_ino, i64 d_off, u16 d_reclen, u8 d_type, name...
+    const NAME_AT: usize = 19;
+    let mut off = 0usize;
+    while off + NAME_AT <= filled.len() {
+        let reclen = u16::from_ne_bytes([filled[off + 16], filled[off + 17]]) as usize;
+        // A record shorter than its header would slice backwards.
+        if reclen < NAME_AT || off + reclen > filled.len() {
+            break;
+        }
+        let name = &filled[off + NAME_AT..off + reclen];
+        let name = &name[..name.iter().position(|b| *b == 0).unwrap_or(name.len())];
+        if let Some(tid) = tid_name(name) {
+            out.push(tid);
+        }
+        off += reclen;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +132,8 @@ mod tests {
 voluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t3\n";
         assert_eq!(status_switches(s), Some((17, 3)));
         assert_eq!(status_name(s), Some(&b"worker 1"[..]));
+        // Found by the property tests: leading spaces belong to the name.
+        assert_eq!(status_name(b"Name:\t  x\n"), Some(&b"  x"[..]));
         assert_eq!(status_field(s, b"VmHWM"), Some(10240));
         assert_eq!(status_field(s, b"VmRSS"), None);
         // A truncated file misses the fields instead of misreading them.
@@ -117,6 +145,16 @@ voluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t3\n";
         let s = b"4242 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 250 75 0 0 20 0 1 0 99 0 0\n";
         assert_eq!(stat_cpu_ticks(s), Some(325));
         assert_eq!(stat_cpu_ticks(b"4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn a_dirent_shorter_than_its_header_stops_the_listing() {
+        // Found by the property tests: d_reclen 1..=18 used to panic.
+        let mut rec = [0u8; 24];
+        rec[16..18].copy_from_slice(&5u16.to_ne_bytes());
+        let mut out = Vec::new();
+        dirent_tids(&rec, &mut out);
+        assert!(out.is_empty());
     }
 
     #[test]

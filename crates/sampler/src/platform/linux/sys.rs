@@ -270,21 +270,7 @@ impl Sys for LinuxSys {
                 }
                 return Ok(());
             }
-            let filled = &buf[..n as usize];
-            let mut off = 0usize;
-            // linux_dirent64: u64 d_ino, i64 d_off, u16 d_reclen, u8 d_type, name...
-            while off + 19 <= filled.len() {
-                let reclen = u16::from_ne_bytes([filled[off + 16], filled[off + 17]]) as usize;
-                if reclen == 0 || off + reclen > filled.len() {
-                    break;
-                }
-                let name = &filled[off + 19..off + reclen];
-                let name = &name[..name.iter().position(|b| *b == 0).unwrap_or(name.len())];
-                if let Some(tid) = parse::tid_name(name) {
-                    out.push(tid);
-                }
-                off += reclen;
-            }
+            parse::dirent_tids(&buf[..n as usize], out);
         }
     }
 

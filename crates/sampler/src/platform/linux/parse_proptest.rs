@@ -1,0 +1,191 @@
+//! Property tests of the `/proc` parsers: arbitrary bytes never panic, and
+//! files laid out as the kernel writes them give back the numbers in them.
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+
+use super::parse::*;
+
+/// Cases per property: enough to find an off-by-one, fast enough for every `cargo test`.
+const CASES: u32 = 512;
+
+/// Bytes drawn mostly from what /proc files are made of, so the parsers get
+/// past their first checks more often than with uniform bytes.
+fn proc_like() -> impl Strategy<Value = Vec<u8>> {
+    let alphabet = b"0123456789 \t\n:()kBNameVmHWThrdsvoluntary_ctxt_switches".to_vec();
+    vec(
+        prop_oneof![4 => prop::sample::select(alphabet), 1 => any::<u8>()],
+        0..300,
+    )
+}
+
+fn any_bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![vec(any::<u8>(), 0..600), proc_like()]
+}
+
+/// A thread name as `status` shows it: the kernel escapes `\n` and `\t`
+/// (and other control whitespace); spaces and any other byte stay raw.
+fn status_name_bytes() -> impl Strategy<Value = Vec<u8>> {
+    vec(
+        any::<u8>().prop_filter("escaped by the kernel", |b| {
+            !matches!(b, b'\n' | b'\t' | b'\r' | 0x0b | 0x0c)
+        }),
+        0..16,
+    )
+}
+
+/// One `linux_dirent64` record as getdents64 writes it (8-byte aligned).
+fn dirent(ino: u64, name: &[u8]) -> Vec<u8> {
+    let reclen = (19 + name.len() + 1).next_multiple_of(8);
+    let mut r = Vec::with_capacity(reclen);
+    r.extend_from_slice(&ino.to_ne_bytes());
+    r.extend_from_slice(&0i64.to_ne_bytes());
+    r.extend_from_slice(&u16::try_from(reclen).expect("short name").to_ne_bytes());
+    r.push(4); // DT_DIR
+    r.extend_from_slice(name);
+    r.resize(reclen, 0);
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(buf in any_bytes(), key in vec(any::<u8>(), 0..12)) {
+        let _ = schedstat(&buf);
+        let _ = statm_resident_pages(&buf);
+        let _ = status_field(&buf, &key);
+        let _ = status_line(&buf, &key);
+        let _ = status_switches(&buf);
+        let _ = status_name(&buf);
+        let _ = stat_cpu_ticks(&buf);
+        let _ = tid_name(&buf);
+        let mut out = Vec::new();
+        dirent_tids(&buf, &mut out);
+        prop_assert!(out.len() <= buf.len() / 19 + 1);
+    }
+
+    #[test]
+    fn schedstat_round_trips(run: u64, wait: u64, slices: u64, newline: bool) {
+        let text = format!("{run} {wait} {slices}{}", if newline { "\n" } else { "" });
+        prop_assert_eq!(schedstat(text.as_bytes()), Some((run, wait, slices)));
+        // Truncated anywhere before the last digit: never a wrong triple.
+        let cut = text.len() - 1 - usize::from(newline);
+        let parsed = schedstat(&text.as_bytes()[..cut]);
+        prop_assert!(parsed.is_none() || parsed.is_some_and(|(r, w, s)| r == run && w == wait && s < slices.max(1)));
+    }
+
+    #[test]
+    fn statm_round_trips(fields in vec(any::<u64>(), 7)) {
+        let text: Vec<String> = fields.iter().map(u64::to_string).collect();
+        let text = format!("{}\n", text.join(" "));
+        prop_assert_eq!(statm_resident_pages(text.as_bytes()), Some(fields[1]));
+    }
+
+    #[test]
+    fn status_round_trips(
+        name in status_name_bytes(),
+        threads: u32,
+        hwm: u64,
+        vol: u64,
+        invol: u64,
+        other in vec((prop::sample::select(vec!["Umask", "State", "Tgid", "VmRSS", "Cpus_allowed_list"]), any::<u64>()), 0..6),
+        order in any::<prop::sample::Index>(),
+    ) {
+        let mut lines: Vec<Vec<u8>> = other
+            .iter()
+            .map(|(k, v)| format!("{k}:\t{v}").into_bytes())
+            .collect();
+        let known = [
+            format!("Threads:\t{threads}").into_bytes(),
+            format!("VmHWM:\t{hwm:>8} kB").into_bytes(),
+            format!("voluntary_ctxt_switches:\t{vol}").into_bytes(),
+            format!("nonvoluntary_ctxt_switches:\t{invol}").into_bytes(),
+        ];
+        for line in known {
+            let at = order.index(lines.len() + 1);
+            lines.insert(at, line);
+        }
+        // The kernel writes Name first.
+        let mut first = b"Name:\t".to_vec();
+        first.extend_from_slice(&name);
+        lines.insert(0, first);
+        let text = lines.join(&b'\n');
+        prop_assert_eq!(status_name(&text), Some(&name[..]));
+        prop_assert_eq!(status_field(&text, b"Threads"), Some(u64::from(threads)));
+        prop_assert_eq!(status_field(&text, b"VmHWM"), Some(hwm));
+        prop_assert_eq!(status_switches(&text), Some((vol, invol)));
+    }
+
+    #[test]
+    fn stat_round_trips(
+        comm in vec(any::<u8>(), 0..16),
+        pid: u32,
+        fields in vec(any::<u32>(), 10),
+        utime in 0..u64::MAX / 2,
+        stime in 0..u64::MAX / 2,
+        rest in vec(any::<u64>(), 0..30),
+    ) {
+        // comm is raw in `stat`: any byte, ')' and spaces included.
+        let mut text = format!("{pid} (").into_bytes();
+        text.extend_from_slice(&comm);
+        text.extend_from_slice(b") S");
+        for f in fields {
+            text.extend_from_slice(format!(" {f}").as_bytes());
+        }
+        text.extend_from_slice(format!(" {utime} {stime}").as_bytes());
+        for f in rest {
+            text.extend_from_slice(format!(" {f}").as_bytes());
+        }
+        text.push(b'\n');
+        prop_assert_eq!(stat_cpu_ticks(&text), Some(utime + stime));
+    }
+
+    #[test]
+    fn tid_names_round_trip(tid: u32, other in "[^0-9]{0,8}") {
+        prop_assert_eq!(tid_name(tid.to_string().as_bytes()), Some(tid));
+        if !other.is_empty() {
+            prop_assert_eq!(tid_name(other.as_bytes()), None);
+        }
+    }
+
+    #[test]
+    fn dirents_round_trip(entries in vec(prop_oneof![
+        any::<u32>().prop_map(|t| t.to_string()),
+        Just(".".to_string()),
+        Just("..".to_string()),
+        "[a-z]{1,12}",
+    ], 0..40), ino: u64) {
+        let buf: Vec<u8> = entries.iter().flat_map(|n| dirent(ino, n.as_bytes())).collect();
+        let mut out = vec![7];
+        dirent_tids(&buf, &mut out);
+        let expected: Vec<u32> = std::iter::once(7)
+            .chain(entries.iter().filter_map(|n| n.parse().ok()))
+            .collect();
+        prop_assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn damaged_dirents_never_panic(
+        entries in vec(any::<u32>(), 1..20),
+        record in any::<prop::sample::Index>(),
+        reclen in prop_oneof![0u16..40, any::<u16>()],
+        at in any::<prop::sample::Index>(),
+        byte: u8,
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let records: Vec<Vec<u8>> = entries
+            .iter()
+            .map(|t| dirent(1, t.to_string().as_bytes()))
+            .collect();
+        let start: usize = records[..record.index(records.len())].iter().map(Vec::len).sum();
+        let mut buf: Vec<u8> = records.concat();
+        buf[start + 16..start + 18].copy_from_slice(&reclen.to_ne_bytes());
+        let i = at.index(buf.len());
+        buf[i] = byte;
+        let cut = cut.index(buf.len() + 1);
+        let mut out = Vec::new();
+        dirent_tids(&buf[..cut], &mut out);
+        prop_assert!(out.len() <= entries.len());
+    }
+}
