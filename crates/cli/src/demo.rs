@@ -1,6 +1,7 @@
 //! `wakemeter demo`: the main job.
 
 use std::error::Error;
+use std::io::{self, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -48,22 +49,33 @@ pub fn run(seconds: u64, report_path: &Path, ebpf: bool) -> Result<ExitCode, Box
             "attached".to_string()
         }
         Err(why) => {
-            eprintln!("eBPF: not attached ({why}); in-process sampling only");
+            print::note(&format!(
+                "eBPF: not attached ({why}); in-process sampling only"
+            ));
             format!("not attached: {why}")
         }
     };
     let sampler = builder.build()?;
-    println!("wakemeter demo: {seconds} s of four threads doing the same work two ways each");
-    println!(
+    // Written with `?`, not println!: a closed stdout (`| head`) ends the
+    // demo quietly instead of panicking.
+    let mut out = io::stdout().lock();
+    writeln!(
+        out,
+        "wakemeter demo: {seconds} s of four threads doing the same work two ways each"
+    )?;
+    writeln!(
+        out,
         "  spin-poller   polls a UDP socket with a zero timeout   | epoll-loop     blocks in epoll_wait"
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  usleep-poller checks a flag, usleep(1 ms), repeat      | condvar-waiter blocks on a condition variable"
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  a client sends one request every {} ms to each\n",
         scenarios::REQUEST_PERIOD.as_millis()
-    );
+    )?;
     let running = scenarios::start(&sampler)?;
     let guard = sampler.start()?;
     for s in 1..=seconds {
@@ -83,14 +95,15 @@ pub fn run(seconds: u64, report_path: &Path, ebpf: bool) -> Result<ExitCode, Box
                     .map_or(0.0, |t| t.cpu_percent)
             };
             let tids = &running.tids;
-            println!(
+            writeln!(
+                out,
                 "[{s:>3}/{seconds} s] spin-poller {:>7.0} wakeups/s {:>5.1}% CPU | epoll-loop {:>3.0}/s | usleep-poller {:>5.0} sleeps/s | process {:>5.1}% CPU",
                 l("spin-poller"),
                 cpu(tids.spin_poller.load(Ordering::Relaxed)),
                 l("epoll-loop"),
                 sl,
                 i.process.cpu_percent
-            );
+            )?;
         }
     }
     drop(guard);
@@ -98,10 +111,10 @@ pub fn run(seconds: u64, report_path: &Path, ebpf: bool) -> Result<ExitCode, Box
     let report = sampler.report();
     running.stop_after(|running| {
         if let Some(i) = &report.interval {
-            print::threads(i);
-            print::kernel(i);
+            print::threads(&mut out, i)?;
+            print::kernel(&mut out, i)?;
         }
-        print::findings(&report.findings);
+        print::findings(&mut out, &report.findings)?;
         let f = &report.findings;
         let t = &running.tids;
         let h = &running.handled;
@@ -138,9 +151,14 @@ pub fn run(seconds: u64, report_path: &Path, ebpf: bool) -> Result<ExitCode, Box
                 passed: spin.abs_diff(epoll) <= 2 && spin > 0,
             },
         ];
-        println!("\nchecks:");
+        writeln!(out, "\nchecks:")?;
         for c in &checks {
-            println!("  {} {}", if c.passed { "ok  " } else { "FAIL" }, c.what);
+            writeln!(
+                out,
+                "  {} {}",
+                if c.passed { "ok  " } else { "FAIL" },
+                print::safe(&c.what)
+            )?;
         }
         let all = checks.iter().all(|c| c.passed);
         let doc = DemoReport {
@@ -149,9 +167,13 @@ pub fn run(seconds: u64, report_path: &Path, ebpf: bool) -> Result<ExitCode, Box
             handled: h,
             checks,
         };
-        let json = serde_json::to_string_pretty(&doc)?;
+        let json = print::json_pretty(&doc)?;
         std::fs::write(report_path, json)?;
-        println!("\nfull report: {}", report_path.display());
+        writeln!(
+            out,
+            "\nfull report: {}",
+            print::safe(&report_path.display().to_string())
+        )?;
         Ok(if all {
             ExitCode::SUCCESS
         } else {

@@ -18,12 +18,12 @@ fn attach_inner(target: Target) -> Result<Box<dyn KernelSource>, String> {
     };
     match wakemeter_ebpf::EbpfSource::attach(t) {
         Ok(src) => {
-            eprintln!(
+            crate::print::note(&format!(
                 "eBPF: attached ({:?}, syscalls via {:?}) in {:.0} ms",
                 src.attach_kind(),
                 src.syscall_hook(),
                 src.attach_duration().as_secs_f64() * 1e3
-            );
+            ));
             Ok(Box::new(src))
         }
         Err(e) => Err(e.to_string()),

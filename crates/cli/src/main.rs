@@ -90,8 +90,16 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // Whoever read our output has stopped reading (`| head`): not an
+        // error worth a word, and nothing more to say.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            eprintln!("wakemeter: {e}");
+            print::note(&format!("wakemeter: {e}"));
             ExitCode::from(2)
         }
     }

@@ -1,14 +1,102 @@
-//! Plain-text tables of intervals and findings.
+//! Plain-text tables of intervals and findings, and the one way anything
+//! outside our control reaches the terminal.
+//!
+//! Thread names, loop names, eBPF `comm`s of any process on the host,
+//! findings (which quote those names) and error messages are written by
+//! others. Every human-readable line goes through [`safe`], which turns
+//! control characters into visible escapes, so a hostile name cannot move
+//! the cursor, clear the screen, set the window title or forge a line.
+//! JSON goes through [`json`], which adds the escapes serde leaves out.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use serde::Serialize;
 use wakemeter::{Finding, Interval, Severity};
+
+/// Characters that must not reach a terminal raw: C0 controls (including
+/// ESC, BEL, tab and newline), DEL, C1 controls (`\u{9b}` is CSI on some
+/// terminals), and the invisible ones that reorder or break text (bidi
+/// embeddings, overrides and isolates, marks, line and paragraph separators).
+fn is_unsafe(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{1f}'
+        | '\u{7f}'..='\u{9f}'
+        | '\u{61c}'
+        | '\u{200e}' | '\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every control character replaced by a visible escape: `\x1b`
+/// for C0 and DEL, `\u{9b}` for C1 and the other invisible controls, and
+/// `\\` for a backslash so an escape in the output is never ambiguous.
+/// Borrows when there is nothing to escape (the common case).
+pub fn safe(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c == '\\' || is_unsafe(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\u{0}'..='\u{1f}' | '\u{7f}' => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if is_unsafe(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `v` as one line of JSON that is also safe on a terminal. serde escapes
+/// C0 controls inside strings but writes DEL, C1 and the bidi controls raw;
+/// those become `\uXXXX` escapes here, which JSON readers decode to the
+/// same text. (They can only occur inside strings: everything else serde
+/// writes is ASCII punctuation, digits, letters and spaces.)
+pub fn json<T: Serialize>(v: &T) -> Result<String, serde_json::Error> {
+    Ok(json_escape(serde_json::to_string(v)?))
+}
+
+/// As [`json`], indented (for files).
+pub fn json_pretty<T: Serialize>(v: &T) -> Result<String, serde_json::Error> {
+    Ok(json_escape(serde_json::to_string_pretty(v)?))
+}
+
+fn json_escape(s: String) -> String {
+    // Everything serde may leave raw is at or above DEL.
+    if !s.chars().any(|c| c >= '\u{7f}' && is_unsafe(c)) {
+        return s;
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if c >= '\u{7f}' && is_unsafe(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One line on stderr, escaped. A closed or broken stderr is ignored:
+/// there is nowhere left to say anything.
+pub fn note(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "{}", safe(line));
+}
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
 }
 
 /// A per-thread table like `top -H`, plus switches/s and run-queue wait.
-pub fn threads(i: &Interval) {
-    println!(
+pub fn threads(out: &mut impl Write, i: &Interval) -> io::Result<()> {
+    writeln!(
+        out,
         "\nover {:.1} s: process {:.1}% CPU, RSS {:.1} MiB ({:+} KiB), {} threads; sampler {:.3}% CPU",
         i.duration_secs(),
         i.process.cpu_percent,
@@ -16,32 +104,36 @@ pub fn threads(i: &Interval) {
         i.process.rss_change_bytes / 1024,
         i.process.thread_count,
         i.sampler_cpu_percent
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "{:>8} {:<16} {:>6} {:>9} {:>9} {:>9} {:>8}",
         "TID", "THREAD", "CPU%", "switch/s", "vol/s", "invol/s", "RQwait%"
-    );
+    )?;
     for t in &i.threads {
-        println!(
+        writeln!(
+            out,
             "{:>8} {:<16} {:>6.1} {:>9} {:>9} {:>9} {:>8}",
             t.tid,
-            t.name,
+            safe(&t.name),
             t.cpu_percent,
             opt(t.switches_per_sec, 0),
             opt(t.voluntary_switches_per_sec, 0),
             opt(t.involuntary_switches_per_sec, 0),
             opt(t.run_queue_wait_percent, 1)
-        );
+        )?;
     }
     if !i.loops.is_empty() {
-        println!(
+        writeln!(
+            out,
             "\n{:<16} {:>10} {:>7} {:>8} {:>8} {:>6} {:>12}",
             "LOOP", "wakeups/s", "idle%", "0-tmo%", "ev/wake", "util", "p99 delay"
-        );
+        )?;
         for l in &i.loops {
-            println!(
+            writeln!(
+                out,
                 "{:<16} {:>10.0} {:>7.1} {:>8.1} {:>8.2} {:>6.2} {:>12}",
-                l.name,
+                safe(&l.name),
                 l.wakeups_per_sec,
                 l.idle_wakeup_ratio * 100.0,
                 l.zero_timeout_ratio * 100.0,
@@ -49,35 +141,39 @@ pub fn threads(i: &Interval) {
                 l.utilization,
                 l.p99_poll_delay_ns
                     .map_or_else(|| "-".into(), |d| format!("{:.0} µs", d as f64 / 1e3))
-            );
+            )?;
         }
     }
     if !i.sleeps.is_empty() {
-        println!(
+        writeln!(
+            out,
             "\n{:<16} {:>9} {:>11} {:>13} {:>10} {:>12}",
             "SLEEP SITE", "sleeps/s", "asked (ms)", "oversleep µs", "CPU% in", "CPU/sleep µs"
-        );
+        )?;
         for s in &i.sleeps {
-            println!(
+            writeln!(
+                out,
                 "{:<16} {:>9.0} {:>11.2} {:>13.0} {:>10.2} {:>12.1}",
-                s.name,
+                safe(&s.name),
                 s.sleeps_per_sec,
                 s.mean_requested_ns as f64 / 1e6,
                 s.mean_oversleep_ns as f64 / 1e3,
                 s.cpu_percent,
                 s.cpu_per_sleep_ns as f64 / 1e3
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 /// The kernel's view (eBPF) of each thread over the interval, when attached.
-pub fn kernel(i: &Interval) {
+pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
     if i.threads.iter().all(|t| t.kernel.is_none()) {
-        return;
+        return Ok(());
     }
-    println!("\nkernel view (eBPF) over {:.1} s:", i.duration_secs());
-    println!(
+    writeln!(out, "\nkernel view (eBPF) over {:.1} s:", i.duration_secs())?;
+    writeln!(
+        out,
         "{:>8} {:<16} {:>8} {:>8} {:>9} {:>7} {:>11} {:>10} {:>9} {:<20}",
         "TID",
         "THREAD",
@@ -89,18 +185,21 @@ pub fn kernel(i: &Interval) {
         "wakeups/s",
         "in-poll%",
         "top waker"
-    );
+    )?;
     for t in &i.threads {
         let Some(k) = &t.kernel else { continue };
+        // The waker may be any process on the host: its name is as
+        // untrusted as the target's own.
         let waker = k
             .top_wakers
             .first()
-            .map(|w| format!("{} ({})", w.comm, w.tid))
+            .map(|w| format!("{} ({})", safe(&w.comm), w.tid))
             .unwrap_or_default();
-        println!(
+        writeln!(
+            out,
             "{:>8} {:<16} {:>8.0} {:>8.0} {:>9.0} {:>7} {:>11.0} {:>10.0} {:>9.1} {:<20}",
             t.tid,
-            t.name,
+            safe(&t.name),
             k.voluntary_switches_per_sec,
             k.involuntary_switches_per_sec,
             k.poll_calls_per_sec,
@@ -113,15 +212,17 @@ pub fn kernel(i: &Interval) {
             k.wakeups_per_sec,
             k.off_cpu.poll_ns as f64 * 100.0 / i.duration_ns.max(1) as f64,
             waker
-        );
+        )?;
     }
+    Ok(())
 }
 
-/// Findings, most severe first, with their advice.
-pub fn findings(f: &[Finding]) {
-    println!("\nfindings ({}):", f.len());
+/// Findings, most severe first, with their advice. Summaries and advice
+/// quote thread and loop names, so they are escaped like the tables.
+pub fn findings(out: &mut impl Write, f: &[Finding]) -> io::Result<()> {
+    writeln!(out, "\nfindings ({}):", f.len())?;
     if f.is_empty() {
-        println!("  none: nothing wastes CPU or wakeups here");
+        writeln!(out, "  none: nothing wastes CPU or wakeups here")?;
     }
     for x in f {
         let sev = match x.severity {
@@ -133,7 +234,71 @@ pub fn findings(f: &[Finding]) {
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
-        println!("  [{sev}] {kind}: {}", x.summary);
-        println!("             advice: {}", x.advice);
+        writeln!(out, "  [{sev}] {}: {}", safe(&kind), safe(&x.summary))?;
+        writeln!(out, "             advice: {}", safe(&x.advice))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_text_is_borrowed_untouched() {
+        let s = "epoll-loop µs é 漢字";
+        assert!(matches!(safe(s), Cow::Borrowed(x) if x == s));
+    }
+
+    #[test]
+    fn controls_become_visible_escapes() {
+        assert_eq!(safe("\x1b]0;pwned\x07"), "\\x1b]0;pwned\\x07");
+        assert_eq!(safe("a\x1b[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(safe("\u{9b}31m\u{7f}"), "\\u{9b}31m\\x7f");
+        assert_eq!(safe("x\ny\tz\r\0"), "x\\x0ay\\x09z\\x0d\\x00");
+        assert_eq!(
+            safe("evil\u{202e}txt.exe\u{2028}"),
+            "evil\\u{202e}txt.exe\\u{2028}"
+        );
+        assert_eq!(safe("a\\x1b"), "a\\\\x1b");
+        for c in (0u32..0x20).chain(0x7f..0xa0) {
+            let c = char::from_u32(c).unwrap();
+            let s = safe(&c.to_string()).into_owned();
+            assert!(s.chars().all(|c| c.is_ascii_graphic()), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn json_keeps_the_text_but_not_the_raw_controls() {
+        let hostile = "a\x1b]0;t\x07b\u{7f}c\u{9b}d\u{85}e\u{202e}f\\\u{9b}";
+        let line = json(&vec![hostile]).unwrap();
+        assert!(
+            line.chars().all(|c| c.is_ascii_graphic()),
+            "raw control left in {line:?}"
+        );
+        let back: Vec<String> = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, [hostile]);
+        let pretty = json_pretty(&vec![hostile]).unwrap();
+        assert!(!pretty.chars().any(|c| c != '\n' && is_unsafe(c)));
+    }
+
+    #[test]
+    fn tables_escape_names_of_findings() {
+        let f: Vec<Finding> = serde_json::from_value(serde_json::json!([{
+            "kind": "busy_poller",
+            "severity": "critical",
+            "subject": {"type": "thread", "tid": 7, "name": "\u{1b}[2J"},
+            "summary": "thread \u{1b}]0;pwned\u{7} wakes a lot",
+            "evidence": [],
+            "advice": "fix \u{9b}1m it",
+            "window_ns": 1
+        }]))
+        .unwrap();
+        let mut out = Vec::new();
+        findings(&mut out, &f).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains('\x1b') && !text.contains('\x07') && !text.contains('\u{9b}'));
+        assert!(text.contains("\\x1b]0;pwned\\x07"), "{text}");
+        assert!(text.contains("fix \\u{9b}1m it"), "{text}");
     }
 }

@@ -1,6 +1,7 @@
 //! `wakemeter watch --pid`: the sidecar use.
 
 use std::error::Error;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -29,23 +30,25 @@ pub fn run(
         .with_thresholds(thresholds);
     match kernel::attach(Target::Pid(pid), ebpf) {
         Ok(src) => builder = builder.with_kernel_source(src),
-        Err(why) => eprintln!("eBPF: not attached ({why}); /proc sampling only"),
+        Err(why) => print::note(&format!("eBPF: not attached ({why}); /proc sampling only")),
     }
     let sampler = builder.build()?;
     let guard = sampler.start()?;
+    let mut out = io::stdout().lock();
     let start = Instant::now();
     loop {
         std::thread::sleep(Duration::from_secs(every));
         let report = sampler.report();
         if json {
-            println!("{}", serde_json::to_string(&report)?);
+            writeln!(out, "{}", print::json(&report)?)?;
         } else if let Some(i) = &report.interval {
-            print::threads(i);
-            print::kernel(i);
-            print::findings(&report.findings);
+            print::threads(&mut out, i)?;
+            print::kernel(&mut out, i)?;
+            print::findings(&mut out, &report.findings)?;
         }
+        out.flush()?;
         if let Some(e) = sampler.stats().last_error {
-            eprintln!("wakemeter: stopped: {e}");
+            print::note(&format!("wakemeter: stopped: {e}"));
             break;
         }
         if seconds.is_some_and(|s| start.elapsed() >= Duration::from_secs(s)) {
