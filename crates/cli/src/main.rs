@@ -6,6 +6,7 @@ mod kernel;
 mod print;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod scenarios;
+mod target;
 mod watch;
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -53,14 +54,17 @@ enum Command {
     /// Watches another process by PID (e.g. an Envoy sidecar): per-thread
     /// CPU, switches and run-queue wait, plus the eBPF kernel view when
     /// privileges allow; prints findings every interval.
+    #[command(after_help = WATCH_HELP)]
     Watch {
-        /// Process to watch.
+        /// Process to watch. The ID of one of its threads (a TID) also
+        /// works: the whole process is watched, and stderr says so.
         #[arg(long)]
         pid: u32,
         /// Seconds between reports (1 to 3600).
         #[arg(long, default_value_t = 5)]
         every: u64,
-        /// Stop after this many seconds (default: until the process exits).
+        /// Stop after this many seconds, with a last report then (default:
+        /// until the process exits).
         #[arg(long)]
         seconds: Option<u64>,
         /// Print each report as one JSON line instead of tables.
@@ -71,6 +75,21 @@ enum Command {
         no_ebpf: bool,
     },
 }
+
+const WATCH_HELP: &str = "\
+When the process exits, sampling stops, a final report is printed (in JSON,
+\"running\": false) and stderr says \"target exited\", within about a second.
+
+Names of threads and processes are written by others: in tables, findings
+and messages, control characters are shown as escapes (\\x1b, \\u{9b}).
+JSON escapes them too.
+
+Exit status:
+  0  --seconds elapsed; or the process exited after something was measured;
+     or stdout was closed (e.g. piped into `head`)
+  1  the process exited before a first measurement; or sampling failed
+  2  bad arguments; no such process; the process is a zombie (exited, not
+     yet reaped by its parent); the sampler could not start";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -86,7 +105,13 @@ fn main() -> ExitCode {
             seconds,
             json,
             no_ebpf,
-        } => watch::run(pid, every, seconds, json, !no_ebpf),
+        } => watch::run(&watch::Options {
+            pid,
+            every,
+            seconds,
+            json,
+            ebpf: !no_ebpf,
+        }),
     };
     match result {
         Ok(code) => code,

@@ -1,60 +1,177 @@
 //! `wakemeter watch --pid`: the sidecar use.
+//!
+//! Reports come every `--every` seconds and once more at the `--seconds`
+//! deadline. Between reports the watcher wakes every [`STEP`] to check that
+//! the target still exists, so it stops at the deadline and within about a
+//! sampling interval of the target's exit, whatever `--every` is. When the
+//! target has gone, sampling is stopped first and one final report is
+//! printed (its `stats.running` is false), then "target exited" on stderr.
 
 use std::error::Error;
 use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use wakemeter::{SamplerBuilder, Target};
+use wakemeter::{Report, Sampler, SamplerBuilder, Target};
 
+use crate::target::{self, Liveness};
 use crate::{kernel, print};
 
-pub fn run(
-    pid: u32,
-    every: u64,
-    seconds: Option<u64>,
-    json: bool,
-    ebpf: bool,
-) -> Result<ExitCode, Box<dyn Error>> {
-    if !(1..=3600).contains(&every) {
+/// How often the watcher checks on the target and the sampler between
+/// reports: a fraction of the sampler's own interval, and few wakeups.
+const STEP: Duration = Duration::from_millis(250);
+
+/// The sampler's interval.
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The process (or one of its threads) to watch.
+    pub pid: u32,
+    /// Seconds between reports.
+    pub every: u64,
+    /// Stop after this many seconds.
+    pub seconds: Option<u64>,
+    /// One JSON line per report instead of tables.
+    pub json: bool,
+    /// Try to attach the eBPF kernel source.
+    pub ebpf: bool,
+}
+
+/// Why watching stopped.
+enum End {
+    /// `--seconds` elapsed.
+    Deadline,
+    /// The target exited (reaped, or a zombie).
+    TargetGone(Liveness),
+    /// The sampler stopped on its own while the target still exists.
+    SamplerStopped(String),
+}
+
+pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
+    if !(1..=3600).contains(&o.every) {
         return Err("--every must be between 1 and 3600 seconds".into());
     }
-    let window = Duration::from_secs(every.max(2));
+    if o.seconds == Some(0) {
+        return Err("--seconds must be at least 1".into());
+    }
+    // Before anything else (eBPF included): a missing or zombie target is
+    // one clear error, and a thread id becomes its process.
+    let target = target::resolve(o.pid)?;
+    let pid = target.pid;
+    if let Some(tid) = target.via_tid {
+        print::note(&format!(
+            "wakemeter: {tid} is a thread of process {pid} ({}); watching the whole process",
+            target.name
+        ));
+    }
+    let window = Duration::from_secs(o.every.max(2));
     let thresholds = wakemeter::Thresholds::default()
         .with_window(window)
         .with_min_window(Duration::from_secs(1));
     let mut builder = SamplerBuilder::new()
         .with_target(Target::Pid(pid))
-        .with_interval(Duration::from_millis(500))
+        .with_interval(SAMPLE_EVERY)
         .with_switch_split_every(2)
         .with_thresholds(thresholds);
-    match kernel::attach(Target::Pid(pid), ebpf) {
+    match kernel::attach(Target::Pid(pid), o.ebpf) {
         Ok(src) => builder = builder.with_kernel_source(src),
         Err(why) => print::note(&format!("eBPF: not attached ({why}); /proc sampling only")),
     }
     let sampler = builder.build()?;
     let guard = sampler.start()?;
     let mut out = io::stdout().lock();
+    let every = Duration::from_secs(o.every);
     let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_secs(every));
-        let report = sampler.report();
-        if json {
-            writeln!(out, "{}", print::json(&report)?)?;
-        } else if let Some(i) = &report.interval {
-            print::threads(&mut out, i)?;
-            print::kernel(&mut out, i)?;
-            print::findings(&mut out, &report.findings)?;
+    let deadline = o.seconds.map(|s| start + Duration::from_secs(s));
+    let mut next = start + every;
+    let mut measured = false;
+    let mut reported_error: Option<String> = None;
+    let end = loop {
+        let due = deadline.map_or(next, |d| d.min(next));
+        let now = Instant::now();
+        if now >= due {
+            measured |= write_report(&mut out, &sampler.report(), o.json)?;
+            if deadline.is_some_and(|d| now >= d) {
+                break End::Deadline;
+            }
+            while next <= now {
+                next += every;
+            }
+            continue;
         }
-        out.flush()?;
-        if let Some(e) = sampler.stats().last_error {
-            print::note(&format!("wakemeter: stopped: {e}"));
-            break;
+        std::thread::sleep(STEP.min(due - now));
+        if let Some(end) = check(&sampler, pid, &mut reported_error) {
+            break end;
         }
-        if seconds.is_some_and(|s| start.elapsed() >= Duration::from_secs(s)) {
-            break;
+    };
+    // Stop sampling before the final report, so that it says so.
+    drop(guard);
+    match end {
+        End::Deadline => Ok(ExitCode::SUCCESS),
+        End::TargetGone(how) => {
+            measured |= write_report(&mut out, &sampler.report(), o.json)?;
+            let how = match how {
+                Liveness::Zombie => "exited (a zombie until its parent reaps it)",
+                _ => "exited",
+            };
+            print::note(&format!(
+                "wakemeter: target exited: process {pid} ({}) {how}",
+                target.name
+            ));
+            if measured {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                print::note("wakemeter: it exited before anything could be measured");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        End::SamplerStopped(why) => {
+            print::note(&format!("wakemeter: sampling stopped: {why}"));
+            Ok(ExitCode::FAILURE)
         }
     }
-    drop(guard);
-    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether watching must end now; reports a new non-fatal sampler error once.
+fn check(sampler: &Sampler, pid: u32, reported: &mut Option<String>) -> Option<End> {
+    let stats = sampler.stats();
+    match target::liveness(pid) {
+        Liveness::Alive => {}
+        gone => return Some(End::TargetGone(gone)),
+    }
+    if !stats.running {
+        // The sampler stops by itself only on a fatal error; the target
+        // may have gone between the two reads above.
+        return Some(match target::liveness(pid) {
+            Liveness::Alive => End::SamplerStopped(
+                stats
+                    .last_error
+                    .unwrap_or_else(|| "no reason given".to_string()),
+            ),
+            gone => End::TargetGone(gone),
+        });
+    }
+    if stats.last_error.is_some() && stats.last_error != *reported {
+        if let Some(e) = &stats.last_error {
+            print::note(&format!("wakemeter: sampling: {e}"));
+        }
+        *reported = stats.last_error;
+    }
+    None
+}
+
+/// Writes one report; returns whether it had a measured interval.
+fn write_report(out: &mut impl Write, report: &Report, json: bool) -> io::Result<bool> {
+    if json {
+        let line = print::json(report).map_err(io::Error::other)?;
+        writeln!(out, "{line}")?;
+    } else if let Some(i) = &report.interval {
+        print::threads(out, i)?;
+        print::kernel(out, i)?;
+        print::findings(out, &report.findings)?;
+    }
+    out.flush()?;
+    Ok(report.interval.is_some())
 }

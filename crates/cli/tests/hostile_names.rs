@@ -147,21 +147,33 @@ fn hostile_thread_names_are_shown_escaped_in_tables_and_messages() {
 #[test]
 fn hostile_names_stay_exact_in_json_without_raw_controls() {
     let h = Hostile::start();
+    // Through a non-leader thread: stderr then names the (hostile) process.
     let r = run(
         &mut watch(
-            h.pid,
+            h.thread,
             &["--seconds", "1", "--every", "1", "--json", "--no-ebpf"],
         ),
         Duration::from_secs(30),
     );
     assert_eq!(r.code, Some(0), "{}", r.said());
     assert_no_raw_controls(&r);
+    assert!(
+        r.stderr().contains(&format!(
+            "{} is a thread of process {} ({})",
+            h.thread, h.pid, ESCAPED[3]
+        )),
+        "{}",
+        r.said()
+    );
     let out = r.stdout();
     let line = out.lines().last().unwrap_or_else(|| panic!("{}", r.said()));
     let doc: serde_json::Value = serde_json::from_str(line).unwrap();
     let threads = doc["interval"]["threads"].as_array().unwrap();
     assert!(threads.iter().any(|t| t["tid"] == h.thread), "{threads:?}");
-    let names: Vec<&str> = threads.iter().filter_map(|t| t["name"].as_str()).collect();
+    let names: Vec<&str> = threads
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
     for n in NAMES {
         assert!(names.contains(&n), "{n:?} not in {names:?}");
     }

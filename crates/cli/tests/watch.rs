@@ -1,0 +1,192 @@
+//! `wakemeter watch` against real child processes: how it starts, stops
+//! and fails. Timings are bounded generously (machines are noisy); each
+//! bound is far below what the behaviour under test would take if broken.
+#![cfg(target_os = "linux")]
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Sleeper, run, wait_for_zombie, watch};
+
+const LIMIT: Duration = Duration::from_secs(25);
+
+fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_missing_pid_is_one_clear_error_before_any_ebpf_attempt() {
+    // eBPF left on: the old watcher tried (and reported) it before noticing.
+    let r = run(&mut watch(4_294_967_000, &["--every", "1"]), LIMIT);
+    assert_eq!(r.code, Some(2), "{}", r.said());
+    assert_eq!(
+        r.stderr(),
+        "wakemeter: no process with pid 4294967000\n",
+        "{}",
+        r.said()
+    );
+    assert!(r.stdout.is_empty(), "{}", r.said());
+}
+
+#[test]
+fn a_zombie_is_refused_instead_of_watched_forever() {
+    // Exits at once and is not reaped until the end of the test.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    wait_for_zombie(pid);
+    let r = run(&mut watch(pid, &["--every", "1", "--no-ebpf"]), LIMIT);
+    child.wait().unwrap();
+    assert!(!r.timed_out, "{}", r.said());
+    assert_eq!(r.code, Some(2), "{}", r.said());
+    assert!(
+        r.stderr()
+            .contains(&format!("process {pid} (true) is a zombie")),
+        "{}",
+        r.said()
+    );
+}
+
+#[test]
+fn a_thread_id_watches_its_process_and_says_so() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() } as u32).unwrap();
+        let _ = stop_rx.recv();
+    });
+    let tid = rx.recv().unwrap();
+    let me = std::process::id();
+    let r = run(
+        &mut watch(
+            tid,
+            &["--every", "1", "--seconds", "1", "--json", "--no-ebpf"],
+        ),
+        LIMIT,
+    );
+    drop(stop_tx);
+    thread.join().unwrap();
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    assert!(
+        r.stderr()
+            .contains(&format!("{tid} is a thread of process {me} ")),
+        "{}",
+        r.said()
+    );
+    let lines = json_lines(&r.stdout());
+    assert!(!lines.is_empty(), "{}", r.said());
+    assert_eq!(lines[0]["interval"]["process"]["pid"], me, "{}", r.said());
+}
+
+#[test]
+fn a_closed_stdout_ends_watch_quietly() {
+    let target = Sleeper::new("30");
+    let mut w = watch(
+        target.pid(),
+        &["--every", "1", "--seconds", "20", "--no-ebpf"],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    let mut first = String::new();
+    BufReader::new(w.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is dropped here: like `wakemeter watch ... | head -1`.
+    let status = loop {
+        if let Some(s) = w.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = w.kill();
+            panic!("watch did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut w.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    // It stopped at the first report after the pipe closed, not at --seconds.
+    assert!(start.elapsed() < Duration::from_secs(15), "{stderr}");
+}
+
+#[test]
+fn seconds_shorter_than_every_stops_at_the_deadline_with_one_report() {
+    let target = Sleeper::new("60");
+    let r = run(
+        &mut watch(
+            target.pid(),
+            &["--every", "60", "--seconds", "2", "--json", "--no-ebpf"],
+        ),
+        LIMIT,
+    );
+    assert!(!r.timed_out, "{}", r.said());
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    assert!(r.elapsed < Duration::from_secs(15), "{}", r.said());
+    let lines = json_lines(&r.stdout());
+    assert_eq!(lines.len(), 1, "{}", r.said());
+    assert!(lines[0]["interval"].is_object(), "{}", r.said());
+    assert_eq!(lines[0]["stats"]["running"], true, "{}", r.said());
+}
+
+/// Watches a `sleep 2` with reports due every 60 s; `reap` says whether the
+/// test reaps the child as soon as it exits (its `/proc` entry vanishes) or
+/// leaves it a zombie.
+fn watch_until_exit(reap: bool) {
+    let mut child = Command::new("sleep").arg("2").spawn().unwrap();
+    let pid = child.id();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let reaper = std::thread::spawn(move || {
+        if !reap {
+            // A zombie until the watcher is done.
+            let _ = done_rx.recv();
+        }
+        child.wait().unwrap();
+    });
+    let r = run(
+        &mut watch(pid, &["--every", "60", "--json", "--no-ebpf"]),
+        LIMIT,
+    );
+    drop(done_tx);
+    reaper.join().unwrap();
+    assert!(!r.timed_out, "{}", r.said());
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    assert!(r.elapsed < Duration::from_secs(15), "{}", r.said());
+    assert!(
+        r.stderr()
+            .contains(&format!("target exited: process {pid} (sleep)")),
+        "{}",
+        r.said()
+    );
+    let lines = json_lines(&r.stdout());
+    let last = lines.last().unwrap_or_else(|| panic!("{}", r.said()));
+    assert!(last["interval"].is_object(), "{}", r.said());
+    assert_eq!(
+        last["stats"]["running"],
+        false,
+        "the final report comes after sampling stopped\n{}",
+        r.said()
+    );
+}
+
+#[test]
+fn a_target_that_exits_and_is_reaped_ends_watch_promptly() {
+    watch_until_exit(true);
+}
+
+#[test]
+fn a_target_that_exits_unreaped_ends_watch_promptly() {
+    watch_until_exit(false);
+}
