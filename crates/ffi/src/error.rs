@@ -45,6 +45,20 @@ pub enum WakemeterError {
         /// What was asked for.
         what: String,
     },
+    /// The sampler already has the most probes of that kind it tracks (4096); drop unused ones.
+    #[error("too many probes: at most {max} of each kind per sampler; drop unused ones")]
+    TooManyProbes {
+        /// The limit.
+        max: u32,
+    },
+    /// A probe name is longer than the limit (64 bytes of UTF-8).
+    #[error("probe name of {len} bytes is too long: at most {max} bytes")]
+    ProbeNameTooLong {
+        /// Length of the rejected name, in bytes.
+        len: u32,
+        /// The limit, in bytes.
+        max: u32,
+    },
     /// `start()` was called while background sampling was already running.
     #[error("background sampling is already running")]
     AlreadyRunning,
@@ -94,6 +108,13 @@ impl From<wakemeter::Error> for WakemeterError {
             },
             E::Unsupported { what } => WakemeterError::Unsupported {
                 what: what.to_string(),
+            },
+            E::TooManyProbes { max } => WakemeterError::TooManyProbes {
+                max: u32::try_from(max).unwrap_or(u32::MAX),
+            },
+            E::ProbeNameTooLong { len, max } => WakemeterError::ProbeNameTooLong {
+                len: u32::try_from(len).unwrap_or(u32::MAX),
+                max: u32::try_from(max).unwrap_or(u32::MAX),
             },
             E::AlreadyRunning => WakemeterError::AlreadyRunning,
             E::Spawn(source) => WakemeterError::Spawn {

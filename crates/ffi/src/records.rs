@@ -127,6 +127,11 @@ pub enum SampleWarning {
         /// The error, as text.
         message: String,
     },
+    /// The kernel source lost events since the previous snapshot (a bounded map was full).
+    KernelEventsDropped {
+        /// Events lost since the previous snapshot.
+        dropped_events: u64,
+    },
     /// A warning added to the core after this version of the bindings.
     Other {
         /// The warning, as text.
@@ -145,6 +150,9 @@ impl From<&wakemeter::SampleWarning> for SampleWarning {
             },
             W::KernelSourceFailed { message } => SampleWarning::KernelSourceFailed {
                 message: message.clone(),
+            },
+            W::KernelEventsDropped { dropped_events } => SampleWarning::KernelEventsDropped {
+                dropped_events: *dropped_events,
             },
             other => SampleWarning::Other {
                 message: format!("{other:?}"),
@@ -699,6 +707,9 @@ pub struct Interval {
     pub threads: Vec<ThreadInterval>,
     /// Threads that exited during the interval.
     pub threads_exited: u32,
+    /// Threads alive at the end with no kernel (eBPF) record at the end;
+    /// `None` without a kernel sample at both ends.
+    pub kernel_uncovered_threads: Option<u32>,
     /// Instrumented loops alive at the end.
     pub loops: Vec<LoopInterval>,
     /// Instrumented sleep sites alive at the end.
@@ -719,6 +730,7 @@ impl From<&wakemeter::Interval> for Interval {
             process: (&i.process).into(),
             threads: i.threads.iter().map(Into::into).collect(),
             threads_exited: i.threads_exited,
+            kernel_uncovered_threads: i.kernel_uncovered_threads,
             loops: i.loops.iter().map(Into::into).collect(),
             sleeps: i.sleeps.iter().map(Into::into).collect(),
             sampler_cpu_time_ns: i.sampler_cpu_time_ns,
@@ -742,7 +754,9 @@ pub struct SamplerStats {
     pub history_len: u32,
     /// Bytes one thread-sample occupies in history.
     pub bytes_per_stored_thread_sample: u32,
-    /// Whether background sampling is running.
+    /// Bytes the whole history holds (threads, packed probe and kernel counters).
+    pub history_bytes: u64,
+    /// Whether background sampling is running (false once it stopped, also on a fatal error).
     pub running: bool,
     /// The last error of the background thread, if any.
     pub last_error: Option<String>,
@@ -757,6 +771,7 @@ impl From<&wakemeter::SamplerStats> for SamplerStats {
             mean_sample_cost_ns: s.mean_sample_cost_ns,
             history_len: s.history_len,
             bytes_per_stored_thread_sample: s.bytes_per_stored_thread_sample,
+            history_bytes: s.history_bytes,
             running: s.running,
             last_error: s.last_error.clone(),
         }

@@ -52,6 +52,20 @@ pub enum Error {
         /// What was asked for.
         what: &'static str,
     },
+    /// A sampler already has [`crate::probe::MAX_PROBES`] probes of the kind asked for.
+    #[error("too many probes: at most {max} of each kind per sampler; drop unused ones")]
+    TooManyProbes {
+        /// The limit, [`crate::probe::MAX_PROBES`].
+        max: usize,
+    },
+    /// A probe name is longer than [`crate::probe::MAX_PROBE_NAME_BYTES`].
+    #[error("probe name of {len} bytes is too long: at most {max} bytes")]
+    ProbeNameTooLong {
+        /// Length of the rejected name, in bytes.
+        len: usize,
+        /// The limit, [`crate::probe::MAX_PROBE_NAME_BYTES`].
+        max: usize,
+    },
     /// A background sampling thread is already running for this sampler.
     #[error("background sampling is already running")]
     AlreadyRunning,

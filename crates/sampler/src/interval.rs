@@ -1,11 +1,12 @@
 //! Intervals: the difference of two snapshots, with derived rates.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::histogram::Log2Histogram;
-use crate::history::{Header, Stored};
+use crate::history::Stored;
 use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime, Waker};
 use crate::model::{Snapshot, ThreadSample};
 use crate::platform::{PackedThread, present};
@@ -243,6 +244,10 @@ pub struct Interval {
     pub threads: Vec<ThreadInterval>,
     /// Threads that exited during the interval (seen at the start, gone at the end).
     pub threads_exited: u32,
+    /// Threads alive at the end that the kernel source (eBPF) has no record
+    /// of at the end: its thread map was full, or they have not been
+    /// scheduled since it attached. `None` without a kernel sample at both ends.
+    pub kernel_uncovered_threads: Option<u32>,
     /// Instrumented loops alive at the end.
     pub loops: Vec<LoopInterval>,
     /// Instrumented sleep sites alive at the end.
@@ -350,27 +355,29 @@ fn opt_per_sec(c: Option<u64>, d: u64) -> Option<f64> {
     c.map(|c| per_sec(c, d))
 }
 
-/// The process-level fields both snapshot forms share.
+/// The process-level fields both snapshot forms share (borrowed from a
+/// [`Snapshot`], unpacked from a stored one).
 pub(crate) struct Ends<'a> {
     pub seq: u64,
     pub monotonic_ns: u64,
     pub process: &'a crate::model::ProcessSample,
     pub sampler_cpu_time_ns: u64,
-    pub loops: &'a [LoopStats],
-    pub sleeps: &'a [SleepStats],
-    pub kernel: Option<&'a KernelSample>,
+    pub loops: Cow<'a, [LoopStats]>,
+    pub sleeps: Cow<'a, [SleepStats]>,
+    pub kernel: Option<Cow<'a, KernelSample>>,
 }
 
-impl<'a> From<&'a Header> for Ends<'a> {
-    fn from(h: &'a Header) -> Self {
+impl<'a> From<&'a Stored> for Ends<'a> {
+    fn from(s: &'a Stored) -> Self {
+        let h = &s.header;
         Ends {
             seq: h.seq,
             monotonic_ns: h.monotonic_ns,
             process: &h.process,
             sampler_cpu_time_ns: h.sampler_cpu_time_ns,
-            loops: &h.loops,
-            sleeps: &h.sleeps,
-            kernel: h.kernel.as_ref(),
+            loops: Cow::Owned(s.loops()),
+            sleeps: Cow::Owned(s.sleeps()),
+            kernel: s.kernel().map(Cow::Owned),
         }
     }
 }
@@ -382,9 +389,9 @@ impl<'a> From<&'a Snapshot> for Ends<'a> {
             monotonic_ns: s.monotonic_ns,
             process: &s.process,
             sampler_cpu_time_ns: s.sampler_cpu_time_ns,
-            loops: &s.loops,
-            sleeps: &s.sleeps,
-            kernel: s.kernel.as_ref(),
+            loops: Cow::Borrowed(&s.loops),
+            sleeps: Cow::Borrowed(&s.sleeps),
+            kernel: s.kernel.as_ref().map(Cow::Borrowed),
         }
     }
 }
@@ -399,7 +406,7 @@ pub(crate) fn compute<T: ThreadCounters>(
     let d = to.monotonic_ns.saturating_sub(from.monotonic_ns);
     let earlier: HashMap<u64, &T> = from_threads.iter().map(|t| (t.serial(), t)).collect();
     // Kernel counters are cumulative since the source attached: deltas need both ends.
-    let kernel_ends = match (from.kernel, to.kernel) {
+    let kernel_ends = match (from.kernel.as_deref(), to.kernel.as_deref()) {
         (Some(a), Some(b)) => Some((
             a.threads
                 .iter()
@@ -493,6 +500,13 @@ pub(crate) fn compute<T: ThreadCounters>(
         },
         threads,
         threads_exited: u32::try_from(threads_exited).unwrap_or(u32::MAX),
+        kernel_uncovered_threads: kernel_ends.as_ref().map(|(_, b)| {
+            let n = to_threads
+                .iter()
+                .filter(|t| !b.contains_key(&t.tid()))
+                .count();
+            u32::try_from(n).unwrap_or(u32::MAX)
+        }),
         loops: to
             .loops
             .iter()
@@ -602,12 +616,7 @@ impl Interval {
 
 /// Interval between two stored snapshots (no materialization of threads).
 pub(crate) fn between_stored(from: &Stored, to: &Stored) -> Interval {
-    compute(
-        (&from.header).into(),
-        &from.threads,
-        (&to.header).into(),
-        &to.threads,
-    )
+    compute(from.into(), &from.threads, to.into(), &to.threads)
 }
 
 /// Interval between two stored snapshots of `history`; when an end did not

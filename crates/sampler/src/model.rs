@@ -105,6 +105,13 @@ pub enum SampleWarning {
         /// The error, as text.
         message: String,
     },
+    /// The kernel source lost events since the previous snapshot because a
+    /// bounded map was full (e.g. more threads than its map holds): its
+    /// counters are low by that much.
+    KernelEventsDropped {
+        /// Events lost since the previous snapshot.
+        dropped_events: u64,
+    },
 }
 
 /// Facts about the machine, read once when the sampler is built.

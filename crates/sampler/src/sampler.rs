@@ -1,6 +1,6 @@
 //! The sampler: configuration, on-demand and background sampling, history.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::diagnose::{self, Finding, Thresholds};
-use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Header, History};
+use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
 use crate::interval::{Interval, between_in_history, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo};
@@ -180,18 +180,19 @@ impl SamplerBuilder {
                     backend,
                     kernel: self.kernel_source,
                     scratch: Vec::new(),
-                    seq: 0,
-                    sampler_cpu_time_ns: 0,
-                    first_monotonic_ns: None,
+                    encoders: Encoders::default(),
+                    dropped_events: 0,
                 }),
                 history: Mutex::new(History::new(self.history)),
-                running: AtomicBool::new(false),
-                stop: Mutex::new(false),
-                wake: Condvar::new(),
+                samples_taken: AtomicU64::new(0),
+                sampler_cpu_time_ns: AtomicU64::new(0),
+                first_monotonic_ns: AtomicU64::new(0),
+                run: AtomicU64::new(0),
+                next_run: AtomicU64::new(1),
                 last_error: Mutex::new(None),
                 probes: ProbeRegistry::default(),
                 thresholds: self.thresholds,
-                sampler_tid: std::sync::atomic::AtomicU64::new(0),
+                sampler_tid: AtomicU64::new(0),
             }),
         })
     }
@@ -217,13 +218,14 @@ fn system_info() -> SystemInfo {
     }
 }
 
+/// What only the sampling path touches (one sample at a time).
 struct State {
     backend: Box<dyn Backend>,
     kernel: Option<Box<dyn KernelSource>>,
     scratch: Vec<PackedThread>,
-    seq: u64,
-    sampler_cpu_time_ns: u64,
-    first_monotonic_ns: Option<u64>,
+    encoders: Encoders,
+    /// The kernel source's `dropped_events` at the previous snapshot.
+    dropped_events: u64,
 }
 
 struct Inner {
@@ -232,16 +234,30 @@ struct Inner {
     thread_name: String,
     target: Target,
     system: SystemInfo,
+    /// Held while a sample is taken.
     state: Mutex<State>,
+    /// Held only to push a snapshot or to copy the ring (one pointer per snapshot).
     history: Mutex<History>,
-    running: AtomicBool,
-    stop: Mutex<bool>,
-    wake: Condvar,
+    /// Written under `state`, read without any lock by `stats()`.
+    samples_taken: AtomicU64,
+    sampler_cpu_time_ns: AtomicU64,
+    /// Monotonic time of the first snapshot, plus one (0: none yet).
+    first_monotonic_ns: AtomicU64,
+    /// Id of the background run in progress (0: none).
+    run: AtomicU64,
+    next_run: AtomicU64,
     last_error: Mutex<Option<String>>,
     probes: ProbeRegistry,
     thresholds: Thresholds,
     /// OS id of the background sampling thread while it runs (0: none).
-    sampler_tid: std::sync::atomic::AtomicU64,
+    sampler_tid: AtomicU64,
+}
+
+/// Stops one background run: its guard sets `stop`, its thread waits on `wake`.
+#[derive(Default)]
+struct RunControl {
+    stop: Mutex<bool>,
+    wake: Condvar,
 }
 
 /// Counters about the sampler itself.
@@ -260,7 +276,13 @@ pub struct SamplerStats {
     pub history_len: u32,
     /// Bytes one thread-sample occupies in history (see the README's memory table).
     pub bytes_per_stored_thread_sample: u32,
-    /// Whether background sampling is running.
+    /// Bytes the whole history holds: thread samples, probe and kernel
+    /// counters (packed), headers. Divide by `history_len` for the bytes
+    /// per stored snapshot.
+    pub history_bytes: u64,
+    /// Whether background sampling is running: false once the sampling
+    /// thread stopped, by its guard or on a fatal error such as the
+    /// target's exit (see `last_error`).
     pub running: bool,
     /// The last error of the background thread, as text, if any.
     pub last_error: Option<String>,
@@ -306,10 +328,7 @@ impl Sampler {
     /// [`Error::NoSuchProcess`] once the target has exited; [`Error::Unreadable`]
     /// when the process-level `/proc` files cannot be read.
     pub fn sample_now(&self) -> Result<Snapshot> {
-        self.inner.take()?;
-        self.latest().ok_or(Error::Unsupported {
-            what: "empty history after a sample",
-        })
+        self.inner.take_snapshot()
     }
 
     /// Starts background sampling on a named thread every configured
@@ -319,20 +338,28 @@ impl Sampler {
     /// [`Error::AlreadyRunning`] if a guard is alive; [`Error::Spawn`] if the
     /// thread cannot be created.
     pub fn start(&self) -> Result<SamplingGuard> {
-        if self.inner.running.swap(true, Ordering::AcqRel) {
+        let id = self.inner.next_run.fetch_add(1, Ordering::Relaxed);
+        if self
+            .inner
+            .run
+            .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return Err(Error::AlreadyRunning);
         }
-        *lock(&self.inner.stop) = false;
-        let inner = self.inner.clone();
+        let control = Arc::new(RunControl::default());
+        let (inner, thread_control) = (self.inner.clone(), control.clone());
         let handle = std::thread::Builder::new()
             .name(self.inner.thread_name.clone())
-            .spawn(move || inner.run())
+            .spawn(move || inner.run(id, &thread_control))
             .map_err(|e| {
-                self.inner.running.store(false, Ordering::Release);
+                self.inner.end_run(id);
                 Error::Spawn(e)
             })?;
         Ok(SamplingGuard {
             inner: self.inner.clone(),
+            id,
+            control,
             handle: Some(handle),
         })
     }
@@ -340,7 +367,9 @@ impl Sampler {
     /// A new [`LoopProbe`] reported in this sampler's snapshots.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] when [`crate::probe::MAX_PROBES`] probes are alive.
+    /// [`Error::TooManyProbes`] when [`crate::probe::MAX_PROBES`] probes are
+    /// alive; [`Error::ProbeNameTooLong`] for a name over
+    /// [`crate::probe::MAX_PROBE_NAME_BYTES`].
     pub fn loop_probe(&self, name: &str) -> Result<LoopProbe> {
         self.inner.probes.loop_probe(name)
     }
@@ -348,27 +377,30 @@ impl Sampler {
     /// A new [`SleepProbe`] reported in this sampler's snapshots.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] when [`crate::probe::MAX_PROBES`] probes are alive.
+    /// As [`Sampler::loop_probe`].
     pub fn sleep_probe(&self, name: &str) -> Result<SleepProbe> {
         self.inner.probes.sleep_probe(name)
     }
 
+    /// A copy of the history ring (one pointer per snapshot): readers work
+    /// on it after releasing the lock, so they never hold up sampling.
+    fn history(&self) -> History {
+        lock(&self.inner.history).clone()
+    }
+
     /// The newest snapshot, if any.
     pub fn latest(&self) -> Option<Snapshot> {
-        lock(&self.inner.history).latest().map(|s| s.to_snapshot())
+        self.history().latest().map(Stored::to_snapshot)
     }
 
     /// Every snapshot in history, oldest first.
     pub fn snapshots(&self) -> Vec<Snapshot> {
-        lock(&self.inner.history)
-            .iter()
-            .map(|s| s.to_snapshot())
-            .collect()
+        self.history().iter().map(Stored::to_snapshot).collect()
     }
 
     /// The interval between the two newest snapshots.
     pub fn latest_interval(&self) -> Option<Interval> {
-        let h = lock(&self.inner.history);
+        let h = self.history();
         let n = h.len();
         Some(between_in_history(
             &h,
@@ -380,7 +412,7 @@ impl Sampler {
     /// The interval from the oldest snapshot within `window` of the newest
     /// one to the newest one; `None` with fewer than two snapshots.
     pub fn interval_over(&self, window: Duration) -> Option<Interval> {
-        let h = lock(&self.inner.history);
+        let h = self.history();
         let to = h.latest()?;
         let since = to
             .header
@@ -411,22 +443,28 @@ impl Sampler {
 
     /// Counters about the sampler itself, including its own CPU overhead.
     pub fn stats(&self) -> SamplerStats {
-        let (samples, cpu, first) = {
-            let st = lock(&self.inner.state);
-            (st.seq, st.sampler_cpu_time_ns, st.first_monotonic_ns)
+        let i = &self.inner;
+        let samples = i.samples_taken.load(Ordering::Acquire);
+        let cpu = i.sampler_cpu_time_ns.load(Ordering::Relaxed);
+        let first = i.first_monotonic_ns.load(Ordering::Relaxed);
+        let elapsed = match first {
+            0 => 0,
+            f => clock::monotonic_ns().saturating_sub(f - 1),
         };
-        let elapsed = first
-            .map(|f| clock::monotonic_ns().saturating_sub(f))
-            .unwrap_or(0);
+        let (history_len, history_bytes) = {
+            let h = lock(&i.history);
+            (h.len(), h.bytes())
+        };
         SamplerStats {
             samples_taken: samples,
             sampler_cpu_time_ns: cpu,
             sampler_cpu_percent: percent(cpu, elapsed),
             mean_sample_cost_ns: cpu.checked_div(samples).unwrap_or(0),
-            history_len: lock(&self.inner.history).len() as u32,
+            history_len: u32::try_from(history_len).unwrap_or(u32::MAX),
             bytes_per_stored_thread_sample: BYTES_PER_STORED_THREAD_SAMPLE as u32,
-            running: self.inner.running.load(Ordering::Acquire),
-            last_error: lock(&self.inner.last_error).clone(),
+            history_bytes: history_bytes as u64,
+            running: i.run.load(Ordering::Acquire) != 0,
+            last_error: lock(&i.last_error).clone(),
         }
     }
 
@@ -452,7 +490,7 @@ impl Sampler {
 
     fn diagnose(&self, t: &Thresholds) -> Vec<Finding> {
         let tid = self.inner.sampler_tid.load(Ordering::Relaxed);
-        let h = lock(&self.inner.history);
+        let h = self.history();
         diagnose::diagnose(&h, t, &self.inner.system, (tid != 0).then_some(tid))
     }
 
@@ -472,19 +510,49 @@ impl Sampler {
 impl Inner {
     /// Takes one snapshot into history; returns its sequence number.
     fn take(&self) -> Result<u64> {
+        self.take_stored().map(|s| s.header.seq)
+    }
+
+    /// Takes one snapshot into history and returns it as a record.
+    fn take_snapshot(&self) -> Result<Snapshot> {
+        self.take_stored().map(|s| s.to_snapshot())
+    }
+
+    /// Takes one snapshot, stores it and returns the stored form.
+    fn take_stored(&self) -> Result<Arc<Stored>> {
         let cpu_before = clock::current_thread_cpu_ns();
         let mut st = lock(&self.state);
         let st = &mut *st;
+        let seq = self.samples_taken.load(Ordering::Relaxed);
         let request = SampleRequest {
-            switch_split: st.seq.is_multiple_of(u64::from(self.switch_split_every)),
+            switch_split: seq.is_multiple_of(u64::from(self.switch_split_every)),
         };
         let monotonic_ns = clock::monotonic_ns();
         let unix_time_ns = clock::unix_ns();
         let mut warnings = Vec::new();
-        let process = st.backend.sample(request, &mut st.scratch, &mut warnings)?;
+        let process = match st.backend.sample(request, &mut st.scratch, &mut warnings) {
+            Ok(p) => p,
+            Err(e) => {
+                if matches!(e, Error::NoSuchProcess { .. }) {
+                    // The target is gone: detach the kernel source now
+                    // (programs, maps, links), not when the sampler is dropped.
+                    st.kernel = None;
+                }
+                return Err(e);
+            }
+        };
         let kernel = match st.kernel.as_mut().map(|k| k.read()) {
             None => None,
-            Some(Ok(sample)) => Some(sample),
+            Some(Ok(sample)) => {
+                let dropped = sample.dropped_events.saturating_sub(st.dropped_events);
+                st.dropped_events = sample.dropped_events;
+                if dropped > 0 {
+                    warnings.push(SampleWarning::KernelEventsDropped {
+                        dropped_events: dropped,
+                    });
+                }
+                Some(sample)
+            }
             Some(Err(e)) => {
                 if matches!(e, KernelSourceError::TargetExited { .. }) {
                     st.kernel = None;
@@ -496,43 +564,80 @@ impl Inner {
             }
         };
         let (loops, sleeps) = self.probes.collect();
-        let cost = clock::current_thread_cpu_ns().saturating_sub(cpu_before);
-        st.sampler_cpu_time_ns = st.sampler_cpu_time_ns.saturating_add(cost);
-        st.first_monotonic_ns.get_or_insert(monotonic_ns);
+        let threads = std::mem::take(&mut st.scratch);
         let header = Header {
-            seq: st.seq,
+            seq,
             monotonic_ns,
             unix_time_ns,
             process,
             switch_split_read: request.switch_split,
-            sampler_cost_ns: cost,
-            sampler_cpu_time_ns: st.sampler_cpu_time_ns,
-            loops,
-            sleeps,
-            kernel,
+            sampler_cost_ns: 0,
+            sampler_cpu_time_ns: 0,
             warnings,
         };
-        let seq = st.seq;
-        lock(&self.history).push(header, &mut st.scratch);
-        st.seq += 1;
-        Ok(seq)
+        // Packing is part of the sample's cost; the cost is known only
+        // after it, so it is written into the header last.
+        let mut stored = Stored::new(
+            &mut st.encoders,
+            header,
+            threads,
+            &loops,
+            &sleeps,
+            kernel.as_ref(),
+        );
+        let cost = clock::current_thread_cpu_ns().saturating_sub(cpu_before);
+        let total = self
+            .sampler_cpu_time_ns
+            .load(Ordering::Relaxed)
+            .saturating_add(cost);
+        stored.header.sampler_cost_ns = cost;
+        stored.header.sampler_cpu_time_ns = total;
+        self.sampler_cpu_time_ns.store(total, Ordering::Relaxed);
+        let _ = self.first_monotonic_ns.compare_exchange(
+            0,
+            monotonic_ns.saturating_add(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        let stored = Arc::new(stored);
+        st.scratch = lock(&self.history).push(stored.clone());
+        self.samples_taken.store(seq + 1, Ordering::Release);
+        Ok(stored)
+    }
+
+    /// Marks background run `id` as finished, unless another run started since.
+    fn end_run(&self, id: u64) {
+        let _ = self
+            .run
+            .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.sampler_tid.compare_exchange(
+            crate::probe::current_tid(),
+            0,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// The background loop: sample, then wait until the next tick or a stop.
-    fn run(&self) {
+    /// Ends on a stop or a fatal error (the target exited); either way the
+    /// run is marked finished, so `stats().running` turns false and
+    /// `start()` works again.
+    fn run(&self, id: u64, control: &RunControl) {
         self.sampler_tid
             .store(crate::probe::current_tid(), Ordering::Relaxed);
+        self.run_loop(control);
+        self.end_run(id);
+    }
+
+    fn run_loop(&self, control: &RunControl) {
         let interval = crate::probe::duration_ns(self.interval);
         let mut next = clock::monotonic_ns();
         loop {
-            match self.take() {
-                Ok(_) => {}
-                Err(e) => {
-                    let fatal = matches!(e, Error::NoSuchProcess { .. });
-                    *lock(&self.last_error) = Some(e.to_string());
-                    if fatal {
-                        break;
-                    }
+            if let Err(e) = self.take() {
+                let fatal = matches!(e, Error::NoSuchProcess { .. });
+                *lock(&self.last_error) = Some(e.to_string());
+                if fatal {
+                    return;
                 }
             }
             // Fixed-rate ticks; if a sample overran, skip the missed ticks.
@@ -541,7 +646,7 @@ impl Inner {
             if next <= now {
                 next = now.saturating_add(interval);
             }
-            let mut stop = lock(&self.stop);
+            let mut stop = lock(&control.stop);
             loop {
                 if *stop {
                     return;
@@ -550,7 +655,7 @@ impl Inner {
                 if now >= next {
                     break;
                 }
-                stop = match self
+                stop = match control
                     .wake
                     .wait_timeout(stop, Duration::from_nanos(next - now))
                 {
@@ -583,6 +688,8 @@ pub struct Report {
 #[must_use = "sampling stops when the guard is dropped"]
 pub struct SamplingGuard {
     inner: Arc<Inner>,
+    id: u64,
+    control: Arc<RunControl>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -599,14 +706,14 @@ impl SamplingGuard {
 
 impl Drop for SamplingGuard {
     fn drop(&mut self) {
-        *lock(&self.inner.stop) = true;
-        self.inner.wake.notify_all();
+        *lock(&self.control.stop) = true;
+        self.control.wake.notify_all();
         if let Some(h) = self.handle.take() {
             // The sampling thread never panics; if it did, there is nothing
             // useful to propagate from a destructor.
             let _ = h.join();
         }
-        self.inner.running.store(false, Ordering::Release);
+        self.inner.end_run(self.id);
     }
 }
 

@@ -20,5 +20,11 @@ pub use loop_probe::{LoopProbe, LoopStats, WaitGuard};
 pub(crate) use registry::ProbeRegistry;
 pub use sleep_probe::{SleepProbe, SleepStats};
 
-/// Most probes one sampler tracks at once (live or not yet reported after drop).
+/// Most probes of each kind (loop, sleep) one sampler tracks at once (live,
+/// or dropped and not yet reported in a snapshot).
 pub const MAX_PROBES: usize = 4096;
+
+/// Longest probe name, in bytes (UTF-8). Names are stored once per key
+/// frame and copied into every report, so they are bounded; 64 bytes fits
+/// "module/loop-name#instance" style names.
+pub const MAX_PROBE_NAME_BYTES: usize = 64;

@@ -3,9 +3,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::MAX_PROBES;
 use super::loop_probe::{LoopCells, LoopProbe, LoopStats};
 use super::sleep_probe::{SleepCells, SleepProbe, SleepStats};
+use super::{MAX_PROBE_NAME_BYTES, MAX_PROBES};
 use crate::{Error, Result, lock};
 
 /// Probes registered with one sampler. A dropped probe is reported in one
@@ -20,9 +20,16 @@ pub(crate) struct ProbeRegistry {
 
 fn check_room(len: usize) -> Result<()> {
     if len >= MAX_PROBES {
-        return Err(Error::InvalidConfig {
-            field: "probes",
-            reason: format!("at most {MAX_PROBES} probes per sampler; drop unused ones"),
+        return Err(Error::TooManyProbes { max: MAX_PROBES });
+    }
+    Ok(())
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.len() > MAX_PROBE_NAME_BYTES {
+        return Err(Error::ProbeNameTooLong {
+            len: name.len(),
+            max: MAX_PROBE_NAME_BYTES,
         });
     }
     Ok(())
@@ -30,6 +37,7 @@ fn check_room(len: usize) -> Result<()> {
 
 impl ProbeRegistry {
     pub(crate) fn loop_probe(&self, name: &str) -> Result<LoopProbe> {
+        check_name(name)?;
         let mut loops = lock(&self.loops);
         check_room(loops.len())?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -43,6 +51,7 @@ impl ProbeRegistry {
     }
 
     pub(crate) fn sleep_probe(&self, name: &str) -> Result<SleepProbe> {
+        check_name(name)?;
         let mut sleeps = lock(&self.sleeps);
         check_room(sleeps.len())?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,487 @@
+//! Probe and kernel counters as stored in history: packed records, each the
+//! difference from the same entity in a shared key frame.
+//!
+//! Every [`KEY_FRAME_EVERY`] snapshots the sampler writes a key frame: every
+//! entity's fields against zeros. The snapshots in between store each
+//! entity's difference from its key-frame record ([`super::codec`]), so
+//! decoding any snapshot reads one key frame and one delta, and an unchanged
+//! probe or idle thread costs two bytes. Key frames are shared (`Arc`) by the
+//! snapshots that refer to them and freed with the last one.
+//!
+//! The field layout of each record type is written once, in its
+//! [`Record`] implementation below; fields appended later read as 0 from
+//! older records.
+
+use std::sync::Arc;
+
+use super::codec::{self, Fields, push_str};
+use crate::histogram::{LOG2_BUCKETS, Log2Histogram};
+use crate::kernel::{KernelSample, KernelThreadStats, Waker};
+use crate::probe::{LoopStats, SleepStats};
+
+/// A new key frame is written every this many snapshots (at most): a
+/// longer period stores less, a shorter one keeps deltas smaller. 32 keeps
+/// 256 eBPF threads × 300 snapshots under 16 MiB with every thread active
+/// (see the memory test and BENCHMARKS.md).
+pub(crate) const KEY_FRAME_EVERY: u32 = 32;
+
+/// An entity stored packed: a key unique within its snapshot and a list of fields.
+pub(crate) trait Record: Sized {
+    /// Identity within a snapshot (probe id, TID).
+    fn key(&self) -> u64;
+    /// Appends the fields, in this type's fixed order.
+    fn pack(&self, fields: &mut Vec<u64>);
+    /// Rebuilds the record from its key and fields.
+    fn unpack(key: u64, fields: &[u64]) -> Self;
+}
+
+fn push_histogram(fields: &mut Vec<u64>, h: &Log2Histogram) {
+    fields.extend((0..LOG2_BUCKETS).map(|i| h.buckets.get(i).copied().unwrap_or(0)));
+}
+
+fn histogram(f: &mut Fields<'_>) -> Log2Histogram {
+    Log2Histogram::from_buckets(f.take(LOG2_BUCKETS))
+}
+
+fn optional(v: u64) -> Option<u64> {
+    (v != 0).then_some(v)
+}
+
+impl Record for LoopStats {
+    fn key(&self) -> u64 {
+        self.id
+    }
+    fn pack(&self, f: &mut Vec<u64>) {
+        f.extend([
+            self.tid.unwrap_or(0),
+            self.total_wakeups,
+            self.total_idle_wakeups,
+            self.total_timed_out_wakeups,
+            self.total_early_wakeups,
+            self.total_zero_timeout_waits,
+            self.total_events,
+            self.total_wait_ns,
+            self.total_busy_ns,
+            self.total_poll_delay_ns,
+            self.total_unmatched_calls,
+            self.current_wait_ns,
+        ]);
+        push_histogram(f, &self.poll_delay_histogram);
+        push_str(f, &self.name);
+    }
+    fn unpack(id: u64, fields: &[u64]) -> Self {
+        let mut f = Fields::new(fields);
+        LoopStats {
+            id,
+            tid: optional(f.next()),
+            total_wakeups: f.next(),
+            total_idle_wakeups: f.next(),
+            total_timed_out_wakeups: f.next(),
+            total_early_wakeups: f.next(),
+            total_zero_timeout_waits: f.next(),
+            total_events: f.next(),
+            total_wait_ns: f.next(),
+            total_busy_ns: f.next(),
+            total_poll_delay_ns: f.next(),
+            total_unmatched_calls: f.next(),
+            current_wait_ns: f.next(),
+            poll_delay_histogram: histogram(&mut f),
+            name: f.string(),
+        }
+    }
+}
+
+impl Record for SleepStats {
+    fn key(&self) -> u64 {
+        self.id
+    }
+    fn pack(&self, f: &mut Vec<u64>) {
+        f.extend([
+            self.tid.unwrap_or(0),
+            self.total_calls,
+            self.total_requested_ns,
+            self.total_actual_ns,
+            self.total_cpu_ns,
+            self.total_oversleep_ns,
+            self.total_unmatched_calls,
+        ]);
+        push_histogram(f, &self.oversleep_histogram);
+        push_str(f, &self.name);
+    }
+    fn unpack(id: u64, fields: &[u64]) -> Self {
+        let mut f = Fields::new(fields);
+        SleepStats {
+            id,
+            tid: optional(f.next()),
+            total_calls: f.next(),
+            total_requested_ns: f.next(),
+            total_actual_ns: f.next(),
+            total_cpu_ns: f.next(),
+            total_oversleep_ns: f.next(),
+            total_unmatched_calls: f.next(),
+            oversleep_histogram: histogram(&mut f),
+            name: f.string(),
+        }
+    }
+}
+
+impl Record for KernelThreadStats {
+    fn key(&self) -> u64 {
+        self.tid
+    }
+    fn pack(&self, f: &mut Vec<u64>) {
+        let (o, p, s) = (&self.off_cpu, &self.poll, &self.sleep);
+        f.extend([
+            self.on_cpu_ns,
+            self.voluntary_switches,
+            self.involuntary_switches,
+            o.sleep_ns,
+            o.lock_ns,
+            o.poll_ns,
+            o.io_ns,
+            o.preempted_ns,
+            o.other_ns,
+            self.wakeups_received,
+            p.calls,
+            p.zero_returns,
+            p.zero_timeouts,
+            p.infinite_timeouts,
+            p.time_in_calls_ns,
+            s.calls,
+            s.requested_ns,
+            s.actual_ns,
+        ]);
+        push_histogram(f, &self.off_cpu_histogram);
+        push_histogram(f, &self.run_queue_latency_histogram);
+        push_histogram(f, &p.timeout_histogram);
+        push_str(f, &self.comm);
+        f.push(self.top_wakers.len() as u64);
+        for w in &self.top_wakers {
+            f.extend([w.tid, w.wakeups]);
+            push_str(f, &w.comm);
+        }
+    }
+    fn unpack(tid: u64, fields: &[u64]) -> Self {
+        let mut f = Fields::new(fields);
+        let mut t = KernelThreadStats {
+            tid,
+            on_cpu_ns: f.next(),
+            voluntary_switches: f.next(),
+            involuntary_switches: f.next(),
+            ..Default::default()
+        };
+        let o = &mut t.off_cpu;
+        o.sleep_ns = f.next();
+        o.lock_ns = f.next();
+        o.poll_ns = f.next();
+        o.io_ns = f.next();
+        o.preempted_ns = f.next();
+        o.other_ns = f.next();
+        t.wakeups_received = f.next();
+        let p = &mut t.poll;
+        p.calls = f.next();
+        p.zero_returns = f.next();
+        p.zero_timeouts = f.next();
+        p.infinite_timeouts = f.next();
+        p.time_in_calls_ns = f.next();
+        let s = &mut t.sleep;
+        s.calls = f.next();
+        s.requested_ns = f.next();
+        s.actual_ns = f.next();
+        t.off_cpu_histogram = histogram(&mut f);
+        t.run_queue_latency_histogram = histogram(&mut f);
+        t.poll.timeout_histogram = histogram(&mut f);
+        t.comm = f.string();
+        // Bounded by the fields present: a waker takes at least three.
+        let wakers = usize::try_from(f.next()).unwrap_or(0).min(fields.len() / 3);
+        t.top_wakers = (0..wakers)
+            .map(|_| Waker {
+                tid: f.next(),
+                wakeups: f.next(),
+                comm: f.string(),
+            })
+            .collect();
+        t
+    }
+}
+
+/// A key frame: every entity's fields against zeros.
+#[derive(Debug)]
+pub(crate) struct KeyFrame {
+    bytes: Box<[u8]>,
+}
+
+impl KeyFrame {
+    /// Bytes this key frame occupies.
+    pub(crate) fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.bytes.len()
+    }
+}
+
+/// One snapshot's entities of one kind (loops, sleeps or kernel threads).
+#[derive(Debug, Clone)]
+pub(crate) struct Packed {
+    key: Arc<KeyFrame>,
+    delta: Box<[u8]>,
+}
+
+/// Decoded frame: head fields and `(key, fields)` of every entity, sorted by key.
+#[derive(Debug, Default, Clone)]
+struct Frame {
+    head: Vec<u64>,
+    entities: Vec<(u64, Vec<u64>)>,
+}
+
+impl Frame {
+    fn base(&self, key: u64) -> &[u64] {
+        match self.entities.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(i) => &self.entities[i].1,
+            Err(_) => &[],
+        }
+    }
+
+    /// Appends this frame's encoding against `base`.
+    fn encode(&self, base: &Frame, out: &mut Vec<u8>) {
+        codec::encode(&base.head, &self.head, out);
+        codec::put_varint(out, self.entities.len() as u64);
+        // Keys are sorted: each is stored as the step from the previous one.
+        let mut prev = 0;
+        for (key, fields) in &self.entities {
+            codec::put_varint(out, key.wrapping_sub(prev));
+            prev = *key;
+            codec::encode(base.base(*key), fields, out);
+        }
+    }
+
+    fn decode(base: &Frame, bytes: &[u8]) -> Option<Frame> {
+        let mut pos = 0;
+        let mut frame = Frame::default();
+        codec::decode(&base.head, bytes, &mut pos, &mut frame.head)?;
+        let count = usize::try_from(codec::get_varint(bytes, &mut pos)?).ok()?;
+        // Each entity takes at least three bytes: no buffer backs a larger count.
+        frame.entities.reserve(count.min(bytes.len() / 3));
+        let mut key = 0u64;
+        for _ in 0..count {
+            key = key.wrapping_add(codec::get_varint(bytes, &mut pos)?);
+            let mut fields = Vec::new();
+            codec::decode(base.base(key), bytes, &mut pos, &mut fields)?;
+            frame.entities.push((key, fields));
+        }
+        Some(frame)
+    }
+}
+
+impl Packed {
+    /// Bytes this snapshot's delta occupies (its key frame is counted apart).
+    pub(crate) fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.delta.len()
+    }
+
+    /// The shared key frame.
+    pub(crate) fn key_frame(&self) -> &Arc<KeyFrame> {
+        &self.key
+    }
+
+    fn frame(&self) -> Option<Frame> {
+        let key = Frame::decode(&Frame::default(), &self.key.bytes)?;
+        Frame::decode(&key, &self.delta)
+    }
+
+    /// The records, sorted by key, and the head fields. Empty when the
+    /// bytes are corrupt, which [`Encoder`] never writes.
+    pub(crate) fn unpack<R: Record>(&self) -> (Vec<u64>, Vec<R>) {
+        let frame = self.frame().unwrap_or_default();
+        let records = frame
+            .entities
+            .iter()
+            .map(|(k, f)| R::unpack(*k, f))
+            .collect();
+        (frame.head, records)
+    }
+}
+
+/// Writes the frames of one kind of entity, snapshot after snapshot.
+#[derive(Debug)]
+pub(crate) struct Encoder {
+    /// The current key frame, encoded and decoded.
+    key: (Arc<KeyFrame>, Frame),
+    since_key: u32,
+    frame: Frame,
+    bytes: Vec<u8>,
+}
+
+impl Default for Encoder {
+    fn default() -> Self {
+        let mut bytes = Vec::new();
+        Frame::default().encode(&Frame::default(), &mut bytes);
+        Encoder {
+            key: (
+                Arc::new(KeyFrame {
+                    bytes: bytes.as_slice().into(),
+                }),
+                Frame::default(),
+            ),
+            // The first call writes a key frame.
+            since_key: KEY_FRAME_EVERY,
+            frame: Frame::default(),
+            bytes,
+        }
+    }
+}
+
+impl Encoder {
+    /// Packs `records` (any order) with the `head` fields; starts a new key
+    /// frame every [`KEY_FRAME_EVERY`] calls.
+    pub(crate) fn encode<R: Record>(&mut self, head: &[u64], records: &[R]) -> Packed {
+        let Encoder {
+            key,
+            since_key,
+            frame,
+            bytes,
+        } = self;
+        frame.head.clear();
+        frame.head.extend_from_slice(head);
+        // Reuse the field buffers of the previous call.
+        frame.entities.truncate(records.len());
+        while frame.entities.len() < records.len() {
+            frame.entities.push((0, Vec::new()));
+        }
+        for (slot, r) in frame.entities.iter_mut().zip(records) {
+            slot.0 = r.key();
+            slot.1.clear();
+            r.pack(&mut slot.1);
+        }
+        frame.entities.sort_unstable_by_key(|(k, _)| *k);
+
+        if *since_key >= KEY_FRAME_EVERY {
+            bytes.clear();
+            frame.encode(&Frame::default(), bytes);
+            *key = (
+                Arc::new(KeyFrame {
+                    bytes: bytes.as_slice().into(),
+                }),
+                frame.clone(),
+            );
+            *since_key = 0;
+        }
+        *since_key += 1;
+        bytes.clear();
+        frame.encode(&key.1, bytes);
+        Packed {
+            key: key.0.clone(),
+            delta: bytes.as_slice().into(),
+        }
+    }
+}
+
+/// Head fields of a kernel frame: pid and dropped events, then the source name.
+pub(crate) fn kernel_head(k: &KernelSample) -> Vec<u64> {
+    let mut head = vec![u64::from(k.pid), k.dropped_events];
+    push_str(&mut head, &k.source);
+    head
+}
+
+/// Rebuilds a kernel sample from its packed frame.
+pub(crate) fn unpack_kernel(p: &Packed) -> KernelSample {
+    let (head, threads) = p.unpack::<KernelThreadStats>();
+    let mut f = Fields::new(&head);
+    KernelSample {
+        pid: u32::try_from(f.next()).unwrap_or(u32::MAX),
+        dropped_events: f.next(),
+        source: f.string(),
+        threads,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::OffCpuTime;
+
+    fn kernel_thread(tid: u64, n: u64) -> KernelThreadStats {
+        let mut h = Log2Histogram::default();
+        for v in 0..n {
+            h.record(v * 1000);
+        }
+        KernelThreadStats {
+            tid,
+            comm: format!("worker-{tid}"),
+            on_cpu_ns: n * 1_000_000,
+            voluntary_switches: n,
+            involuntary_switches: n / 3,
+            off_cpu: OffCpuTime {
+                sleep_ns: n * 7,
+                poll_ns: n * 11,
+                ..Default::default()
+            },
+            off_cpu_histogram: h.clone(),
+            run_queue_latency_histogram: h,
+            wakeups_received: n,
+            top_wakers: vec![
+                Waker {
+                    tid: 1,
+                    comm: "[interrupt]".into(),
+                    wakeups: n,
+                },
+                Waker {
+                    tid: tid + 1,
+                    comm: "wäker".into(),
+                    wakeups: n / 2,
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn kernel_samples_round_trip_across_key_frames() {
+        let mut enc = Encoder::default();
+        for round in 0..(2 * KEY_FRAME_EVERY as u64 + 3) {
+            let sample = KernelSample {
+                source: "ebpf".into(),
+                pid: 42,
+                // Threads come and go, and arrive in any order.
+                threads: (0..20)
+                    .rev()
+                    .filter(|t| (t + round) % 7 != 0)
+                    .map(|t| kernel_thread(100 + t, round * t))
+                    .collect(),
+                dropped_events: round,
+            };
+            let packed = enc.encode(&kernel_head(&sample), &sample.threads);
+            let back = unpack_kernel(&packed);
+            let mut want = sample.clone();
+            want.threads.sort_by_key(|t| t.tid);
+            assert_eq!(back, want, "round {round}");
+        }
+    }
+
+    #[test]
+    fn probes_round_trip_and_unchanged_ones_cost_a_few_bytes() {
+        let mut enc = Encoder::default();
+        let mut l = LoopStats {
+            id: 3,
+            name: "io-loop".into(),
+            tid: Some(77),
+            total_wakeups: 1000,
+            ..Default::default()
+        };
+        l.poll_delay_histogram.record(5000);
+        let first = enc.encode(&[], std::slice::from_ref(&l));
+        let again = enc.encode(&[], std::slice::from_ref(&l));
+        assert!(
+            again.size() - std::mem::size_of::<Packed>() <= 8,
+            "{}",
+            again.size()
+        );
+        assert_eq!(first.unpack::<LoopStats>().1, vec![l.clone()]);
+        let s = SleepStats {
+            id: 9,
+            name: "nap".into(),
+            total_calls: 5,
+            ..Default::default()
+        };
+        let p = Encoder::default().encode(&[], std::slice::from_ref(&s));
+        assert_eq!(p.unpack::<SleepStats>().1, vec![s]);
+    }
+}

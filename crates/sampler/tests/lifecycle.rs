@@ -1,0 +1,167 @@
+//! The sampler's life cycle and limits: when the watched process exits the
+//! kernel source is detached at once and background sampling ends and says
+//! so; lost kernel events and probe limits are reported with their own types.
+#![cfg(target_os = "linux")]
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use wakemeter::{Error, KernelSample, KernelSource, KernelSourceError, SamplerBuilder, Target};
+
+/// A kernel source that records when it is dropped (= detached).
+struct Tracked {
+    detached: Arc<AtomicBool>,
+    reads: Arc<AtomicU64>,
+}
+
+impl KernelSource for Tracked {
+    fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(KernelSample::default())
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.detached.store(true, Ordering::Release);
+    }
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_kernel_source_detaches_and_running_turns_false_when_the_target_exits() {
+    let mut child = Command::new("sleep")
+        .arg("30")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn sleep");
+    let detached = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let sampler = SamplerBuilder::new()
+        .with_target(Target::Pid(child.id()))
+        .with_interval(Duration::from_millis(20))
+        .with_kernel_source(Box::new(Tracked {
+            detached: detached.clone(),
+            reads: reads.clone(),
+        }))
+        .build()
+        .expect("build");
+    let guard = sampler.start().expect("start");
+    wait_for("a kernel read", || reads.load(Ordering::Relaxed) >= 2);
+    assert!(sampler.stats().running);
+    assert!(!detached.load(Ordering::Acquire));
+
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    // The guard is still alive: the source is detached anyway, and the
+    // sampler says it is no longer running, with the reason.
+    wait_for("the sampling thread to stop", || !sampler.stats().running);
+    assert!(
+        detached.load(Ordering::Acquire),
+        "kernel source still attached"
+    );
+    let stats = sampler.stats();
+    assert!(
+        stats
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("no process")),
+        "{stats:?}"
+    );
+    // A new start is allowed (it stops again at once: the target is gone).
+    let again = sampler.start().expect("start after a fatal stop");
+    wait_for("the second run to stop", || !sampler.stats().running);
+    drop(again);
+    drop(guard);
+    assert!(matches!(
+        sampler.sample_now(),
+        Err(Error::NoSuchProcess { .. })
+    ));
+}
+
+#[test]
+fn dropping_an_old_guard_does_not_stop_a_newer_run() {
+    let sampler = SamplerBuilder::new()
+        .with_interval(Duration::from_millis(5))
+        .build()
+        .expect("build");
+    let first = sampler.start().expect("start");
+    assert!(matches!(sampler.start(), Err(Error::AlreadyRunning)));
+    drop(first);
+    assert!(!sampler.stats().running);
+    let second = sampler.start().expect("start again");
+    let before = sampler.stats().samples_taken;
+    wait_for("the second run to sample", || {
+        sampler.stats().samples_taken >= before + 3
+    });
+    assert!(sampler.stats().running);
+    drop(second);
+    assert!(!sampler.stats().running);
+}
+
+#[test]
+fn probe_limits_have_their_own_errors() {
+    let sampler = SamplerBuilder::new().build().expect("build");
+    let long = "x".repeat(wakemeter::probe::MAX_PROBE_NAME_BYTES + 1);
+    match sampler.loop_probe(&long) {
+        Err(Error::ProbeNameTooLong { len, max }) => {
+            assert_eq!(
+                (len, max),
+                (long.len(), wakemeter::probe::MAX_PROBE_NAME_BYTES)
+            );
+        }
+        other => panic!("expected ProbeNameTooLong, got {other:?}"),
+    }
+    assert!(matches!(
+        sampler.sleep_probe(&"y".repeat(64 << 20)),
+        Err(Error::ProbeNameTooLong { .. })
+    ));
+    let fits = "z".repeat(wakemeter::probe::MAX_PROBE_NAME_BYTES);
+    let _ok = sampler.loop_probe(&fits).expect("a name at the limit");
+    let probes: Vec<_> = (0..wakemeter::probe::MAX_PROBES)
+        .map(|i| sampler.sleep_probe(&format!("p{i}")).expect("room"))
+        .collect();
+    match sampler.sleep_probe("one-too-many") {
+        Err(Error::TooManyProbes { max }) => assert_eq!(max, wakemeter::probe::MAX_PROBES),
+        other => panic!("expected TooManyProbes, got {other:?}"),
+    }
+    drop(probes);
+}
+
+/// A kernel source whose map overflows: `dropped_events` rises by 5 per read.
+struct Overflowing(u64);
+
+impl KernelSource for Overflowing {
+    fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
+        self.0 += 5;
+        let mut s = KernelSample::default();
+        s.dropped_events = self.0;
+        Ok(s)
+    }
+}
+
+#[test]
+fn lost_kernel_events_surface_as_a_warning_per_snapshot() {
+    let sampler = SamplerBuilder::new()
+        .with_kernel_source(Box::new(Overflowing(0)))
+        .build()
+        .expect("build");
+    for _ in 0..3 {
+        let snap = sampler.sample_now().expect("sample");
+        assert!(
+            snap.warnings
+                .contains(&wakemeter::SampleWarning::KernelEventsDropped { dropped_events: 5 }),
+            "{:?}",
+            snap.warnings
+        );
+    }
+}
