@@ -183,13 +183,7 @@ fn probe_count_is_bounded() {
         .collect();
     let err = sampler.loop_probe("one-too-many").unwrap_err();
     assert!(
-        matches!(
-            err,
-            wakemeter::Error::InvalidConfig {
-                field: "probes",
-                ..
-            }
-        ),
+        matches!(err, wakemeter::Error::TooManyProbes { max } if max == wakemeter::probe::MAX_PROBES),
         "{err}"
     );
     drop(probes);
