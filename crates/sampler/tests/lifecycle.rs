@@ -165,3 +165,25 @@ fn lost_kernel_events_surface_as_a_warning_per_snapshot() {
         );
     }
 }
+
+#[test]
+fn a_zombie_target_reads_as_exited() {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let stat = format!("/proc/{}/stat", child.id());
+    // Not reaped yet: the process stays a zombie until `wait`.
+    wait_for("the child to become a zombie", || {
+        std::fs::read_to_string(&stat).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        })
+    });
+    let outcome = SamplerBuilder::new()
+        .with_target(Target::Pid(child.id()))
+        .build()
+        .and_then(|s| s.sample_now());
+    assert!(
+        matches!(outcome, Err(Error::NoSuchProcess { pid }) if pid == child.id()),
+        "{outcome:?}"
+    );
+    child.wait().expect("reap");
+}

@@ -610,6 +610,17 @@ impl<S: Sys> Reader<S> {
             Err(e) => return Err(self.process_error(e, "status")),
         };
         let bytes = &self.buf[..n];
+        // A zombie (or dead) process has exited and waits to be reaped: its
+        // threads are gone and its files stay readable until then, so it
+        // must not read as alive forever.
+        if parse::status_line(bytes, b"State")
+            .and_then(|s| s.iter().find(|b| !b.is_ascii_whitespace()))
+            .is_some_and(|c| matches!(c, b'Z' | b'X'))
+        {
+            return Err(Error::NoSuchProcess {
+                pid: self.sys.pid(),
+            });
+        }
         Ok((
             parse::status_field(bytes, b"Threads"),
             parse::status_field(bytes, b"VmHWM"),
