@@ -489,7 +489,12 @@ pub(crate) fn compute<T: ThreadCounters>(
             cpu_time_ns: cpu,
             cpu_percent: percent(cpu, d),
             rss_bytes: pt.rss_bytes,
-            rss_change_bytes: (pt.rss_bytes as i64).saturating_sub(pf.rss_bytes as i64),
+            rss_change_bytes: i64::try_from(i128::from(pt.rss_bytes) - i128::from(pf.rss_bytes))
+                .unwrap_or(if pt.rss_bytes > pf.rss_bytes {
+                    i64::MAX
+                } else {
+                    i64::MIN
+                }),
             peak_rss_bytes: pt.peak_rss_bytes,
             thread_count: pt.thread_count,
             interrupt_wakeups_per_sec: wake_rate(pf.interrupt_wakeups, pt.interrupt_wakeups),

@@ -3,11 +3,8 @@
 //! threads, loops and sleep sites missing at either end. It never panics,
 //! never yields NaN or infinity, and with consistent inputs its
 //! percentages and ratios stay within their documented bounds.
-//!
-//! Known, reported and not checked here: `ProcessInterval::rss_change_bytes`
-//! converts each RSS with `as i64`, so an RSS of 2^63 bytes or more reads as
-//! negative (from 0 to 2^63 bytes gives `i64::MIN`, "shrank"). No process
-//! has that much memory; the exactness check covers RSS below 2^63.
+//! `ProcessInterval::rss_change_bytes` is exact, and saturates (keeping its
+//! sign) where the change does not fit an `i64`.
 // Test code: a failed setup is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -315,14 +312,12 @@ proptest! {
         for l in &i.loops {
             prop_assert!(within(l.utilization, 1.0), "utilization {}", l.utilization);
         }
-        // The RSS change is exact for any size a process can have (below
-        // 2^63 bytes; see the module docs).
-        if from.process.rss_bytes <= i64::MAX as u64 && to.process.rss_bytes <= i64::MAX as u64 {
-            prop_assert_eq!(
-                i128::from(i.process.rss_change_bytes),
-                i128::from(to.process.rss_bytes) - i128::from(from.process.rss_bytes)
-            );
-        }
+        // The RSS change is exact, or saturated with the right sign.
+        let change = i128::from(to.process.rss_bytes) - i128::from(from.process.rss_bytes);
+        prop_assert_eq!(
+            i128::from(i.process.rss_change_bytes),
+            change.clamp(i128::from(i64::MIN), i128::from(i64::MAX))
+        );
     }
 
     #[test]
