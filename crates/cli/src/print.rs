@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use serde::Serialize;
-use wakemeter::{Finding, Interval, Severity};
+use wakemeter::{Finding, Interval, SampleWarning, Severity};
 
 /// Characters that must not reach a terminal raw: C0 controls (including
 /// ESC, BEL, tab and newline), DEL, C1 controls (`\u{9b}` is CSI on some
@@ -213,6 +213,36 @@ pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
             k.off_cpu.poll_ns as f64 * 100.0 / i.duration_ns.max(1) as f64,
             waker
         )?;
+    }
+    if let Some(n) = i.kernel_uncovered_threads.filter(|n| *n > 0) {
+        writeln!(
+            out,
+            "  {n} thread(s) have no kernel record: the eBPF thread map is full, \
+             or they have not run since it attached"
+        )?;
+    }
+    Ok(())
+}
+
+/// What made the report's snapshots less complete than configured (lost
+/// kernel events, descriptors, a failed kernel source), one line each.
+pub fn warnings(out: &mut impl Write, w: &[SampleWarning]) -> io::Result<()> {
+    for w in w {
+        let line = match w {
+            SampleWarning::KernelEventsDropped { dropped_events } => format!(
+                "{dropped_events} kernel events lost (an eBPF map was full): kernel counters are low"
+            ),
+            SampleWarning::DescriptorsExhausted {
+                threads_without_descriptors,
+            } => format!(
+                "out of file descriptors: {threads_without_descriptors} thread(s) sampled with CPU time only"
+            ),
+            SampleWarning::KernelSourceFailed { message } => {
+                format!("kernel source failed: {}", safe(message))
+            }
+            other => safe(&format!("{other:?}")).into_owned(),
+        };
+        writeln!(out, "  warning: {line}")?;
     }
     Ok(())
 }

@@ -171,6 +171,7 @@ fn write_report(out: &mut impl Write, report: &Report, json: bool) -> io::Result
         print::threads(out, i)?;
         print::kernel(out, i)?;
         print::findings(out, &report.findings)?;
+        print::warnings(out, &report.warnings)?;
     }
     out.flush()?;
     Ok(report.interval.is_some())

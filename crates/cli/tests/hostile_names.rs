@@ -170,10 +170,7 @@ fn hostile_names_stay_exact_in_json_without_raw_controls() {
     let doc: serde_json::Value = serde_json::from_str(line).unwrap();
     let threads = doc["interval"]["threads"].as_array().unwrap();
     assert!(threads.iter().any(|t| t["tid"] == h.thread), "{threads:?}");
-    let names: Vec<&str> = threads
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names: Vec<&str> = threads.iter().filter_map(|t| t["name"].as_str()).collect();
     for n in NAMES {
         assert!(names.contains(&n), "{n:?} not in {names:?}");
     }

@@ -317,6 +317,9 @@ pub struct Report {
     pub interval: Option<Interval>,
     /// Findings, most severe first.
     pub findings: Vec<Finding>,
+    /// What made the interval's snapshots less complete than configured,
+    /// each kind once; lost kernel events summed.
+    pub warnings: Vec<crate::records::SampleWarning>,
 }
 
 impl From<&wakemeter::Report> for Report {
@@ -327,6 +330,7 @@ impl From<&wakemeter::Report> for Report {
             stats: (&r.stats).into(),
             interval: r.interval.as_ref().map(Into::into),
             findings: r.findings.iter().map(Into::into).collect(),
+            warnings: r.warnings.iter().map(Into::into).collect(),
         }
     }
 }

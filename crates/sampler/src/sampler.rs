@@ -412,18 +412,7 @@ impl Sampler {
     /// The interval from the oldest snapshot within `window` of the newest
     /// one to the newest one; `None` with fewer than two snapshots.
     pub fn interval_over(&self, window: Duration) -> Option<Interval> {
-        let h = self.history();
-        let to = h.latest()?;
-        let since = to
-            .header
-            .monotonic_ns
-            .saturating_sub(crate::probe::duration_ns(window));
-        let from = h.first_since(since)?;
-        if from.header.seq == to.header.seq {
-            let n = h.len();
-            return Some(between_in_history(&h, h.get(n.checked_sub(2)?)?, to));
-        }
-        Some(between_in_history(&h, from, to))
+        interval_over_in(&self.history(), window)
     }
 
     /// Facts about the machine, read once at build.
@@ -489,20 +478,33 @@ impl Sampler {
     }
 
     fn diagnose(&self, t: &Thresholds) -> Vec<Finding> {
+        self.diagnose_in(&self.history(), t)
+    }
+
+    fn diagnose_in(&self, h: &History, t: &Thresholds) -> Vec<Finding> {
         let tid = self.inner.sampler_tid.load(Ordering::Relaxed);
-        let h = self.history();
-        diagnose::diagnose(&h, t, &self.inner.system, (tid != 0).then_some(tid))
+        diagnose::diagnose(h, t, &self.inner.system, (tid != 0).then_some(tid))
     }
 
     /// Everything a report needs: machine, sampler cost, the interval over
     /// the findings window, and the findings. Serializes to JSON with serde.
+    ///
+    /// Everything in it comes from one copy of the history, taken under
+    /// the lock; the work is done after releasing it.
     pub fn report(&self) -> Report {
+        let h = self.history();
+        let interval = interval_over_in(&h, self.inner.thresholds.window);
+        let warnings = interval
+            .as_ref()
+            .map(|i| warnings_in(&h, i.from_seq, i.to_seq))
+            .unwrap_or_default();
         Report {
             unix_time_ns: clock::unix_ns(),
             system: self.inner.system.clone(),
             stats: self.stats(),
-            interval: self.interval_over(self.inner.thresholds.window),
-            findings: self.findings(),
+            findings: self.diagnose_in(&h, &self.inner.thresholds),
+            interval,
+            warnings,
         }
     }
 }
@@ -681,6 +683,55 @@ pub struct Report {
     pub interval: Option<Interval>,
     /// Findings, most severe first.
     pub findings: Vec<Finding>,
+    /// What made the snapshots of the interval less complete than
+    /// configured, each kind once; lost kernel events are summed.
+    pub warnings: Vec<SampleWarning>,
+}
+
+/// The interval over `window` ending at the newest snapshot of `h`.
+fn interval_over_in(h: &History, window: Duration) -> Option<Interval> {
+    let to = h.latest()?;
+    let since = to
+        .header
+        .monotonic_ns
+        .saturating_sub(crate::probe::duration_ns(window));
+    let from = h.first_since(since)?;
+    if from.header.seq == to.header.seq {
+        let n = h.len();
+        return Some(between_in_history(h, h.get(n.checked_sub(2)?)?, to));
+    }
+    Some(between_in_history(h, from, to))
+}
+
+/// The warnings of the snapshots after `from_seq` up to `to_seq`, each once
+/// (the newest of its kind), with lost kernel events summed.
+fn warnings_in(h: &History, from_seq: u64, to_seq: u64) -> Vec<SampleWarning> {
+    let mut out: Vec<SampleWarning> = Vec::new();
+    let mut dropped = 0u64;
+    let within = h
+        .iter()
+        .rev()
+        .filter(|s| s.header.seq > from_seq && s.header.seq <= to_seq);
+    for w in within.flat_map(|s| &s.header.warnings) {
+        match w {
+            SampleWarning::KernelEventsDropped { dropped_events } => {
+                dropped = dropped.saturating_add(*dropped_events);
+            }
+            w if !out
+                .iter()
+                .any(|o| std::mem::discriminant(o) == std::mem::discriminant(w)) =>
+            {
+                out.push(w.clone());
+            }
+            _ => {}
+        }
+    }
+    if dropped > 0 {
+        out.push(SampleWarning::KernelEventsDropped {
+            dropped_events: dropped,
+        });
+    }
+    out
 }
 
 /// Keeps background sampling running; dropping it stops the sampling thread

@@ -164,6 +164,16 @@ fn lost_kernel_events_surface_as_a_warning_per_snapshot() {
             snap.warnings
         );
     }
+    // The report sums them over its interval (snapshots 1 and 2 after 0).
+    let report = sampler.report();
+    assert_eq!(
+        report.interval.as_ref().map(|i| (i.from_seq, i.to_seq)),
+        Some((0, 2))
+    );
+    assert_eq!(
+        report.warnings,
+        vec![wakemeter::SampleWarning::KernelEventsDropped { dropped_events: 10 }]
+    );
 }
 
 #[test]
