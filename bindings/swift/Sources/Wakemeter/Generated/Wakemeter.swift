@@ -2240,6 +2240,11 @@ public struct Interval: Equatable, Hashable {
      */
     public let threadsExited: UInt32
     /**
+     * Threads alive at the end with no kernel (eBPF) record at the end;
+     * `None` without a kernel sample at both ends.
+     */
+    public let kernelUncoveredThreads: UInt32?
+    /**
      * Instrumented loops alive at the end.
      */
     public let loops: [LoopInterval]
@@ -2281,6 +2286,10 @@ public struct Interval: Equatable, Hashable {
          * Threads that exited during the interval.
          */threadsExited: UInt32, 
         /**
+         * Threads alive at the end with no kernel (eBPF) record at the end;
+         * `None` without a kernel sample at both ends.
+         */kernelUncoveredThreads: UInt32?, 
+        /**
          * Instrumented loops alive at the end.
          */loops: [LoopInterval], 
         /**
@@ -2299,6 +2308,7 @@ public struct Interval: Equatable, Hashable {
         self.process = process
         self.threads = threads
         self.threadsExited = threadsExited
+        self.kernelUncoveredThreads = kernelUncoveredThreads
         self.loops = loops
         self.sleeps = sleeps
         self.samplerCpuTimeNs = samplerCpuTimeNs
@@ -2328,6 +2338,7 @@ public struct FfiConverterTypeInterval: FfiConverterRustBuffer {
                 process: FfiConverterTypeProcessInterval.read(from: &buf), 
                 threads: FfiConverterSequenceTypeThreadInterval.read(from: &buf), 
                 threadsExited: FfiConverterUInt32.read(from: &buf), 
+                kernelUncoveredThreads: FfiConverterOptionUInt32.read(from: &buf), 
                 loops: FfiConverterSequenceTypeLoopInterval.read(from: &buf), 
                 sleeps: FfiConverterSequenceTypeSleepInterval.read(from: &buf), 
                 samplerCpuTimeNs: FfiConverterUInt64.read(from: &buf), 
@@ -2343,6 +2354,7 @@ public struct FfiConverterTypeInterval: FfiConverterRustBuffer {
         FfiConverterTypeProcessInterval.write(value.process, into: &buf)
         FfiConverterSequenceTypeThreadInterval.write(value.threads, into: &buf)
         FfiConverterUInt32.write(value.threadsExited, into: &buf)
+        FfiConverterOptionUInt32.write(value.kernelUncoveredThreads, into: &buf)
         FfiConverterSequenceTypeLoopInterval.write(value.loops, into: &buf)
         FfiConverterSequenceTypeSleepInterval.write(value.sleeps, into: &buf)
         FfiConverterUInt64.write(value.samplerCpuTimeNs, into: &buf)
@@ -3913,6 +3925,11 @@ public struct Report: Equatable, Hashable {
      * Findings, most severe first.
      */
     public let findings: [Finding]
+    /**
+     * What made the interval's snapshots less complete than configured,
+     * each kind once; lost kernel events summed.
+     */
+    public let warnings: [SampleWarning]
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -3931,12 +3948,17 @@ public struct Report: Equatable, Hashable {
          */interval: Interval?, 
         /**
          * Findings, most severe first.
-         */findings: [Finding]) {
+         */findings: [Finding], 
+        /**
+         * What made the interval's snapshots less complete than configured,
+         * each kind once; lost kernel events summed.
+         */warnings: [SampleWarning]) {
         self.unixTimeNs = unixTimeNs
         self.system = system
         self.stats = stats
         self.interval = interval
         self.findings = findings
+        self.warnings = warnings
     }
 
     
@@ -3959,7 +3981,8 @@ public struct FfiConverterTypeReport: FfiConverterRustBuffer {
                 system: FfiConverterTypeSystemInfo.read(from: &buf), 
                 stats: FfiConverterTypeSamplerStats.read(from: &buf), 
                 interval: FfiConverterOptionTypeInterval.read(from: &buf), 
-                findings: FfiConverterSequenceTypeFinding.read(from: &buf)
+                findings: FfiConverterSequenceTypeFinding.read(from: &buf), 
+                warnings: FfiConverterSequenceTypeSampleWarning.read(from: &buf)
         )
     }
 
@@ -3969,6 +3992,7 @@ public struct FfiConverterTypeReport: FfiConverterRustBuffer {
         FfiConverterTypeSamplerStats.write(value.stats, into: &buf)
         FfiConverterOptionTypeInterval.write(value.interval, into: &buf)
         FfiConverterSequenceTypeFinding.write(value.findings, into: &buf)
+        FfiConverterSequenceTypeSampleWarning.write(value.warnings, into: &buf)
     }
 }
 
@@ -4127,7 +4151,11 @@ public struct SamplerStats: Equatable, Hashable {
      */
     public let bytesPerStoredThreadSample: UInt32
     /**
-     * Whether background sampling is running.
+     * Bytes the whole history holds (threads, packed probe and kernel counters).
+     */
+    public let historyBytes: UInt64
+    /**
+     * Whether background sampling is running (false once it stopped, also on a fatal error).
      */
     public let running: Bool
     /**
@@ -4157,7 +4185,10 @@ public struct SamplerStats: Equatable, Hashable {
          * Bytes one thread-sample occupies in history.
          */bytesPerStoredThreadSample: UInt32, 
         /**
-         * Whether background sampling is running.
+         * Bytes the whole history holds (threads, packed probe and kernel counters).
+         */historyBytes: UInt64, 
+        /**
+         * Whether background sampling is running (false once it stopped, also on a fatal error).
          */running: Bool, 
         /**
          * The last error of the background thread, if any.
@@ -4168,6 +4199,7 @@ public struct SamplerStats: Equatable, Hashable {
         self.meanSampleCostNs = meanSampleCostNs
         self.historyLen = historyLen
         self.bytesPerStoredThreadSample = bytesPerStoredThreadSample
+        self.historyBytes = historyBytes
         self.running = running
         self.lastError = lastError
     }
@@ -4194,6 +4226,7 @@ public struct FfiConverterTypeSamplerStats: FfiConverterRustBuffer {
                 meanSampleCostNs: FfiConverterUInt64.read(from: &buf), 
                 historyLen: FfiConverterUInt32.read(from: &buf), 
                 bytesPerStoredThreadSample: FfiConverterUInt32.read(from: &buf), 
+                historyBytes: FfiConverterUInt64.read(from: &buf), 
                 running: FfiConverterBool.read(from: &buf), 
                 lastError: FfiConverterOptionString.read(from: &buf)
         )
@@ -4206,6 +4239,7 @@ public struct FfiConverterTypeSamplerStats: FfiConverterRustBuffer {
         FfiConverterUInt64.write(value.meanSampleCostNs, into: &buf)
         FfiConverterUInt32.write(value.historyLen, into: &buf)
         FfiConverterUInt32.write(value.bytesPerStoredThreadSample, into: &buf)
+        FfiConverterUInt64.write(value.historyBytes, into: &buf)
         FfiConverterBool.write(value.running, into: &buf)
         FfiConverterOptionString.write(value.lastError, into: &buf)
     }
@@ -5899,6 +5933,14 @@ public enum SampleWarning: Equatable, Hashable {
          */message: String
     )
     /**
+     * The kernel source lost events since the previous snapshot (a bounded map was full).
+     */
+    case kernelEventsDropped(
+        /**
+         * Events lost since the previous snapshot.
+         */droppedEvents: UInt64
+    )
+    /**
      * A warning added to the core after this version of the bindings.
      */
     case other(
@@ -5933,7 +5975,10 @@ public struct FfiConverterTypeSampleWarning: FfiConverterRustBuffer {
         case 2: return .kernelSourceFailed(message: try FfiConverterString.read(from: &buf)
         )
         
-        case 3: return .other(message: try FfiConverterString.read(from: &buf)
+        case 3: return .kernelEventsDropped(droppedEvents: try FfiConverterUInt64.read(from: &buf)
+        )
+        
+        case 4: return .other(message: try FfiConverterString.read(from: &buf)
         )
         
         default: throw UniffiInternalError.unexpectedEnumCase
@@ -5954,8 +5999,13 @@ public struct FfiConverterTypeSampleWarning: FfiConverterRustBuffer {
             FfiConverterString.write(message, into: &buf)
             
         
-        case let .other(message):
+        case let .kernelEventsDropped(droppedEvents):
             writeInt(&buf, Int32(3))
+            FfiConverterUInt64.write(droppedEvents, into: &buf)
+            
+        
+        case let .other(message):
+            writeInt(&buf, Int32(4))
             FfiConverterString.write(message, into: &buf)
             
         }
@@ -6250,6 +6300,16 @@ enum WakemeterError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError
     case Unsupported(message: String)
     
     /**
+     * The sampler already has the most probes of that kind it tracks (4096); drop unused ones.
+     */
+    case TooManyProbes(message: String)
+    
+    /**
+     * A probe name is longer than the limit (64 bytes of UTF-8).
+     */
+    case ProbeNameTooLong(message: String)
+    
+    /**
      * `start()` was called while background sampling was already running.
      */
     case AlreadyRunning(message: String)
@@ -6329,27 +6389,35 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 6: return .AlreadyRunning(
+        case 6: return .TooManyProbes(
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 7: return .Spawn(
+        case 7: return .ProbeNameTooLong(
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 8: return .Closed(
+        case 8: return .AlreadyRunning(
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 9: return .SamplerGone(
+        case 9: return .Spawn(
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 10: return .Serialization(
+        case 10: return .Closed(
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 11: return .Other(
+        case 11: return .SamplerGone(
+            message: try FfiConverterString.read(from: &buf)
+        )
+        
+        case 12: return .Serialization(
+            message: try FfiConverterString.read(from: &buf)
+        )
+        
+        case 13: return .Other(
             message: try FfiConverterString.read(from: &buf)
         )
         
@@ -6374,18 +6442,22 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             writeInt(&buf, Int32(4))
         case .Unsupported(_ /* message is ignored*/):
             writeInt(&buf, Int32(5))
-        case .AlreadyRunning(_ /* message is ignored*/):
+        case .TooManyProbes(_ /* message is ignored*/):
             writeInt(&buf, Int32(6))
-        case .Spawn(_ /* message is ignored*/):
+        case .ProbeNameTooLong(_ /* message is ignored*/):
             writeInt(&buf, Int32(7))
-        case .Closed(_ /* message is ignored*/):
+        case .AlreadyRunning(_ /* message is ignored*/):
             writeInt(&buf, Int32(8))
-        case .SamplerGone(_ /* message is ignored*/):
+        case .Spawn(_ /* message is ignored*/):
             writeInt(&buf, Int32(9))
-        case .Serialization(_ /* message is ignored*/):
+        case .Closed(_ /* message is ignored*/):
             writeInt(&buf, Int32(10))
-        case .Other(_ /* message is ignored*/):
+        case .SamplerGone(_ /* message is ignored*/):
             writeInt(&buf, Int32(11))
+        case .Serialization(_ /* message is ignored*/):
+            writeInt(&buf, Int32(12))
+        case .Other(_ /* message is ignored*/):
+            writeInt(&buf, Int32(13))
 
         
         }

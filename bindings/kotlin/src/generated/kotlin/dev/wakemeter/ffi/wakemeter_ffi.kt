@@ -3835,6 +3835,12 @@ data class Interval (
     val `threadsExited`: kotlin.UInt
     , 
     /**
+     * Threads alive at the end with no kernel (eBPF) record at the end;
+     * `None` without a kernel sample at both ends.
+     */
+    val `kernelUncoveredThreads`: kotlin.UInt?
+    , 
+    /**
      * Instrumented loops alive at the end.
      */
     val `loops`: List<LoopInterval>
@@ -3876,6 +3882,7 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.read(buf),
             FfiConverterSequenceTypeThreadInterval.read(buf),
             FfiConverterUInt.read(buf),
+            FfiConverterOptionalUInt.read(buf),
             FfiConverterSequenceTypeLoopInterval.read(buf),
             FfiConverterSequenceTypeSleepInterval.read(buf),
             FfiConverterULong.read(buf),
@@ -3891,6 +3898,7 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.allocationSize(value.`process`) +
             FfiConverterSequenceTypeThreadInterval.allocationSize(value.`threads`) +
             FfiConverterUInt.allocationSize(value.`threadsExited`) +
+            FfiConverterOptionalUInt.allocationSize(value.`kernelUncoveredThreads`) +
             FfiConverterSequenceTypeLoopInterval.allocationSize(value.`loops`) +
             FfiConverterSequenceTypeSleepInterval.allocationSize(value.`sleeps`) +
             FfiConverterULong.allocationSize(value.`samplerCpuTimeNs`) +
@@ -3905,6 +3913,7 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.write(value.`process`, buf)
             FfiConverterSequenceTypeThreadInterval.write(value.`threads`, buf)
             FfiConverterUInt.write(value.`threadsExited`, buf)
+            FfiConverterOptionalUInt.write(value.`kernelUncoveredThreads`, buf)
             FfiConverterSequenceTypeLoopInterval.write(value.`loops`, buf)
             FfiConverterSequenceTypeSleepInterval.write(value.`sleeps`, buf)
             FfiConverterULong.write(value.`samplerCpuTimeNs`, buf)
@@ -5070,6 +5079,12 @@ data class Report (
      * Findings, most severe first.
      */
     val `findings`: List<Finding>
+    , 
+    /**
+     * What made the interval's snapshots less complete than configured,
+     * each kind once; lost kernel events summed.
+     */
+    val `warnings`: List<SampleWarning>
     
 ){
     
@@ -5091,6 +5106,7 @@ public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
             FfiConverterTypeSamplerStats.read(buf),
             FfiConverterOptionalTypeInterval.read(buf),
             FfiConverterSequenceTypeFinding.read(buf),
+            FfiConverterSequenceTypeSampleWarning.read(buf),
         )
     }
 
@@ -5099,7 +5115,8 @@ public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
             FfiConverterTypeSystemInfo.allocationSize(value.`system`) +
             FfiConverterTypeSamplerStats.allocationSize(value.`stats`) +
             FfiConverterOptionalTypeInterval.allocationSize(value.`interval`) +
-            FfiConverterSequenceTypeFinding.allocationSize(value.`findings`)
+            FfiConverterSequenceTypeFinding.allocationSize(value.`findings`) +
+            FfiConverterSequenceTypeSampleWarning.allocationSize(value.`warnings`)
     )
 
     override fun write(value: Report, buf: ByteBuffer) {
@@ -5108,6 +5125,7 @@ public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
             FfiConverterTypeSamplerStats.write(value.`stats`, buf)
             FfiConverterOptionalTypeInterval.write(value.`interval`, buf)
             FfiConverterSequenceTypeFinding.write(value.`findings`, buf)
+            FfiConverterSequenceTypeSampleWarning.write(value.`warnings`, buf)
     }
 }
 
@@ -5228,7 +5246,12 @@ data class SamplerStats (
     val `bytesPerStoredThreadSample`: kotlin.UInt
     , 
     /**
-     * Whether background sampling is running.
+     * Bytes the whole history holds (threads, packed probe and kernel counters).
+     */
+    val `historyBytes`: kotlin.ULong
+    , 
+    /**
+     * Whether background sampling is running (false once it stopped, also on a fatal error).
      */
     val `running`: kotlin.Boolean
     , 
@@ -5258,6 +5281,7 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterULong.read(buf),
             FfiConverterUInt.read(buf),
             FfiConverterUInt.read(buf),
+            FfiConverterULong.read(buf),
             FfiConverterBoolean.read(buf),
             FfiConverterOptionalString.read(buf),
         )
@@ -5270,6 +5294,7 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterULong.allocationSize(value.`meanSampleCostNs`) +
             FfiConverterUInt.allocationSize(value.`historyLen`) +
             FfiConverterUInt.allocationSize(value.`bytesPerStoredThreadSample`) +
+            FfiConverterULong.allocationSize(value.`historyBytes`) +
             FfiConverterBoolean.allocationSize(value.`running`) +
             FfiConverterOptionalString.allocationSize(value.`lastError`)
     )
@@ -5281,6 +5306,7 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterULong.write(value.`meanSampleCostNs`, buf)
             FfiConverterUInt.write(value.`historyLen`, buf)
             FfiConverterUInt.write(value.`bytesPerStoredThreadSample`, buf)
+            FfiConverterULong.write(value.`historyBytes`, buf)
             FfiConverterBoolean.write(value.`running`, buf)
             FfiConverterOptionalString.write(value.`lastError`, buf)
     }
@@ -6518,6 +6544,21 @@ sealed class SampleWarning {
     }
     
     /**
+     * The kernel source lost events since the previous snapshot (a bounded map was full).
+     */
+    data class KernelEventsDropped(
+        /**
+         * Events lost since the previous snapshot.
+         */
+        val `droppedEvents`: kotlin.ULong) : SampleWarning()
+        
+    {
+        
+
+        companion object
+    }
+    
+    /**
      * A warning added to the core after this version of the bindings.
      */
     data class Other(
@@ -6554,7 +6595,10 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
             2 -> SampleWarning.KernelSourceFailed(
                 FfiConverterString.read(buf),
                 )
-            3 -> SampleWarning.Other(
+            3 -> SampleWarning.KernelEventsDropped(
+                FfiConverterULong.read(buf),
+                )
+            4 -> SampleWarning.Other(
                 FfiConverterString.read(buf),
                 )
             else -> throw RuntimeException("invalid enum value, something is very wrong!!")
@@ -6574,6 +6618,13 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
             (
                 4UL
                 + FfiConverterString.allocationSize(value.`message`)
+            )
+        }
+        is SampleWarning.KernelEventsDropped -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterULong.allocationSize(value.`droppedEvents`)
             )
         }
         is SampleWarning.Other -> {
@@ -6597,8 +6648,13 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
                 FfiConverterString.write(value.`message`, buf)
                 Unit
             }
-            is SampleWarning.Other -> {
+            is SampleWarning.KernelEventsDropped -> {
                 buf.putInt(3)
+                FfiConverterULong.write(value.`droppedEvents`, buf)
+                Unit
+            }
+            is SampleWarning.Other -> {
+                buf.putInt(4)
                 FfiConverterString.write(value.`message`, buf)
                 Unit
             }
@@ -6904,6 +6960,16 @@ sealed class WakemeterException(message: String): kotlin.Exception(message) {
         class Unsupported(message: String) : WakemeterException(message)
         
     /**
+     * The sampler already has the most probes of that kind it tracks (4096); drop unused ones.
+     */
+        class TooManyProbes(message: String) : WakemeterException(message)
+        
+    /**
+     * A probe name is longer than the limit (64 bytes of UTF-8).
+     */
+        class ProbeNameTooLong(message: String) : WakemeterException(message)
+        
+    /**
      * `start()` was called while background sampling was already running.
      */
         class AlreadyRunning(message: String) : WakemeterException(message)
@@ -6952,12 +7018,14 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
             3 -> WakemeterException.NoSuchProcess(FfiConverterString.read(buf))
             4 -> WakemeterException.DescriptorsExhausted(FfiConverterString.read(buf))
             5 -> WakemeterException.Unsupported(FfiConverterString.read(buf))
-            6 -> WakemeterException.AlreadyRunning(FfiConverterString.read(buf))
-            7 -> WakemeterException.Spawn(FfiConverterString.read(buf))
-            8 -> WakemeterException.Closed(FfiConverterString.read(buf))
-            9 -> WakemeterException.SamplerGone(FfiConverterString.read(buf))
-            10 -> WakemeterException.Serialization(FfiConverterString.read(buf))
-            11 -> WakemeterException.Other(FfiConverterString.read(buf))
+            6 -> WakemeterException.TooManyProbes(FfiConverterString.read(buf))
+            7 -> WakemeterException.ProbeNameTooLong(FfiConverterString.read(buf))
+            8 -> WakemeterException.AlreadyRunning(FfiConverterString.read(buf))
+            9 -> WakemeterException.Spawn(FfiConverterString.read(buf))
+            10 -> WakemeterException.Closed(FfiConverterString.read(buf))
+            11 -> WakemeterException.SamplerGone(FfiConverterString.read(buf))
+            12 -> WakemeterException.Serialization(FfiConverterString.read(buf))
+            13 -> WakemeterException.Other(FfiConverterString.read(buf))
             else -> throw RuntimeException("invalid error enum value, something is very wrong!!")
         }
         
@@ -6989,28 +7057,36 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
                 buf.putInt(5)
                 Unit
             }
-            is WakemeterException.AlreadyRunning -> {
+            is WakemeterException.TooManyProbes -> {
                 buf.putInt(6)
                 Unit
             }
-            is WakemeterException.Spawn -> {
+            is WakemeterException.ProbeNameTooLong -> {
                 buf.putInt(7)
                 Unit
             }
-            is WakemeterException.Closed -> {
+            is WakemeterException.AlreadyRunning -> {
                 buf.putInt(8)
                 Unit
             }
-            is WakemeterException.SamplerGone -> {
+            is WakemeterException.Spawn -> {
                 buf.putInt(9)
                 Unit
             }
-            is WakemeterException.Serialization -> {
+            is WakemeterException.Closed -> {
                 buf.putInt(10)
                 Unit
             }
-            is WakemeterException.Other -> {
+            is WakemeterException.SamplerGone -> {
                 buf.putInt(11)
+                Unit
+            }
+            is WakemeterException.Serialization -> {
+                buf.putInt(12)
+                Unit
+            }
+            is WakemeterException.Other -> {
+                buf.putInt(13)
                 Unit
             }
         }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
