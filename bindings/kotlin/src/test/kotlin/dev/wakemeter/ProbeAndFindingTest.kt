@@ -134,6 +134,19 @@ class ProbeAndFindingTest {
     }
 
     @Test
+    fun `probe names past 64 bytes are refused with their own typed error`() {
+        wakemeter().use { s ->
+            val e = assertThrows<WakemeterException.ProbeNameTooLong> { s.instrumentLoop("x".repeat(65)) }
+            assertTrue(e.message!!.contains("65 bytes"), e.message)
+            s.instrumentLoop("y".repeat(64)).use { loop ->
+                loop.wait(null) { 1 }
+                s.sampleNow()
+                assertTrue(s.stats().historyBytes > 0uL)
+            }
+        }
+    }
+
+    @Test
     fun `thresholds are validated with typed errors`() {
         val e = assertThrows<WakemeterException.InvalidConfig> {
             wakemeter { thresholds = Thresholds(busyPollIdleRatio = 1.5) }
