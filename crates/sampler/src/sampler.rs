@@ -800,4 +800,57 @@ mod tests {
             "thread_name"
         );
     }
+
+    /// A reader holds the history lock only to copy the ring: while
+    /// `report()` and `snapshots()` run on a long history, the lock the
+    /// sampler needs is free nearly all the time (both used to hold it for
+    /// their whole run).
+    #[test]
+    fn report_does_not_hold_the_history_lock_while_it_works() {
+        // Many threads per snapshot: the reader's work (intervals over every
+        // thread) is then far larger than its copy of the ring.
+        let gate = Arc::new(std::sync::Barrier::new(101));
+        let parked: Vec<_> = (0..100)
+            .map(|_| {
+                let g = gate.clone();
+                std::thread::spawn(move || {
+                    g.wait();
+                })
+            })
+            .collect();
+        let s = SamplerBuilder::new().with_history(2_000).build().unwrap();
+        for _ in 0..2_000 {
+            s.sample().unwrap();
+        }
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (s, done) = (s.clone(), done.clone());
+            std::thread::spawn(move || {
+                for _ in 0..3 {
+                    std::hint::black_box(s.report());
+                    std::hint::black_box(s.snapshots());
+                }
+                done.store(true, Ordering::Release);
+            })
+        };
+        let (mut tries, mut free) = (0u64, 0u64);
+        while !done.load(Ordering::Acquire) {
+            tries += 1;
+            free += u64::from(s.inner.history.try_lock().is_ok());
+            std::thread::yield_now();
+        }
+        reader.join().unwrap();
+        gate.wait();
+        for p in parked {
+            p.join().unwrap();
+        }
+        assert!(
+            tries >= 10,
+            "the reports ended before the check began ({tries} tries)"
+        );
+        assert!(
+            free * 4 >= tries * 3,
+            "history lock free in only {free} of {tries} tries while report() ran"
+        );
+    }
 }
