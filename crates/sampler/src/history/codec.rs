@@ -254,4 +254,36 @@ mod tests {
             assert_eq!(r.next(), 0, "past the end reads 0");
         }
     }
+
+    mod properties {
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Any record round-trips against any base.
+            #[test]
+            fn any_record_round_trips(base in vec(any::<u64>(), 0..80), record in vec(any::<u64>(), 0..80)) {
+                let mut bytes = Vec::new();
+                encode(&base, &record, &mut bytes);
+                let (mut pos, mut out) = (0, Vec::new());
+                prop_assert!(decode(&base, &bytes, &mut pos, &mut out).is_some());
+                prop_assert_eq!(out, record);
+                prop_assert_eq!(pos, bytes.len());
+            }
+
+            /// Arbitrary bytes never panic nor allocate past the field limit.
+            #[test]
+            fn arbitrary_bytes_never_panic(base in vec(any::<u64>(), 0..8), bytes in vec(any::<u8>(), 0..64)) {
+                let (mut pos, mut out) = (0, Vec::new());
+                if decode(&base, &bytes, &mut pos, &mut out).is_some() {
+                    prop_assert!(out.len() <= MAX_FIELDS && pos <= bytes.len());
+                }
+                let _ = Fields::new(&out).string();
+            }
+        }
+    }
 }

@@ -484,4 +484,27 @@ mod tests {
         let p = Encoder::default().encode(&[], std::slice::from_ref(&s));
         assert_eq!(p.unpack::<SleepStats>().1, vec![s]);
     }
+
+    mod properties {
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Corrupt frame bytes and arbitrary fields never panic.
+            #[test]
+            fn arbitrary_frames_and_fields_never_panic(
+                bytes in vec(any::<u8>(), 0..128),
+                fields in vec(any::<u64>(), 0..300),
+            ) {
+                let _ = Frame::decode(&Frame::default(), &bytes);
+                let _ = KernelThreadStats::unpack(1, &fields);
+                let _ = LoopStats::unpack(2, &fields);
+                let _ = SleepStats::unpack(3, &fields);
+            }
+        }
+    }
 }
