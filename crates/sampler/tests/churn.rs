@@ -7,6 +7,9 @@ mod common;
 use common::*;
 use wakemeter::SamplerBuilder;
 
+/// Short-lived threads started (and joined) while sampling.
+const CHURNED: usize = 2_000;
+
 #[test]
 fn churning_threads_never_error_or_leak_and_survivors_stay_exact() {
     let s = SamplerBuilder::new()
@@ -16,8 +19,9 @@ fn churning_threads_never_error_or_leak_and_survivors_stay_exact() {
     let (survivor, stop, h) = parked_thread(|| burn_cpu(20_000_000));
     s.sample_now().unwrap();
     let fds_before = open_fds();
+    let rss_before = s.sample_now().unwrap().process.rss_bytes;
     let churn = std::thread::spawn(|| {
-        for _ in 0..400 {
+        for _ in 0..CHURNED {
             std::thread::spawn(|| burn_cpu(200_000)).join().unwrap();
         }
     });
@@ -34,8 +38,15 @@ fn churning_threads_never_error_or_leak_and_survivors_stay_exact() {
     }
     churn.join().unwrap();
     assert!(samples > 3);
-    s.sample_now().unwrap();
+    let last = s.sample_now().unwrap();
     let fds_after = open_fds();
+    println!(
+        "{CHURNED} threads churned over {samples} samples: descriptors {fds_before} -> {fds_after}, \
+         RSS {:.1} -> {:.1} MiB, history {} bytes",
+        rss_before as f64 / (1 << 20) as f64,
+        last.process.rss_bytes as f64 / (1 << 20) as f64,
+        s.stats().history_bytes
+    );
     assert!(
         fds_after <= fds_before,
         "descriptors leaked: {fds_before} -> {fds_after}"
