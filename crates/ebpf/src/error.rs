@@ -4,6 +4,17 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EbpfError {
+    /// [`EbpfSourceBuilder::with_max_threads`](crate::EbpfSourceBuilder::with_max_threads)
+    /// asked for 0 threads or more than
+    /// [`MAX_THREADS_LIMIT`](crate::MAX_THREADS_LIMIT).
+    #[error("max threads {requested} is out of range: 1 to {limit} threads")]
+    MaxThreadsOutOfRange {
+        /// The capacity that was asked for, in threads.
+        requested: u32,
+        /// The largest capacity allowed, in threads ([`crate::MAX_THREADS_LIMIT`]).
+        limit: u32,
+    },
+
     /// No process with this id exists (no `/proc/<pid>`), or the id is 0.
     #[error("process {pid} does not exist")]
     NoSuchProcess {

@@ -50,10 +50,17 @@ use std::time::Duration;
 pub use error::EbpfError;
 use wakemeter::{KernelSample, KernelSource, KernelSourceError};
 
-/// Default capacity of the per-thread map, in threads of the target.
+/// Smallest capacity of the per-thread map chosen at attach, in threads of
+/// the target (see [`EbpfSourceBuilder::with_max_threads`]).
 pub const DEFAULT_MAX_THREADS: u32 = 1024;
-/// Default capacity of the wakers map, in (target thread, waker thread) pairs.
-pub const DEFAULT_MAX_WAKERS: u32 = 4096;
+/// Largest capacity of the per-thread map, in threads: 65,536 entries of
+/// about 2.3 KiB, about 150 MiB of kernel memory allocated at attach.
+/// [`EbpfSourceBuilder::with_max_threads`] above it fails with
+/// [`EbpfError::MaxThreadsOutOfRange`].
+pub const MAX_THREADS_LIMIT: u32 = 65_536;
+/// Wakers remembered per thread of the target: the most frequent ones, of
+/// which [`EbpfSourceBuilder::with_top_wakers`] are reported.
+pub const WAKER_SLOTS: usize = 16;
 /// Default number of wakers reported per thread in
 /// [`wakemeter::KernelThreadStats::top_wakers`].
 pub const DEFAULT_TOP_WAKERS: usize = 8;
@@ -107,22 +114,21 @@ pub enum SyscallHook {
 pub struct EbpfSourceBuilder {
     target: Target,
     kind: AttachKind,
-    max_threads: u32,
-    max_wakers: u32,
+    /// `None`: sized from the target's thread count at attach.
+    max_threads: Option<u32>,
     top_wakers: usize,
     syscalls: bool,
     calibration: bool,
 }
 
 impl EbpfSourceBuilder {
-    /// Options with defaults: [`AttachKind::Auto`], [`DEFAULT_MAX_THREADS`],
-    /// [`DEFAULT_MAX_WAKERS`], [`DEFAULT_TOP_WAKERS`].
+    /// Options with defaults: [`AttachKind::Auto`], a per-thread map sized
+    /// from the target's thread count, [`DEFAULT_TOP_WAKERS`].
     pub fn new(target: Target) -> Self {
         EbpfSourceBuilder {
             target,
             kind: AttachKind::Auto,
-            max_threads: DEFAULT_MAX_THREADS,
-            max_wakers: DEFAULT_MAX_WAKERS,
+            max_threads: None,
             top_wakers: DEFAULT_TOP_WAKERS,
             syscalls: true,
             calibration: false,
@@ -135,24 +141,24 @@ impl EbpfSourceBuilder {
         self
     }
 
-    /// Capacity of the per-thread map, in threads (at least 1). Each entry
-    /// takes about 1.8 KiB of kernel memory, allocated at attach. Threads
-    /// beyond it are not tracked and count as dropped events.
+    /// Capacity of the per-thread map, in threads of the target, from 1 to
+    /// [`MAX_THREADS_LIMIT`]; otherwise [`EbpfSourceBuilder::attach`]
+    /// fails with [`EbpfError::MaxThreadsOutOfRange`]. Each entry takes
+    /// about 2.3 KiB of kernel memory, allocated at attach.
+    ///
+    /// By default the capacity is twice the target's thread count at attach
+    /// (`Threads:` of `/proc/<pid>/status`), at least
+    /// [`DEFAULT_MAX_THREADS`] and at most [`MAX_THREADS_LIMIT`]. Threads
+    /// beyond the capacity are not tracked (absent from the sample), and
+    /// every event of theirs counts in
+    /// [`KernelSample::dropped_events`](wakemeter::KernelSample::dropped_events).
     pub fn with_max_threads(mut self, threads: u32) -> Self {
-        self.max_threads = threads.max(1);
+        self.max_threads = Some(threads);
         self
     }
 
-    /// Capacity of the wakers map, in (target thread, waker thread) pairs
-    /// (at least 1; about 100 bytes of kernel memory each). Wakeups by
-    /// pairs beyond it are still counted in `wakeups_received` but their
-    /// waker is lost and counted as a dropped event.
-    pub fn with_max_wakers(mut self, pairs: u32) -> Self {
-        self.max_wakers = pairs.max(1);
-        self
-    }
-
-    /// How many wakers to report per thread, most frequent first.
+    /// How many wakers to report per thread, most frequent first (at most
+    /// [`WAKER_SLOTS`], the number remembered per thread).
     pub fn with_top_wakers(mut self, n: usize) -> Self {
         self.top_wakers = n;
         self
@@ -192,10 +198,19 @@ impl EbpfSourceBuilder {
     /// Loads and attaches the kernel programs.
     ///
     /// # Errors
-    /// See [`EbpfError`]: the target does not exist, privileges or kernel
-    /// BTF are missing, the crate was built without clang, the OS is not
-    /// Linux, or the kernel refused to load or attach a program.
+    /// See [`EbpfError`]: an option is out of range, the target does not
+    /// exist, privileges or kernel BTF are missing, the crate was built
+    /// without clang, the OS is not Linux, or the kernel refused to load or
+    /// attach a program.
     pub fn attach(self) -> Result<EbpfSource, EbpfError> {
+        if let Some(requested) = self.max_threads
+            && !(1..=MAX_THREADS_LIMIT).contains(&requested)
+        {
+            return Err(EbpfError::MaxThreadsOutOfRange {
+                requested,
+                limit: MAX_THREADS_LIMIT,
+            });
+        }
         imp::Session::attach(&self).map(|inner| EbpfSource { inner })
     }
 }
@@ -211,6 +226,24 @@ pub struct ProgramRunStats {
     pub run_time_ns: u64,
     /// Number of times the program ran.
     pub run_count: u64,
+}
+
+/// How full the kernel maps of an [`EbpfSource`] are (see
+/// [`EbpfSource::map_usage`]). For diagnostics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MapUsage {
+    /// Entries of the per-thread map: threads of the target being tracked
+    /// (threads that exited are removed at once).
+    pub threads: u32,
+    /// Capacity of the per-thread map, in threads, fixed at attach.
+    pub max_threads: u32,
+    /// Occupied waker slots, summed over the tracked threads (at most
+    /// [`WAKER_SLOTS`] per thread; they are part of the thread's entry).
+    pub waker_slots: u32,
+    /// Map entries the last [`KernelSource::read`] fetched from the kernel
+    /// (0 before the first read): what a read costs, in entries.
+    pub last_read_entries: u32,
 }
 
 /// Keeps the kernel's BPF run-time statistics on; they go off when the last
@@ -274,6 +307,21 @@ impl EbpfSource {
         self.inner.syscall_hook()
     }
 
+    /// Capacity of the per-thread map, in threads, as chosen at attach (see
+    /// [`EbpfSourceBuilder::with_max_threads`]).
+    pub fn max_threads(&self) -> u32 {
+        self.inner.max_threads()
+    }
+
+    /// How full the kernel maps are now. Costs about what a
+    /// [`KernelSource::read`] costs.
+    ///
+    /// # Errors
+    /// As [`KernelSource::read`].
+    pub fn map_usage(&mut self) -> Result<MapUsage, KernelSourceError> {
+        self.inner.map_usage()
+    }
+
     /// Run statistics of the attached programs (see [`enable_run_stats`]).
     ///
     /// # Errors
@@ -286,7 +334,9 @@ impl EbpfSource {
 impl KernelSource for EbpfSource {
     /// Reads every tracked thread of the target (cumulative counters; the
     /// on-CPU or off-CPU span in progress is included in the totals, not in
-    /// the histograms).
+    /// the histograms). Costs one batch of map entries per up to 64
+    /// threads of the target, whatever the number of threads or wakers it
+    /// had in the past.
     ///
     /// # Errors
     /// [`KernelSourceError::TargetExited`] once the process is gone (the

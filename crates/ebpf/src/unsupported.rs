@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use wakemeter::{KernelSample, KernelSourceError};
 
-use crate::{AttachKind, EbpfError, EbpfSourceBuilder, ProgramRunStats, SyscallHook};
+use crate::{AttachKind, EbpfError, EbpfSourceBuilder, MapUsage, ProgramRunStats, SyscallHook};
 
 /// Never constructed: attaching always fails here.
 #[derive(Debug)]
@@ -29,6 +29,14 @@ impl Session {
     }
 
     pub(crate) fn syscall_hook(&self) -> SyscallHook {
+        match *self {}
+    }
+
+    pub(crate) fn max_threads(&self) -> u32 {
+        match *self {}
+    }
+
+    pub(crate) fn map_usage(&mut self) -> Result<MapUsage, KernelSourceError> {
         match *self {}
     }
 

@@ -26,8 +26,10 @@ const volatile __u32 target_tgid = 0;
  * does a switch-out note the poll or sleep call it blocks in. */
 const volatile __u32 syscalls_on = 1;
 
-/* One entry per live thread of the target; deleted when the thread exits.
- * max_entries is overridden by the loader (default 1024 threads). */
+/* One entry per live thread of the target; deleted when the thread exits
+ * (or moved, when a thread other than the leader calls execve and takes
+ * over the leader's id). Its wakers live inside the entry. max_entries is
+ * overridden by the loader (sized from the target's thread count). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -35,16 +37,8 @@ struct {
 	__type(value, struct wm_thread);
 } threads SEC(".maps");
 
-/* Wakeup counts per (target thread, waker thread). Entries of exited targets
- * are removed by the loader on read. max_entries overridden (default 4096). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct wm_waker_key);
-	__type(value, struct wm_waker);
-} wakers SEC(".maps");
-
-/* Events lost because a map was full, per CPU. */
+/* Events lost, per CPU: events of threads the full threads map could not
+ * take, and wakeups whose waker lost its slot (see note_waker). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -108,13 +102,16 @@ struct {
 			bpf_probe_read_kernel(&(dst), sizeof(dst), &(src));    \
 	} while (0)
 
-static __always_inline void count_drop(void)
+static __always_inline void count_drops(__u64 events)
 {
 	__u32 zero = 0;
 	__u64 *n = bpf_map_lookup_elem(&dropped, &zero);
 	if (n)
-		*n += 1;
+		*n += events;
 }
+
+/* Keeps the compiler from reordering the stores around it. */
+#define WM_BARRIER() asm volatile("" ::: "memory")
 
 /* Bucket index as in the Rust log2_bucket: 0 for 0, else floor(log2 v) + 1. */
 static __always_inline __u32 log2_bucket(__u64 v)
@@ -152,7 +149,7 @@ static __always_inline struct wm_thread *thread_entry(__u32 tid, struct task_str
 		return NULL;
 	long err = bpf_map_update_elem(&threads, &tid, init, BPF_NOEXIST);
 	if (err && err != -WM_EEXIST) {
-		count_drop();
+		count_drops(1);
 		return NULL;
 	}
 	st = bpf_map_lookup_elem(&threads, &tid);
@@ -486,6 +483,75 @@ static __always_inline bool in_interrupt(const bool btf)
 
 /* --- sched_waking(task *p): runs in the waker's context --- */
 
+/* Whether the waker in slot `i` of `st` is known to have exited: a thread
+ * of the target that is no longer in the threads map. Wakers of other
+ * processes and interrupts are never known to have exited. */
+static __always_inline bool waker_exited(struct wm_thread *st, __u32 i)
+{
+	if (i >= WM_WAKER_SLOTS || !(st->waker_of_target & (1ULL << i)))
+		return false;
+	__u32 tid = st->waker_tid[i];
+	return bpf_map_lookup_elem(&threads, &tid) == NULL;
+}
+
+/* Counts one wakeup of `st` by the current task (or by interrupt context).
+ * A waker without a slot takes a free one, else the slot of a waker of the
+ * target that has exited, else the one with the fewest wakeups: then that
+ * waker's wakeups are forgotten and counted as dropped events. */
+static __always_inline void note_waker(struct wm_thread *st, bool irq)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 waker = irq ? 0 : (__u32)id;
+	bool of_target = !irq && (__u32)(id >> 32) == target_tgid;
+	__u32 free_slot = WM_WAKER_SLOTS, min_slot = 0;
+	__u64 min_count = ~0ULL;
+	for (__u32 i = 0; i < WM_WAKER_SLOTS; i++) {
+		__u64 c = st->waker_count[i];
+		if (c == 0) {
+			if (free_slot == WM_WAKER_SLOTS)
+				free_slot = i;
+			continue;
+		}
+		if (st->waker_tid[i] == waker) {
+			__sync_fetch_and_add(&st->waker_count[i], 1);
+			return;
+		}
+		if (c < min_count) {
+			min_count = c;
+			min_slot = i;
+		}
+	}
+	__u32 slot = free_slot;
+	if (slot == WM_WAKER_SLOTS) {
+		for (__u32 i = 0; i < WM_WAKER_SLOTS; i++) {
+			if (waker_exited(st, i)) {
+				slot = i;
+				break;
+			}
+		}
+	}
+	if (slot == WM_WAKER_SLOTS) {
+		slot = min_slot;
+		count_drops(min_count);
+	}
+	if (slot >= WM_WAKER_SLOTS) /* always false; bounds the index for the verifier */
+		return;
+	/* A reader sees a free slot (count 0) until the new waker is in it. */
+	st->waker_count[slot] = 0;
+	WM_BARRIER();
+	st->waker_tid[slot] = waker;
+	if (irq)
+		__builtin_memcpy(st->waker_comm[slot], "[interrupt]", 12);
+	else
+		bpf_get_current_comm(&st->waker_comm[slot], WM_COMM_LEN);
+	if (of_target)
+		st->waker_of_target |= 1ULL << slot;
+	else
+		st->waker_of_target &= ~(1ULL << slot);
+	WM_BARRIER();
+	st->waker_count[slot] = 1;
+}
+
 static __always_inline int on_waking(__u64 *ctx, const bool btf)
 {
 	struct task_struct *p = (struct task_struct *)ctx[0];
@@ -503,29 +569,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
-	bool irq = in_interrupt(btf);
-	struct wm_waker_key key = {
-		.target_tid = tid,
-		.waker_tid = irq ? 0 : (__u32)bpf_get_current_pid_tgid(),
-	};
-	struct wm_waker *w = bpf_map_lookup_elem(&wakers, &key);
-	if (w) {
-		__sync_fetch_and_add(&w->count, 1);
-		return 0;
-	}
-	struct wm_waker fresh = { .count = 1 };
-	if (irq)
-		__builtin_memcpy(fresh.comm, "[interrupt]", 12);
-	else
-		bpf_get_current_comm(&fresh.comm, sizeof(fresh.comm));
-	long err = bpf_map_update_elem(&wakers, &key, &fresh, BPF_NOEXIST);
-	if (err == -WM_EEXIST) {
-		w = bpf_map_lookup_elem(&wakers, &key);
-		if (w)
-			__sync_fetch_and_add(&w->count, 1);
-	} else if (err) {
-		count_drop();
-	}
+	note_waker(st, in_interrupt(btf));
 	return 0;
 }
 
@@ -552,6 +596,78 @@ int tpbtf_sched_process_exit(__u64 *ctx) { return on_exit(); }
 
 SEC("raw_tp/sched_process_exit")
 int rawtp_sched_process_exit(__u64 *ctx) { return on_exit(); }
+
+/* --- sched_process_exec(task *p, pid_t old_pid, linux_binprm *bprm) ---
+ *
+ * Runs in the thread that called execve, after the new program is in place.
+ * When that thread was not the leader, the kernel has killed every other
+ * thread and given it the leader's id (the tgid); its old id disappears
+ * without an exit of its own. Its entry is moved to the new id, so the
+ * counters follow the task as procfs's do, and no ghost entry stays behind.
+ * Events seen between the id change and this program (a switch while the
+ * new program was being loaded) created an entry under the new id already:
+ * the old counters are added to it. */
+
+/* wm_thread as an array of u64: the cumulative counters are words
+ * [WM_W_SCHED, WM_W_SCHED_END) and [WM_W_SYSCALL, WM_W_COMM); the other
+ * words are state of the moment (kept from the newer entry), comm and
+ * wakers (the old entry's wakers were the threads the exec killed). */
+#define WM_W_SCHED (__builtin_offsetof(struct wm_thread, wakeups) / 8)
+#define WM_W_SCHED_END (__builtin_offsetof(struct wm_thread, sc_block_nr) / 8)
+#define WM_W_SYSCALL (__builtin_offsetof(struct wm_thread, poll_calls) / 8)
+#define WM_W_COMM (__builtin_offsetof(struct wm_thread, comm) / 8)
+
+static __always_inline void add_counters(struct wm_thread *dst, struct wm_thread *src)
+{
+	__u64 *d = (__u64 *)dst, *s = (__u64 *)src;
+	for (__u32 i = WM_W_SCHED; i < WM_W_COMM; i++) {
+		if (i >= WM_W_SCHED_END && i < WM_W_SYSCALL)
+			continue;
+		d[i] += s[i];
+	}
+}
+
+static __always_inline int on_exec(__u64 *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	__u32 tid = (__u32)id;
+	__u32 old_tid = (__u32)ctx[1];
+	if (old_tid == tid)
+		return 0;
+	struct wm_thread *old = bpf_map_lookup_elem(&threads, &old_tid);
+	if (!old)
+		return 0;
+	struct wm_thread *now = bpf_map_lookup_elem(&threads, &tid);
+	bool moved = false;
+	if (!now) {
+		long err = bpf_map_update_elem(&threads, &tid, old, BPF_NOEXIST);
+		moved = !err;
+		if (err && err != -WM_EEXIST)
+			count_drops(1); /* the map is full: the counters are lost */
+		now = bpf_map_lookup_elem(&threads, &tid);
+	}
+	if (now) {
+		if (moved) {
+			/* The old entry's wakers were the threads the exec killed. */
+			for (__u32 i = 0; i < WM_WAKER_SLOTS; i++)
+				now->waker_count[i] = 0;
+			now->waker_of_target = 0;
+		} else {
+			add_counters(now, old);
+		}
+		bpf_get_current_comm(&now->comm, sizeof(now->comm));
+	}
+	bpf_map_delete_elem(&threads, &old_tid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int tpbtf_sched_process_exec(__u64 *ctx) { return on_exec(ctx); }
+
+SEC("raw_tp/sched_process_exec")
+int rawtp_sched_process_exec(__u64 *ctx) { return on_exec(ctx); }
 
 /* --- sys_exit(pt_regs *regs, long ret): runs in the returning thread ---
  *
@@ -671,7 +787,7 @@ int tpbtf_calibrate(__u64 *ctx) { return 0; }
 SEC("raw_tp/sched_switch")
 int rawtp_calibrate(__u64 *ctx) { return 0; }
 
-_Static_assert(sizeof(struct wm_thread) == 1776, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_thread) == 2232, "wm_thread layout changed: update abi.rs");
 /* The same offsets are asserted in abi.rs. */
 _Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) == 24, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, wakeups) == 32, "abi.rs");
@@ -681,5 +797,10 @@ _Static_assert(__builtin_offsetof(struct wm_thread, sleep_actual_ns) == 192, "ab
 _Static_assert(__builtin_offsetof(struct wm_thread, off_hist) == 200, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, poll_timeout_hist) == 1240, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, comm) == 1760, "abi.rs");
-_Static_assert(sizeof(struct wm_waker_key) == 8, "wm_waker_key layout changed");
-_Static_assert(sizeof(struct wm_waker) == 24, "wm_waker layout changed");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_tid) == 1776, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_count) == 1840, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_of_target) == 1968, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_comm) == 1976, "abi.rs");
+/* on_exec's word ranges: counters, state, counters, then comm. */
+_Static_assert(__builtin_offsetof(struct wm_thread, sc_arg_ns) / 8 + 1 == WM_W_SYSCALL, "on_exec");
+_Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) / 8 + 1 == WM_W_SCHED, "on_exec");

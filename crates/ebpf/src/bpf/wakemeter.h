@@ -2,7 +2,7 @@
 /*
  * Records shared by the kernel programs and the Rust loader. The Rust side
  * mirrors them in src/linux/abi.rs; both sides assert the sizes. Every field
- * is 8 bytes wide (or a byte array whose size is a multiple of 8), so the
+ * is 8 bytes wide or an array whose size is a multiple of 8 bytes, so the
  * layout has no padding on any 64-bit ABI.
  */
 #ifndef WAKEMETER_H
@@ -11,6 +11,8 @@
 /* Log2 buckets: 0 holds value 0, i >= 1 holds [2^(i-1), 2^i). Covers u64. */
 #define WM_BUCKETS 65
 #define WM_COMM_LEN 16
+/* Wakers remembered per target thread (wm_thread.waker_*). */
+#define WM_WAKER_SLOTS 16
 
 /* Why a thread left the CPU (index into wm_thread.off_ns). */
 #define WM_OFF_SLEEP 0
@@ -71,17 +73,18 @@ struct wm_thread {
 	__u64 runq_hist[WM_BUCKETS];
 	__u64 poll_timeout_hist[WM_BUCKETS];
 	char comm[WM_COMM_LEN];
-};
-
-/* Key of the wakers map: who (waker) woke which target thread. */
-struct wm_waker_key {
-	__u32 target_tid;
-	__u32 waker_tid;
-};
-
-struct wm_waker {
-	__u64 count;
-	char comm[WM_COMM_LEN];
+	/* The threads that woke this one most: WM_WAKER_SLOTS slots, each a
+	 * waker tid (0 = interrupt context), the wakeups it caused since it
+	 * took the slot (0 = free slot), its comm, and a bit of
+	 * waker_of_target telling that it is a thread of the target (whose
+	 * exit the programs can see in the threads map). They live in the
+	 * thread's own entry so that they go when it goes, and reading them
+	 * costs nothing beyond the entry. Written only by sched_waking, which
+	 * the kernel runs under the woken task's pi_lock. */
+	__u32 waker_tid[WM_WAKER_SLOTS];
+	__u64 waker_count[WM_WAKER_SLOTS];
+	__u64 waker_of_target;
+	char waker_comm[WM_WAKER_SLOTS][WM_COMM_LEN];
 };
 
 #endif

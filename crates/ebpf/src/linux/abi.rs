@@ -5,6 +5,8 @@
 pub(crate) const BUCKETS: usize = 65;
 /// Length of a kernel `comm` (`TASK_COMM_LEN`).
 pub(crate) const COMM_LEN: usize = 16;
+/// Waker slots per thread (`WM_WAKER_SLOTS`), same as [`crate::WAKER_SLOTS`].
+pub(crate) const WAKER_SLOTS: usize = 16;
 
 /// Indexes of `WmThread::off_ns` (`WM_OFF_*`).
 pub(crate) const OFF_SLEEP: usize = 0;
@@ -43,25 +45,55 @@ pub(crate) struct WmThread {
     pub runq_hist: [u64; BUCKETS],
     pub poll_timeout_hist: [u64; BUCKETS],
     pub comm: [u8; COMM_LEN],
+    /// Waker slots: tid (0 = interrupt context), wakeups since it took the
+    /// slot (0 = free slot), whether it is a thread of the target (bit i),
+    /// and its comm.
+    pub waker_tid: [u32; WAKER_SLOTS],
+    pub waker_count: [u64; WAKER_SLOTS],
+    pub waker_of_target: u64,
+    pub waker_comm: [[u8; COMM_LEN]; WAKER_SLOTS],
 }
 
-/// `struct wm_waker_key`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct WmWakerKey {
-    pub target_tid: u32,
-    pub waker_tid: u32,
+impl WmThread {
+    /// An all-zero record (a valid value: every field is an integer).
+    pub(crate) const ZERO: WmThread = WmThread {
+        on_since_ns: 0,
+        off_since_ns: 0,
+        off_cause: 0,
+        woken_at_ns: 0,
+        wakeups: 0,
+        on_cpu_ns: 0,
+        voluntary: 0,
+        involuntary: 0,
+        off_ns: [0; OFF_CAUSES],
+        sc_block_nr: 0,
+        sc_block_ns: 0,
+        sc_arg_ns: 0,
+        poll_calls: 0,
+        poll_zero_returns: 0,
+        poll_zero_timeouts: 0,
+        poll_infinite_timeouts: 0,
+        poll_time_ns: 0,
+        sleep_calls: 0,
+        sleep_requested_ns: 0,
+        sleep_actual_ns: 0,
+        off_hist: [0; BUCKETS],
+        runq_hist: [0; BUCKETS],
+        poll_timeout_hist: [0; BUCKETS],
+        comm: [0; COMM_LEN],
+        waker_tid: [0; WAKER_SLOTS],
+        waker_count: [0; WAKER_SLOTS],
+        waker_of_target: 0,
+        waker_comm: [[0; COMM_LEN]; WAKER_SLOTS],
+    };
+
+    /// Occupied waker slots.
+    pub(crate) fn waker_slots_used(&self) -> usize {
+        self.waker_count.iter().filter(|c| **c != 0).count()
+    }
 }
 
-/// `struct wm_waker`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct WmWaker {
-    pub count: u64,
-    pub comm: [u8; COMM_LEN],
-}
-
-const _: () = assert!(size_of::<WmThread>() == 1776);
+const _: () = assert!(size_of::<WmThread>() == 2232);
 // Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
 // side only fails the build instead of reading garbage.
 const _: () = assert!(std::mem::offset_of!(WmThread, woken_at_ns) == 24);
@@ -72,17 +104,16 @@ const _: () = assert!(std::mem::offset_of!(WmThread, sleep_actual_ns) == 192);
 const _: () = assert!(std::mem::offset_of!(WmThread, off_hist) == 200);
 const _: () = assert!(std::mem::offset_of!(WmThread, poll_timeout_hist) == 1240);
 const _: () = assert!(std::mem::offset_of!(WmThread, comm) == 1760);
-const _: () = assert!(size_of::<WmWakerKey>() == 8);
-const _: () = assert!(size_of::<WmWaker>() == 24);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_tid) == 1776);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_count) == 1840);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_of_target) == 1968);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_comm) == 1976);
 const _: () = assert!(BUCKETS == wakemeter::histogram::LOG2_BUCKETS);
+const _: () = assert!(WAKER_SLOTS == crate::WAKER_SLOTS);
 
-// SAFETY: plain-old-data records: `repr(C)`, only integers and byte arrays,
-// no padding (sizes asserted above), every bit pattern valid.
+// SAFETY: plain-old-data record: `repr(C)`, only integers and arrays of
+// them, no padding (size and offsets asserted above), every bit pattern valid.
 unsafe impl aya::Pod for WmThread {}
-// SAFETY: as above: two u32, no padding, any bit pattern valid.
-unsafe impl aya::Pod for WmWakerKey {}
-// SAFETY: as above: a u64 and a byte array, no padding, any bit pattern valid.
-unsafe impl aya::Pod for WmWaker {}
 
 /// A kernel `comm` as text: up to the first NUL, lossy UTF-8.
 pub(crate) fn comm_str(comm: &[u8; COMM_LEN]) -> String {

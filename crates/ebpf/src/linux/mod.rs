@@ -4,21 +4,24 @@
 mod abi;
 mod sys;
 
-use std::collections::{BTreeMap, HashSet};
-use std::os::fd::OwnedFd;
+use std::collections::HashSet;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
+use aya::maps::{HashMap, Map, MapData, MapError, PerCpuArray};
 use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use wakemeter::histogram::Log2Histogram;
 use wakemeter::kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Waker};
 use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
 
-use self::abi::{WmThread, WmWaker, WmWakerKey};
-use self::sys::ExitWatch;
-use crate::{AttachKind, EbpfError, EbpfSourceBuilder, ProgramRunStats, SyscallHook, Target};
+use self::abi::WmThread;
+use self::sys::{Batch, ExitWatch};
+use crate::{
+    AttachKind, DEFAULT_MAX_THREADS, EbpfError, EbpfSourceBuilder, MAX_THREADS_LIMIT, MapUsage,
+    ProgramRunStats, SyscallHook, Target,
+};
 
 /// One tracepoint and the two flavours of its program in the object.
 struct Hook {
@@ -27,13 +30,18 @@ struct Hook {
     raw_program: &'static str,
 }
 
-/// Attach order: exit cleanup first, so no entry is created that nothing
-/// would delete; the scheduler switch last, as it is the busiest.
-const HOOKS: [Hook; 4] = [
+/// Attach order: exit and exec cleanup first, so no entry is created that
+/// nothing would delete; the scheduler switch last, as it is the busiest.
+const HOOKS: [Hook; 5] = [
     Hook {
         tracepoint: "sched_process_exit",
         btf_program: "tpbtf_sched_process_exit",
         raw_program: "rawtp_sched_process_exit",
+    },
+    Hook {
+        tracepoint: "sched_process_exec",
+        btf_program: "tpbtf_sched_process_exec",
+        raw_program: "rawtp_sched_process_exec",
     },
     Hook {
         tracepoint: "sys_exit",
@@ -117,15 +125,114 @@ fn kernel_btf() -> Result<&'static Btf, EbpfError> {
     Ok(KERNEL_BTF.get_or_init(|| parsed))
 }
 
+/// Entries fetched per batch when reading the per-thread map (about 140 KiB
+/// of buffers at 2.2 KiB an entry).
+const READ_BATCH: usize = 64;
+
+/// Capacity of the per-thread map for a target with `threads` threads:
+/// twice that, at least [`DEFAULT_MAX_THREADS`], at most [`MAX_THREADS_LIMIT`].
+fn auto_max_threads(threads: Option<u32>) -> u32 {
+    threads
+        .unwrap_or(0)
+        .saturating_mul(2)
+        .clamp(DEFAULT_MAX_THREADS, MAX_THREADS_LIMIT)
+}
+
 /// Maps and programs of an attached session. Field order is drop order:
 /// the programs detach first.
 struct Live {
     ebpf: Ebpf,
-    threads: HashMap<MapData, u32, WmThread>,
-    wakers: HashMap<MapData, WmWakerKey, WmWaker>,
+    /// The per-thread map (a `BPF_MAP_TYPE_HASH` of u32 to [`WmThread`]).
+    threads: Map,
     dropped: PerCpuArray<MapData, u64>,
     /// Names of the programs that are attached.
     programs: Vec<&'static str>,
+    /// Capacity of the per-thread map, in entries.
+    max_threads: usize,
+    /// Read buffers, kept from one read to the next.
+    keys: Vec<u32>,
+    values: Vec<WmThread>,
+}
+
+impl Live {
+    /// Calls `each` with every entry of the per-thread map; returns how many
+    /// entries were fetched. Batches walk the map's buckets once, so a read
+    /// costs the live entries plus a fixed walk of the buckets; kernels
+    /// without batch operations (before 5.6) are read key by key.
+    fn for_each_thread(
+        &mut self,
+        mut each: impl FnMut(u32, &WmThread),
+    ) -> Result<u32, KernelSourceError> {
+        let Map::HashMap(data) = &self.threads else {
+            return Err(KernelSourceError::Read(
+                "eBPF map threads is not a hash map".into(),
+            ));
+        };
+        let mut cursor = None;
+        let mut fetched = 0u32;
+        loop {
+            let step = sys::lookup_batch(
+                data.fd().as_fd(),
+                &mut cursor,
+                &mut self.keys,
+                &mut self.values,
+            )
+            .map_err(|e| KernelSourceError::Read(format!("eBPF map threads: {e}")))?;
+            let (n, done) = match step {
+                // Never seen: the kernel fills at least one entry or ends.
+                Batch::More(0) => {
+                    return Err(KernelSourceError::Read(
+                        "eBPF map threads: batch lookup made no progress".into(),
+                    ));
+                }
+                Batch::More(n) => (n, false),
+                Batch::Done(n) => (n, true),
+                Batch::TooSmall => {
+                    let len = self.keys.len().saturating_mul(2).max(READ_BATCH);
+                    self.keys.resize(len, 0);
+                    self.values.resize(len, WmThread::ZERO);
+                    continue;
+                }
+                Batch::Unsupported if cursor.is_none() => {
+                    return self.for_each_thread_by_key(each);
+                }
+                Batch::Unsupported => {
+                    return Err(KernelSourceError::Read(
+                        "eBPF map threads: batch lookup refused mid-walk".into(),
+                    ));
+                }
+            };
+            for (tid, raw) in self.keys.iter().zip(&self.values).take(n) {
+                each(*tid, raw);
+            }
+            fetched = fetched.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+            if done {
+                return Ok(fetched);
+            }
+        }
+    }
+
+    /// The key-by-key walk. A key deleted under it makes the kernel start
+    /// over from the first key, so duplicates are skipped, and the walk
+    /// stops after twice the map's capacity.
+    fn for_each_thread_by_key(
+        &self,
+        mut each: impl FnMut(u32, &WmThread),
+    ) -> Result<u32, KernelSourceError> {
+        let map: HashMap<&MapData, u32, WmThread> =
+            HashMap::try_from(&self.threads).map_err(read_error("threads"))?;
+        let budget = self.max_threads.max(1).saturating_mul(2);
+        let mut seen = HashSet::new();
+        let mut fetched = 0u32;
+        for item in map.iter().take(budget) {
+            let (tid, raw) = item.map_err(read_error("threads"))?;
+            fetched = fetched.saturating_add(1);
+            if seen.insert(tid) {
+                each(tid, &raw);
+            }
+        }
+        Ok(fetched)
+    }
 }
 
 pub(crate) struct Session {
@@ -136,6 +243,9 @@ pub(crate) struct Session {
     kind: AttachKind,
     syscall_hook: SyscallHook,
     top_wakers: usize,
+    max_threads: u32,
+    /// Entries the last read fetched.
+    last_read_entries: u32,
     /// `None` once the target has exited (programs detached).
     live: Option<Live>,
 }
@@ -168,6 +278,9 @@ impl Session {
                 (pid, watch)
             }
         };
+        let max_threads = options
+            .max_threads
+            .unwrap_or_else(|| auto_max_threads(sys::thread_count(pid)));
         let object = object()?;
         sys::check_kernel_btf()?;
         sys::check_privileges()?;
@@ -178,8 +291,7 @@ impl Session {
             .btf(Some(btf))
             .override_global("target_tgid", &pid, true)
             .override_global("syscalls_on", &u32::from(options.syscalls), true)
-            .map_max_entries("threads", options.max_threads)
-            .map_max_entries("wakers", options.max_wakers)
+            .map_max_entries("threads", max_threads)
             .load(object)
             .map_err(|source| EbpfError::Load { source })?;
 
@@ -219,17 +331,14 @@ impl Session {
             _ => AttachKind::Mixed,
         };
 
-        let threads = HashMap::try_from(take_map(&mut ebpf, "threads")?).map_err(|source| {
+        let threads = take_map(&mut ebpf, "threads")?;
+        // Checks the type and the key and value sizes once.
+        HashMap::<&MapData, u32, WmThread>::try_from(&threads).map_err(|source| {
             EbpfError::Map {
                 map: "threads",
                 source,
             }
         })?;
-        let wakers =
-            HashMap::try_from(take_map(&mut ebpf, "wakers")?).map_err(|source| EbpfError::Map {
-                map: "wakers",
-                source,
-            })?;
         let dropped = PerCpuArray::try_from(take_map(&mut ebpf, "dropped")?).map_err(|source| {
             EbpfError::Map {
                 map: "dropped",
@@ -243,14 +352,58 @@ impl Session {
             attach_duration: started.elapsed(),
             kind,
             syscall_hook,
-            top_wakers: options.top_wakers,
+            top_wakers: options.top_wakers.min(abi::WAKER_SLOTS),
+            max_threads,
+            last_read_entries: 0,
             live: Some(Live {
                 ebpf,
                 threads,
-                wakers,
                 dropped,
                 programs,
+                max_threads: usize::try_from(max_threads).unwrap_or(usize::MAX),
+                keys: Vec::new(),
+                values: Vec::new(),
             }),
+        })
+    }
+
+    pub(crate) fn max_threads(&self) -> u32 {
+        self.max_threads
+    }
+
+    /// The live maps, or [`KernelSourceError::TargetExited`] once the target
+    /// is gone, detaching everything the moment that is noticed.
+    fn live(&mut self) -> Result<&mut Live, KernelSourceError> {
+        if self.watch.as_ref().is_some_and(ExitWatch::has_exited) {
+            // Detach now rather than when the source is dropped, and let go
+            // of the process handle too.
+            self.live = None;
+            self.watch = None;
+        }
+        let pid = self.pid;
+        let live = self
+            .live
+            .as_mut()
+            .ok_or(KernelSourceError::TargetExited { pid })?;
+        if live.keys.is_empty() {
+            let len = READ_BATCH.min(usize::try_from(self.max_threads).unwrap_or(READ_BATCH));
+            live.keys = vec![0; len];
+            live.values = vec![WmThread::ZERO; len];
+        }
+        Ok(live)
+    }
+
+    pub(crate) fn map_usage(&mut self) -> Result<MapUsage, KernelSourceError> {
+        let last_read_entries = self.last_read_entries;
+        let max_threads = self.max_threads;
+        let live = self.live()?;
+        let mut waker_slots = 0usize;
+        let threads = live.for_each_thread(|_, raw| waker_slots += raw.waker_slots_used())?;
+        Ok(MapUsage {
+            threads,
+            max_threads,
+            waker_slots: u32::try_from(waker_slots).unwrap_or(u32::MAX),
+            last_read_entries,
         })
     }
 
@@ -293,61 +446,15 @@ impl Session {
 
     pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
         let pid = self.pid;
-        if self.watch.as_ref().is_some_and(ExitWatch::has_exited) {
-            // Detach now rather than when the source is dropped.
-            self.live = None;
-        }
-        let Some(live) = self.live.as_mut() else {
-            return Err(KernelSourceError::TargetExited { pid });
-        };
+        let top_wakers = self.top_wakers;
+        let live = self.live()?;
         let now = wakemeter::monotonic_ns();
 
-        let mut seen = HashSet::new();
         let mut threads = Vec::new();
-        for item in live.threads.iter() {
-            let (tid, raw) = item.map_err(read_error("threads"))?;
-            if seen.insert(tid) {
-                threads.push(thread_stats(tid, &raw, now));
-            }
-        }
+        let fetched = live.for_each_thread(|tid, raw| {
+            threads.push(thread_stats(tid, raw, now, top_wakers));
+        })?;
         threads.sort_by_key(|t| t.tid);
-
-        let mut by_target: BTreeMap<u32, Vec<Waker>> = BTreeMap::new();
-        let mut stale = Vec::new();
-        for item in live.wakers.iter() {
-            let (key, value) = item.map_err(read_error("wakers"))?;
-            if !seen.contains(&key.target_tid) {
-                stale.push(key);
-                continue;
-            }
-            let mut waker = Waker::default();
-            waker.tid = u64::from(key.waker_tid);
-            waker.comm = abi::comm_str(&value.comm);
-            waker.wakeups = value.count;
-            by_target.entry(key.target_tid).or_default().push(waker);
-        }
-        // Wakers of threads that exited: the kernel side cannot enumerate
-        // them on exit, so they are removed here. Re-check the thread, which
-        // may have appeared since the thread map was read.
-        for key in stale {
-            if matches!(
-                live.threads.get(&key.target_tid, 0),
-                Err(MapError::KeyNotFound)
-            ) {
-                // A failed removal is retried at the next read.
-                let _ = live.wakers.remove(&key);
-            }
-        }
-        for t in &mut threads {
-            if let Some(mut wakers) = u32::try_from(t.tid)
-                .ok()
-                .and_then(|tid| by_target.remove(&tid))
-            {
-                wakers.sort_by(|a, b| b.wakeups.cmp(&a.wakeups).then(a.tid.cmp(&b.tid)));
-                wakers.truncate(self.top_wakers);
-                t.top_wakers = wakers;
-            }
-        }
 
         let dropped_events = live
             .dropped
@@ -355,6 +462,7 @@ impl Session {
             .map_err(read_error("dropped"))?
             .iter()
             .fold(0u64, |a, b| a.saturating_add(*b));
+        self.last_read_entries = fetched;
 
         let mut sample = KernelSample::default();
         sample.source = "ebpf".to_owned();
@@ -450,8 +558,9 @@ fn attach_per_syscall(ebpf: &mut Ebpf) -> Result<(), EbpfError> {
 }
 
 /// Converts one kernel record, adding the span in progress (on or off CPU)
-/// to the totals so that they grow smoothly between switches.
-fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64) -> KernelThreadStats {
+/// to the totals so that they grow smoothly between switches, with its
+/// `top_wakers` most frequent wakers.
+fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64, top_wakers: usize) -> KernelThreadStats {
     let in_progress = |since: u64| {
         if since != 0 && now_ns > since {
             now_ns - since
@@ -500,7 +609,31 @@ fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64) -> KernelThreadStats {
     t.wakeups_received = raw.wakeups;
     t.poll = poll;
     t.sleep = sleep;
+    t.top_wakers = wakers_of(raw, top_wakers);
     t
+}
+
+/// The `n` most frequent wakers in a record's slots, most first (ties by tid).
+fn wakers_of(raw: &WmThread, n: usize) -> Vec<Waker> {
+    let mut slots: Vec<usize> = (0..abi::WAKER_SLOTS)
+        .filter(|&i| raw.waker_count[i] != 0)
+        .collect();
+    slots.sort_by(|&a, &b| {
+        raw.waker_count[b]
+            .cmp(&raw.waker_count[a])
+            .then(raw.waker_tid[a].cmp(&raw.waker_tid[b]))
+    });
+    slots
+        .into_iter()
+        .take(n)
+        .map(|i| {
+            let mut w = Waker::default();
+            w.tid = u64::from(raw.waker_tid[i]);
+            w.comm = abi::comm_str(&raw.waker_comm[i]);
+            w.wakeups = raw.waker_count[i];
+            w
+        })
+        .collect()
 }
 
 /// Holds the `BPF_ENABLE_STATS` fd; statistics stay on while any holder lives.
@@ -521,38 +654,9 @@ impl RunStats {
 mod tests {
     use super::*;
 
-    fn zeroed() -> WmThread {
-        WmThread {
-            on_since_ns: 0,
-            off_since_ns: 0,
-            woken_at_ns: 0,
-            off_cause: 0,
-            sc_block_nr: 0,
-            sc_block_ns: 0,
-            sc_arg_ns: 0,
-            on_cpu_ns: 0,
-            voluntary: 0,
-            involuntary: 0,
-            off_ns: [0; abi::OFF_CAUSES],
-            wakeups: 0,
-            poll_calls: 0,
-            poll_zero_returns: 0,
-            poll_zero_timeouts: 0,
-            poll_infinite_timeouts: 0,
-            poll_time_ns: 0,
-            sleep_calls: 0,
-            sleep_requested_ns: 0,
-            sleep_actual_ns: 0,
-            off_hist: [0; abi::BUCKETS],
-            runq_hist: [0; abi::BUCKETS],
-            poll_timeout_hist: [0; abi::BUCKETS],
-            comm: [0; abi::COMM_LEN],
-        }
-    }
-
     #[test]
     fn record_conversion_adds_span_in_progress() {
-        let mut raw = zeroed();
+        let mut raw = WmThread::ZERO;
         raw.comm[..4].copy_from_slice(b"loop");
         raw.on_cpu_ns = 100;
         raw.voluntary = 3;
@@ -564,7 +668,7 @@ mod tests {
         raw.off_hist[11] = 2;
         raw.poll_timeout_hist[20] = 4;
         raw.poll_calls = 4;
-        let t = thread_stats(42, &raw, 5_500);
+        let t = thread_stats(42, &raw, 5_500, 8);
         assert_eq!(t.tid, 42);
         assert_eq!(t.comm, "loop");
         assert_eq!(t.on_cpu_ns, 100);
@@ -578,9 +682,47 @@ mod tests {
 
         raw.off_since_ns = 0;
         raw.on_since_ns = 5_000;
-        let t = thread_stats(42, &raw, 6_000);
+        let t = thread_stats(42, &raw, 6_000, 8);
         assert_eq!(t.on_cpu_ns, 1100);
         assert_eq!(t.off_cpu.sleep_ns, 1000);
+    }
+
+    #[test]
+    fn wakers_most_first_from_occupied_slots() {
+        let mut raw = WmThread::ZERO;
+        for (slot, tid, count, comm) in [
+            (0, 7, 5, &b"seven"[..]),
+            (3, 0, 9, &b"[interrupt]"[..]),
+            (5, 9, 5, &b"nine"[..]),
+            (6, 11, 0, &b"free"[..]),
+        ] {
+            raw.waker_tid[slot] = tid;
+            raw.waker_count[slot] = count;
+            raw.waker_comm[slot][..comm.len()].copy_from_slice(comm);
+        }
+        assert_eq!(raw.waker_slots_used(), 3);
+        let all: Vec<_> = wakers_of(&raw, 16)
+            .into_iter()
+            .map(|w| (w.tid, w.comm, w.wakeups))
+            .collect();
+        assert_eq!(
+            all,
+            [
+                (0, "[interrupt]".to_owned(), 9),
+                (7, "seven".to_owned(), 5),
+                (9, "nine".to_owned(), 5),
+            ]
+        );
+        assert_eq!(wakers_of(&raw, 1).len(), 1);
+        assert!(thread_stats(1, &raw, 0, 0).top_wakers.is_empty());
+    }
+
+    #[test]
+    fn map_sized_from_thread_count() {
+        assert_eq!(auto_max_threads(None), DEFAULT_MAX_THREADS);
+        assert_eq!(auto_max_threads(Some(3)), DEFAULT_MAX_THREADS);
+        assert_eq!(auto_max_threads(Some(3000)), 6000);
+        assert_eq!(auto_max_threads(Some(u32::MAX)), MAX_THREADS_LIMIT);
     }
 
     #[test]

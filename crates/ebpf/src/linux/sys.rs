@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::error::EbpfError;
 
@@ -103,6 +103,102 @@ pub(crate) fn process_of(pid: u32) -> Result<u32, EbpfError> {
     status_field(&status, "Tgid")
         .and_then(|v| v.parse::<u32>().ok())
         .ok_or(EbpfError::NoSuchProcess { pid })
+}
+
+/// The number of threads of process `pid` (`Threads:` of its
+/// `/proc/<pid>/status`), `None` when it cannot be read.
+pub(crate) fn thread_count(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status_field(&status, "Threads")?.parse().ok()
+}
+
+/// `BPF_MAP_LOOKUP_BATCH` (`enum bpf_cmd`, Linux 5.6+).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+/// `ENOTSUPP`: the kernel-internal "not supported" some map types return.
+const ENOTSUPP: i32 = 524;
+
+/// The `batch` member of `union bpf_attr` (the kernel zero-fills the rest).
+#[repr(C)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// What one [`lookup_batch`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// Filled this many entries; call again with the same cursor for more.
+    More(usize),
+    /// Filled this many entries, and the map has no more.
+    Done(usize),
+    /// One hash bucket holds more entries than the buffers: grow them and
+    /// call again with the same cursor.
+    TooSmall,
+    /// The kernel has no batch operations for this map (before Linux 5.6).
+    Unsupported,
+}
+
+/// Copies the next entries of hash map `map` into `keys` and `values`
+/// (as many as the shorter of the two holds), walking the map's buckets
+/// from `cursor` (`None`: from the start), which is advanced. Entries
+/// deleted meanwhile never make the walk start over, as the key-by-key
+/// walk does, and each bucket is visited once.
+///
+/// `K` and `V` must be the map's key and value types (sizes checked by aya
+/// when the map was opened).
+pub(crate) fn lookup_batch<K: aya::Pod, V: aya::Pod>(
+    map: BorrowedFd<'_>,
+    cursor: &mut Option<u32>,
+    keys: &mut [K],
+    values: &mut [V],
+) -> io::Result<Batch> {
+    let room = keys.len().min(values.len());
+    let mut next: u32 = 0;
+    let mut attr = BatchAttr {
+        in_batch: cursor.as_ref().map_or(0, |c| std::ptr::from_ref(c) as u64),
+        out_batch: std::ptr::from_mut(&mut next) as u64,
+        keys: keys.as_mut_ptr() as u64,
+        values: values.as_mut_ptr() as u64,
+        count: u32::try_from(room).unwrap_or(u32::MAX),
+        map_fd: u32::try_from(map.as_raw_fd())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        elem_flags: 0,
+        flags: 0,
+    };
+    let size = libc::c_uint::try_from(size_of::<BatchAttr>()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: `attr` is a valid `batch` member of `bpf_attr` for `size`
+    // bytes. The kernel reads `*in_batch` (a u32 cursor, as hash maps use)
+    // and writes `*out_batch` (a u32), up to `count` keys of the map's key
+    // size into `keys` and values of its value size into `values`; `count`
+    // is at most the length of both slices, and K and V are the map's key
+    // and value types, so every write is in bounds. All of them live
+    // across the call; the kernel keeps no pointer after it returns.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_LOOKUP_BATCH,
+            std::ptr::from_mut(&mut attr),
+            size,
+        )
+    };
+    let filled = usize::try_from(attr.count).unwrap_or(0).min(room);
+    if rc == 0 {
+        *cursor = Some(next);
+        return Ok(Batch::More(filled));
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ENOENT) => Ok(Batch::Done(filled)),
+        Some(libc::ENOSPC) => Ok(Batch::TooSmall),
+        Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP) => Ok(Batch::Unsupported),
+        _ => Err(err),
+    }
 }
 
 /// A handle on a process that tells when it has exited: a pidfd where the
@@ -208,6 +304,13 @@ mod tests {
         let zombie = "1234 (x) Z 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 0 0";
         assert_eq!(parse_start_time(zombie), None);
         assert_eq!(parse_start_time("garbage"), None);
+    }
+
+    #[test]
+    fn own_thread_count() {
+        let n = thread_count(std::process::id()).unwrap();
+        assert!(n >= 1);
+        assert_eq!(thread_count(1 << 30), None);
     }
 
     #[test]
