@@ -1,6 +1,8 @@
-//! End-to-end tests against the running kernel. They need root (or
-//! CAP_BPF + CAP_PERFMON), kernel BTF and a build with clang; without them
-//! each test prints why it skips and passes.
+//! End-to-end tests against the running kernel. Those marked
+//! `#[ignore = "needs root"]` need root (or CAP_BPF + CAP_PERFMON), kernel
+//! BTF and a build with clang: run them with
+//! `cargo test -p wakemeter-ebpf -- --include-ignored` as root. Run that
+//! way, a missing requirement fails them.
 //!
 //! The tests of this file run one at a time (a shared lock), because some of
 //! them count this process's file descriptors and programs.
@@ -18,7 +20,10 @@ use std::time::{Duration, Instant};
 use wakemeter::KernelSource;
 use wakemeter::histogram::log2_bucket;
 use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
-use wakemeter_ebpf::{AttachKind, EbpfError, EbpfSource, EbpfSourceBuilder, SyscallHook, Target};
+use wakemeter_ebpf::{
+    AttachKind, DEFAULT_MAX_THREADS, EbpfError, EbpfSource, EbpfSourceBuilder, MAX_THREADS_LIMIT,
+    SyscallHook, Target,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -26,32 +31,12 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Why these tests cannot run here, if they cannot.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("no kernel BTF (/sys/kernel/btf/vmlinux)".into());
-    }
-    None
-}
-
-/// Attaches, or prints why the test skips and returns `None`.
-fn attach_or_skip(test: &str, builder: EbpfSourceBuilder) -> Option<EbpfSource> {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED {test}: {why}");
-        return None;
-    }
+/// Attaches, or fails the test saying why not.
+fn attach(test: &str, builder: EbpfSourceBuilder) -> EbpfSource {
     match builder.attach() {
-        Ok(s) => Some(s),
-        Err(EbpfError::BuiltWithoutClang) => {
-            eprintln!("SKIPPED {test}: crate built without clang");
-            None
-        }
+        Ok(s) => s,
         Err(e) => panic!(
-            "{test}: attach failed: {e} ({:?})",
+            "{test}: attach failed (these tests need root, kernel BTF and a build with clang): {e} ({:?})",
             std::error::Error::source(&e)
         ),
     }
@@ -117,10 +102,9 @@ impl Drop for TracefsForTest {
     }
 }
 
-/// Attaches to this process with the syscall program `via`, checks that it
-/// went there, or prints why the test skips. The tracefs guard, if any,
-/// must outlive the source.
-fn attach_via(test: &str, via: Via) -> Option<(EbpfSource, Option<TracefsForTest>)> {
+/// Attaches to this process with the syscall program `via` and checks that
+/// it went there. The tracefs guard, if any, must outlive the source.
+fn attach_via(test: &str, via: Via) -> (EbpfSource, Option<TracefsForTest>) {
     let builder = EbpfSource::builder(Target::SelfProcess);
     let (builder, tracefs, expected) = match via {
         Via::TpBtf => (
@@ -133,23 +117,14 @@ fn attach_via(test: &str, via: Via) -> Option<(EbpfSource, Option<TracefsForTest
             None,
             SyscallHook::SysExit,
         ),
-        Via::PerSyscall => {
-            if skip_reason().is_none() {
-                match TracefsForTest::ensure() {
-                    Ok(t) => (builder, Some(t), SyscallHook::PerSyscall),
-                    Err(why) => {
-                        eprintln!("SKIPPED {test}: {why}");
-                        return None;
-                    }
-                }
-            } else {
-                (builder, None, SyscallHook::PerSyscall)
-            }
-        }
+        Via::PerSyscall => match TracefsForTest::ensure() {
+            Ok(t) => (builder, Some(t), SyscallHook::PerSyscall),
+            Err(why) => panic!("{test}: {why}"),
+        },
     };
-    let source = attach_or_skip(test, builder)?;
+    let source = attach(test, builder);
     assert_eq!(source.syscall_hook(), expected, "{via:?}");
-    Some((source, tracefs))
+    (source, tracefs)
 }
 
 fn gettid() -> u64 {
@@ -228,12 +203,10 @@ fn switch_counts_match(kind: AttachKind) {
     const SLEEPS: u64 = 40;
     let _g = serial();
     let test = format!("switch_counts_match_procfs({kind:?})");
-    let Some(mut source) = attach_or_skip(
+    let mut source = attach(
         &test,
         EbpfSource::builder(Target::SelfProcess).with_attach_kind(kind),
-    ) else {
-        return;
-    };
+    );
     assert_eq!(source.attach_kind(), kind);
     on_parked_thread(
         || {
@@ -288,11 +261,13 @@ fn switch_counts_match(kind: AttachKind) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn switch_counts_match_procfs_tp_btf() {
     switch_counts_match(AttachKind::BtfTracepoint);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn switch_counts_match_procfs_raw_tp() {
     switch_counts_match(AttachKind::RawTracepoint);
 }
@@ -303,9 +278,7 @@ fn switch_counts_match_procfs_raw_tp() {
 fn poll_on_idle_pipe(via: Via) {
     const POLLS: u64 = 40;
     let _g = serial();
-    let Some((mut source, _tracefs)) = attach_via("poll_on_idle_pipe", via) else {
-        return;
-    };
+    let (mut source, _tracefs) = attach_via("poll_on_idle_pipe", via);
     on_parked_thread(
         || {
             let mut fds = [0i32; 2];
@@ -366,16 +339,19 @@ fn poll_on_idle_pipe(via: Via) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_tp_btf() {
     poll_on_idle_pipe(Via::TpBtf);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_raw_tp() {
     poll_on_idle_pipe(Via::RawTp);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_per_syscall() {
     poll_on_idle_pipe(Via::PerSyscall);
 }
@@ -384,9 +360,7 @@ fn nanosleep_requested_and_actual(via: Via) {
     const SLEEPS: u64 = 30;
     const REQUEST_NS: u64 = 2_000_000;
     let _g = serial();
-    let Some((mut source, _tracefs)) = attach_via("nanosleep_requested_vs_actual", via) else {
-        return;
-    };
+    let (mut source, _tracefs) = attach_via("nanosleep_requested_vs_actual", via);
     on_parked_thread(
         || {
             let mut user_total = Duration::ZERO;
@@ -432,30 +406,32 @@ fn nanosleep_requested_and_actual(via: Via) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nanosleep_requested_and_actual_agree_with_userspace_tp_btf() {
     nanosleep_requested_and_actual(Via::TpBtf);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nanosleep_requested_and_actual_agree_with_userspace_raw_tp() {
     nanosleep_requested_and_actual(Via::RawTp);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nanosleep_requested_and_actual_agree_with_userspace_per_syscall() {
     nanosleep_requested_and_actual(Via::PerSyscall);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn wakers_and_lock_waits_are_attributed() {
     const MESSAGES: u64 = 20;
     let _g = serial();
-    let Some(mut source) = attach_or_skip(
+    let mut source = attach(
         "wakers_and_lock_waits",
         EbpfSource::builder(Target::SelfProcess),
-    ) else {
-        return;
-    };
+    );
     let me = gettid();
     let (tx, rx) = mpsc::channel::<u64>();
     let (tid_tx, tid_rx) = mpsc::channel();
@@ -498,14 +474,13 @@ fn wakers_and_lock_waits_are_attributed() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn exited_threads_are_removed_and_full_maps_count_drops() {
     let _g = serial();
-    let Some(mut source) = attach_or_skip(
+    let mut source = attach(
         "exited_threads_are_removed",
         EbpfSource::builder(Target::SelfProcess),
-    ) else {
-        return;
-    };
+    );
     let tid = thread::spawn(|| {
         for _ in 0..5 {
             thread::sleep(Duration::from_millis(1));
@@ -522,12 +497,10 @@ fn exited_threads_are_removed_and_full_maps_count_drops() {
     drop(source);
 
     // A map for two threads, and more than two busy threads.
-    let Some(mut small) = attach_or_skip(
+    let mut small = attach(
         "full_maps_count_drops",
         EbpfSource::builder(Target::SelfProcess).with_max_threads(2),
-    ) else {
-        return;
-    };
+    );
     let workers: Vec<_> = (0..4)
         .map(|_| {
             thread::spawn(|| {
@@ -546,16 +519,15 @@ fn exited_threads_are_removed_and_full_maps_count_drops() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn without_syscalls_only_scheduler_programs_run() {
     let _g = serial();
-    let Some(mut source) = attach_or_skip(
+    let mut source = attach(
         "without_syscalls",
         EbpfSource::builder(Target::SelfProcess)
             .with_syscalls(false)
             .with_calibration_program(true),
-    ) else {
-        return;
-    };
+    );
     // Names without the flavour prefix (`tpbtf_` or `rawtp_`).
     let names: Vec<String> = source
         .program_stats()
@@ -567,6 +539,7 @@ fn without_syscalls_only_scheduler_programs_run() {
         names,
         [
             "sched_process_exit",
+            "sched_process_exec",
             "sched_waking",
             "sched_switch",
             "calibrate"
@@ -607,13 +580,11 @@ fn our_program_ids() -> HashSet<u32> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn drop_detaches_and_frees_everything() {
     let _g = serial();
     // Warm up once: the kernel BTF is parsed and cached by the first attach.
-    let Some(warm) = attach_or_skip("drop_detaches", EbpfSource::builder(Target::SelfProcess))
-    else {
-        return;
-    };
+    let warm = attach("drop_detaches", EbpfSource::builder(Target::SelfProcess));
     drop(warm);
     let fds_before = open_fds();
     let programs_before = our_program_ids();
@@ -628,7 +599,7 @@ fn drop_detaches_and_frees_everything() {
         .difference(&programs_before)
         .copied()
         .collect();
-    assert_eq!(ours.len(), 4, "four programs attached");
+    assert_eq!(ours.len(), 5, "five programs attached");
     source.read().unwrap();
     drop(source);
     assert_eq!(open_fds(), fds_before, "file descriptors leaked");
@@ -676,11 +647,8 @@ fn drop_bpf_capabilities_of_this_thread() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn missing_capabilities_are_a_typed_error() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED missing_capabilities: {why}");
-        return;
-    }
     let result = thread::spawn(|| {
         drop_bpf_capabilities_of_this_thread();
         EbpfSource::attach(Target::SelfProcess)
@@ -690,9 +658,6 @@ fn missing_capabilities_are_a_typed_error() {
     match result {
         Err(EbpfError::MissingPrivilege { missing }) => {
             assert_eq!(missing, "CAP_BPF and CAP_PERFMON")
-        }
-        Err(EbpfError::BuiltWithoutClang) => {
-            eprintln!("SKIPPED missing_capabilities: crate built without clang")
         }
         other => panic!("expected MissingPrivilege, got {other:?}"),
     }
@@ -712,46 +677,287 @@ fn nonexistent_pid_is_a_typed_error() {
     ));
 }
 
-/// Body of the helper process started by `observes_another_process_by_pid`
-/// (this test binary run again); does nothing in a normal test run.
 #[test]
-fn helper_process_main() {
-    if std::env::var_os("WAKEMETER_EBPF_TEST_HELPER").is_none() {
-        return;
-    }
-    let end = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < end {
-        thread::sleep(Duration::from_millis(2));
+fn max_threads_out_of_range_is_a_typed_error() {
+    // Checked before anything else: needs no privilege.
+    for requested in [0, MAX_THREADS_LIMIT + 1, 100_000_000, u32::MAX] {
+        match EbpfSource::builder(Target::SelfProcess)
+            .with_max_threads(requested)
+            .attach()
+        {
+            Err(EbpfError::MaxThreadsOutOfRange {
+                requested: r,
+                limit,
+            }) => {
+                assert_eq!((r, limit), (requested, MAX_THREADS_LIMIT));
+            }
+            other => panic!("expected MaxThreadsOutOfRange for {requested}, got {other:?}"),
+        }
     }
 }
 
 #[test]
-fn observes_another_process_by_pid_until_it_exits() {
+#[ignore = "needs root"]
+fn thread_map_is_sized_from_the_target() {
+    const PARKED: usize = 700;
     let _g = serial();
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED observes_another_process: {why}");
-        return;
+    // The limit itself is accepted.
+    let source = attach(
+        "thread_map_limit",
+        EbpfSource::builder(Target::SelfProcess).with_max_threads(MAX_THREADS_LIMIT),
+    );
+    assert_eq!(source.max_threads(), MAX_THREADS_LIMIT);
+    drop(source);
+
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = std::sync::Arc::new(Mutex::new(release_rx));
+    let parked: Vec<_> = (0..PARKED)
+        .map(|_| {
+            let rx = release_rx.clone();
+            thread::spawn(move || {
+                let _ = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+            })
+        })
+        .collect();
+    let threads = u32::try_from(live_threads()).unwrap();
+    assert!(threads > DEFAULT_MAX_THREADS / 2, "{threads} threads");
+    let source = attach("thread_map_sized", EbpfSource::builder(Target::SelfProcess));
+    // Twice the threads at attach (some test threads may come and go).
+    let capacity = source.max_threads();
+    assert!(
+        capacity >= 2 * (threads - 16) && capacity <= 2 * (threads + 16),
+        "capacity {capacity} for {threads} threads"
+    );
+    drop(source);
+    drop(release_tx);
+    for p in parked {
+        p.join().unwrap();
     }
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "helper_process_main",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("WAKEMETER_EBPF_TEST_HELPER", "1")
-        .stdout(std::process::Stdio::null())
+}
+
+/// Threads of this process now (`Threads:` of its status).
+fn live_threads() -> usize {
+    let s = fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn thread_churn_keeps_maps_and_reads_bounded() {
+    // More than the 4096 (target, waker) pairs the old wakers map held.
+    const CHURN: usize = 5000;
+    // Threads of this process that may come and go meanwhile (other tests
+    // of this binary, the harness), plus exited threads whose last switch
+    // the kernel has not made yet.
+    const SLACK: usize = 16;
+    let _g = serial();
+    let mut source = attach("thread_churn", EbpfSource::builder(Target::SelfProcess));
+    let (tx, rx) = mpsc::channel::<()>();
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let sink = thread::Builder::new()
+        .name("wm-sink".into())
+        .spawn(move || {
+            tid_tx.send(gettid()).unwrap();
+            let mut received = 0usize;
+            while rx.recv().is_ok() {
+                received += 1;
+            }
+            received
+        })
+        .unwrap();
+    let sink_tid = tid_rx.recv().unwrap();
+    source.read().unwrap();
+    let before = source.map_usage().unwrap();
+
+    // Each short-lived thread wakes the sink (blocked in recv) and exits.
+    for _ in 0..CHURN {
+        let tx = tx.clone();
+        thread::spawn(move || tx.send(()).unwrap()).join().unwrap();
+    }
+    // Let the last exits finish (a thread is joinable before its exit event).
+    thread::sleep(Duration::from_millis(50));
+
+    let sample = source.read().unwrap();
+    let usage = source.map_usage().unwrap();
+    let live = live_threads();
+    println!(
+        "after {CHURN} threads: {live} live, before {before:?}, after {usage:?}, dropped {}",
+        sample.dropped_events
+    );
+    let bound = u32::try_from(live + SLACK).unwrap();
+    assert!(usage.threads <= bound, "{usage:?} with {live} live threads");
+    assert!(
+        usage.waker_slots <= bound * u32::try_from(wakemeter_ebpf::WAKER_SLOTS).unwrap(),
+        "{usage:?}"
+    );
+    // What the read cost, in entries, follows the live threads, not the churn.
+    assert!(
+        usage.last_read_entries <= bound,
+        "the read fetched {} entries with {live} live threads",
+        usage.last_read_entries
+    );
+    assert!(sample.threads.len() <= live + SLACK);
+    let sink_stats = thread_of(&sample, sink_tid);
+    assert!(
+        sink_stats.wakeups_received * 10 >= u64::try_from(CHURN).unwrap() * 8,
+        "sink woken {} times",
+        sink_stats.wakeups_received
+    );
+    assert!(sink_stats.top_wakers.len() <= wakemeter_ebpf::DEFAULT_TOP_WAKERS);
+    let attributed: u64 = sink_stats.top_wakers.iter().map(|w| w.wakeups).sum();
+    assert!(attributed <= sink_stats.wakeups_received);
+    // Every churned waker had exited when the next one needed its slot: no
+    // waker was pushed out alive, so nothing was lost.
+    assert_eq!(sample.dropped_events, 0, "{:?}", sink_stats.top_wakers);
+
+    drop(tx);
+    assert_eq!(sink.join().unwrap(), CHURN);
+    // The source still reads after the churn.
+    let sample = source.read().unwrap();
+    assert!(sample.thread(sink_tid).is_none(), "the sink exited");
+}
+
+/// Body of the helper processes (this test binary run again); does nothing
+/// in a normal test run. `WAKEMETER_EBPF_TEST_HELPER=sleep`: a thread that
+/// sleeps 2 ms at a time for 30 s. `=exec`: a thread named `wm-execer`
+/// (not the leader) that waits for a byte on stdin, sleeps a little and
+/// then execs this binary as the `sleep` helper.
+#[test]
+fn helper_process_main() {
+    match std::env::var("WAKEMETER_EBPF_TEST_HELPER").as_deref() {
+        Ok("sleep") => {
+            let end = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < end {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
+        Ok("exec") => {
+            let execer = thread::Builder::new()
+                .name("wm-execer".into())
+                .spawn(|| {
+                    let mut byte = [0u8; 1];
+                    std::io::Read::read_exact(&mut std::io::stdin(), &mut byte).unwrap();
+                    for _ in 0..20 {
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                    let err = std::os::unix::process::CommandExt::exec(&mut helper("sleep"));
+                    panic!("exec failed: {err}");
+                })
+                .unwrap();
+            execer.join().unwrap();
+        }
+        _ => {}
+    }
+}
+
+/// This test binary as a helper process of `kind` (see `helper_process_main`).
+fn helper(kind: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--exact",
+        "helper_process_main",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("WAKEMETER_EBPF_TEST_HELPER", kind)
+    .stdout(std::process::Stdio::null());
+    c
+}
+
+/// The tid of the thread named `name` in process `pid`, waiting for it.
+fn thread_named(pid: u32, name: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for entry in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let path = entry.unwrap().path();
+            if fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim_end() == name) {
+                return path.file_name().unwrap().to_str().unwrap().parse().unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "no thread {name} in {pid}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn exec_from_a_thread_leaves_no_ghost() {
+    let _g = serial();
+    let mut child = helper("exec")
+        .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id();
-    let Some(mut source) = attach_or_skip(
+    let execer = u64::from(thread_named(pid, "wm-execer"));
+    assert_ne!(
+        execer,
+        u64::from(pid),
+        "the exec'ing thread is not the leader"
+    );
+    let mut source = attach("exec_ghost", EbpfSource::builder(Target::Pid(pid)));
+    // Wake it: it sleeps 20 times (so it has an entry), then execs.
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"x").unwrap();
+
+    // After the exec its old tid is gone from /proc, and the new program's
+    // sleeping thread (a new tid) has been seen.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sample = loop {
+        thread::sleep(Duration::from_millis(20));
+        let sample = source.read().unwrap();
+        let exec_done = !std::path::Path::new(&format!("/proc/{pid}/task/{execer}")).exists();
+        let new_sleeper = sample
+            .threads
+            .iter()
+            .any(|t| t.tid != execer && t.tid != u64::from(pid) && t.sleep.calls >= 5);
+        if exec_done && new_sleeper {
+            break sample;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the helper never exec'd and slept: {sample:#?}"
+        );
+    };
+    let tids: Vec<u64> = sample.threads.iter().map(|t| t.tid).collect();
+    assert!(
+        sample.thread(execer).is_none(),
+        "ghost entry of the exec'd thread {execer} (old tid): {tids:?}"
+    );
+    let leader = thread_of(&sample, u64::from(pid));
+    println!(
+        "after exec: tids {tids:?}, leader {} sleeps, {} voluntary switches",
+        leader.sleep.calls, leader.voluntary_switches
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+#[ignore = "needs root"]
+fn observes_another_process_by_pid_until_it_exits() {
+    let _g = serial();
+    // Warm up: the kernel BTF is parsed and cached by the first attach.
+    drop(attach(
+        "observes_another_process",
+        EbpfSource::builder(Target::SelfProcess),
+    ));
+    let mut child = helper("sleep").spawn().unwrap();
+    let pid = child.id();
+    let fds_before = open_fds();
+    let programs_before = our_program_ids();
+    let mut source = attach(
         "observes_another_process",
         EbpfSource::builder(Target::Pid(pid)),
-    ) else {
-        child.kill().unwrap();
-        child.wait().unwrap();
-        return;
-    };
+    );
+    let ours: HashSet<u32> = our_program_ids()
+        .difference(&programs_before)
+        .copied()
+        .collect();
+    assert_eq!(ours.len(), 5, "five programs attached");
     assert_eq!(source.pid(), pid);
     let deadline = Instant::now() + Duration::from_secs(10);
     let sleeper = loop {
@@ -779,9 +985,23 @@ fn observes_another_process_by_pid_until_it_exits() {
         Err(KernelSourceError::TargetExited { pid: p }) => assert_eq!(p, pid),
         other => panic!("expected TargetExited, got {other:?}"),
     }
+    // That read detached everything, while the source still exists.
+    assert_eq!(open_fds(), fds_before, "file descriptors kept after exit");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !our_program_ids().is_disjoint(&ours) {
+        assert!(
+            Instant::now() < deadline,
+            "programs {ours:?} still loaded after the target exited"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
     // And it stays finished.
     assert!(matches!(
         source.read(),
+        Err(KernelSourceError::TargetExited { .. })
+    ));
+    assert!(matches!(
+        source.map_usage(),
         Err(KernelSourceError::TargetExited { .. })
     ));
 }
