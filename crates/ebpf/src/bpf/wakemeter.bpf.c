@@ -496,15 +496,18 @@ static __always_inline bool waker_exited(struct wm_thread *st, __u32 i)
 
 /* Counts one wakeup of `st` by the current task (or by interrupt context).
  * A waker without a slot takes a free one, else the slot of a waker of the
- * target that has exited, else the one with the fewest wakeups: then that
- * waker's wakeups are forgotten and counted as dropped events. */
+ * target that has exited, else the one with the fewest wakeups, whose
+ * attribution is then forgotten. That is not a dropped event: the wakeup
+ * itself is still counted in `wakeups`, and the slots keep the most
+ * frequent wakers; counting it as a drop would raise a "counters are low"
+ * warning for any thread woken by more than 16 threads of other processes. */
 static __always_inline void note_waker(struct wm_thread *st, bool irq)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 waker = irq ? 0 : (__u32)id;
 	bool of_target = !irq && (__u32)(id >> 32) == target_tgid;
 	__u32 free_slot = WM_WAKER_SLOTS, min_slot = 0;
-	__u64 min_count = ~0ULL;
+	__u64 min_count = ~0ULL; /* only to find the smallest slot */
 	for (__u32 i = 0; i < WM_WAKER_SLOTS; i++) {
 		__u64 c = st->waker_count[i];
 		if (c == 0) {
@@ -530,10 +533,8 @@ static __always_inline void note_waker(struct wm_thread *st, bool irq)
 			}
 		}
 	}
-	if (slot == WM_WAKER_SLOTS) {
+	if (slot == WM_WAKER_SLOTS)
 		slot = min_slot;
-		count_drops(min_count);
-	}
 	if (slot >= WM_WAKER_SLOTS) /* always false; bounds the index for the verifier */
 		return;
 	/* A reader sees a free slot (count 0) until the new waker is in it. */
