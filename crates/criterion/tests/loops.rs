@@ -1,0 +1,84 @@
+//! Loop wakeups per operation from wakemeter's own probes.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use wakemeter::Sampler;
+use wakemeter_criterion::loop_cost;
+
+#[test]
+fn a_blocking_loop_wakes_once_per_operation_and_never_for_nothing()
+-> Result<(), Box<dyn std::error::Error>> {
+    let sampler = Sampler::new()?;
+    let (req_tx, req_rx) = mpsc::channel::<u64>();
+    let (rep_tx, rep_rx) = mpsc::channel::<u64>();
+    let mut probe = sampler.loop_probe("io-loop")?;
+    let worker = std::thread::spawn(move || {
+        loop {
+            // A long timeout: the loop never times out during the test.
+            probe.before_wait(Some(Duration::from_secs(30)));
+            let got = req_rx.recv_timeout(Duration::from_secs(30));
+            probe.after_wait(usize::from(got.is_ok()));
+            match got {
+                Ok(x) => {
+                    if rep_tx.send(x).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    });
+    let cost = loop_cost(&sampler, "io-loop", 100, |ops| {
+        for i in 0..ops {
+            let _ = req_tx.send(i);
+            let _ = rep_rx.recv();
+        }
+    })?;
+    drop(req_tx);
+    let _ = worker.join();
+    assert_eq!(cost.wakeups_per_op, 1.0);
+    assert_eq!(cost.idle_wakeups_per_op, 0.0);
+    Ok(())
+}
+
+#[test]
+fn a_zero_timeout_poller_wakes_for_nothing() -> Result<(), Box<dyn std::error::Error>> {
+    let sampler = Sampler::new()?;
+    let (req_tx, req_rx) = mpsc::channel::<u64>();
+    let (rep_tx, rep_rx) = mpsc::channel::<u64>();
+    let mut probe = sampler.loop_probe("spin-loop")?;
+    let worker = std::thread::spawn(move || {
+        loop {
+            probe.before_wait(Some(Duration::ZERO));
+            let got = req_rx.try_recv();
+            probe.after_wait(usize::from(got.is_ok()));
+            match got {
+                Ok(x) => {
+                    if rep_tx.send(x).is_err() {
+                        return;
+                    }
+                }
+                Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+                Err(mpsc::TryRecvError::Disconnected) => return,
+            }
+        }
+    });
+    let cost = loop_cost(&sampler, "spin-loop", 100, |ops| {
+        for i in 0..ops {
+            std::thread::sleep(Duration::from_micros(200));
+            let _ = req_tx.send(i);
+            let _ = rep_rx.recv();
+        }
+    })?;
+    drop(req_tx);
+    let _ = worker.join();
+    assert!(cost.wakeups_per_op > 1.0);
+    assert!(cost.idle_wakeups_per_op > 0.0);
+    assert_eq!(
+        cost.wakeups_per_op - cost.idle_wakeups_per_op,
+        1.0,
+        "one useful wakeup per op"
+    );
+    Ok(())
+}
