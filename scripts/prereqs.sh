@@ -41,3 +41,21 @@ ensure_clang() {
     return 1
   fi
 }
+
+ensure_c_deps() {
+  # The C API tests (scripts/c-test.sh): clang with the sanitizer runtimes
+  # (ASan/LSan/UBSan: libclang-rt-N-dev), libevent headers, pkg-config.
+  if ! apt_install clang libevent-dev pkg-config; then
+    echo "MISSING: C test dependencies (clang libevent-dev pkg-config)" >&2
+    return 1
+  fi
+  if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.asan-x86_64.a \
+    /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.asan-aarch64.a >/dev/null 2>&1; then
+    local v
+    v=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -1)
+    if ! apt_install "libclang-rt-${v}-dev"; then
+      echo "MISSING: libclang-rt-${v}-dev (sanitizer runtimes of clang ${v})" >&2
+      return 1
+    fi
+  fi
+}

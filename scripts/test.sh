@@ -41,6 +41,11 @@ if [ -x scripts/kotlin-test.sh ]; then
   scripts/kotlin-test.sh
 fi
 
+if [ -x scripts/c-test.sh ]; then
+  step "C API: C tests under ASan/LSan/UBSan, libevent adapter, pkg-config"
+  scripts/c-test.sh
+fi
+
 if [ -x scripts/swift-check.sh ]; then
   step "Swift syntax check"
   scripts/swift-check.sh

@@ -1,0 +1,878 @@
+//! The C API of wakemeter, for C and C++ hosts (libevent, Envoy).
+//!
+//! The header is `include/wakemeter.h`, generated from this file by
+//! cbindgen (`WAKEMETER_BLESS=1 cargo test -p wakemeter-capi --test header`
+//! rewrites it; the same test fails when it is stale). Link with
+//! `-lwakemeter` (`pkg-config --cflags --libs wakemeter`).
+//!
+//! # Rules of the API
+//!
+//! - Every function returns a [`wm_status`] (except [`wm_version`],
+//!   [`wm_last_error`] and [`wm_status_str`]). On failure,
+//!   [`wm_last_error`] gives a message for this thread.
+//! - Handles are opaque and typed: `wm_sampler*`, `wm_loop_probe*`,
+//!   `wm_sleep_probe*`, `wm_findings*`. Each call checks the handle's kind
+//!   tag: NULL gives `WM_ERR_NULL`, a handle of another kind
+//!   `WM_ERR_WRONG_KIND`, a freed one `WM_ERR_FREED` (best effort: the
+//!   slot may have been reused by a newer handle; a use after free is the
+//!   caller's bug).
+//! - Every pointer argument is checked for NULL. No panic crosses the
+//!   boundary: a panic becomes `WM_ERR_PANIC`.
+//! - Threads: a sampler may be used from any thread concurrently (except
+//!   its free); a probe by one thread at a time (its wait pair is not
+//!   locked, to stay cheap); a findings list is read-only.
+#![allow(non_camel_case_types)]
+
+use std::cell::{RefCell, UnsafeCell};
+use std::ffi::{CStr, CString, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use wakemeter::{
+    Finding, LoopProbe, Sampler, SamplerBuilder, SamplingGuard, SleepProbe, Thresholds,
+};
+
+mod handle;
+
+use handle::{Kind, Refused, Slot};
+
+/// Version of the C ABI: changes when a signature or a struct layout changes.
+pub const WM_ABI_VERSION: u32 = 1;
+
+/// Result of every call that can fail.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum wm_status {
+    /// Success.
+    WM_OK = 0,
+    /// A required pointer argument is NULL.
+    WM_ERR_NULL = 1,
+    /// The handle is of another kind (a loop probe where a sleep probe is expected...).
+    WM_ERR_WRONG_KIND = 2,
+    /// The handle was freed (best effort detection).
+    WM_ERR_FREED = 3,
+    /// Not a handle made by this library.
+    WM_ERR_BAD_HANDLE = 4,
+    /// A value is out of range (config field, UTF-8 of a name, probe name too long...).
+    WM_ERR_INVALID_ARGUMENT = 5,
+    /// Background sampling is already running.
+    WM_ERR_ALREADY_RUNNING = 6,
+    /// Background sampling is not running.
+    WM_ERR_NOT_RUNNING = 7,
+    /// The caller's buffer is too small; the needed size was written.
+    WM_ERR_BUFFER_TOO_SMALL = 8,
+    /// An index is past the end.
+    WM_ERR_OUT_OF_RANGE = 9,
+    /// The sampler failed (unreadable /proc, thread spawn, too many probes...).
+    WM_ERR_SAMPLER = 10,
+    /// A bug: the call panicked; nothing else happened.
+    WM_ERR_PANIC = 11,
+}
+
+use wm_status::*;
+
+/// A sampler (opaque).
+pub struct wm_sampler {
+    _opaque: [u8; 0],
+}
+
+/// A loop probe (opaque): instruments one event loop.
+pub struct wm_loop_probe {
+    _opaque: [u8; 0],
+}
+
+/// A sleep probe (opaque): instruments one sleep site.
+pub struct wm_sleep_probe {
+    _opaque: [u8; 0],
+}
+
+/// A list of findings taken at one moment (opaque, read-only).
+pub struct wm_findings {
+    _opaque: [u8; 0],
+}
+
+/// Sampler configuration. Fill it with [`wm_config_default`], then change
+/// fields; `size` must stay `sizeof(wm_config)`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct wm_config {
+    /// `sizeof(wm_config)`, set by [`wm_config_default`] (guards against a
+    /// header/library mismatch).
+    pub size: usize,
+    /// Time between background samples, ns (default 1 s; at least 1 ms).
+    pub interval_ns: u64,
+    /// Snapshots kept (default 300; 1 to 100000).
+    pub history: u32,
+    /// Read voluntary/involuntary switches every n-th sample (default 10).
+    pub switch_split_every: u32,
+    /// Window of the rate-based findings (busy poller, sleep overhead), ns. Default 10 s.
+    pub window_ns: u64,
+    /// Least history a finding needs, ns (at most `window_ns`). Default 2 s.
+    pub min_window_ns: u64,
+    /// Busy poller: wakeups per second of a loop. Default 1000.
+    pub busy_poll_wakeups_per_sec: f64,
+    /// Busy poller: share of wakeups that found nothing (0-1). Default 0.9.
+    pub busy_poll_idle_ratio: f64,
+    /// Busy poller: share of waits with a zero timeout (0-1). Default 0.5.
+    pub busy_poll_zero_timeout_ratio: f64,
+    /// Sleep overhead: sleeps per second of one site. Default 100.
+    pub sleep_calls_per_sec: f64,
+    /// Sleep overhead: CPU inside sleeps, % of a core. Default 1.
+    pub sleep_cpu_percent: f64,
+}
+
+/// One finding, borrowed from a [`wm_findings`] list: the strings stay
+/// valid until the list is freed.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct wm_finding {
+    /// Kind, e.g. "busy_poller", "sleep_overhead".
+    pub kind: *const c_char,
+    /// "info", "warning" or "critical".
+    pub severity: *const c_char,
+    /// "process", "thread", "loop" or "sleep_site".
+    pub subject_type: *const c_char,
+    /// Thread or probe name ("" for the process).
+    pub subject_name: *const c_char,
+    /// Thread id of the subject, 0 when unknown.
+    pub subject_tid: u64,
+    /// One line a developer acts on.
+    pub summary: *const c_char,
+    /// What to do about it.
+    pub advice: *const c_char,
+    /// Length of the window the finding looked at, ns.
+    pub window_ns: u64,
+}
+
+// ---------------------------------------------------------------------------
+// Objects behind the handles.
+
+pub(crate) struct SamplerObj {
+    sampler: Sampler,
+    guard: Mutex<Option<SamplingGuard>>,
+}
+
+/// A probe used by one thread at a time (C contract): no lock on the hot path.
+pub(crate) struct LoopObj(UnsafeCell<LoopProbe>);
+pub(crate) struct SleepObj(UnsafeCell<SleepProbe>);
+
+pub(crate) struct FindingsObj {
+    /// The strings the `wm_finding` pointers point into.
+    _strings: Vec<CString>,
+    items: Vec<wm_finding>,
+}
+
+impl LoopObj {
+    pub(crate) fn new(p: LoopProbe) -> Self {
+        LoopObj(UnsafeCell::new(p))
+    }
+}
+
+impl Kind for SamplerObj {
+    const TAG: u64 = 0x776d_7361_6d70_0001;
+    const NAME: &'static str = "wm_sampler";
+}
+impl Kind for LoopObj {
+    const TAG: u64 = 0x776d_6c6f_6f70_0002;
+    const NAME: &'static str = "wm_loop_probe";
+}
+impl Kind for SleepObj {
+    const TAG: u64 = 0x776d_736c_6570_0003;
+    const NAME: &'static str = "wm_sleep_probe";
+}
+impl Kind for FindingsObj {
+    const TAG: u64 = 0x776d_6669_6e64_0004;
+    const NAME: &'static str = "wm_findings";
+}
+
+// ---------------------------------------------------------------------------
+// Errors.
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// A failed call: its status and message.
+struct Fail(wm_status, String);
+
+type Res<T = ()> = Result<T, Fail>;
+
+fn set_last_error(msg: String) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// Runs `f`, turning a failure or a panic into a status and a last error.
+#[inline]
+fn guard(f: impl FnOnce() -> Res) -> wm_status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => WM_OK,
+        Ok(Err(Fail(code, msg))) => {
+            set_last_error(msg);
+            code
+        }
+        Err(_) => {
+            set_last_error("internal error: the call panicked (a bug in wakemeter)".into());
+            WM_ERR_PANIC
+        }
+    }
+}
+
+#[cold]
+fn refused<T: Kind>(r: Refused, arg: &str) -> Fail {
+    match r {
+        Refused::Null => Fail(WM_ERR_NULL, format!("{arg}: NULL {} handle", T::NAME)),
+        Refused::WrongKind(k) => Fail(
+            WM_ERR_WRONG_KIND,
+            format!("{arg}: expected a {} handle, got a {k}", T::NAME),
+        ),
+        Refused::Freed => Fail(
+            WM_ERR_FREED,
+            format!("{arg}: this {} handle was already freed", T::NAME),
+        ),
+        Refused::Bad => Fail(
+            WM_ERR_BAD_HANDLE,
+            format!("{arg}: not a handle made by wakemeter"),
+        ),
+    }
+}
+
+/// The object behind a handle, or why not.
+///
+/// # Safety
+/// `h` is NULL or a handle from this library not freed during the use.
+#[inline]
+unsafe fn obj<'a, T: Kind, H>(h: *const H, arg: &str) -> Res<&'a T> {
+    // SAFETY: forwarded contract.
+    unsafe { handle::get::<T>(h.cast::<Slot>()) }.map_err(|r| refused::<T>(r, arg))
+}
+
+/// Frees the handle `h` of kind `T`; NULL is a no-op.
+///
+/// # Safety
+/// As [`obj`]; `h` is not used again.
+unsafe fn free_handle<T: Kind, H>(h: *const H) -> wm_status {
+    if h.is_null() {
+        return WM_OK;
+    }
+    guard(|| {
+        // SAFETY: forwarded contract.
+        match unsafe { handle::free::<T>(h.cast::<Slot>()) } {
+            Ok(()) => Ok(()),
+            Err(Some(r)) => Err(refused::<T>(r, "handle")),
+            Err(None) => Err(Fail(
+                WM_ERR_PANIC,
+                format!("{}: its destructor panicked (memory freed)", T::NAME),
+            )),
+        }
+    })
+}
+
+fn sampler_error(e: &wakemeter::Error) -> Fail {
+    use wakemeter::Error as E;
+    let code = match e {
+        E::InvalidConfig { .. } | E::ProbeNameTooLong { .. } => WM_ERR_INVALID_ARGUMENT,
+        E::AlreadyRunning => WM_ERR_ALREADY_RUNNING,
+        _ => WM_ERR_SAMPLER,
+    };
+    Fail(code, e.to_string())
+}
+
+fn null(arg: &str) -> Fail {
+    Fail(WM_ERR_NULL, format!("{arg} is NULL"))
+}
+
+/// A UTF-8 C string argument.
+///
+/// # Safety
+/// `s` is NULL or a NUL-terminated string valid for the call.
+unsafe fn str_arg<'a>(s: *const c_char, arg: &str) -> Res<&'a str> {
+    if s.is_null() {
+        return Err(null(arg));
+    }
+    // SAFETY: non-NULL and NUL-terminated per the contract.
+    unsafe { CStr::from_ptr(s) }
+        .to_str()
+        .map_err(|_| Fail(WM_ERR_INVALID_ARGUMENT, format!("{arg} is not valid UTF-8")))
+}
+
+/// Writes `v` to `out` if it is not NULL.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+unsafe fn put<T>(out: *mut T, v: T, arg: &str) -> Res {
+    if out.is_null() {
+        return Err(null(arg));
+    }
+    // SAFETY: non-NULL and writable per the contract.
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Misc.
+
+/// The library version, e.g. "0.1.0" (static string).
+#[unsafe(no_mangle)]
+pub extern "C" fn wm_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The message of the last failed call on this thread ("" if none). Valid
+/// until the next wakemeter call on this thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn wm_last_error() -> *const c_char {
+    LAST_ERROR
+        .try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"thread is exiting".as_ptr())
+}
+
+/// The name of a status code, e.g. "WM_ERR_NULL" (static string;
+/// "WM_ERR_UNKNOWN" for a number that is no status).
+#[unsafe(no_mangle)]
+pub extern "C" fn wm_status_str(status: i32) -> *const c_char {
+    let s: &CStr = match status {
+        0 => c"WM_OK",
+        1 => c"WM_ERR_NULL",
+        2 => c"WM_ERR_WRONG_KIND",
+        3 => c"WM_ERR_FREED",
+        4 => c"WM_ERR_BAD_HANDLE",
+        5 => c"WM_ERR_INVALID_ARGUMENT",
+        6 => c"WM_ERR_ALREADY_RUNNING",
+        7 => c"WM_ERR_NOT_RUNNING",
+        8 => c"WM_ERR_BUFFER_TOO_SMALL",
+        9 => c"WM_ERR_OUT_OF_RANGE",
+        10 => c"WM_ERR_SAMPLER",
+        11 => c"WM_ERR_PANIC",
+        _ => c"WM_ERR_UNKNOWN",
+    };
+    s.as_ptr()
+}
+
+// ---------------------------------------------------------------------------
+// Sampler.
+
+fn default_config() -> wm_config {
+    let t = Thresholds::default();
+    wm_config {
+        size: size_of::<wm_config>(),
+        interval_ns: 1_000_000_000,
+        history: 300,
+        switch_split_every: 10,
+        window_ns: duration_ns(t.window),
+        min_window_ns: duration_ns(t.min_window),
+        busy_poll_wakeups_per_sec: t.busy_poll_wakeups_per_sec,
+        busy_poll_idle_ratio: t.busy_poll_idle_ratio,
+        busy_poll_zero_timeout_ratio: t.busy_poll_zero_timeout_ratio,
+        sleep_calls_per_sec: t.sleep_calls_per_sec,
+        sleep_cpu_percent: t.sleep_cpu_percent,
+    }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Fills `*config` with the defaults (those of `wakemeter::SamplerBuilder`).
+///
+/// # Safety
+/// `config` is NULL or valid for a write of `wm_config`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_config_default(config: *mut wm_config) -> wm_status {
+    // SAFETY: forwarded contract.
+    guard(|| unsafe { put(config, default_config(), "config") })
+}
+
+fn builder(c: &wm_config) -> Res<SamplerBuilder> {
+    if c.size != size_of::<wm_config>() {
+        return Err(Fail(
+            WM_ERR_INVALID_ARGUMENT,
+            format!(
+                "config.size is {}, expected {} (fill the config with wm_config_default)",
+                c.size,
+                size_of::<wm_config>()
+            ),
+        ));
+    }
+    let t = Thresholds::default()
+        .with_window(Duration::from_nanos(c.window_ns))
+        .with_min_window(Duration::from_nanos(c.min_window_ns))
+        .with_busy_poll_wakeups_per_sec(c.busy_poll_wakeups_per_sec)
+        .with_busy_poll_idle_ratio(c.busy_poll_idle_ratio)
+        .with_busy_poll_zero_timeout_ratio(c.busy_poll_zero_timeout_ratio)
+        .with_sleep_calls_per_sec(c.sleep_calls_per_sec)
+        .with_sleep_cpu_percent(c.sleep_cpu_percent);
+    Ok(SamplerBuilder::new()
+        .with_interval(Duration::from_nanos(c.interval_ns))
+        .with_history(c.history as usize)
+        .with_switch_split_every(c.switch_split_every)
+        .with_thresholds(t))
+}
+
+/// Creates a sampler of this process; `config` NULL means the defaults.
+/// `*out` is set to the new handle, or NULL on failure.
+///
+/// # Safety
+/// `config` is NULL or a valid `wm_config`; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sampler_create(
+    config: *const wm_config,
+    out: *mut *mut wm_sampler,
+) -> wm_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: checked non-NULL, writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        let c = if config.is_null() {
+            default_config()
+        } else {
+            // SAFETY: non-NULL, a valid wm_config per the contract.
+            unsafe { config.read() }
+        };
+        let sampler = builder(&c)?.build().map_err(|e| sampler_error(&e))?;
+        let h = handle::alloc(SamplerObj {
+            sampler,
+            guard: Mutex::new(None),
+        });
+        // SAFETY: as above.
+        unsafe { out.write(h.cast()) };
+        Ok(())
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts background sampling (a thread named "wakemeter").
+/// `WM_ERR_ALREADY_RUNNING` if it runs.
+///
+/// # Safety
+/// `sampler` is NULL or a handle from this library, not freed during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sampler_start(sampler: *mut wm_sampler) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        let mut g = lock(&s.guard);
+        if g.is_some() {
+            return Err(Fail(
+                WM_ERR_ALREADY_RUNNING,
+                "background sampling is already running".into(),
+            ));
+        }
+        *g = Some(s.sampler.start().map_err(|e| sampler_error(&e))?);
+        Ok(())
+    })
+}
+
+/// Stops background sampling and waits for its thread.
+/// `WM_ERR_NOT_RUNNING` if it was not running.
+///
+/// # Safety
+/// As [`wm_sampler_start`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sampler_stop(sampler: *mut wm_sampler) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        let g = lock(&s.guard).take();
+        match g {
+            Some(g) => {
+                drop(g);
+                Ok(())
+            }
+            None => Err(Fail(
+                WM_ERR_NOT_RUNNING,
+                "background sampling is not running".into(),
+            )),
+        }
+    })
+}
+
+/// Takes one sample now (without background sampling).
+///
+/// # Safety
+/// As [`wm_sampler_start`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sampler_sample(sampler: *mut wm_sampler) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        s.sampler.sample().map_err(|e| sampler_error(&e))?;
+        Ok(())
+    })
+}
+
+/// Stops sampling and frees the sampler. NULL is a no-op. Probes made from
+/// it stay valid (they record, nobody reads them) until freed.
+///
+/// # Safety
+/// `sampler` is NULL or a handle from this library, used by no other call
+/// during or after this one.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sampler_free(sampler: *mut wm_sampler) -> wm_status {
+    // SAFETY: forwarded contract.
+    unsafe { free_handle::<SamplerObj, _>(sampler) }
+}
+
+/// The report (machine, sampler cost, interval over the findings window,
+/// findings) as JSON.
+fn report_json(s: &SamplerObj) -> Res<CString> {
+    let json = serde_json::to_string(&s.sampler.report())
+        .map_err(|e| Fail(WM_ERR_SAMPLER, format!("report serialization: {e}")))?;
+    CString::new(json).map_err(|_| Fail(WM_ERR_SAMPLER, "report contains NUL".into()))
+}
+
+/// Writes the report as NUL-terminated JSON into `buf` (`cap` bytes) and
+/// its length without the NUL into `*len`. If `cap` is too small, writes
+/// nothing into `buf`, sets `*len` to the length needed (without the NUL)
+/// and returns `WM_ERR_BUFFER_TOO_SMALL`; `buf` may be NULL when `cap` is 0.
+/// Each call makes a new report, whose length may differ: leave slack or
+/// use [`wm_sampler_report_json_alloc`].
+///
+/// # Safety
+/// `sampler` as [`wm_sampler_start`]; `buf` is NULL or writable for `cap`
+/// bytes; `len` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sampler_report_json(
+    sampler: *mut wm_sampler,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        if len.is_null() {
+            return Err(null("len"));
+        }
+        if buf.is_null() && cap != 0 {
+            return Err(null("buf (with cap > 0)"));
+        }
+        let json = report_json(s)?;
+        let bytes = json.as_bytes_with_nul();
+        // SAFETY: `len` checked non-NULL, writable per the contract.
+        unsafe { len.write(bytes.len() - 1) };
+        if bytes.len() > cap {
+            return Err(Fail(
+                WM_ERR_BUFFER_TOO_SMALL,
+                format!("buffer of {cap} bytes, the report needs {}", bytes.len()),
+            ));
+        }
+        // SAFETY: `buf` is non-NULL here (cap >= bytes.len() > 0) and
+        // writable for `cap` bytes per the contract; the source is ours.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len()) };
+        Ok(())
+    })
+}
+
+/// Sets `*out` to the report as a NUL-terminated JSON string owned by the
+/// caller (free it with [`wm_string_free`]), or NULL on failure.
+///
+/// # Safety
+/// `sampler` as [`wm_sampler_start`]; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sampler_report_json_alloc(
+    sampler: *mut wm_sampler,
+    out: *mut *mut c_char,
+) -> wm_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: checked non-NULL, writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        let json = report_json(s)?;
+        // SAFETY: as above.
+        unsafe { out.write(json.into_raw()) };
+        Ok(())
+    })
+}
+
+/// Frees a string returned by this library. NULL is a no-op.
+///
+/// # Safety
+/// `s` is NULL or a string from [`wm_sampler_report_json_alloc`] not yet freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_string_free(s: *mut c_char) {
+    if s.is_null() {
+        return;
+    }
+    // SAFETY: made by CString::into_raw and freed once, per the contract.
+    drop(unsafe { CString::from_raw(s) });
+}
+
+// ---------------------------------------------------------------------------
+// Findings.
+
+fn findings_obj(findings: Vec<Finding>) -> Res<FindingsObj> {
+    let mut strings = Vec::new();
+    let mut items = Vec::with_capacity(findings.len());
+    let mut keep = |s: &str| -> *const c_char {
+        let c = CString::new(s.replace('\0', " ")).unwrap_or_default();
+        let p = c.as_ptr();
+        strings.push(c); // moving a CString does not move its heap bytes
+        p
+    };
+    for f in &findings {
+        let v = serde_json::to_value(f)
+            .map_err(|e| Fail(WM_ERR_SAMPLER, format!("finding serialization: {e}")))?;
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+        let subject = &v["subject"];
+        items.push(wm_finding {
+            kind: keep(&text(&v["kind"])),
+            severity: keep(&text(&v["severity"])),
+            subject_type: keep(&text(&subject["type"])),
+            subject_name: keep(&text(&subject["name"])),
+            subject_tid: subject["tid"].as_u64().unwrap_or(0),
+            summary: keep(&f.summary),
+            advice: keep(&f.advice),
+            window_ns: f.window_ns,
+        });
+    }
+    Ok(FindingsObj {
+        _strings: strings,
+        items,
+    })
+}
+
+/// Sets `*out` to the sampler's current findings (most severe first), a
+/// list to read with [`wm_findings_count`] / [`wm_findings_get`] and free
+/// with [`wm_findings_free`]; NULL on failure.
+///
+/// # Safety
+/// `sampler` as [`wm_sampler_start`]; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sampler_findings(
+    sampler: *mut wm_sampler,
+    out: *mut *mut wm_findings,
+) -> wm_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: checked non-NULL, writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        let h = handle::alloc(findings_obj(s.sampler.findings())?);
+        // SAFETY: as above.
+        unsafe { out.write(h.cast()) };
+        Ok(())
+    })
+}
+
+/// Writes the number of findings in the list to `*count`.
+///
+/// # Safety
+/// `findings` is NULL or a handle from this library not freed during the
+/// call; `count` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_findings_count(
+    findings: *const wm_findings,
+    count: *mut usize,
+) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let f: &FindingsObj = unsafe { obj(findings, "findings") }?;
+        // SAFETY: forwarded contract.
+        unsafe { put(count, f.items.len(), "count") }
+    })
+}
+
+/// Copies finding `index` into `*out`; its strings stay valid until the
+/// list is freed. `WM_ERR_OUT_OF_RANGE` past the end.
+///
+/// # Safety
+/// As [`wm_findings_count`]; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_findings_get(
+    findings: *const wm_findings,
+    index: usize,
+    out: *mut wm_finding,
+) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let f: &FindingsObj = unsafe { obj(findings, "findings") }?;
+        let item = *f.items.get(index).ok_or_else(|| {
+            Fail(
+                WM_ERR_OUT_OF_RANGE,
+                format!("index {index}, the list has {} findings", f.items.len()),
+            )
+        })?;
+        // SAFETY: forwarded contract.
+        unsafe { put(out, item, "out") }
+    })
+}
+
+/// Frees a findings list. NULL is a no-op.
+///
+/// # Safety
+/// `findings` is NULL or a handle from this library, not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_findings_free(findings: *mut wm_findings) -> wm_status {
+    // SAFETY: forwarded contract.
+    unsafe { free_handle::<FindingsObj, _>(findings) }
+}
+
+// ---------------------------------------------------------------------------
+// Probes.
+
+/// Creates a loop probe named `name` (UTF-8, at most 64 bytes) reported by
+/// `sampler`; `*out` is the new handle or NULL on failure. A probe is used
+/// by one thread at a time.
+///
+/// # Safety
+/// `sampler` as [`wm_sampler_start`]; `name` is NULL or NUL-terminated;
+/// `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_loop_probe_create(
+    sampler: *mut wm_sampler,
+    name: *const c_char,
+    out: *mut *mut wm_loop_probe,
+) -> wm_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: checked non-NULL, writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        // SAFETY: forwarded contract.
+        let name = unsafe { str_arg(name, "name") }?;
+        let p = s.sampler.loop_probe(name).map_err(|e| sampler_error(&e))?;
+        let h = handle::alloc(LoopObj::new(p));
+        // SAFETY: as above.
+        unsafe { out.write(h.cast()) };
+        Ok(())
+    })
+}
+
+/// Frees a loop probe. NULL is a no-op.
+///
+/// # Safety
+/// `probe` is NULL or a handle from this library, used by no other call
+/// during or after this one.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_loop_probe_free(probe: *mut wm_loop_probe) -> wm_status {
+    // SAFETY: forwarded contract.
+    unsafe { free_handle::<LoopObj, _>(probe) }
+}
+
+/// The loop is about to wait; `timeout_ns` is the timeout it passes to the
+/// wait: negative = none (block until an event), 0 = non-blocking poll.
+///
+/// # Safety
+/// `probe` is NULL or a handle from this library, not freed during the
+/// call and not used by another thread at the same time.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_loop_probe_before_wait(
+    probe: *mut wm_loop_probe,
+    timeout_ns: i64,
+) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let p: &LoopObj = unsafe { obj(probe, "probe") }?;
+        let timeout = u64::try_from(timeout_ns).ok().map(Duration::from_nanos);
+        // SAFETY: one thread at a time per the contract, so this is the
+        // only reference to the probe.
+        unsafe { &mut *p.0.get() }.before_wait(timeout);
+        Ok(())
+    })
+}
+
+/// The wait returned with `events` ready events (0: timed out or woke for nothing).
+///
+/// # Safety
+/// As [`wm_loop_probe_before_wait`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_loop_probe_after_wait(
+    probe: *mut wm_loop_probe,
+    events: u32,
+) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let p: &LoopObj = unsafe { obj(probe, "probe") }?;
+        // SAFETY: as in wm_loop_probe_before_wait.
+        unsafe { &mut *p.0.get() }.after_wait(events as usize);
+        Ok(())
+    })
+}
+
+/// Creates a sleep probe named `name` (as [`wm_loop_probe_create`]).
+///
+/// # Safety
+/// As [`wm_loop_probe_create`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sleep_probe_create(
+    sampler: *mut wm_sampler,
+    name: *const c_char,
+    out: *mut *mut wm_sleep_probe,
+) -> wm_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: checked non-NULL, writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        // SAFETY: forwarded contract.
+        let name = unsafe { str_arg(name, "name") }?;
+        let p = s.sampler.sleep_probe(name).map_err(|e| sampler_error(&e))?;
+        let h = handle::alloc(SleepObj(UnsafeCell::new(p)));
+        // SAFETY: as above.
+        unsafe { out.write(h.cast()) };
+        Ok(())
+    })
+}
+
+/// Frees a sleep probe. NULL is a no-op.
+///
+/// # Safety
+/// As [`wm_loop_probe_free`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sleep_probe_free(probe: *mut wm_sleep_probe) -> wm_status {
+    // SAFETY: forwarded contract.
+    unsafe { free_handle::<SleepObj, _>(probe) }
+}
+
+/// A sleep of `requested_ns` is about to start.
+///
+/// # Safety
+/// As [`wm_loop_probe_before_wait`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sleep_probe_begin(
+    probe: *mut wm_sleep_probe,
+    requested_ns: u64,
+) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let p: &SleepObj = unsafe { obj(probe, "probe") }?;
+        // SAFETY: one thread at a time per the contract.
+        unsafe { &mut *p.0.get() }.begin(Duration::from_nanos(requested_ns));
+        Ok(())
+    })
+}
+
+/// The sleep started by [`wm_sleep_probe_begin`] returned.
+///
+/// # Safety
+/// As [`wm_loop_probe_before_wait`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wm_sleep_probe_end(probe: *mut wm_sleep_probe) -> wm_status {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let p: &SleepObj = unsafe { obj(probe, "probe") }?;
+        // SAFETY: one thread at a time per the contract.
+        unsafe { &mut *p.0.get() }.end();
+        Ok(())
+    })
+}
