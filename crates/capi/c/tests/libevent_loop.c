@@ -88,7 +88,11 @@ int main(int argc, char **argv) {
                f.subject_name, f.summary);
         if (strcmp(f.kind, "busy_poller") == 0 && strcmp(f.subject_type, "loop") == 0) {
             busy = 1;
-            if (strstr(f.summary, backend) && strstr(f.subject_name, backend))
+            /* The advice says which backend the base uses, e.g. "the 'poll' backend". */
+            char quoted[64];
+            snprintf(quoted, sizeof quoted, "'%s' backend", backend);
+            if (strstr(f.summary, backend) && strstr(f.subject_name, backend) &&
+                strstr(f.advice, quoted))
                 busy_names_backend = 1;
         }
     }

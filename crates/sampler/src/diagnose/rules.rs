@@ -165,6 +165,14 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
         if let Some(tid) = l.tid {
             cx.explained.insert(tid);
         }
+        // The libevent adapter of the C API names its probes
+        // "libevent:<event_base_get_method>": say which backend the base uses.
+        let advice = match l.name.split_once(':') {
+            Some(("libevent", method)) if !method.is_empty() => format!(
+                "This event_base uses the '{method}' backend (event_base_get_method). {BUSY_POLL_ADVICE}"
+            ),
+            _ => BUSY_POLL_ADVICE.to_string(),
+        };
         cx.push(
             FindingKind::BusyPoller,
             severity,
@@ -177,7 +185,7 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
                 l.name, l.wakeups_per_sec
             ),
             evidence,
-            BUSY_POLL_ADVICE,
+            &advice,
         );
     }
 }
