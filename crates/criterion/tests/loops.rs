@@ -75,10 +75,14 @@ fn a_zero_timeout_poller_wakes_for_nothing() -> Result<(), Box<dyn std::error::E
     let _ = worker.join();
     assert!(cost.wakeups_per_op > 1.0);
     assert!(cost.idle_wakeups_per_op > 0.0);
-    assert_eq!(
-        cost.wakeups_per_op - cost.idle_wakeups_per_op,
-        1.0,
-        "one useful wakeup per op"
+    // One useful wakeup per op. The probe's counters are read while the
+    // worker spins, so each end of the measurement may see one wakeup whose
+    // idle mark is not yet written (probe counters are exact one by one,
+    // not as a pair): at most one wakeup per end off.
+    let useful = (cost.wakeups_per_op - cost.idle_wakeups_per_op) * 100.0;
+    assert!(
+        (useful - 100.0).abs() <= 2.0 + 1e-9,
+        "{useful} useful wakeups for 100 ops"
     );
     Ok(())
 }
