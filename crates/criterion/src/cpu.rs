@@ -43,17 +43,7 @@ impl Measurement for ThreadCpuTime {
         ns.saturating_sub(i.ns)
     }
 
-    fn add(&self, v1: &u64, v2: &u64) -> u64 {
-        v1.saturating_add(*v2)
-    }
-
-    fn zero(&self) -> u64 {
-        0
-    }
-
-    fn to_f64(&self, value: &u64) -> f64 {
-        crate::count_to_f64(*value)
-    }
+    u64_value!();
 
     fn formatter(&self) -> &dyn ValueFormatter {
         &CpuTimeFormatter
@@ -80,17 +70,7 @@ impl Measurement for ProcessCpuTime {
         sys::process_cpu_ns().saturating_sub(i)
     }
 
-    fn add(&self, v1: &u64, v2: &u64) -> u64 {
-        v1.saturating_add(*v2)
-    }
-
-    fn zero(&self) -> u64 {
-        0
-    }
-
-    fn to_f64(&self, value: &u64) -> f64 {
-        crate::count_to_f64(*value)
-    }
+    u64_value!();
 
     fn formatter(&self) -> &dyn ValueFormatter {
         &CpuTimeFormatter

@@ -51,6 +51,25 @@
 //! perf counters return [`Error::Unsupported`] (CPU clocks and process
 //! switch counts work on every Unix).
 
+/// The `add`, `zero` and `to_f64` of a `Measurement` whose value is a
+/// `u64` count (the same for every measurement of this crate): saturating
+/// sums, and [`count_to_f64`] for criterion's statistics.
+macro_rules! u64_value {
+    () => {
+        fn add(&self, v1: &u64, v2: &u64) -> u64 {
+            v1.saturating_add(*v2)
+        }
+
+        fn zero(&self) -> u64 {
+            0
+        }
+
+        fn to_f64(&self, value: &u64) -> f64 {
+            crate::count_to_f64(*value)
+        }
+    };
+}
+
 mod cpu;
 mod error;
 mod format;

@@ -184,17 +184,7 @@ impl Measurement for LoopWakeups {
         }
     }
 
-    fn add(&self, v1: &u64, v2: &u64) -> u64 {
-        v1.saturating_add(*v2)
-    }
-
-    fn zero(&self) -> u64 {
-        0
-    }
-
-    fn to_f64(&self, value: &u64) -> f64 {
-        crate::count_to_f64(*value)
-    }
+    u64_value!();
 
     fn formatter(&self) -> &dyn ValueFormatter {
         match self.count {

@@ -158,17 +158,7 @@ impl Measurement for ContextSwitches {
         pick(self.kind, now).saturating_sub(pick(self.kind, i.at))
     }
 
-    fn add(&self, v1: &u64, v2: &u64) -> u64 {
-        v1.saturating_add(*v2)
-    }
-
-    fn zero(&self) -> u64 {
-        0
-    }
-
-    fn to_f64(&self, value: &u64) -> f64 {
-        crate::count_to_f64(*value)
-    }
+    u64_value!();
 
     fn formatter(&self) -> &dyn ValueFormatter {
         &CountFormatter::SWITCHES
@@ -253,17 +243,7 @@ impl Measurement for Wakeups {
         self.inner.end(i)
     }
 
-    fn add(&self, v1: &u64, v2: &u64) -> u64 {
-        v1.saturating_add(*v2)
-    }
-
-    fn zero(&self) -> u64 {
-        0
-    }
-
-    fn to_f64(&self, value: &u64) -> f64 {
-        crate::count_to_f64(*value)
-    }
+    u64_value!();
 
     fn formatter(&self) -> &dyn ValueFormatter {
         &CountFormatter::WAKEUPS
