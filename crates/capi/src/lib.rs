@@ -724,6 +724,35 @@ pub unsafe extern "C" fn wm_findings_free(findings: *mut wm_findings) -> wm_stat
 // ---------------------------------------------------------------------------
 // Probes.
 
+/// Creates a probe with `make` and writes its handle to `*out` (NULL on
+/// failure): the body of both `wm_*_probe_create` functions.
+///
+/// # Safety
+/// As [`wm_loop_probe_create`].
+unsafe fn create_probe<T: Kind, H>(
+    sampler: *mut wm_sampler,
+    name: *const c_char,
+    out: *mut *mut H,
+    make: impl FnOnce(&wakemeter::Sampler, &str) -> wakemeter::Result<T>,
+) -> wm_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: checked non-NULL, writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded contract.
+        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
+        // SAFETY: forwarded contract.
+        let name = unsafe { str_arg(name, "name") }?;
+        let p = make(&s.sampler, name).map_err(|e| sampler_error(&e))?;
+        let h = handle::alloc(p);
+        // SAFETY: as above.
+        unsafe { out.write(h.cast()) };
+        Ok(())
+    })
+}
+
 /// Creates a loop probe named `name` (UTF-8, at most 64 bytes) reported by
 /// `sampler`; `*out` is the new handle or NULL on failure. A probe is used
 /// by one thread at a time.
@@ -737,22 +766,12 @@ pub unsafe extern "C" fn wm_loop_probe_create(
     name: *const c_char,
     out: *mut *mut wm_loop_probe,
 ) -> wm_status {
-    guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: checked non-NULL, writable per the contract.
-        unsafe { out.write(std::ptr::null_mut()) };
-        // SAFETY: forwarded contract.
-        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
-        // SAFETY: forwarded contract.
-        let name = unsafe { str_arg(name, "name") }?;
-        let p = s.sampler.loop_probe(name).map_err(|e| sampler_error(&e))?;
-        let h = handle::alloc(LoopObj::new(p));
-        // SAFETY: as above.
-        unsafe { out.write(h.cast()) };
-        Ok(())
-    })
+    // SAFETY: forwarded contract.
+    unsafe {
+        create_probe(sampler, name, out, |s, name| {
+            s.loop_probe(name).map(LoopObj::new)
+        })
+    }
 }
 
 /// Frees a loop probe. NULL is a no-op.
@@ -816,22 +835,12 @@ pub unsafe extern "C" fn wm_sleep_probe_create(
     name: *const c_char,
     out: *mut *mut wm_sleep_probe,
 ) -> wm_status {
-    guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: checked non-NULL, writable per the contract.
-        unsafe { out.write(std::ptr::null_mut()) };
-        // SAFETY: forwarded contract.
-        let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
-        // SAFETY: forwarded contract.
-        let name = unsafe { str_arg(name, "name") }?;
-        let p = s.sampler.sleep_probe(name).map_err(|e| sampler_error(&e))?;
-        let h = handle::alloc(SleepObj(UnsafeCell::new(p)));
-        // SAFETY: as above.
-        unsafe { out.write(h.cast()) };
-        Ok(())
-    })
+    // SAFETY: forwarded contract.
+    unsafe {
+        create_probe(sampler, name, out, |s, name| {
+            s.sleep_probe(name).map(|p| SleepObj(UnsafeCell::new(p)))
+        })
+    }
 }
 
 /// Frees a sleep probe. NULL is a no-op.
