@@ -283,6 +283,26 @@ fn null(arg: &str) -> Fail {
     Fail(WM_ERR_NULL, format!("{arg} is NULL"))
 }
 
+/// The body of every call that returns a pointer through `out`: refuses a
+/// NULL `out`, sets `*out` to NULL first (so a failure leaves NULL there),
+/// then to what `make` returns.
+///
+/// # Safety
+/// `out` is NULL or writable.
+unsafe fn write_out<T>(out: *mut *mut T, make: impl FnOnce() -> Res<*mut T>) -> wm_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: checked non-NULL, writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        let v = make()?;
+        // SAFETY: as above.
+        unsafe { out.write(v) };
+        Ok(())
+    })
+}
+
 /// A UTF-8 C string argument.
 ///
 /// # Safety
@@ -420,12 +440,7 @@ pub unsafe extern "C" fn wm_sampler_create(
     config: *const wm_config,
     out: *mut *mut wm_sampler,
 ) -> wm_status {
-    guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: checked non-NULL, writable per the contract.
-        unsafe { out.write(std::ptr::null_mut()) };
+    let make = || {
         let c = if config.is_null() {
             default_config()
         } else {
@@ -433,14 +448,14 @@ pub unsafe extern "C" fn wm_sampler_create(
             unsafe { config.read() }
         };
         let sampler = builder(&c)?.build().map_err(|e| sampler_error(&e))?;
-        let h = handle::alloc(SamplerObj {
+        Ok(handle::alloc(SamplerObj {
             sampler,
             guard: Mutex::new(None),
-        });
-        // SAFETY: as above.
-        unsafe { out.write(h.cast()) };
-        Ok(())
-    })
+        })
+        .cast())
+    };
+    // SAFETY: forwarded contract.
+    unsafe { write_out(out, make) }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -580,19 +595,13 @@ pub unsafe extern "C" fn wm_sampler_report_json_alloc(
     sampler: *mut wm_sampler,
     out: *mut *mut c_char,
 ) -> wm_status {
-    guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: checked non-NULL, writable per the contract.
-        unsafe { out.write(std::ptr::null_mut()) };
+    let make = || {
         // SAFETY: forwarded contract.
         let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
-        let json = report_json(s)?;
-        // SAFETY: as above.
-        unsafe { out.write(json.into_raw()) };
-        Ok(())
-    })
+        Ok(report_json(s)?.into_raw())
+    };
+    // SAFETY: forwarded contract.
+    unsafe { write_out(out, make) }
 }
 
 /// Frees a string returned by this library. NULL is a no-op.
@@ -653,19 +662,13 @@ pub unsafe extern "C" fn wm_sampler_findings(
     sampler: *mut wm_sampler,
     out: *mut *mut wm_findings,
 ) -> wm_status {
-    guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: checked non-NULL, writable per the contract.
-        unsafe { out.write(std::ptr::null_mut()) };
+    let make = || {
         // SAFETY: forwarded contract.
         let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
-        let h = handle::alloc(findings_obj(s.sampler.findings())?);
-        // SAFETY: as above.
-        unsafe { out.write(h.cast()) };
-        Ok(())
-    })
+        Ok(handle::alloc(findings_obj(s.sampler.findings())?).cast())
+    };
+    // SAFETY: forwarded contract.
+    unsafe { write_out(out, make) }
 }
 
 /// Writes the number of findings in the list to `*count`.
@@ -735,22 +738,16 @@ unsafe fn create_probe<T: Kind, H>(
     out: *mut *mut H,
     make: impl FnOnce(&wakemeter::Sampler, &str) -> wakemeter::Result<T>,
 ) -> wm_status {
-    guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: checked non-NULL, writable per the contract.
-        unsafe { out.write(std::ptr::null_mut()) };
+    let make = || {
         // SAFETY: forwarded contract.
         let s: &SamplerObj = unsafe { obj(sampler, "sampler") }?;
         // SAFETY: forwarded contract.
         let name = unsafe { str_arg(name, "name") }?;
         let p = make(&s.sampler, name).map_err(|e| sampler_error(&e))?;
-        let h = handle::alloc(p);
-        // SAFETY: as above.
-        unsafe { out.write(h.cast()) };
-        Ok(())
-    })
+        Ok(handle::alloc(p).cast())
+    };
+    // SAFETY: forwarded contract.
+    unsafe { write_out(out, make) }
 }
 
 /// Creates a loop probe named `name` (UTF-8, at most 64 bytes) reported by
