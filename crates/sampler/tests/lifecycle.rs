@@ -197,3 +197,42 @@ fn a_zombie_target_reads_as_exited() {
     );
     child.wait().expect("reap");
 }
+
+/// A leader that called `pthread_exit` is a zombie while its other threads
+/// run: the process is alive and sampled, not "exited".
+#[test]
+fn a_process_whose_leader_exited_first_is_still_alive() {
+    let dir = std::env::temp_dir().join(format!("wm-leader-exit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let src = dir.join("leader_exit.c");
+    let bin = dir.join("leader_exit");
+    std::fs::write(
+        &src,
+        "#include <pthread.h>\n#include <unistd.h>\n\
+         static void *run(void *a) { (void)a; sleep(30); return 0; }\n\
+         int main(void) { pthread_t t; pthread_create(&t, 0, run, 0); usleep(50000); pthread_exit(0); }\n",
+    )
+    .expect("write source");
+    let built = Command::new("cc")
+        .args(["-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc (a C compiler is needed)");
+    assert!(built.success(), "cc failed");
+    let mut child = Command::new(&bin).spawn().expect("spawn");
+    let status = format!("/proc/{}/status", child.id());
+    wait_for("the leader to exit while its thread runs", || {
+        std::fs::read_to_string(&status)
+            .is_ok_and(|s| s.contains("State:\tZ") && s.contains("Threads:\t2"))
+    });
+    let sampler = SamplerBuilder::new()
+        .with_target(Target::Pid(child.id()))
+        .build()
+        .expect("build");
+    let snap = sampler.sample_now().expect("the process is alive");
+    assert_eq!(snap.process.thread_count, 2);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    let _ = std::fs::remove_dir_all(&dir);
+}

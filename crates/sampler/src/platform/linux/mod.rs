@@ -610,21 +610,21 @@ impl<S: Sys> Reader<S> {
             Err(e) => return Err(self.process_error(e, "status")),
         };
         let bytes = &self.buf[..n];
+        let threads = parse::status_field(bytes, b"Threads");
         // A zombie (or dead) process has exited and waits to be reaped: its
-        // threads are gone and its files stay readable until then, so it
-        // must not read as alive forever.
-        if parse::status_line(bytes, b"State")
+        // files stay readable until then, so it must not read as alive
+        // forever. `State` is the leader's: a leader that called
+        // `pthread_exit` is a zombie while its other threads run, and then
+        // `Threads` still counts them (the zombie leader counts until reaped).
+        let leader_done = parse::status_line(bytes, b"State")
             .and_then(|s| s.iter().find(|b| !b.is_ascii_whitespace()))
-            .is_some_and(|c| matches!(c, b'Z' | b'X'))
-        {
+            .is_some_and(|c| matches!(c, b'Z' | b'X'));
+        if leader_done && threads.is_none_or(|n| n <= 1) {
             return Err(Error::NoSuchProcess {
                 pid: self.sys.pid(),
             });
         }
-        Ok((
-            parse::status_field(bytes, b"Threads"),
-            parse::status_field(bytes, b"VmHWM"),
-        ))
+        Ok((threads, parse::status_field(bytes, b"VmHWM")))
     }
 
     fn process_sample(
