@@ -199,21 +199,9 @@ impl SamplerBuilder {
 }
 
 fn system_info() -> SystemInfo {
-    let cpus_fallback = std::thread::available_parallelism()
-        .map(|n| n.get() as u32)
-        .unwrap_or(1);
-    let (memory, cpus) = match sysinfo::System::new() {
-        Ok(mut s) => {
-            s.refresh_memory();
-            s.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
-            let n = s.cpus().len() as u32;
-            (s.total_memory(), if n == 0 { cpus_fallback } else { n })
-        }
-        Err(_) => (0, cpus_fallback),
-    };
     SystemInfo {
-        total_memory_bytes: memory,
-        cpu_count: cpus,
+        total_memory_bytes: platform::total_memory_bytes(),
+        cpu_count: platform::cpu_count(),
         os: platform::os_name().to_string(),
     }
 }

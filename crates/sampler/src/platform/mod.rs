@@ -13,6 +13,7 @@ use crate::model::{CpuTimeSource, ProcessSample, SampleWarning};
 pub(crate) mod clock;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) mod linux;
+mod system;
 // The Mach calls (`sys.rs`) build on Apple targets only; the logic, fake and
 // unit tests build everywhere under `cfg(test)`.
 #[cfg(any(target_vendor = "apple", test))]
@@ -113,6 +114,8 @@ pub(crate) fn backend_for(target: Target) -> Result<Box<dyn Backend>> {
         what: "thread sampling on this operating system",
     })
 }
+
+pub(crate) use system::{cpu_count, total_memory_bytes};
 
 /// Name of the OS family this build samples.
 pub(crate) fn os_name() -> &'static str {

@@ -1,9 +1,6 @@
-//! Single-writer counters shared between a probe and the sampler, and the
-//! probe clock.
+//! Single-writer counters shared between a probe and the sampler.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use crate::histogram::{LOG2_BUCKETS, Log2Histogram, log2_bucket};
 
@@ -51,46 +48,4 @@ impl Histogram {
         let raw: [u64; LOG2_BUCKETS] = std::array::from_fn(|i| self.0[i].get());
         Log2Histogram::from_buckets(&raw)
     }
-}
-
-/// Nanoseconds since a process-wide origin, from `Instant` (the vDSO
-/// monotonic clock: ~25-70 ns). A TSC clock (quanta) was measured as well;
-/// see BENCHMARKS.md for why `Instant` stays.
-#[inline]
-pub(crate) fn now_ns() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    let origin = ORIGIN.get_or_init(Instant::now);
-    duration_ns(origin.elapsed())
-}
-
-/// A duration in ns, saturating at `u64::MAX` (~584 years).
-#[inline]
-pub(crate) fn duration_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The calling thread's OS id, cached per thread.
-#[inline]
-pub(crate) fn current_tid() -> u64 {
-    thread_local! {
-        static TID: u64 = os_tid();
-    }
-    TID.with(|t| *t)
-}
-
-fn os_tid() -> u64 {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        // SAFETY: gettid has no preconditions and cannot fail.
-        return (unsafe { libc::gettid() }) as u64;
-    }
-    #[cfg(target_vendor = "apple")]
-    {
-        let mut id: u64 = 0;
-        // SAFETY: a null thread means the calling thread; `id` is a valid out-pointer.
-        unsafe { libc::pthread_threadid_np(0, &mut id) };
-        return id;
-    }
-    #[allow(unreachable_code)]
-    0
 }

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::cells::{Counter, Histogram, current_tid, duration_ns, now_ns};
+use super::cells::{Counter, Histogram};
 use crate::histogram::Log2Histogram;
+use crate::platform::clock::{current_tid, duration_ns, now_ns};
 
 /// Counters of one loop, shared with the sampler.
 #[derive(Debug, Default)]

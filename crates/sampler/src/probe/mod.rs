@@ -15,7 +15,8 @@ mod loop_probe;
 mod registry;
 mod sleep_probe;
 
-pub(crate) use cells::{current_tid, duration_ns};
+// Re-exported for the sampler, runtime and rules, which take them from here.
+pub(crate) use crate::platform::clock::{current_tid, duration_ns};
 pub use loop_probe::{LoopProbe, LoopStats, WaitGuard};
 pub(crate) use registry::ProbeRegistry;
 pub use sleep_probe::{SleepProbe, SleepStats};

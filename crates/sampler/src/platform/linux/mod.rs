@@ -249,6 +249,12 @@ enum Measured {
     Unmeasurable,
 }
 
+/// `schedstat`: (run ns, run-queue wait ns, timeslices).
+type Sched = (u64, u64, u64);
+
+/// The tracked thread has exited (or its TID now names another thread).
+struct Exited;
+
 fn is_gone(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT))
 }
@@ -440,153 +446,217 @@ impl<S: Sys> Reader<S> {
             voluntary_switches: ABSENT,
             involuntary_switches: ABSENT,
         };
-        let mut sched = None;
-        match self.counter_file {
-            CounterFile::Schedstat => {
-                // Without a kept descriptor, nothing ties the file to the
-                // thread tracked under this TID (see the module docs).
-                let bound = t.counters.is_some();
-                match self.read_task_file(tid, TaskFile::Schedstat, &mut t.counters) {
-                    FileRead::Bytes(n) => sched = parse::schedstat(&self.buf[..n]),
-                    FileRead::Gone => return Measured::Exited,
-                    FileRead::Exhausted => *short = true,
-                    FileRead::Unavailable => {}
-                }
-                if !bound
-                    && let (Some((run, _, slices)), Some(last)) = (sched, t.last)
-                    && (run < last.run_ns || slices < last.timeslices)
-                {
-                    // Counters never go backwards: the TID has a new thread.
-                    return Measured::Exited;
-                }
-                if let Some((run, wait, slices)) = sched {
-                    out.cpu_time_ns = run;
-                    out.run_queue_wait_ns = wait;
-                    out.timeslices = slices;
-                }
-                if self.self_target {
-                    match (sched, t.last) {
-                        // Not scheduled in since the last sample, and not on a
-                        // CPU then (its clock equalled its run time): it has been
-                        // blocked throughout, so its CPU clock has not moved.
-                        // Skipping the clock read halves the cost of idle threads.
-                        (Some((run, _, slices)), Some(last))
-                            if last.run_ns == run
-                                && last.timeslices == slices
-                                && last.clock_ns == run =>
-                        {
-                            out.cpu_time_ns = last.clock_ns;
-                        }
-                        _ => {
-                            let Some(clock) = self.sys.thread_cpu_ns(tid) else {
-                                return Measured::Exited;
-                            };
-                            // A thread's clock never runs behind the run time read
-                            // just before it; if it does, the TID now belongs to
-                            // another thread (see the module docs).
-                            if sched.is_some_and(|(run, _, _)| clock < run) {
-                                return Measured::Exited;
-                            }
-                            out.cpu_time_ns = clock;
-                        }
-                    }
-                }
-                if let Some((run, _, slices)) = sched {
-                    t.last = Some(LastRead {
-                        run_ns: run,
-                        timeslices: slices,
-                        clock_ns: out.cpu_time_ns,
-                    });
-                }
-                // Kernels without sched_info print "0 0 0" for every
-                // thread: a thread whose clock has moved cannot have run for
-                // 0 ns, so its run-queue wait and timeslices are unknown.
-                if self.self_target
-                    && sched.is_some_and(|(run, _, slices)| run == 0 && slices == 0)
-                    && out.cpu_time_ns > 0
-                {
-                    out.run_queue_wait_ns = ABSENT;
-                    out.timeslices = ABSENT;
-                    sched = None;
-                    t.last = None;
-                }
-            }
-            CounterFile::Stat => {
-                // Clock first, descriptor second (see the module docs).
-                if self.self_target {
-                    match self.sys.thread_cpu_ns(tid) {
-                        Some(ns) => out.cpu_time_ns = ns,
-                        None => return Measured::Exited,
-                    }
-                }
-                let mut ticks = None;
-                // For the calling process the clock gave the CPU time; `stat`
-                // only serves to bind the TID, which a descriptor not kept
-                // cannot do: skip the open unless it may be kept.
-                let useful = !self.self_target
-                    || t.counters.is_some()
-                    || self.fds.could_keep(TaskFile::Stat);
-                if useful {
-                    match self.read_task_file(tid, TaskFile::Stat, &mut t.counters) {
-                        FileRead::Bytes(n) => ticks = parse::stat_cpu_ticks(&self.buf[..n]),
-                        FileRead::Gone => return Measured::Exited,
-                        FileRead::Exhausted => *short = true,
-                        FileRead::Unavailable => {}
-                    }
-                }
-                if let (false, Some(ticks)) = (self.self_target, ticks) {
-                    let tck = self.sys.ticks_per_sec().max(1);
-                    out.cpu_time_ns = ticks.saturating_mul(1_000_000_000 / tck);
-                }
-            }
-        }
-        if request.switch_split {
-            match (sched, t.split) {
-                // No switch since the last status read: every switch-out adds
-                // to the run time, so unchanged (run, timeslices) means
-                // unchanged switch counts. Idle threads skip the ~5-10 µs read.
-                (Some((run, _, slices)), Some(sp))
-                    if run != 0 && sp.run_ns == run && sp.timeslices == slices =>
-                {
-                    out.voluntary_switches = sp.voluntary;
-                    out.involuntary_switches = sp.involuntary;
-                }
-                _ => match self.read_task_file(tid, TaskFile::Status, &mut t.status) {
-                    FileRead::Bytes(n) => {
-                        let bytes = &self.buf[..n];
-                        if let Some((vol, invol)) = parse::status_switches(bytes) {
-                            out.voluntary_switches = vol;
-                            out.involuntary_switches = invol;
-                            t.split = sched.map(|(run, _, slices)| SplitRead {
-                                run_ns: run,
-                                timeslices: slices,
-                                voluntary: vol,
-                                involuntary: invol,
-                            });
-                        }
-                        if let Some(raw) = parse::status_name(bytes)
-                            && raw != t.ident.name.as_bytes()
-                        {
-                            // Renamed (pthread_setname_np): new identity record, same serial.
-                            t.ident = Arc::new(ThreadIdent {
-                                tid: t.ident.tid,
-                                serial: t.ident.serial,
-                                name: String::from_utf8_lossy(raw).into(),
-                                cpu_time_source: t.ident.cpu_time_source,
-                            });
-                            out.ident = t.ident.clone();
-                        }
-                    }
-                    FileRead::Gone => return Measured::Exited,
-                    FileRead::Exhausted => *short = true,
-                    FileRead::Unavailable => {}
-                },
-            }
+        let counted = match self.counter_file {
+            CounterFile::Schedstat => self.schedstat_counters(tid, t, &mut out, short),
+            CounterFile::Stat => self.stat_counters(tid, t, &mut out, short).map(|()| None),
+        };
+        let Ok(sched) = counted else {
+            return Measured::Exited;
+        };
+        if request.switch_split && self.switch_counts(tid, t, sched, &mut out, short).is_err() {
+            return Measured::Exited;
         }
         if out.cpu_time_ns == ABSENT {
             return Measured::Unmeasurable;
         }
         Measured::Sample(out)
+    }
+
+    /// Fills CPU time, run-queue wait and timeslices from `schedstat` (and,
+    /// for the calling process, the thread's CPU clock). Returns the
+    /// `schedstat` triple when it is trustworthy.
+    fn schedstat_counters(
+        &mut self,
+        tid: u32,
+        t: &mut Tracked<S::File>,
+        out: &mut PackedThread,
+        short: &mut bool,
+    ) -> Result<Option<Sched>, Exited> {
+        let sched = self.read_schedstat(tid, t, short)?;
+        if let Some((run, wait, slices)) = sched {
+            out.cpu_time_ns = run;
+            out.run_queue_wait_ns = wait;
+            out.timeslices = slices;
+        }
+        if self.self_target {
+            out.cpu_time_ns = self.thread_clock(tid, t.last, sched)?;
+        }
+        if let Some((run, _, slices)) = sched {
+            t.last = Some(LastRead {
+                run_ns: run,
+                timeslices: slices,
+                clock_ns: out.cpu_time_ns,
+            });
+        }
+        // Kernels without sched_info print "0 0 0" for every thread: a
+        // thread whose clock has moved cannot have run for 0 ns, so its
+        // run-queue wait and timeslices are unknown.
+        if self.self_target
+            && sched.is_some_and(|(run, _, slices)| run == 0 && slices == 0)
+            && out.cpu_time_ns > 0
+        {
+            out.run_queue_wait_ns = ABSENT;
+            out.timeslices = ABSENT;
+            t.last = None;
+            return Ok(None);
+        }
+        Ok(sched)
+    }
+
+    /// Reads and parses `schedstat`; `Err` when the thread (or the thread
+    /// this TID belonged to) has exited.
+    fn read_schedstat(
+        &mut self,
+        tid: u32,
+        t: &mut Tracked<S::File>,
+        short: &mut bool,
+    ) -> Result<Option<Sched>, Exited> {
+        // Without a kept descriptor, nothing ties the file to the thread
+        // tracked under this TID (see the module docs).
+        let bound = t.counters.is_some();
+        let sched = match self.read_task_file(tid, TaskFile::Schedstat, &mut t.counters) {
+            FileRead::Bytes(n) => parse::schedstat(&self.buf[..n]),
+            FileRead::Gone => return Err(Exited),
+            FileRead::Exhausted => {
+                *short = true;
+                None
+            }
+            FileRead::Unavailable => None,
+        };
+        if !bound
+            && let (Some((run, _, slices)), Some(last)) = (sched, t.last)
+            && (run < last.run_ns || slices < last.timeslices)
+        {
+            // Counters never go backwards: the TID has a new thread.
+            return Err(Exited);
+        }
+        Ok(sched)
+    }
+
+    /// The CPU clock of one of the calling process's threads, read after its
+    /// `schedstat` (`sched`), or skipped when it cannot have moved.
+    fn thread_clock(
+        &mut self,
+        tid: u32,
+        last: Option<LastRead>,
+        sched: Option<Sched>,
+    ) -> Result<u64, Exited> {
+        match (sched, last) {
+            // Not scheduled in since the last sample, and not on a CPU then
+            // (its clock equalled its run time): it has been blocked
+            // throughout, so its CPU clock has not moved. Skipping the clock
+            // read halves the cost of idle threads.
+            (Some((run, _, slices)), Some(last))
+                if last.run_ns == run && last.timeslices == slices && last.clock_ns == run =>
+            {
+                Ok(last.clock_ns)
+            }
+            _ => {
+                let clock = self.sys.thread_cpu_ns(tid).ok_or(Exited)?;
+                // A thread's clock never runs behind the run time read just
+                // before it; if it does, the TID now belongs to another
+                // thread (see the module docs).
+                if sched.is_some_and(|(run, _, _)| clock < run) {
+                    return Err(Exited);
+                }
+                Ok(clock)
+            }
+        }
+    }
+
+    /// Fills CPU time from the thread clock (calling process) or `stat`
+    /// ticks (another process), on kernels without `schedstat`.
+    fn stat_counters(
+        &mut self,
+        tid: u32,
+        t: &mut Tracked<S::File>,
+        out: &mut PackedThread,
+        short: &mut bool,
+    ) -> Result<(), Exited> {
+        // Clock first, descriptor second (see the module docs).
+        if self.self_target {
+            out.cpu_time_ns = self.sys.thread_cpu_ns(tid).ok_or(Exited)?;
+        }
+        // For the calling process the clock gave the CPU time; `stat` only
+        // serves to bind the TID, which a descriptor not kept cannot do:
+        // skip the open unless it may be kept.
+        let useful =
+            !self.self_target || t.counters.is_some() || self.fds.could_keep(TaskFile::Stat);
+        if !useful {
+            return Ok(());
+        }
+        let ticks = match self.read_task_file(tid, TaskFile::Stat, &mut t.counters) {
+            FileRead::Bytes(n) => parse::stat_cpu_ticks(&self.buf[..n]),
+            FileRead::Gone => return Err(Exited),
+            FileRead::Exhausted => {
+                *short = true;
+                None
+            }
+            FileRead::Unavailable => None,
+        };
+        if let (false, Some(ticks)) = (self.self_target, ticks) {
+            let tck = self.sys.ticks_per_sec().max(1);
+            out.cpu_time_ns = ticks.saturating_mul(1_000_000_000 / tck);
+        }
+        Ok(())
+    }
+
+    /// Fills the voluntary/involuntary switch counts from `status` (and
+    /// follows a rename), or keeps the last ones when the thread has not
+    /// switched since.
+    fn switch_counts(
+        &mut self,
+        tid: u32,
+        t: &mut Tracked<S::File>,
+        sched: Option<Sched>,
+        out: &mut PackedThread,
+        short: &mut bool,
+    ) -> Result<(), Exited> {
+        // No switch since the last status read: every switch-out adds to the
+        // run time, so unchanged (run, timeslices) means unchanged switch
+        // counts. Idle threads skip the ~5-10 µs read.
+        if let (Some((run, _, slices)), Some(sp)) = (sched, t.split)
+            && run != 0
+            && sp.run_ns == run
+            && sp.timeslices == slices
+        {
+            out.voluntary_switches = sp.voluntary;
+            out.involuntary_switches = sp.involuntary;
+            return Ok(());
+        }
+        let n = match self.read_task_file(tid, TaskFile::Status, &mut t.status) {
+            FileRead::Bytes(n) => n,
+            FileRead::Gone => return Err(Exited),
+            FileRead::Exhausted => {
+                *short = true;
+                return Ok(());
+            }
+            FileRead::Unavailable => return Ok(()),
+        };
+        let bytes = &self.buf[..n];
+        if let Some((vol, invol)) = parse::status_switches(bytes) {
+            out.voluntary_switches = vol;
+            out.involuntary_switches = invol;
+            t.split = sched.map(|(run, _, slices)| SplitRead {
+                run_ns: run,
+                timeslices: slices,
+                voluntary: vol,
+                involuntary: invol,
+            });
+        }
+        if let Some(raw) = parse::status_name(bytes)
+            && raw != t.ident.name.as_bytes()
+        {
+            // Renamed (pthread_setname_np): new identity record, same serial.
+            t.ident = Arc::new(ThreadIdent {
+                tid: t.ident.tid,
+                serial: t.ident.serial,
+                name: String::from_utf8_lossy(raw).into(),
+                cpu_time_source: t.ident.cpu_time_source,
+            });
+            out.ident = t.ident.clone();
+        }
+        Ok(())
     }
 
     /// Maps a failed process-level read to the right error.

@@ -275,11 +275,7 @@ impl Sys for LinuxSys {
     }
 
     fn thread_cpu_ns(&mut self, tid: u32) -> Option<u64> {
-        // The per-thread CPU clock id of the kernel's posix-cpu-timers ABI:
-        // (~tid << 3) | CPUCLOCK_PERTHREAD_MASK (4) | CPUCLOCK_SCHED (2).
-        // Only threads of the calling process may be read this way.
-        let clock = (!(tid as libc::clockid_t)).wrapping_shl(3) | 6;
-        clock::read_ns(clock)
+        clock::thread_cpu_ns(tid)
     }
 
     fn process_cpu_ns(&mut self) -> Option<u64> {
