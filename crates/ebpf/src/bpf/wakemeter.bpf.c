@@ -15,6 +15,7 @@
 #include "vmlinux_min.h"
 #include "bpf_min.h"
 #include "wakemeter.h"
+#include "sched_classify.h"
 
 /* Dual licence string so the kernel grants the GPL-only helpers we call
  * (bpf_probe_read_kernel/user); the source itself is MIT OR Apache-2.0. */
@@ -54,53 +55,12 @@ struct {
 	__type(value, struct wm_thread);
 } zero_thread SEC(".maps");
 
-/* Scheduler task states (include/linux/sched.h). */
-#define TASK_UNINTERRUPTIBLE 0x0002
-#define TASK_DEAD 0x0080
-#define TASK_NOLOAD 0x0400
-
 #define TIMER_ABSTIME 1
 #define CLOCK_MONOTONIC 1
 #define NSEC_PER_SEC 1000000000ULL
 #define NSEC_PER_USEC 1000ULL
 #define NSEC_PER_MSEC 1000000ULL
 
-#if defined(__TARGET_ARCH_x86)
-#define NR_POLL 7
-#define NR_SELECT 23
-#define NR_NANOSLEEP 35
-#define NR_FUTEX 202
-#define NR_CLOCK_NANOSLEEP 230
-#define NR_EPOLL_WAIT 232
-#define NR_PSELECT6 270
-#define NR_PPOLL 271
-#define NR_EPOLL_PWAIT 281
-#define NR_EXECVE 59
-#define NR_PRCTL 157
-#define NR_EXECVEAT 322
-#else /* arm64: the generic syscall table has no poll, select, epoll_wait */
-#define NR_EPOLL_PWAIT 22
-#define NR_PSELECT6 72
-#define NR_PPOLL 73
-#define NR_FUTEX 98
-#define NR_NANOSLEEP 101
-#define NR_CLOCK_NANOSLEEP 115
-#define NR_PRCTL 167
-#define NR_EXECVE 221
-#define NR_EXECVEAT 281
-#endif
-#define NR_EPOLL_PWAIT2 441
-#define NR_FUTEX_WAITV 449
-
-/* Field read that compiles to a direct load for BTF-typed pointers and to a
- * bpf_probe_read_kernel otherwise. `btf` must be a compile-time constant. */
-#define WM_READ(btf, dst, src)                                                 \
-	do {                                                                   \
-		if (btf)                                                       \
-			(dst) = (src);                                         \
-		else                                                           \
-			bpf_probe_read_kernel(&(dst), sizeof(dst), &(src));    \
-	} while (0)
 
 static __always_inline void count_drops(__u64 events)
 {
@@ -162,93 +122,6 @@ static __always_inline struct wm_thread *thread_entry(__u32 tid, struct task_str
 	return st;
 }
 
-/* --- The registers a task entered the kernel with, and its syscall --- */
-
-/* The user registers of the current task, NULL if they cannot be found.
- * tp_btf: the kernel's own task_pt_regs (5.15+ helpers). raw_tp: the top of
- * the kernel stack, checked by its user code segment, where x86_64 FRED
- * kernels leave 16 bytes of padding. */
-static __always_inline struct pt_regs *current_user_regs(const bool btf)
-{
-	if (btf)
-		return bpf_task_pt_regs(bpf_get_current_task_btf());
-	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
-	__u64 base = 0;
-	bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
-	if (!base)
-		return NULL;
-	__u64 size = __builtin_preserve_type_info(*(struct pt_regs *)0, 1 /* size */);
-#if defined(__TARGET_ARCH_x86)
-	for (int pad = 0; pad <= 16; pad += 16) {
-		struct pt_regs *regs = (struct pt_regs *)(base + WM_THREAD_SIZE - pad - size);
-		__u64 cs = 0;
-		bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
-		if (cs == 0x33 || cs == 0x23) /* __USER_CS, __USER32_CS */
-			return regs;
-	}
-	return NULL;
-#else
-	return (struct pt_regs *)(base + WM_THREAD_SIZE - size);
-#endif
-}
-
-/* The number of the syscall the current task is in, -1 if it is in none
- * (an interrupt or an exception such as a page fault). On x86_64 orig_ax
- * also holds exception error codes; a SYSCALL entry is told apart by what
- * the instruction itself left in rcx (the return address) and r11 (the
- * flags): the test the kernel makes before returning with SYSRET. */
-static __always_inline long current_syscall(struct pt_regs *regs, const bool btf)
-{
-	if (!regs)
-		return -1;
-	WM_SYSCALL_NR_T raw_nr = 0;
-	WM_READ(btf, raw_nr, WM_SYSCALL_NR(regs));
-	long nr = (long)raw_nr;
-	if (nr < 0)
-		return -1;
-#if defined(__TARGET_ARCH_x86)
-	unsigned long ip = 0, cx = 0, flags = 0, r11 = 0;
-	WM_READ(btf, ip, regs->ip);
-	WM_READ(btf, cx, regs->cx);
-	WM_READ(btf, flags, regs->flags);
-	WM_READ(btf, r11, regs->r11);
-	if (cx != ip || r11 != flags)
-		return -1;
-#endif
-	return nr;
-}
-
-static __always_inline __u32 syscall_class(long nr)
-{
-	switch (nr) {
-	case NR_NANOSLEEP:
-	case NR_CLOCK_NANOSLEEP:
-		return WM_SC_SLEEP;
-	case NR_FUTEX:
-	case NR_FUTEX_WAITV:
-		return WM_SC_LOCK;
-	case NR_PRCTL: /* PR_SET_NAME among others */
-	case NR_EXECVE:
-	case NR_EXECVEAT:
-		return WM_SC_RENAME;
-#ifdef NR_POLL
-	case NR_POLL:
-#endif
-#ifdef NR_SELECT
-	case NR_SELECT:
-#endif
-#ifdef NR_EPOLL_WAIT
-	case NR_EPOLL_WAIT:
-#endif
-	case NR_EPOLL_PWAIT:
-	case NR_EPOLL_PWAIT2:
-	case NR_PPOLL:
-	case NR_PSELECT6:
-		return WM_SC_POLL;
-	default:
-		return WM_SC_OTHER;
-	}
-}
 
 /* Timeout or sleep length in ns from a user timespec; NULL is infinite. */
 static __always_inline __u64 user_timespec_ns(__u64 uptr)
@@ -376,31 +249,18 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 				if (st->on_since_ns && now > st->on_since_ns)
 					st->on_cpu_ns += now - st->on_since_ns;
 				st->on_since_ns = 0;
-				__u64 cause;
-				if (preempt || prev_state == 0) {
+				/* The cause is the syscall it blocks in, read from its
+				 * saved registers (current == prev). */
+				struct pt_regs *regs;
+				long nr;
+				__u64 cause = off_cpu_cause(prev, preempt, prev_state, btf, &regs, &nr);
+				if (cause == WM_OFF_PREEMPTED) {
 					st->involuntary += 1;
-					cause = WM_OFF_PREEMPTED;
 				} else {
 					st->voluntary += 1;
-					/* The cause is the syscall it blocks in, read
-					 * from its saved registers (current == prev). */
-					struct pt_regs *regs = btf ? bpf_task_pt_regs(prev)
-								   : current_user_regs(btf);
-					long nr = current_syscall(regs, btf);
-					__u32 cls = syscall_class(nr);
-					switch (cls) {
-					case WM_SC_SLEEP: cause = WM_OFF_SLEEP; break;
-					case WM_SC_LOCK: cause = WM_OFF_LOCK; break;
-					case WM_SC_POLL: cause = WM_OFF_POLL; break;
-					default:
-						if ((prev_state & TASK_UNINTERRUPTIBLE) &&
-						    !(prev_state & TASK_NOLOAD))
-							cause = WM_OFF_IO;
-						else
-							cause = WM_OFF_OTHER;
-					}
 					/* First block of a poll or sleep call: what
 					 * sys_exit needs to time it. */
+					__u32 cls = syscall_class(nr);
 					if (syscalls_on && regs && !st->sc_block_ns &&
 					    (cls == WM_SC_POLL || cls == WM_SC_SLEEP)) {
 						st->sc_block_nr = (__u64)nr;
@@ -445,41 +305,6 @@ int tpbtf_sched_switch(__u64 *ctx) { return on_switch(ctx, true); }
 
 SEC("raw_tp/sched_switch")
 int rawtp_sched_switch(__u64 *ctx) { return on_switch(ctx, false); }
-
-/* Whether the program runs in interrupt context: then `current` is just the
- * task the interrupt (a timer, an I/O completion, a softirq) happened to
- * land on, not the waker.
- * - The BPF frame lives on whatever stack the kernel is on: off the current
- *   task's own kernel stack means an interrupt stack.
- * - x86_64 runs an interrupt that hits user mode on the task's stack; then
- *   the registers saved at its top are user mode ones with orig_ax = -1,
- *   where a syscall or an exception would have a number. */
-static __always_inline bool in_interrupt(const bool btf)
-{
-	__u64 fp;
-	asm volatile("%0 = r10" : "=r"(fp));
-	__u64 base = 0;
-	if (btf) {
-		base = (__u64)bpf_get_current_task_btf()->stack;
-	} else {
-		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
-		bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
-	}
-	if (base && (fp < base || fp > base + WM_THREAD_SIZE))
-		return true;
-#if defined(__TARGET_ARCH_x86)
-	struct pt_regs *regs = current_user_regs(btf);
-	if (regs) {
-		__u64 cs = 0, orig_ax = 0;
-		WM_READ(btf, cs, regs->cs);
-		if (cs == 0x33 || cs == 0x23) { /* __USER_CS, __USER32_CS */
-			WM_READ(btf, orig_ax, regs->orig_ax);
-			return (long)orig_ax < 0;
-		}
-	}
-#endif
-	return false;
-}
 
 /* --- sched_waking(task *p): runs in the waker's context --- */
 

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * Why a thread leaves the CPU, shared by every program that needs it
+ * (wakemeter.bpf.c's counters and stacks.bpf.c's off-CPU stacks), so that
+ * there is one classification: the syscall the thread blocks in, read from
+ * its saved user registers, then its task state.
+ *
+ * Include after vmlinux_min.h, bpf_min.h and wakemeter.h.
+ */
+#ifndef WAKEMETER_SCHED_CLASSIFY_H
+#define WAKEMETER_SCHED_CLASSIFY_H
+
+/* Scheduler task states (include/linux/sched.h). */
+#define TASK_UNINTERRUPTIBLE 0x0002
+#define TASK_DEAD 0x0080
+#define TASK_NOLOAD 0x0400
+
+#if defined(__TARGET_ARCH_x86)
+#define NR_POLL 7
+#define NR_SELECT 23
+#define NR_NANOSLEEP 35
+#define NR_FUTEX 202
+#define NR_CLOCK_NANOSLEEP 230
+#define NR_EPOLL_WAIT 232
+#define NR_PSELECT6 270
+#define NR_PPOLL 271
+#define NR_EPOLL_PWAIT 281
+#define NR_EXECVE 59
+#define NR_PRCTL 157
+#define NR_EXECVEAT 322
+#else /* arm64: the generic syscall table has no poll, select, epoll_wait */
+#define NR_EPOLL_PWAIT 22
+#define NR_PSELECT6 72
+#define NR_PPOLL 73
+#define NR_FUTEX 98
+#define NR_NANOSLEEP 101
+#define NR_CLOCK_NANOSLEEP 115
+#define NR_PRCTL 167
+#define NR_EXECVE 221
+#define NR_EXECVEAT 281
+#endif
+#define NR_EPOLL_PWAIT2 441
+#define NR_FUTEX_WAITV 449
+
+/* Field read that compiles to a direct load for BTF-typed pointers and to a
+ * bpf_probe_read_kernel otherwise. `btf` must be a compile-time constant. */
+#define WM_READ(btf, dst, src)                                                 \
+	do {                                                                   \
+		if (btf)                                                       \
+			(dst) = (src);                                         \
+		else                                                           \
+			bpf_probe_read_kernel(&(dst), sizeof(dst), &(src));    \
+	} while (0)
+
+/* --- The registers a task entered the kernel with, and its syscall --- */
+
+/* The user registers of the current task, NULL if they cannot be found.
+ * tp_btf: the kernel's own task_pt_regs (5.15+ helpers). raw_tp: the top of
+ * the kernel stack, checked by its user code segment, where x86_64 FRED
+ * kernels leave 16 bytes of padding. */
+static __always_inline struct pt_regs *current_user_regs(const bool btf)
+{
+	if (btf)
+		return bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	__u64 base = 0;
+	bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
+	if (!base)
+		return NULL;
+	__u64 size = __builtin_preserve_type_info(*(struct pt_regs *)0, 1 /* size */);
+#if defined(__TARGET_ARCH_x86)
+	for (int pad = 0; pad <= 16; pad += 16) {
+		struct pt_regs *regs = (struct pt_regs *)(base + WM_THREAD_SIZE - pad - size);
+		__u64 cs = 0;
+		bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
+		if (cs == 0x33 || cs == 0x23) /* __USER_CS, __USER32_CS */
+			return regs;
+	}
+	return NULL;
+#else
+	return (struct pt_regs *)(base + WM_THREAD_SIZE - size);
+#endif
+}
+
+/* The number of the syscall the current task is in, -1 if it is in none
+ * (an interrupt or an exception such as a page fault). On x86_64 orig_ax
+ * also holds exception error codes; a SYSCALL entry is told apart by what
+ * the instruction itself left in rcx (the return address) and r11 (the
+ * flags): the test the kernel makes before returning with SYSRET. */
+static __always_inline long current_syscall(struct pt_regs *regs, const bool btf)
+{
+	if (!regs)
+		return -1;
+	WM_SYSCALL_NR_T raw_nr = 0;
+	WM_READ(btf, raw_nr, WM_SYSCALL_NR(regs));
+	long nr = (long)raw_nr;
+	if (nr < 0)
+		return -1;
+#if defined(__TARGET_ARCH_x86)
+	unsigned long ip = 0, cx = 0, flags = 0, r11 = 0;
+	WM_READ(btf, ip, regs->ip);
+	WM_READ(btf, cx, regs->cx);
+	WM_READ(btf, flags, regs->flags);
+	WM_READ(btf, r11, regs->r11);
+	if (cx != ip || r11 != flags)
+		return -1;
+#endif
+	return nr;
+}
+
+static __always_inline __u32 syscall_class(long nr)
+{
+	switch (nr) {
+	case NR_NANOSLEEP:
+	case NR_CLOCK_NANOSLEEP:
+		return WM_SC_SLEEP;
+	case NR_FUTEX:
+	case NR_FUTEX_WAITV:
+		return WM_SC_LOCK;
+	case NR_PRCTL: /* PR_SET_NAME among others */
+	case NR_EXECVE:
+	case NR_EXECVEAT:
+		return WM_SC_RENAME;
+#ifdef NR_POLL
+	case NR_POLL:
+#endif
+#ifdef NR_SELECT
+	case NR_SELECT:
+#endif
+#ifdef NR_EPOLL_WAIT
+	case NR_EPOLL_WAIT:
+#endif
+	case NR_EPOLL_PWAIT:
+	case NR_EPOLL_PWAIT2:
+	case NR_PPOLL:
+	case NR_PSELECT6:
+		return WM_SC_POLL;
+	default:
+		return WM_SC_OTHER;
+	}
+}
+
+/* Why `prev` leaves the CPU at a sched_switch (a WM_OFF_* cause); the
+ * caller runs in `prev`'s context (current == prev). `preempt` and
+ * `prev_state` are the tracepoint's arguments. For a voluntary switch,
+ * `*regs` and `*nr` receive the saved user registers and the syscall it
+ * blocks in (-1 for none), for callers that want more of the call. */
+static __always_inline __u32 off_cpu_cause(struct task_struct *prev, bool preempt,
+					   __u32 prev_state, const bool btf,
+					   struct pt_regs **regs, long *nr)
+{
+	*regs = NULL;
+	*nr = -1;
+	if (preempt || prev_state == 0)
+		return WM_OFF_PREEMPTED;
+	*regs = btf ? bpf_task_pt_regs(prev) : current_user_regs(btf);
+	*nr = current_syscall(*regs, btf);
+	switch (syscall_class(*nr)) {
+	case WM_SC_SLEEP: return WM_OFF_SLEEP;
+	case WM_SC_LOCK: return WM_OFF_LOCK;
+	case WM_SC_POLL: return WM_OFF_POLL;
+	default:
+		if ((prev_state & TASK_UNINTERRUPTIBLE) && !(prev_state & TASK_NOLOAD))
+			return WM_OFF_IO;
+		return WM_OFF_OTHER;
+	}
+}
+
+/* Whether the program runs in interrupt context: then `current` is just the
+ * task the interrupt (a timer, an I/O completion, a softirq) happened to
+ * land on, not the waker.
+ * - The BPF frame lives on whatever stack the kernel is on: off the current
+ *   task's own kernel stack means an interrupt stack.
+ * - x86_64 runs an interrupt that hits user mode on the task's stack; then
+ *   the registers saved at its top are user mode ones with orig_ax = -1,
+ *   where a syscall or an exception would have a number. */
+static __always_inline bool in_interrupt(const bool btf)
+{
+	__u64 fp;
+	asm volatile("%0 = r10" : "=r"(fp));
+	__u64 base = 0;
+	if (btf) {
+		base = (__u64)bpf_get_current_task_btf()->stack;
+	} else {
+		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+		bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
+	}
+	if (base && (fp < base || fp > base + WM_THREAD_SIZE))
+		return true;
+#if defined(__TARGET_ARCH_x86)
+	struct pt_regs *regs = current_user_regs(btf);
+	if (regs) {
+		__u64 cs = 0, orig_ax = 0;
+		WM_READ(btf, cs, regs->cs);
+		if (cs == 0x33 || cs == 0x23) { /* __USER_CS, __USER32_CS */
+			WM_READ(btf, orig_ax, regs->orig_ax);
+			return (long)orig_ax < 0;
+		}
+	}
+#endif
+	return false;
+}
+
+
+#endif
