@@ -13,10 +13,17 @@ use std::process::Command;
 
 const SOURCES: &[&str] = &[
     "src/bpf/wakemeter.bpf.c",
+    "src/bpf/stacks.bpf.c",
     "src/bpf/wakemeter.h",
+    "src/bpf/stacks.h",
+    "src/bpf/sched_classify.h",
     "src/bpf/bpf_min.h",
     "src/bpf/vmlinux_min.h",
 ];
+
+/// The programs, each compiled to `$OUT_DIR/<name>.o`: the counters of
+/// `EbpfSource`, and the stacks of `StackSession`.
+const PROGRAMS: &[&str] = &["wakemeter.bpf", "stacks.bpf"];
 
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(wakemeter_ebpf_no_clang)");
@@ -53,11 +60,17 @@ fn main() {
     };
 
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let object = out_dir.join("wakemeter.bpf.o");
     let manifest_dir =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest_dir.join("src/bpf");
-    let output = Command::new(&clang)
+    for program in PROGRAMS {
+        compile(&clang, arch_define, &bpf_dir, program, &out_dir);
+    }
+}
+
+/// Compiles `src/bpf/<program>.c` into `<out_dir>/<program>.o`.
+fn compile(clang: &Path, arch_define: &str, bpf_dir: &Path, program: &str, out_dir: &Path) {
+    let output = Command::new(clang)
         .args([
             "-target",
             "bpf",
@@ -68,16 +81,16 @@ fn main() {
             arch_define,
         ])
         .arg("-I")
-        .arg(&bpf_dir)
+        .arg(bpf_dir)
         .arg("-c")
-        .arg(bpf_dir.join("wakemeter.bpf.c"))
+        .arg(bpf_dir.join(format!("{program}.c")))
         .arg("-o")
-        .arg(&object)
+        .arg(out_dir.join(format!("{program}.o")))
         .output();
     match output {
         Ok(o) if o.status.success() => {}
         Ok(o) => panic!(
-            "`{}` failed to compile the eBPF programs ({}):\n{}\nSet WAKEMETER_EBPF_NO_CLANG=1 to build without them.",
+            "`{}` failed to compile the eBPF program {program}.c ({}):\n{}\nSet WAKEMETER_EBPF_NO_CLANG=1 to build without them.",
             clang.display(),
             o.status,
             String::from_utf8_lossy(&o.stderr)

@@ -15,6 +15,29 @@ pub enum EbpfError {
         limit: u32,
     },
 
+    /// An option of [`StackSessionBuilder`](crate::StackSessionBuilder) is
+    /// 0 or above its limit.
+    #[error("{option} = {value} is out of range: 1 to {max}")]
+    StackOptionOutOfRange {
+        /// The option, e.g. `frequency_hz`.
+        option: &'static str,
+        /// The value asked for.
+        value: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
+
+    /// A `cpu-clock` sampling event could not be opened, or the on-CPU
+    /// program attached to it (`perf_event_open`, `PERF_EVENT_IOC_SET_BPF`).
+    #[error("perf event cpu-clock on CPU {cpu}")]
+    PerfEvent {
+        /// The CPU of the event.
+        cpu: u32,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// No process with this id exists (no `/proc/<pid>`), or the id is 0.
     #[error("process {pid} does not exist")]
     NoSuchProcess {

@@ -34,6 +34,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+pub mod stacks;
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -48,6 +49,7 @@ use unsupported as imp;
 use std::time::Duration;
 
 pub use error::EbpfError;
+pub use stacks::{StackKind, StackSession, StackSessionBuilder};
 use wakemeter::{KernelSample, KernelSource, KernelSourceError};
 
 /// Smallest capacity of the per-thread map chosen at attach, in threads of

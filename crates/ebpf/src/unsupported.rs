@@ -58,3 +58,45 @@ impl RunStats {
         Err(EbpfError::Unsupported)
     }
 }
+
+/// Stand-in for the stack programs: attaching fails here.
+pub(crate) mod stacks {
+    use std::time::Duration;
+
+    use crate::EbpfError;
+    use crate::stacks::{StackCounts, StackKind, StackSessionBuilder};
+
+    /// Never constructed: attaching always fails here.
+    #[derive(Debug)]
+    pub(crate) enum StackSession {}
+
+    impl StackSession {
+        pub(crate) fn attach(_options: &StackSessionBuilder) -> Result<StackSession, EbpfError> {
+            Err(EbpfError::Unsupported)
+        }
+
+        pub(crate) fn pid(&self) -> u32 {
+            match *self {}
+        }
+
+        pub(crate) fn kind(&self) -> StackKind {
+            match *self {}
+        }
+
+        pub(crate) fn attach_duration(&self) -> Duration {
+            match *self {}
+        }
+
+        pub(crate) fn target_exited(&self) -> bool {
+            match *self {}
+        }
+
+        pub(crate) fn stop(&mut self) {
+            match *self {}
+        }
+
+        pub(crate) fn read(&mut self) -> Result<StackCounts, EbpfError> {
+            match *self {}
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! it, and turns its maps into [`KernelSample`]s.
 
 mod abi;
+pub(crate) mod stacks;
 mod sys;
 
 use std::collections::HashSet;

@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/*
+ * Stacks of one process (`target_tgid`), counted per distinct stack:
+ *
+ * - on-CPU: a perf_event program on cpu-clock samples (the loader opens one
+ *   software event per CPU at the chosen frequency);
+ * - off-CPU: at sched_switch, the stack of the thread going off the CPU and
+ *   the cause (the same off_cpu_cause() as wakemeter.bpf.c), counted with
+ *   the time until it runs again (switch count and switch duration);
+ * - wakeups: at sched_waking of a thread of the target, the waker's stacks.
+ *
+ * The loader attaches only the programs of the profile asked for. Like
+ * wakemeter.bpf.c, every scheduler program exists as tp_btf and raw_tp and
+ * tests the process id first.
+ */
+#include "vmlinux_min.h"
+#include "bpf_min.h"
+#include "wakemeter.h"
+#include "sched_classify.h"
+#include "stacks.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Process id to observe, set by the loader before load. */
+const volatile __u32 target_tgid = 0;
+
+/* Distinct stacks; max_entries is overridden by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64[WM_STACK_DEPTH]);
+} stacks SEC(".maps");
+
+/* Counts per (thread, kind, cause, stacks); max_entries overridden. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct wm_stack_key);
+	__type(value, struct wm_stack_count);
+} stack_counts SEC(".maps");
+
+/* Threads of the target that are off the CPU; deleted at switch-in and
+ * exit. max_entries overridden (sized from the thread count). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct wm_off_start);
+} off_start SEC(".maps");
+
+/* Events whose stacks could not be recorded, per WM_LOST_* and CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WM_LOST_KINDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stack_lost SEC(".maps");
+
+static __always_inline void count_lost(__u32 why)
+{
+	__u64 *n = bpf_map_lookup_elem(&stack_lost, &why);
+	if (n)
+		*n += 1;
+}
+
+/* A stack id from bpf_get_stackid; a hash collision or a full map is
+ * counted (an empty stack, -EFAULT, is not a loss: e.g. no kernel stack
+ * for a sample taken in user mode). */
+static __always_inline __s32 stack_id(void *ctx, __u64 flags)
+{
+	long id = bpf_get_stackid(ctx, &stacks, flags);
+	if (id == -WM_EEXIST)
+		count_lost(WM_LOST_COLLISION);
+	else if (id < 0 && id != -WM_EFAULT)
+		count_lost(WM_LOST_STACKS_FULL);
+	return (__s32)id;
+}
+
+static __always_inline void add_count(struct wm_stack_key *key, __u64 ns)
+{
+	struct wm_stack_count *c = bpf_map_lookup_elem(&stack_counts, key);
+	if (!c) {
+		struct wm_stack_count zero = {};
+		long err = bpf_map_update_elem(&stack_counts, key, &zero, BPF_NOEXIST);
+		if (err && err != -WM_EEXIST) {
+			count_lost(WM_LOST_COUNTS_FULL);
+			return;
+		}
+		c = bpf_map_lookup_elem(&stack_counts, key);
+		if (!c)
+			return;
+	}
+	__sync_fetch_and_add(&c->count, 1);
+	if (ns)
+		__sync_fetch_and_add(&c->total_ns, ns);
+}
+
+/* --- on-CPU: a cpu-clock sample on any CPU --- */
+
+SEC("perf_event")
+int on_cpu_sample(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	struct wm_stack_key key = {};
+	key.tid = (__u32)id;
+	key.kind = WM_STACK_ON_CPU;
+	key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
+	key.kernel_stack = stack_id(ctx, 0);
+	bpf_get_current_comm(&key.comm, sizeof(key.comm));
+	add_count(&key, 0);
+	return 0;
+}
+
+/* --- off-CPU: sched_switch(bool preempt, task *prev, task *next, unsigned prev_state) --- */
+
+static __always_inline int on_switch(__u64 *ctx, const bool btf)
+{
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	__u32 target = target_tgid;
+	__u64 cur = bpf_get_current_pid_tgid(); /* current == prev */
+	int next_tgid = 0;
+	WM_READ(btf, next_tgid, next->tgid);
+	if ((__u32)(cur >> 32) != target && (__u32)next_tgid != target)
+		return 0;
+
+	__u64 now = bpf_ktime_get_ns();
+	if ((__u32)(cur >> 32) == target) {
+		__u32 tid = (__u32)cur;
+		__u32 prev_state = (__u32)ctx[3];
+		if (prev_state & TASK_DEAD) {
+			bpf_map_delete_elem(&off_start, &tid);
+		} else {
+			struct pt_regs *regs;
+			long nr;
+			struct wm_off_start start = {};
+			start.since_ns = now;
+			start.key.tid = tid;
+			start.key.kind = WM_STACK_OFF_CPU;
+			start.key.cause = off_cpu_cause(prev, (bool)ctx[0], prev_state, btf, &regs, &nr);
+			start.key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
+			start.key.kernel_stack = stack_id(ctx, 0);
+			bpf_get_current_comm(&start.key.comm, sizeof(start.key.comm));
+			if (bpf_map_update_elem(&off_start, &tid, &start, BPF_ANY))
+				count_lost(WM_LOST_OFF_START_FULL);
+		}
+	}
+	if ((__u32)next_tgid == target) {
+		int next_pid = 0;
+		WM_READ(btf, next_pid, next->pid);
+		__u32 tid = (__u32)next_pid;
+		struct wm_off_start *start = bpf_map_lookup_elem(&off_start, &tid);
+		if (start) {
+			__u64 since = start->since_ns;
+			struct wm_stack_key key = start->key;
+			bpf_map_delete_elem(&off_start, &tid);
+			add_count(&key, now > since ? now - since : 0);
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int tpbtf_stack_switch(__u64 *ctx) { return on_switch(ctx, true); }
+
+SEC("raw_tp/sched_switch")
+int rawtp_stack_switch(__u64 *ctx) { return on_switch(ctx, false); }
+
+/* --- wakeups: sched_waking(task *p), in the waker's context --- */
+
+static __always_inline int on_waking(__u64 *ctx, const bool btf)
+{
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	int tgid = 0;
+	WM_READ(btf, tgid, p->tgid);
+	if ((__u32)tgid != target_tgid)
+		return 0;
+	int pid = 0;
+	WM_READ(btf, pid, p->pid);
+	bool irq = in_interrupt(btf);
+	struct wm_stack_key key = {};
+	key.tid = (__u32)pid;
+	key.kind = WM_STACK_WAKEUP;
+	bpf_probe_read_kernel(&key.comm, sizeof(key.comm), &p->comm);
+	/* In interrupt context the user stack would be the interrupted task's,
+	 * not a waker's; the kernel stack shows the interrupt path. */
+	key.kernel_stack = stack_id(ctx, 0);
+	if (irq) {
+		key.user_stack = WM_NO_STACK;
+		__builtin_memcpy(key.waker_comm, "[interrupt]", 12);
+	} else {
+		key.waker_tid = (__u32)bpf_get_current_pid_tgid();
+		key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
+		bpf_get_current_comm(&key.waker_comm, sizeof(key.waker_comm));
+	}
+	add_count(&key, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_waking")
+int tpbtf_stack_waking(__u64 *ctx) { return on_waking(ctx, true); }
+
+SEC("raw_tp/sched_waking")
+int rawtp_stack_waking(__u64 *ctx) { return on_waking(ctx, false); }
+
+/* --- sched_process_exit: a thread that exits while switched out leaves no entry --- */
+
+static __always_inline int on_exit(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	__u32 tid = (__u32)id;
+	bpf_map_delete_elem(&off_start, &tid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int tpbtf_stack_exit(__u64 *ctx) { return on_exit(); }
+
+SEC("raw_tp/sched_process_exit")
+int rawtp_stack_exit(__u64 *ctx) { return on_exit(); }
+
+_Static_assert(sizeof(struct wm_stack_key) == 56, "stacks_abi.rs");
+_Static_assert(sizeof(struct wm_stack_count) == 16, "stacks_abi.rs");
+_Static_assert(sizeof(struct wm_off_start) == 64, "stacks_abi.rs");

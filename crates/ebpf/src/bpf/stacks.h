@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * Records shared by stacks.bpf.c and the Rust loader (src/linux/stacks_abi.rs,
+ * which asserts the same sizes). Fields are laid out without padding on
+ * every 64-bit ABI.
+ */
+#ifndef WAKEMETER_STACKS_H
+#define WAKEMETER_STACKS_H
+
+/* Frames kept per stack: the kernel's default kernel.perf_event_max_stack. */
+#define WM_STACK_DEPTH 127
+
+/* What a stack_counts entry counts (wm_stack_key.kind). */
+#define WM_STACK_ON_CPU 1  /* a cpu-clock sample of the thread */
+#define WM_STACK_OFF_CPU 2 /* a switch-out of the thread and the time until its switch-in */
+#define WM_STACK_WAKEUP 3  /* a wakeup of the thread: the waker's stacks */
+
+/* stack_id when no stack was taken (a wakeup from interrupt context has no
+ * user stack of the waker). Other negative ids are the helper's -errno. */
+#define WM_NO_STACK (-1000)
+
+/* Why a stack is missing from an entry (index of stack_lost). */
+#define WM_LOST_COUNTS_FULL 0   /* stack_counts was full: the event is lost */
+#define WM_LOST_COLLISION 1     /* the stacks map had another stack in the bucket */
+#define WM_LOST_STACKS_FULL 2   /* the stacks map was full (or another error) */
+#define WM_LOST_OFF_START_FULL 3 /* off_start was full: that off-CPU span is lost */
+#define WM_LOST_KINDS 4
+
+struct wm_stack_key {
+	__u32 tid;          /* the sampled, switched-out or woken thread */
+	__u32 waker_tid;    /* WM_STACK_WAKEUP: the waker (0 = interrupt context) */
+	__u32 kind;         /* WM_STACK_* */
+	__u32 cause;        /* WM_STACK_OFF_CPU: WM_OFF_* of wakemeter.h */
+	__s32 user_stack;   /* id in the stacks map, or negative (see WM_NO_STACK) */
+	__s32 kernel_stack;
+	char comm[16];      /* name of `tid` */
+	char waker_comm[16]; /* WM_STACK_WAKEUP: name of the waker */
+};
+
+struct wm_stack_count {
+	__u64 count;    /* samples, switch-outs or wakeups */
+	__u64 total_ns; /* WM_STACK_OFF_CPU: off-CPU time of the finished spans */
+};
+
+/* A switched-out thread of the target: when, and the key its span adds to. */
+struct wm_off_start {
+	__u64 since_ns;
+	struct wm_stack_key key;
+};
+
+#endif

@@ -1,0 +1,95 @@
+//! Rust mirrors of the records in `src/bpf/stacks.h`. Keep the two in
+//! step: both sides assert the sizes.
+
+use crate::stacks::{MissingStack, OffCpuCause};
+
+use super::super::abi::{COMM_LEN, OFF_IO, OFF_LOCK, OFF_POLL, OFF_PREEMPTED, OFF_SLEEP};
+
+/// `WM_STACK_*`: what an entry counts (`WM_STACK_ON_CPU` = 1 needs no test).
+pub(crate) const KIND_OFF_CPU: u32 = 2;
+pub(crate) const KIND_WAKEUP: u32 = 3;
+
+/// `WM_NO_STACK`: no stack was taken.
+const NO_STACK: i32 = -1000;
+/// `-EFAULT` from `bpf_get_stackid`: an empty stack.
+const EFAULT: i32 = 14;
+
+/// Indexes of the `stack_lost` array (`WM_LOST_*`).
+pub(crate) const LOST_COUNTS_FULL: u32 = 0;
+pub(crate) const LOST_COLLISION: u32 = 1;
+pub(crate) const LOST_STACKS_FULL: u32 = 2;
+pub(crate) const LOST_OFF_START_FULL: u32 = 3;
+
+/// `struct wm_stack_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct StackKey {
+    pub tid: u32,
+    pub waker_tid: u32,
+    pub kind: u32,
+    pub cause: u32,
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+    pub comm: [u8; COMM_LEN],
+    pub waker_comm: [u8; COMM_LEN],
+}
+
+/// `struct wm_stack_count`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StackCountValue {
+    pub count: u64,
+    pub total_ns: u64,
+}
+
+const _: () = assert!(size_of::<StackKey>() == 56);
+const _: () = assert!(size_of::<StackCountValue>() == 16);
+
+// SAFETY: plain-old-data records: `repr(C)`, only integers and arrays of
+// them, no padding (sizes asserted above, as in stacks.bpf.c), every bit
+// pattern valid.
+unsafe impl aya::Pod for StackKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for StackCountValue {}
+
+/// The cause of an off-CPU entry (`WM_OFF_*`).
+pub(crate) fn cause(raw: u32) -> OffCpuCause {
+    match usize::try_from(raw).unwrap_or(usize::MAX) {
+        OFF_SLEEP => OffCpuCause::Sleep,
+        OFF_LOCK => OffCpuCause::Lock,
+        OFF_POLL => OffCpuCause::Poll,
+        OFF_IO => OffCpuCause::Io,
+        OFF_PREEMPTED => OffCpuCause::Preempted,
+        _ => OffCpuCause::Other,
+    }
+}
+
+/// A stack id from the kernel: a usable id, or why there is none.
+pub(crate) fn stack_id(raw: i32) -> Result<u32, MissingStack> {
+    match raw {
+        NO_STACK => Err(MissingStack::NotTaken),
+        e if e == -EFAULT => Err(MissingStack::Empty),
+        e if e < 0 => Err(MissingStack::Lost),
+        id => u32::try_from(id).map_err(|_| MissingStack::Lost),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_ids_and_causes() {
+        assert_eq!(stack_id(5), Ok(5));
+        assert_eq!(stack_id(-1000), Err(MissingStack::NotTaken));
+        assert_eq!(stack_id(-14), Err(MissingStack::Empty));
+        assert_eq!(stack_id(-17), Err(MissingStack::Lost));
+        assert_eq!(cause(0), OffCpuCause::Sleep);
+        assert_eq!(cause(1), OffCpuCause::Lock);
+        assert_eq!(cause(2), OffCpuCause::Poll);
+        assert_eq!(cause(3), OffCpuCause::Io);
+        assert_eq!(cause(4), OffCpuCause::Preempted);
+        assert_eq!(cause(5), OffCpuCause::Other);
+        assert_eq!(cause(99), OffCpuCause::Other);
+    }
+}

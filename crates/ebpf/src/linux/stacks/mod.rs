@@ -1,0 +1,250 @@
+//! Loads `stacks.bpf.o`, attaches the programs of one [`StackKind`] and
+//! reads the counts with their stacks.
+
+mod abi;
+mod perf;
+
+use std::collections::HashMap as StdHashMap;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use aya::maps::{HashMap, MapData, PerCpuArray, StackTraceMap};
+use aya::programs::PerfEvent;
+use aya::{Ebpf, EbpfLoader};
+
+use self::abi::{StackCountValue, StackKey};
+use self::perf::CpuClockEvents;
+use super::sys::{self, ExitWatch};
+use super::{Hook, attach_hook, kernel_btf, program_error, program_of, take_map};
+use crate::stacks::{
+    LostStacks, MissingStack, Stack, StackCount, StackCounts, StackKind, StackSessionBuilder,
+};
+use crate::{EbpfError, Target};
+
+/// The compiled stack programs, embedded with 8-byte alignment.
+#[cfg(not(wakemeter_ebpf_no_clang))]
+fn object() -> Result<&'static [u8], EbpfError> {
+    Ok(aya::include_bytes_aligned!(concat!(
+        env!("OUT_DIR"),
+        "/stacks.bpf.o"
+    )))
+}
+
+#[cfg(wakemeter_ebpf_no_clang)]
+fn object() -> Result<&'static [u8], EbpfError> {
+    Err(EbpfError::BuiltWithoutClang)
+}
+
+const ON_CPU_PROGRAM: &str = "on_cpu_sample";
+
+/// Exit cleanup first, so no start entry is created that nothing deletes.
+const OFF_CPU_HOOKS: [Hook; 2] = [
+    Hook {
+        tracepoint: "sched_process_exit",
+        btf_program: "tpbtf_stack_exit",
+        raw_program: "rawtp_stack_exit",
+    },
+    Hook {
+        tracepoint: "sched_switch",
+        btf_program: "tpbtf_stack_switch",
+        raw_program: "rawtp_stack_switch",
+    },
+];
+
+const WAKEUP_HOOKS: [Hook; 1] = [Hook {
+    tracepoint: "sched_waking",
+    btf_program: "tpbtf_stack_waking",
+    raw_program: "rawtp_stack_waking",
+}];
+
+/// Programs and their perf events; dropped to detach.
+struct Attached {
+    /// On-CPU sampling events (closed before the object, which holds the
+    /// program they run).
+    _events: Option<CpuClockEvents>,
+    _ebpf: Ebpf,
+}
+
+pub(crate) struct StackSession {
+    pid: u32,
+    kind: StackKind,
+    frequency_hz: u64,
+    attach_duration: Duration,
+    /// `None` when observing this very process.
+    watch: Option<ExitWatch>,
+    /// `None` once stopped.
+    attached: Option<Attached>,
+    counts: HashMap<MapData, StackKey, StackCountValue>,
+    stacks: StackTraceMap<MapData>,
+    lost: PerCpuArray<MapData, u64>,
+}
+
+impl std::fmt::Debug for StackSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackSession")
+            .field("pid", &self.pid)
+            .field("kind", &self.kind)
+            .field("attached", &self.attached.is_some())
+            .finish()
+    }
+}
+
+fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> EbpfError {
+    move |source| EbpfError::Map { map, source }
+}
+
+impl StackSession {
+    pub(crate) fn attach(options: &StackSessionBuilder) -> Result<StackSession, EbpfError> {
+        let started = Instant::now();
+        let own = std::process::id();
+        let (pid, watch) = match options.target {
+            Target::SelfProcess => (own, None),
+            Target::Pid(p) => {
+                let pid = sys::process_of(p)?;
+                let watch = (pid != own).then(|| ExitWatch::new(pid)).transpose()?;
+                (pid, watch)
+            }
+        };
+        let object = object()?;
+        sys::check_kernel_btf()?;
+        sys::check_privileges()?;
+        sys::check_pid_namespace()?;
+        let btf = kernel_btf()?;
+        // One off-CPU start entry per thread: sized as the counters' map.
+        let threads = super::auto_max_threads(sys::thread_count(pid));
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(btf))
+            .override_global("target_tgid", &pid, true)
+            .map_max_entries("stacks", options.max_stacks)
+            .map_max_entries("stack_counts", options.max_entries)
+            .map_max_entries("off_start", threads)
+            .load(object)
+            .map_err(|source| EbpfError::Load { source })?;
+
+        let events = match options.kind {
+            StackKind::OnCpu => {
+                let program: &mut PerfEvent = program_of(&mut ebpf, ON_CPU_PROGRAM)?;
+                program.load().map_err(program_error(ON_CPU_PROGRAM))?;
+                let fd = program.fd().map_err(program_error(ON_CPU_PROGRAM))?;
+                Some(CpuClockEvents::open(fd.as_fd(), options.frequency_hz)?)
+            }
+            StackKind::OffCpu | StackKind::Wakeups => {
+                let hooks: &[Hook] = if options.kind == StackKind::OffCpu {
+                    &OFF_CPU_HOOKS
+                } else {
+                    &WAKEUP_HOOKS
+                };
+                for hook in hooks {
+                    attach_hook(&mut ebpf, hook, options.attach_kind, btf)?;
+                }
+                None
+            }
+        };
+
+        let counts = HashMap::try_from(take_map(&mut ebpf, "stack_counts")?)
+            .map_err(map_error("stack_counts"))?;
+        let stacks =
+            StackTraceMap::try_from(take_map(&mut ebpf, "stacks")?).map_err(map_error("stacks"))?;
+        let lost = PerCpuArray::try_from(take_map(&mut ebpf, "stack_lost")?)
+            .map_err(map_error("stack_lost"))?;
+        Ok(StackSession {
+            pid,
+            kind: options.kind,
+            frequency_hz: if options.kind == StackKind::OnCpu {
+                options.frequency_hz
+            } else {
+                0
+            },
+            attach_duration: started.elapsed(),
+            watch,
+            attached: Some(Attached {
+                _events: events,
+                _ebpf: ebpf,
+            }),
+            counts,
+            stacks,
+            lost,
+        })
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub(crate) fn kind(&self) -> StackKind {
+        self.kind
+    }
+
+    pub(crate) fn attach_duration(&self) -> Duration {
+        self.attach_duration
+    }
+
+    pub(crate) fn target_exited(&self) -> bool {
+        self.watch.as_ref().is_some_and(ExitWatch::has_exited)
+    }
+
+    pub(crate) fn stop(&mut self) {
+        self.attached = None;
+    }
+
+    pub(crate) fn read(&mut self) -> Result<StackCounts, EbpfError> {
+        let target_exited = self.target_exited();
+        if target_exited {
+            // Nothing more can come: detach now, keep the maps to read.
+            self.stop();
+        }
+        let mut frames: StdHashMap<u32, Option<Vec<u64>>> = StdHashMap::new();
+        let mut entries = Vec::new();
+        for item in self.counts.iter() {
+            let (key, value) = item.map_err(map_error("stack_counts"))?;
+            let mut stack = |raw: i32| -> Stack {
+                let id = abi::stack_id(raw)?;
+                frames
+                    .entry(id)
+                    .or_insert_with(|| {
+                        self.stacks
+                            .get(&id, 0)
+                            .ok()
+                            .map(|t| t.frames().iter().map(|f| f.ip).collect())
+                    })
+                    .clone()
+                    .ok_or(MissingStack::Evicted)
+            };
+            let user_stack = stack(key.user_stack);
+            let kernel_stack = stack(key.kernel_stack);
+            entries.push(StackCount {
+                tid: key.tid,
+                thread_name: super::abi::comm_str(&key.comm),
+                cause: (key.kind == abi::KIND_OFF_CPU).then(|| abi::cause(key.cause)),
+                waker: (key.kind == abi::KIND_WAKEUP)
+                    .then(|| (key.waker_tid, super::abi::comm_str(&key.waker_comm))),
+                user_stack,
+                kernel_stack,
+                count: value.count,
+                total_ns: value.total_ns,
+            });
+        }
+        let lost_of = |index: u32| -> Result<u64, EbpfError> {
+            Ok(self
+                .lost
+                .get(&index, 0)
+                .map_err(map_error("stack_lost"))?
+                .iter()
+                .fold(0u64, |a, b| a.saturating_add(*b)))
+        };
+        let lost = LostStacks {
+            counts_full: lost_of(abi::LOST_COUNTS_FULL)?,
+            stack_collisions: lost_of(abi::LOST_COLLISION)?,
+            stacks_full: lost_of(abi::LOST_STACKS_FULL)?,
+            off_cpu_spans: lost_of(abi::LOST_OFF_START_FULL)?,
+        };
+        Ok(StackCounts {
+            kind: self.kind,
+            pid: self.pid,
+            entries,
+            lost,
+            target_exited,
+            frequency_hz: self.frequency_hz,
+        })
+    }
+}

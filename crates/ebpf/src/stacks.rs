@@ -1,0 +1,290 @@
+//! Stacks of a process, counted in the kernel: on-CPU samples, off-CPU
+//! spans by cause, and the wakers of its threads (program
+//! `src/bpf/stacks.bpf.c`). Addresses only; symbolization and output
+//! formats are in the `wakemeter-profile` crate.
+
+use std::time::Duration;
+
+use crate::{AttachKind, EbpfError, Target, imp};
+
+/// Default on-CPU sampling frequency, in samples per second per CPU (99 Hz,
+/// off the 100 Hz of timer ticks so that samples do not lock step with
+/// periodic work).
+pub const DEFAULT_FREQUENCY_HZ: u64 = 99;
+/// Highest on-CPU sampling frequency accepted, in samples per second per CPU.
+pub const MAX_FREQUENCY_HZ: u64 = 10_000;
+/// Frames kept per stack (user and kernel stacks separately), as the
+/// kernel's default `kernel.perf_event_max_stack`.
+pub const STACK_DEPTH: usize = 127;
+/// Default capacity of the stack map, in distinct stacks (about 1 KiB of
+/// kernel memory each: about 8.3 MiB).
+pub const DEFAULT_MAX_STACKS: u32 = 8192;
+/// Default capacity of the count map, in distinct (thread, cause, user
+/// stack, kernel stack) entries (72 bytes of key and value each, about
+/// 1.2 MiB with the kernel's own per-entry overhead).
+pub const DEFAULT_MAX_ENTRIES: u32 = 16_384;
+/// Largest capacity of either map, in entries.
+pub const MAX_STACK_ENTRIES_LIMIT: u32 = 262_144;
+
+/// Which stacks a [`StackSession`] collects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StackKind {
+    /// On-CPU: the stacks of the target's running threads, sampled by a
+    /// software `cpu-clock` perf event on every CPU (works without a
+    /// hardware PMU).
+    OnCpu,
+    /// Off-CPU: the stack of a thread of the target when it leaves the CPU
+    /// (`sched_switch`), with the cause, counted with the time until it
+    /// runs again.
+    OffCpu,
+    /// Wakeups: the stacks of whoever wakes a thread of the target
+    /// (`sched_waking`, in the waker's context).
+    Wakeups,
+}
+
+/// Why a thread left the CPU: the classification of the counters
+/// ([`wakemeter::kernel::OffCpuTime`]), made by the same kernel code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum OffCpuCause {
+    /// In `nanosleep`/`clock_nanosleep`.
+    Sleep,
+    /// In `futex`/`futex_waitv` (locks, condition variables).
+    Lock,
+    /// In a poll-family call (`poll`, `select`, `epoll_wait`, ...).
+    Poll,
+    /// Uninterruptible sleep (`D`) outside the above: disk or other I/O.
+    Io,
+    /// Preempted while runnable (an involuntary switch).
+    Preempted,
+    /// Any other voluntary switch (e.g. blocking `read`/`write` on a pipe
+    /// or socket).
+    Other,
+}
+
+impl OffCpuCause {
+    /// Lower-case name used in folded stacks and reports (`sleep`, `lock`,
+    /// `poll`, `io`, `preempted`, `other`).
+    pub fn name(self) -> &'static str {
+        match self {
+            OffCpuCause::Sleep => "sleep",
+            OffCpuCause::Lock => "lock",
+            OffCpuCause::Poll => "poll",
+            OffCpuCause::Io => "io",
+            OffCpuCause::Preempted => "preempted",
+            OffCpuCause::Other => "other",
+        }
+    }
+}
+
+/// Why a stack is absent from a [`StackCount`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MissingStack {
+    /// Not taken: a wakeup from interrupt context has no waker user stack.
+    NotTaken,
+    /// The stack was empty: e.g. no kernel stack for a sample taken in user
+    /// mode, or no user stack for a kernel thread.
+    Empty,
+    /// Another stack occupied its slot in the stack map (a hash collision)
+    /// or the map was full; counted in [`LostStacks::stack_collisions`].
+    Lost,
+    /// The stack id was known but its frames were gone when read.
+    Evicted,
+}
+
+/// One stack: instruction addresses, innermost first, or why there is none.
+pub type Stack = Result<Vec<u64>, MissingStack>;
+
+/// One entry of the kernel's counts: a thread, a cause and two stacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StackCount {
+    /// Thread id of the sampled, switched-out or woken thread of the target.
+    pub tid: u32,
+    /// Its name (kernel `comm`) when the event happened.
+    pub thread_name: String,
+    /// [`StackKind::OffCpu`]: why it left the CPU; `None` otherwise.
+    pub cause: Option<OffCpuCause>,
+    /// [`StackKind::Wakeups`]: the waker's thread id (0 = interrupt context)
+    /// and name; `None` otherwise. The stacks are then the waker's.
+    pub waker: Option<(u32, String)>,
+    /// User-space stack, innermost first.
+    pub user_stack: Stack,
+    /// Kernel stack, innermost first.
+    pub kernel_stack: Stack,
+    /// On-CPU samples, switch-outs or wakeups with these stacks.
+    pub count: u64,
+    /// [`StackKind::OffCpu`]: off-CPU time of the finished spans, ns (a
+    /// span still in progress when read is not included); 0 otherwise.
+    pub total_ns: u64,
+}
+
+/// Events whose stacks could not be recorded, cumulative since attach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LostStacks {
+    /// Events lost because the count map was full.
+    pub counts_full: u64,
+    /// Stacks lost to a hash collision in the stack map (the event is still
+    /// counted, without that stack).
+    pub stack_collisions: u64,
+    /// Stacks lost because the stack map was full or the kernel failed.
+    pub stacks_full: u64,
+    /// Off-CPU spans not timed because the per-thread start map was full.
+    pub off_cpu_spans: u64,
+}
+
+impl LostStacks {
+    /// Whether anything was lost.
+    pub fn any(&self) -> bool {
+        *self != LostStacks::default()
+    }
+}
+
+/// What a [`StackSession::read`] returns: every count since attach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StackCounts {
+    /// What was collected.
+    pub kind: StackKind,
+    /// The observed process id.
+    pub pid: u32,
+    /// The counts, in no particular order.
+    pub entries: Vec<StackCount>,
+    /// What could not be recorded.
+    pub lost: LostStacks,
+    /// Whether the target had exited when read: the counts end at its exit
+    /// (a partial capture).
+    pub target_exited: bool,
+    /// [`StackKind::OnCpu`]: the sampling frequency, per second per CPU; 0
+    /// otherwise.
+    pub frequency_hz: u64,
+}
+
+/// Options of a stack collection; start with [`StackSession::builder`].
+#[derive(Debug, Clone)]
+pub struct StackSessionBuilder {
+    pub(crate) target: Target,
+    pub(crate) kind: StackKind,
+    pub(crate) frequency_hz: u64,
+    pub(crate) max_stacks: u32,
+    pub(crate) max_entries: u32,
+    pub(crate) attach_kind: AttachKind,
+}
+
+impl StackSessionBuilder {
+    /// Defaults: [`DEFAULT_FREQUENCY_HZ`], [`DEFAULT_MAX_STACKS`],
+    /// [`DEFAULT_MAX_ENTRIES`], [`AttachKind::Auto`].
+    pub fn new(target: Target, kind: StackKind) -> Self {
+        StackSessionBuilder {
+            target,
+            kind,
+            frequency_hz: DEFAULT_FREQUENCY_HZ,
+            max_stacks: DEFAULT_MAX_STACKS,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            attach_kind: AttachKind::Auto,
+        }
+    }
+
+    /// On-CPU sampling frequency, samples per second per CPU (1 to
+    /// [`MAX_FREQUENCY_HZ`]).
+    pub fn with_frequency_hz(mut self, hz: u64) -> Self {
+        self.frequency_hz = hz;
+        self
+    }
+
+    /// Capacity of the stack map, in distinct stacks (1 to
+    /// [`MAX_STACK_ENTRIES_LIMIT`]); each takes [`STACK_DEPTH`] × 8 bytes
+    /// of kernel memory, allocated at attach.
+    pub fn with_max_stacks(mut self, stacks: u32) -> Self {
+        self.max_stacks = stacks;
+        self
+    }
+
+    /// Capacity of the count map, in distinct (thread, cause, stacks)
+    /// entries (1 to [`MAX_STACK_ENTRIES_LIMIT`]).
+    pub fn with_max_entries(mut self, entries: u32) -> Self {
+        self.max_entries = entries;
+        self
+    }
+
+    /// How the scheduler programs attach (off-CPU and wakeups).
+    pub fn with_attach_kind(mut self, kind: AttachKind) -> Self {
+        self.attach_kind = kind;
+        self
+    }
+
+    /// Loads the program and starts collecting.
+    ///
+    /// # Errors
+    /// [`EbpfError::StackOptionOutOfRange`] for an option out of range; else
+    /// as [`crate::EbpfSourceBuilder::attach`], plus
+    /// [`EbpfError::PerfEvent`] when a `cpu-clock` event cannot be opened.
+    pub fn attach(self) -> Result<StackSession, EbpfError> {
+        let out_of_range = |option: &'static str, value: u64, max: u64| {
+            Err(EbpfError::StackOptionOutOfRange { option, value, max })
+        };
+        if !(1..=MAX_FREQUENCY_HZ).contains(&self.frequency_hz) {
+            return out_of_range("frequency_hz", self.frequency_hz, MAX_FREQUENCY_HZ);
+        }
+        let limit = u64::from(MAX_STACK_ENTRIES_LIMIT);
+        if !(1..=MAX_STACK_ENTRIES_LIMIT).contains(&self.max_stacks) {
+            return out_of_range("max_stacks", u64::from(self.max_stacks), limit);
+        }
+        if !(1..=MAX_STACK_ENTRIES_LIMIT).contains(&self.max_entries) {
+            return out_of_range("max_entries", u64::from(self.max_entries), limit);
+        }
+        imp::stacks::StackSession::attach(&self).map(|inner| StackSession { inner })
+    }
+}
+
+/// Kernel programs collecting stacks of one process. Dropping it detaches
+/// them and frees their maps.
+#[derive(Debug)]
+pub struct StackSession {
+    inner: imp::stacks::StackSession,
+}
+
+impl StackSession {
+    /// Options for collecting `kind` stacks of `target`.
+    pub fn builder(target: Target, kind: StackKind) -> StackSessionBuilder {
+        StackSessionBuilder::new(target, kind)
+    }
+
+    /// The observed process id.
+    pub fn pid(&self) -> u32 {
+        self.inner.pid()
+    }
+
+    /// What is collected.
+    pub fn kind(&self) -> StackKind {
+        self.inner.kind()
+    }
+
+    /// Wall time the attach took.
+    pub fn attach_duration(&self) -> Duration {
+        self.inner.attach_duration()
+    }
+
+    /// Whether the target has exited.
+    pub fn target_exited(&self) -> bool {
+        self.inner.target_exited()
+    }
+
+    /// Detaches the programs (the maps stay readable): call before the
+    /// last [`StackSession::read`] so that the capture ends at one moment.
+    pub fn stop(&mut self) {
+        self.inner.stop();
+    }
+
+    /// Reads every count since attach, with the stacks' addresses. Costs
+    /// one map walk of the entries plus one lookup per distinct stack.
+    ///
+    /// # Errors
+    /// [`EbpfError::Map`] when a map cannot be read.
+    pub fn read(&mut self) -> Result<StackCounts, EbpfError> {
+        self.inner.read()
+    }
+}
