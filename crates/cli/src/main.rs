@@ -4,6 +4,8 @@
 mod demo;
 mod kernel;
 mod print;
+#[cfg(feature = "ebpf")]
+mod profile;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod scenarios;
 mod target;
@@ -74,6 +76,47 @@ enum Command {
         #[arg(long)]
         no_ebpf: bool,
     },
+    /// Where in the code: on-CPU, off-CPU or wakeup stacks of a process
+    /// (eBPF, needs root or CAP_BPF+CAP_PERFMON), as a flame graph SVG,
+    /// folded stacks or pprof. Without an output file, prints the
+    /// heaviest stacks.
+    #[cfg(feature = "ebpf")]
+    Profile(ProfileArgs),
+}
+
+/// Arguments of `wakemeter profile`.
+#[cfg(feature = "ebpf")]
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("kind").required(true).args(["on_cpu", "off_cpu", "wakeups"])))]
+struct ProfileArgs {
+    /// Process to profile (a thread id works too: its process is profiled).
+    #[arg(long)]
+    pid: u32,
+    /// Stacks of the running threads, sampled by a cpu-clock perf event.
+    #[arg(long)]
+    on_cpu: bool,
+    /// Stacks where threads leave the CPU, with off-CPU time and switch
+    /// count by cause (sleep, lock, poll, io, preempted, other).
+    #[arg(long)]
+    off_cpu: bool,
+    /// Stacks of the threads that wake the process's threads.
+    #[arg(long)]
+    wakeups: bool,
+    /// Capture length in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// On-CPU samples per second per CPU.
+    #[arg(long, default_value_t = 99)]
+    frequency: u64,
+    /// Write an SVG flame graph here.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Write folded stacks here (`-` for stdout).
+    #[arg(long)]
+    folded: Option<PathBuf>,
+    /// Write a gzipped pprof protobuf here (go tool pprof, Pyroscope, Grafana).
+    #[arg(long)]
+    pprof: Option<PathBuf>,
 }
 
 const WATCH_HELP: &str = "\
@@ -111,6 +154,22 @@ fn main() -> ExitCode {
             seconds,
             json,
             ebpf: !no_ebpf,
+        }),
+        #[cfg(feature = "ebpf")]
+        Command::Profile(a) => profile::run(&profile::Options {
+            pid: a.pid,
+            kind: if a.on_cpu {
+                wakemeter_profile::StackKind::OnCpu
+            } else if a.off_cpu {
+                wakemeter_profile::StackKind::OffCpu
+            } else {
+                wakemeter_profile::StackKind::Wakeups
+            },
+            seconds: a.seconds,
+            frequency_hz: a.frequency,
+            svg: a.svg,
+            folded: a.folded,
+            pprof: a.pprof,
         }),
     };
     match result {

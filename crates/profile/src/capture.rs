@@ -1,0 +1,313 @@
+//! One capture: attach the stack programs, wait, read, symbolize,
+//! aggregate.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use wakemeter_ebpf::stacks::{MissingStack, StackCount, StackCounts};
+use wakemeter_ebpf::{StackKind, StackSession, Target};
+
+use crate::error::ProfileError;
+use crate::model::{Frame, Profile, ProfileWarning, StackGap, StackSample};
+use crate::symbolize::{ProcessView, Symbolizer};
+
+/// Longest capture, 1 hour.
+pub const MAX_CAPTURE: Duration = Duration::from_secs(3600);
+
+/// How often a capture checks whether the target exited.
+const POLL_EXIT: Duration = Duration::from_millis(100);
+
+/// A user stack at most this deep counts as shallow (no frame pointers).
+const SHALLOW_USER_FRAMES: usize = 2;
+
+/// Share of the weight in shallow user stacks above which the profile
+/// warns of missing frame pointers.
+const SHALLOW_WARN_RATIO: f64 = 0.5;
+
+/// What to capture.
+#[derive(Debug, Clone)]
+pub struct ProfileOptions {
+    kind: StackKind,
+    frequency_hz: u64,
+    max_stacks: u32,
+    max_entries: u32,
+}
+
+impl ProfileOptions {
+    /// Defaults of [`wakemeter_ebpf::StackSessionBuilder`]: 99 Hz, 8192
+    /// stacks (about 8.3 MiB of kernel memory), 16,384 counts.
+    pub fn new(kind: StackKind) -> Self {
+        ProfileOptions {
+            kind,
+            frequency_hz: wakemeter_ebpf::stacks::DEFAULT_FREQUENCY_HZ,
+            max_stacks: wakemeter_ebpf::stacks::DEFAULT_MAX_STACKS,
+            max_entries: wakemeter_ebpf::stacks::DEFAULT_MAX_ENTRIES,
+        }
+    }
+
+    /// On-CPU sampling frequency, per second per CPU.
+    pub fn with_frequency_hz(mut self, hz: u64) -> Self {
+        self.frequency_hz = hz;
+        self
+    }
+
+    /// Capacity of the kernel stack map, in distinct stacks.
+    pub fn with_max_stacks(mut self, n: u32) -> Self {
+        self.max_stacks = n;
+        self
+    }
+
+    /// Capacity of the kernel count map, in distinct entries.
+    pub fn with_max_entries(mut self, n: u32) -> Self {
+        self.max_entries = n;
+        self
+    }
+
+    /// What is captured.
+    pub fn kind(&self) -> StackKind {
+        self.kind
+    }
+}
+
+/// Captures profiles and symbolizes them, keeping blazesym's per-binary
+/// caches from one capture to the next.
+#[derive(Debug, Default)]
+pub struct Profiler {
+    symbolizer: Symbolizer,
+}
+
+/// A capture in progress; [`Capture::finish`] ends it.
+#[derive(Debug)]
+pub struct Capture {
+    session: StackSession,
+    started: Instant,
+    start_unix_ns: u64,
+    view: ProcessViewHolder,
+}
+
+/// [`ProcessView`] is crate-private; this keeps `Capture`'s Debug simple.
+struct ProcessViewHolder(ProcessView);
+
+impl std::fmt::Debug for ProcessViewHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessView")
+            .field("pid", &self.0.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Capture {
+    /// Whether the target has exited (the capture then ends early).
+    pub fn target_exited(&self) -> bool {
+        self.session.target_exited()
+    }
+
+    /// Time since the capture started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Stops collecting, reads and symbolizes.
+    ///
+    /// # Errors
+    /// [`ProfileError::Ebpf`] when the kernel maps cannot be read.
+    pub fn finish(mut self, profiler: &Profiler) -> Result<Profile, ProfileError> {
+        let duration = self.started.elapsed();
+        self.session.stop();
+        let counts = self.session.read()?;
+        profiler
+            .symbolizer
+            .refresh(&mut self.view.0, counts.target_exited);
+        Ok(aggregate(
+            &profiler.symbolizer,
+            &self.view.0,
+            counts,
+            duration,
+            self.start_unix_ns,
+        ))
+    }
+}
+
+impl Profiler {
+    /// A profiler with a fresh symbolizer.
+    pub fn new() -> Profiler {
+        Profiler::default()
+    }
+
+    /// Starts collecting `options.kind()` stacks of `target`.
+    ///
+    /// # Errors
+    /// [`ProfileError::Ebpf`]: no privilege, no kernel BTF, no such
+    /// process, an option out of range, ...
+    pub fn start(&self, target: Target, options: &ProfileOptions) -> Result<Capture, ProfileError> {
+        let session = StackSession::builder(target, options.kind)
+            .with_frequency_hz(options.frequency_hz)
+            .with_max_stacks(options.max_stacks)
+            .with_max_entries(options.max_entries)
+            .attach()?;
+        let view = self.symbolizer.view(session.pid());
+        let start_unix_ns = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        Ok(Capture {
+            session,
+            started: Instant::now(),
+            start_unix_ns,
+            view: ProcessViewHolder(view),
+        })
+    }
+
+    /// Captures for `duration` (ending early if the target exits) and
+    /// returns the symbolized stacks. Blocks the calling thread.
+    ///
+    /// # Errors
+    /// [`ProfileError::DurationOutOfRange`] for 0 or more than
+    /// [`MAX_CAPTURE`]; else as [`Profiler::start`] and [`Capture::finish`].
+    pub fn capture(
+        &self,
+        target: Target,
+        options: &ProfileOptions,
+        duration: Duration,
+    ) -> Result<Profile, ProfileError> {
+        check_duration(duration)?;
+        let capture = self.start(target, options)?;
+        while capture.elapsed() < duration && !capture.target_exited() {
+            std::thread::sleep(POLL_EXIT.min(duration.saturating_sub(capture.elapsed())));
+        }
+        capture.finish(self)
+    }
+}
+
+/// Fails unless `0 < duration <= MAX_CAPTURE`.
+pub(crate) fn check_duration(duration: Duration) -> Result<(), ProfileError> {
+    if duration.is_zero() || duration > MAX_CAPTURE {
+        return Err(ProfileError::DurationOutOfRange {
+            seconds: duration.as_secs_f64(),
+            max_seconds: MAX_CAPTURE.as_secs(),
+        });
+    }
+    Ok(())
+}
+
+/// Symbolizes and aggregates the kernel's counts into a [`Profile`].
+pub(crate) fn aggregate(
+    symbolizer: &Symbolizer,
+    view: &ProcessView,
+    counts: StackCounts,
+    duration: Duration,
+    start_unix_ns: u64,
+) -> Profile {
+    let kind = counts.kind;
+    let mut user_memo = HashMap::new();
+    let mut kernel_memo = HashMap::new();
+    let symbolized = counts
+        .entries
+        .into_iter()
+        .map(|c| sample(symbolizer, view, c, &mut user_memo, &mut kernel_memo));
+    let mut samples = merge_identical(symbolized);
+    samples.sort_by(|a, b| b.weight(kind).cmp(&a.weight(kind)).then(a.tid.cmp(&b.tid)));
+
+    let mut warnings = Vec::new();
+    if counts.target_exited {
+        warnings.push(ProfileWarning::TargetExited);
+        if let Some(reason) = &view.cache_error {
+            warnings.push(ProfileWarning::NotSymbolized {
+                reason: reason.clone(),
+            });
+        }
+    }
+    let lost = counts.lost;
+    if lost.any() {
+        warnings.push(ProfileWarning::StacksLost {
+            events: lost.counts_full.saturating_add(lost.off_cpu_spans),
+            stacks: lost.stack_collisions.saturating_add(lost.stacks_full),
+        });
+    }
+    let mut profile = Profile {
+        kind,
+        pid: counts.pid,
+        duration,
+        frequency_hz: counts.frequency_hz,
+        start_unix_ns,
+        samples,
+        warnings,
+    };
+    if kind != StackKind::Wakeups {
+        let with_user = |s: &StackSample| s.frames.iter().any(|f| !f.kernel);
+        let user_weight = profile.share_where(with_user);
+        let shallow = profile.share_where(|s| {
+            let n = s.frames.iter().filter(|f| !f.kernel).count();
+            n > 0 && n <= SHALLOW_USER_FRAMES
+        });
+        if user_weight > 0.0 && shallow / user_weight > SHALLOW_WARN_RATIO {
+            profile.warnings.push(ProfileWarning::NoFramePointers {
+                shallow_ratio: shallow / user_weight,
+            });
+        }
+    }
+    profile
+}
+
+/// Adds up samples that read the same once symbolized: the same thread,
+/// cause, waker and frame names (e.g. two leaf addresses in one function
+/// that have separate stack ids in the kernel). The first keeps its
+/// addresses.
+fn merge_identical(samples: impl Iterator<Item = StackSample>) -> Vec<StackSample> {
+    let mut index: HashMap<Vec<String>, usize> = HashMap::new();
+    let mut out: Vec<StackSample> = Vec::new();
+    for s in samples {
+        let mut key = crate::folded::folded_frames(&s);
+        key.push(s.tid.to_string());
+        match index.get(&key).and_then(|i| out.get_mut(*i)) {
+            Some(kept) => {
+                kept.count = kept.count.saturating_add(s.count);
+                kept.total_ns = kept.total_ns.saturating_add(s.total_ns);
+            }
+            None => {
+                index.insert(key, out.len());
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+fn sample(
+    symbolizer: &Symbolizer,
+    view: &ProcessView,
+    c: StackCount,
+    user_memo: &mut HashMap<u64, Frame>,
+    kernel_memo: &mut HashMap<u64, Frame>,
+) -> StackSample {
+    let mut gaps = Vec::new();
+    let mut frames = Vec::new();
+    // Root first: the user stack (outermost first), then the kernel stack.
+    match &c.user_stack {
+        Ok(addrs) => {
+            let mut user = symbolizer.user_frames(view, addrs, user_memo);
+            user.reverse();
+            frames.extend(user);
+        }
+        Err(MissingStack::Lost | MissingStack::Evicted) => gaps.push(StackGap::UserLost),
+        Err(_) => {}
+    }
+    match &c.kernel_stack {
+        Ok(addrs) => {
+            let mut kernel = symbolizer.kernel_frames(addrs, kernel_memo);
+            kernel.reverse();
+            frames.extend(kernel);
+        }
+        Err(MissingStack::Lost | MissingStack::Evicted) => gaps.push(StackGap::KernelLost),
+        Err(_) => {}
+    }
+    StackSample {
+        tid: c.tid,
+        thread_name: c.thread_name,
+        cause: c.cause,
+        waker: c.waker,
+        frames,
+        gaps,
+        count: c.count,
+        total_ns: c.total_ns,
+    }
+}

@@ -1,0 +1,239 @@
+//! On-CPU profiles of programs whose answer is known (root: eBPF).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
+
+/// spin_here burns 70% of the program's CPU, light_work 10%, other_work
+/// 20%: the profile's inclusive shares must be within 5 points.
+#[test]
+#[ignore = "needs root"]
+fn on_cpu_shares_match_the_known_answer() {
+    let program = common::build("spin", "spin-fp", &["-g", "-O1", "-fno-omit-frame-pointer"]);
+    let child = common::start(&program, &["30"]);
+    let profiler = Profiler::new();
+    let profile = profiler
+        .capture(
+            Target::Pid(child.pid()),
+            &ProfileOptions::new(StackKind::OnCpu),
+            Duration::from_secs(8),
+        )
+        .expect("capture");
+    let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
+    let spin = profile.inclusive_share("spin_here");
+    let light = profile.inclusive_share("light_work");
+    let other = profile.inclusive_share("other_work");
+    println!(
+        "{samples} samples: spin_here {:.1}%, light_work {:.1}%, other_work {:.1}%; warnings {:?}",
+        spin * 100.0,
+        light * 100.0,
+        other * 100.0,
+        profile.warnings
+    );
+    assert!(samples > 200, "too few samples: {samples}");
+    assert!((spin - 0.70).abs() <= 0.05, "spin_here {spin}");
+    assert!((light - 0.10).abs() <= 0.05, "light_work {light}");
+    assert!((other - 0.20).abs() <= 0.05, "other_work {other}");
+    // Lost stacks (a rare stack-map collision) may be reported; nothing else.
+    assert!(
+        profile
+            .warnings
+            .iter()
+            .all(|w| matches!(w, ProfileWarning::StacksLost { .. })),
+        "{:?}",
+        profile.warnings
+    );
+    outputs_open_in_their_tools(&profile);
+    // DWARF gave source lines.
+    let frame = profile
+        .samples
+        .iter()
+        .flat_map(|s| &s.frames)
+        .find(|f| f.function.as_deref() == Some("spin_here"))
+        .expect("a spin_here frame");
+    assert!(
+        frame
+            .source
+            .as_ref()
+            .is_some_and(|(file, _)| file.ends_with("spin.c")),
+        "{frame:?}"
+    );
+}
+
+/// A stripped binary keeps its frames as `binary+0xoffset`.
+#[test]
+#[ignore = "needs root"]
+fn stripped_binary_keeps_addresses() {
+    let program = common::build(
+        "spin",
+        "spin-stripped",
+        &["-O1", "-fno-omit-frame-pointer", "-s"],
+    );
+    let child = common::start(&program, &["30"]);
+    let profile = Profiler::new()
+        .capture(
+            Target::Pid(child.pid()),
+            &ProfileOptions::new(StackKind::OnCpu),
+            Duration::from_secs(2),
+        )
+        .expect("capture");
+    assert!(!profile.samples.is_empty());
+    assert_eq!(profile.inclusive_share("spin_here"), 0.0);
+    let in_binary = profile
+        .samples
+        .iter()
+        .flat_map(|s| &s.frames)
+        .filter(|f| {
+            f.module
+                .as_deref()
+                .is_some_and(|m| m.ends_with("spin-stripped"))
+        })
+        .count();
+    assert!(in_binary > 0, "no frame of the stripped binary");
+    let label = profile.samples[0]
+        .frames
+        .iter()
+        .map(|f| f.label())
+        .collect::<Vec<_>>();
+    println!("stripped stack: {label:?}");
+}
+
+/// Without frame pointers user stacks are shallow: the profile says so.
+#[test]
+#[ignore = "needs root"]
+fn missing_frame_pointers_are_reported() {
+    let program = common::build("spin", "spin-nofp", &["-O2", "-fomit-frame-pointer"]);
+    let child = common::start(&program, &["30"]);
+    let profile = Profiler::new()
+        .capture(
+            Target::Pid(child.pid()),
+            &ProfileOptions::new(StackKind::OnCpu),
+            Duration::from_secs(2),
+        )
+        .expect("capture");
+    println!("warnings: {:?}", profile.warnings);
+    assert!(
+        profile
+            .warnings
+            .iter()
+            .any(|w| matches!(w, ProfileWarning::NoFramePointers { .. })),
+        "{:?}",
+        profile.warnings
+    );
+}
+
+/// A target that exits mid-capture ends the capture early, labelled
+/// partial, and its stacks are still symbolized.
+#[test]
+#[ignore = "needs root"]
+fn target_exiting_mid_capture_gives_a_partial_profile() {
+    let program = common::build(
+        "spin",
+        "spin-exit",
+        &["-g", "-O1", "-fno-omit-frame-pointer"],
+    );
+    let mut child = common::start(&program, &["1.5"]);
+    let started = Instant::now();
+    let profile = Profiler::new()
+        .capture(
+            Target::Pid(child.pid()),
+            &ProfileOptions::new(StackKind::OnCpu),
+            Duration::from_secs(30),
+        )
+        .expect("capture");
+    let _ = child.0.wait();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "did not end early"
+    );
+    assert!(profile.is_partial(), "{:?}", profile.warnings);
+    assert!(profile.inclusive_share("spin_here") > 0.3, "not symbolized");
+}
+
+#[test]
+fn nonexistent_pid_and_bad_options_are_typed_errors() {
+    let profiler = Profiler::new();
+    let err = profiler
+        .capture(
+            Target::Pid(1 << 30),
+            &ProfileOptions::new(StackKind::OnCpu),
+            Duration::from_secs(1),
+        )
+        .expect_err("no such process");
+    assert!(
+        matches!(
+            err,
+            wakemeter_profile::ProfileError::Ebpf(wakemeter_ebpf::EbpfError::NoSuchProcess { .. })
+        ),
+        "{err:?}"
+    );
+    let err = profiler
+        .capture(
+            Target::SelfProcess,
+            &ProfileOptions::new(StackKind::OnCpu),
+            Duration::ZERO,
+        )
+        .expect_err("zero duration");
+    assert!(matches!(
+        err,
+        wakemeter_profile::ProfileError::DurationOutOfRange { .. }
+    ));
+    let err = profiler
+        .capture(
+            Target::SelfProcess,
+            &ProfileOptions::new(StackKind::OnCpu).with_frequency_hz(0),
+            Duration::from_secs(1),
+        )
+        .expect_err("zero frequency");
+    assert!(
+        matches!(
+            err,
+            wakemeter_profile::ProfileError::Ebpf(
+                wakemeter_ebpf::EbpfError::StackOptionOutOfRange {
+                    option: "frequency_hz",
+                    ..
+                }
+            )
+        ),
+        "{err:?}"
+    );
+}
+
+/// The SVG names the hot function; the pprof file opens in `go tool pprof`
+/// (when Go is installed) with spin_here on top.
+fn outputs_open_in_their_tools(profile: &wakemeter_profile::Profile) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let svg = dir.join("on-cpu.svg");
+    wakemeter_profile::write_svg(profile, std::fs::File::create(&svg).expect("svg file"))
+        .expect("svg");
+    let text = std::fs::read_to_string(&svg).expect("read svg");
+    assert!(text.contains("spin_here"), "svg without spin_here");
+    let pb = dir.join("on-cpu.pb.gz");
+    wakemeter_profile::write_pprof(profile, std::fs::File::create(&pb).expect("pprof file"))
+        .expect("pprof");
+    let go = ["go", "/usr/local/go/bin/go"].into_iter().find(|g| {
+        std::process::Command::new(g)
+            .arg("version")
+            .output()
+            .is_ok()
+    });
+    let Some(go) = go else {
+        println!("go not installed: `go tool pprof` check not run");
+        return;
+    };
+    let out = std::process::Command::new(go)
+        .args(["tool", "pprof", "-top", "-cum"])
+        .arg(&pb)
+        .output()
+        .expect("go tool pprof runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{}", text.lines().take(12).collect::<Vec<_>>().join("\n"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("spin_here"), "go tool pprof: {text}");
+}
