@@ -12,11 +12,7 @@ pub fn attach(target: Target, wanted: bool) -> Result<Box<dyn KernelSource>, Str
 
 #[cfg(feature = "ebpf")]
 fn attach_inner(target: Target) -> Result<Box<dyn KernelSource>, String> {
-    let t = match target {
-        Target::Pid(pid) => wakemeter_ebpf::Target::Pid(pid),
-        _ => wakemeter_ebpf::Target::SelfProcess,
-    };
-    match wakemeter_ebpf::EbpfSource::attach(t) {
+    match wakemeter_ebpf::EbpfSource::attach(target) {
         Ok(src) => {
             crate::print::note(&format!(
                 "eBPF: attached ({:?}, syscalls via {:?}) in {:.0} ms",

@@ -182,7 +182,7 @@ pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
         "polls/s",
         "0-ret%",
         "nanosleep/s",
-        "wakeups/s",
+        "wakes/s",
         "in-poll%",
         "top waker"
     )?;
@@ -193,7 +193,7 @@ pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
         let waker = k
             .top_wakers
             .first()
-            .map(|w| format!("{} ({})", safe(&w.comm), w.tid))
+            .map(|w| format!("{} ({})", safe(&w.name), w.tid))
             .unwrap_or_default();
         writeln!(
             out,
@@ -206,10 +206,10 @@ pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
             if k.poll_calls_per_sec == 0.0 {
                 "-".to_string()
             } else {
-                format!("{:.1}", k.poll_zero_return_ratio * 100.0)
+                format!("{:.1}", k.idle_poll_ratio * 100.0)
             },
             k.sleeps_per_sec,
-            k.wakeups_per_sec,
+            k.wakes_per_sec,
             k.off_cpu.poll_ns as f64 * 100.0 / i.duration_ns.max(1) as f64,
             waker
         )?;

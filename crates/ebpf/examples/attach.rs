@@ -41,14 +41,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{:>8} {:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}",
         "tid",
-        "comm",
+        "name",
         "on_cpu_us",
         "vol",
         "invol",
         "sleep_us",
         "lock_us",
         "poll_us",
-        "wakeups",
+        "wakes",
         "polls",
         "sleeps"
     );
@@ -56,24 +56,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{:>8} {:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}",
             t.tid,
-            t.comm,
-            t.on_cpu_ns / 1000,
-            t.voluntary_switches,
-            t.involuntary_switches,
-            t.off_cpu.sleep_ns / 1000,
-            t.off_cpu.lock_ns / 1000,
-            t.off_cpu.poll_ns / 1000,
-            t.wakeups_received,
-            t.poll.calls,
-            t.sleep.calls
+            t.name,
+            t.total_on_cpu_ns / 1000,
+            t.total_voluntary_switches,
+            t.total_involuntary_switches,
+            t.total_off_cpu.sleep_ns / 1000,
+            t.total_off_cpu.lock_ns / 1000,
+            t.total_off_cpu.poll_ns / 1000,
+            t.total_wakes,
+            t.poll.total_calls,
+            t.sleep.total_calls
         );
         for w in &t.top_wakers {
             println!(
                 "{:>26} woken {} times by {} ({})",
-                "", w.wakeups, w.tid, w.comm
+                "", w.total_wakes, w.tid, w.name
             );
         }
     }
-    println!("dropped events: {}", sample.dropped_events);
+    println!("dropped events: {}", sample.total_dropped_events);
     Ok(())
 }

@@ -32,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{label}: read best of 5 {best:.3} ms, {} threads in the sample, {} dropped events, {:?}",
             sample.threads.len(),
-            sample.dropped_events,
+            sample.total_dropped_events,
             source.map_usage()?
         );
         Ok(())

@@ -82,6 +82,14 @@ pub enum EbpfError {
     #[error("unsupported: the eBPF source needs a Linux host")]
     Unsupported,
 
+    /// The target is of a kind this version of the eBPF source cannot
+    /// observe (a [`crate::Target`] variant added to the core later).
+    #[error("the eBPF source cannot observe target {target}")]
+    UnsupportedTarget {
+        /// The target, as `Debug` text.
+        target: String,
+    },
+
     /// The embedded object lacks a program or map the loader expects (a
     /// build inconsistency between the C programs and the Rust loader).
     #[error("the embedded eBPF object has no program or map named {name}")]

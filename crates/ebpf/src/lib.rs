@@ -67,15 +67,10 @@ pub const WAKER_SLOTS: usize = 16;
 /// [`wakemeter::KernelThreadStats::top_wakers`].
 pub const DEFAULT_TOP_WAKERS: usize = 8;
 
-/// Which process to observe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Target {
-    /// The calling process.
-    SelfProcess,
-    /// Any process by id (a thread id is resolved to its process).
-    Pid(u32),
-}
+/// Which process to observe: the core's [`wakemeter::Target`], one type
+/// for the sampler and its kernel source. A [`Target::Pid`] given a thread
+/// id is resolved to that thread's process.
+pub use wakemeter::Target;
 
 /// How the programs are attached to the kernel's tracepoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -115,7 +115,7 @@ fn unmodified_busy_poller_and_sleep_loop_are_flagged_from_the_kernel_view() {
         .and_then(|t| t.kernel.clone())
         .unwrap();
     assert!(
-        k.poll_calls_per_sec >= 1000.0 && k.poll_zero_return_ratio > 0.99,
+        k.poll_calls_per_sec >= 1000.0 && k.idle_poll_ratio > 0.99,
         "{k:?}"
     );
     let k = interval

@@ -219,16 +219,23 @@ fn switch_counts_match(kind: AttachKind) {
             let t = thread_of(&sample, tid);
             // The thread was created after the attach: the kernel programs
             // saw every one of its switches, and procfs counts since creation.
-            assert_eq!(t.voluntary_switches, vol, "voluntary switches vs procfs");
             assert_eq!(
-                t.involuntary_switches, invol,
+                t.total_voluntary_switches, vol,
+                "voluntary switches vs procfs"
+            );
+            assert_eq!(
+                t.total_involuntary_switches, invol,
                 "involuntary switches vs procfs"
             );
             assert!(vol > SLEEPS, "each sleep is a voluntary switch: {vol}");
-            assert_eq!(t.comm, "wm-test-worker");
-            assert!(t.off_cpu.sleep_ns >= SLEEPS * 1_000_000, "{:?}", t.off_cpu);
-            assert_eq!(t.sleep.calls, SLEEPS);
-            assert!(t.on_cpu_ns > 0);
+            assert_eq!(t.name, "wm-test-worker");
+            assert!(
+                t.total_off_cpu.sleep_ns >= SLEEPS * 1_000_000,
+                "{:?}",
+                t.total_off_cpu
+            );
+            assert_eq!(t.sleep.total_calls, SLEEPS);
+            assert!(t.total_on_cpu_ns > 0);
             // Events where the thread is `current` (its switch-outs, its
             // syscalls) are exact. Events it receives on another task's
             // time (wakeups, switch-ins) are occasionally not delivered to
@@ -242,20 +249,20 @@ fn switch_counts_match(kind: AttachKind) {
                 "off-CPU spans {seen} of {spans}"
             );
             assert!(
-                t.wakeups_received * 10 >= SLEEPS * 8,
+                t.total_wakes * 10 >= SLEEPS * 8,
                 "wakeups {} of {SLEEPS}",
-                t.wakeups_received
+                t.total_wakes
             );
             // Sleeps end in a timer interrupt, whatever task it lands on.
             let top = &t.top_wakers[0];
             assert_eq!(
-                (top.tid, top.comm.as_str()),
+                (top.tid, top.name.as_str()),
                 (0, "[interrupt]"),
                 "{:?}",
                 t.top_wakers
             );
-            assert!(top.wakeups * 10 >= SLEEPS * 8, "{top:?}");
-            assert_eq!(sample.dropped_events, 0);
+            assert!(top.total_wakes * 10 >= SLEEPS * 8, "{top:?}");
+            assert_eq!(sample.total_dropped_events, 0);
         },
     );
 }
@@ -313,10 +320,13 @@ fn poll_on_idle_pipe(via: Via) {
         |tid, ()| {
             let (sample, _) = read_while_parked(&mut source, tid);
             let t = thread_of(&sample, tid);
-            assert_eq!(t.poll.calls, 3 * POLLS);
-            assert_eq!(t.poll.zero_returns, 3 * POLLS);
-            assert_eq!(t.poll.zero_timeouts, POLLS, "the zero-timespec ppolls");
-            assert_eq!(t.poll.infinite_timeouts, 0);
+            assert_eq!(t.poll.total_calls, 3 * POLLS);
+            assert_eq!(t.poll.total_idle_calls, 3 * POLLS);
+            assert_eq!(
+                t.poll.total_zero_timeout_calls, POLLS,
+                "the zero-timespec ppolls"
+            );
+            assert_eq!(t.poll.total_infinite_timeout_calls, 0);
             let h = &t.poll.timeout_histogram;
             assert_eq!(h.count(), 3 * POLLS);
             // The ppolls' timeouts are the requested 1 ms, not the 0 the
@@ -328,12 +338,14 @@ fn poll_on_idle_pipe(via: Via) {
             );
             assert_eq!(h.buckets.first(), Some(&POLLS), "{h:?}");
             assert!(
-                t.poll.time_in_calls_ns >= 2 * POLLS * 1_000_000,
+                t.poll.total_blocked_ns >= 2 * POLLS * 1_000_000,
                 "{}",
-                t.poll.time_in_calls_ns
+                t.poll.total_blocked_ns
             );
-            assert!(t.off_cpu.poll_ns > 0 && t.off_cpu.poll_ns <= t.poll.time_in_calls_ns);
-            assert_eq!(t.sleep.calls, 0);
+            assert!(
+                t.total_off_cpu.poll_ns > 0 && t.total_off_cpu.poll_ns <= t.poll.total_blocked_ns
+            );
+            assert_eq!(t.sleep.total_calls, 0);
         },
     );
 }
@@ -379,28 +391,34 @@ fn nanosleep_requested_and_actual(via: Via) {
         |tid, user_ns| {
             let (sample, _) = read_while_parked(&mut source, tid);
             let t = thread_of(&sample, tid);
-            assert_eq!(t.sleep.calls, SLEEPS);
+            assert_eq!(t.sleep.total_calls, SLEEPS);
             assert_eq!(
-                t.sleep.requested_ns,
+                t.sleep.total_requested_ns,
                 SLEEPS * REQUEST_NS,
                 "requested is exact"
             );
-            assert!(t.sleep.actual_ns >= t.sleep.requested_ns, "{:?}", t.sleep);
+            assert!(
+                t.sleep.total_actual_ns >= t.sleep.total_requested_ns,
+                "{:?}",
+                t.sleep
+            );
             // The kernel's span (first block to return) lies inside the
             // user span; both read CLOCK_MONOTONIC, allow 50 us per call for the
             // two clocks' read-out differences.
             assert!(
-                t.sleep.actual_ns <= user_ns + SLEEPS * 50_000,
+                t.sleep.total_actual_ns <= user_ns + SLEEPS * 50_000,
                 "kernel {} > user {user_ns}",
-                t.sleep.actual_ns
+                t.sleep.total_actual_ns
             );
             assert!(
-                user_ns - t.sleep.actual_ns.min(user_ns) <= user_ns / 4,
+                user_ns - t.sleep.total_actual_ns.min(user_ns) <= user_ns / 4,
                 "kernel {} vs user {user_ns}",
-                t.sleep.actual_ns
+                t.sleep.total_actual_ns
             );
-            assert!(t.off_cpu.sleep_ns > 0 && t.off_cpu.sleep_ns <= t.sleep.actual_ns);
-            assert_eq!(t.poll.calls, 0);
+            assert!(
+                t.total_off_cpu.sleep_ns > 0 && t.total_off_cpu.sleep_ns <= t.sleep.total_actual_ns
+            );
+            assert_eq!(t.poll.total_calls, 0);
         },
     );
 }
@@ -455,8 +473,8 @@ fn wakers_and_lock_waits_are_attributed() {
     let t = thread_of(&sample, tid);
     let from_me = t.top_wakers.iter().find(|w| w.tid == me);
     let from_me = from_me.unwrap_or_else(|| panic!("waker {me} missing: {:?}", t.top_wakers));
-    assert!(from_me.wakeups >= MESSAGES / 2, "{from_me:?}");
-    assert!(from_me.wakeups <= t.wakeups_received);
+    assert!(from_me.total_wakes >= MESSAGES / 2, "{from_me:?}");
+    assert!(from_me.total_wakes <= t.total_wakes);
     assert_eq!(
         t.top_wakers[0].tid, me,
         "the sender is the top waker: {:?}",
@@ -464,9 +482,9 @@ fn wakers_and_lock_waits_are_attributed() {
     );
     assert!(t.top_wakers.len() <= wakemeter_ebpf::DEFAULT_TOP_WAKERS);
     assert!(
-        t.off_cpu.lock_ns > 0,
+        t.total_off_cpu.lock_ns > 0,
         "a blocked recv is a futex wait: {:?}",
-        t.off_cpu
+        t.total_off_cpu
     );
     assert!(t.run_queue_latency_histogram.count() > 0);
     release_tx.send(()).unwrap();
@@ -515,7 +533,10 @@ fn exited_threads_are_removed_and_full_maps_count_drops() {
     }
     let sample = small.read().unwrap();
     assert!(sample.threads.len() <= 2);
-    assert!(sample.dropped_events > 0, "a full map must count drops");
+    assert!(
+        sample.total_dropped_events > 0,
+        "a full map must count drops"
+    );
 }
 
 #[test]
@@ -554,11 +575,11 @@ fn without_syscalls_only_scheduler_programs_run() {
         |tid, ()| {
             let (sample, (_, vol, _)) = read_while_parked(&mut source, tid);
             let t = thread_of(&sample, tid);
-            assert_eq!(t.voluntary_switches, vol);
-            assert_eq!(t.sleep.calls, 0, "no syscall program, no call counts");
+            assert_eq!(t.total_voluntary_switches, vol);
+            assert_eq!(t.sleep.total_calls, 0, "no syscall program, no call counts");
             // The cause still comes from the registers at switch-out.
-            assert!(t.off_cpu.sleep_ns > 0, "{:?}", t.off_cpu);
-            assert_eq!(t.off_cpu.other_ns, 0, "{:?}", t.off_cpu);
+            assert!(t.total_off_cpu.sleep_ns > 0, "{:?}", t.total_off_cpu);
+            assert_eq!(t.total_off_cpu.other_ns, 0, "{:?}", t.total_off_cpu);
         },
     );
 }
@@ -787,7 +808,7 @@ fn thread_churn_keeps_maps_and_reads_bounded() {
     let live = live_threads();
     println!(
         "after {CHURN} threads: {live} live, before {before:?}, after {usage:?}, dropped {}",
-        sample.dropped_events
+        sample.total_dropped_events
     );
     let bound = u32::try_from(live + SLACK).unwrap();
     assert!(usage.threads <= bound, "{usage:?} with {live} live threads");
@@ -804,16 +825,20 @@ fn thread_churn_keeps_maps_and_reads_bounded() {
     assert!(sample.threads.len() <= live + SLACK);
     let sink_stats = thread_of(&sample, sink_tid);
     assert!(
-        sink_stats.wakeups_received * 10 >= u64::try_from(CHURN).unwrap() * 8,
+        sink_stats.total_wakes * 10 >= u64::try_from(CHURN).unwrap() * 8,
         "sink woken {} times",
-        sink_stats.wakeups_received
+        sink_stats.total_wakes
     );
     assert!(sink_stats.top_wakers.len() <= wakemeter_ebpf::DEFAULT_TOP_WAKERS);
-    let attributed: u64 = sink_stats.top_wakers.iter().map(|w| w.wakeups).sum();
-    assert!(attributed <= sink_stats.wakeups_received);
+    let attributed: u64 = sink_stats.top_wakers.iter().map(|w| w.total_wakes).sum();
+    assert!(attributed <= sink_stats.total_wakes);
     // Every churned waker had exited when the next one needed its slot: no
     // waker was pushed out alive, so nothing was lost.
-    assert_eq!(sample.dropped_events, 0, "{:?}", sink_stats.top_wakers);
+    assert_eq!(
+        sample.total_dropped_events, 0,
+        "{:?}",
+        sink_stats.top_wakers
+    );
 
     drop(tx);
     assert_eq!(sink.join().unwrap(), CHURN);
@@ -913,7 +938,7 @@ fn exec_from_a_thread_leaves_no_ghost() {
         let new_sleeper = sample
             .threads
             .iter()
-            .any(|t| t.tid != execer && t.tid != u64::from(pid) && t.sleep.calls >= 5);
+            .any(|t| t.tid != execer && t.tid != u64::from(pid) && t.sleep.total_calls >= 5);
         if exec_done && new_sleeper {
             break sample;
         }
@@ -930,7 +955,7 @@ fn exec_from_a_thread_leaves_no_ghost() {
     let leader = thread_of(&sample, u64::from(pid));
     println!(
         "after exec: tids {tids:?}, leader {} sleeps, {} voluntary switches",
-        leader.sleep.calls, leader.voluntary_switches
+        leader.sleep.total_calls, leader.total_voluntary_switches
     );
     child.kill().unwrap();
     child.wait().unwrap();
@@ -968,7 +993,7 @@ fn observes_another_process_by_pid_until_it_exits() {
             sample.threads.iter().all(|t| t.tid != gettid()),
             "our own threads must not appear"
         );
-        if let Some(t) = sample.threads.iter().find(|t| t.sleep.calls >= 10) {
+        if let Some(t) = sample.threads.iter().find(|t| t.sleep.total_calls >= 10) {
             break t.clone();
         }
         assert!(
@@ -976,8 +1001,11 @@ fn observes_another_process_by_pid_until_it_exits() {
             "no sleeping thread seen in {pid}: {sample:#?}"
         );
     };
-    assert_eq!(sleeper.sleep.requested_ns, sleeper.sleep.calls * 2_000_000);
-    assert!(sleeper.voluntary_switches >= 10);
+    assert_eq!(
+        sleeper.sleep.total_requested_ns,
+        sleeper.sleep.total_calls * 2_000_000
+    );
+    assert!(sleeper.total_voluntary_switches >= 10);
 
     child.kill().unwrap();
     child.wait().unwrap();

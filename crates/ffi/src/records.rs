@@ -67,12 +67,12 @@ impl From<&wakemeter::ThreadSample> for ThreadSample {
             tid: t.tid,
             serial: t.serial,
             name: t.name.clone(),
-            cpu_time_ns: t.cpu_time_ns,
+            cpu_time_ns: t.total_cpu_time_ns,
             cpu_time_source: t.cpu_time_source.into(),
-            run_queue_wait_ns: t.run_queue_wait_ns,
-            timeslices: t.timeslices,
-            voluntary_switches: t.voluntary_switches,
-            involuntary_switches: t.involuntary_switches,
+            run_queue_wait_ns: t.total_run_queue_wait_ns,
+            timeslices: t.total_switches,
+            voluntary_switches: t.total_voluntary_switches,
+            involuntary_switches: t.total_involuntary_switches,
         }
     }
 }
@@ -105,10 +105,10 @@ impl From<&wakemeter::ProcessSample> for ProcessSample {
             rss_bytes: p.rss_bytes,
             peak_rss_bytes: p.peak_rss_bytes,
             phys_footprint_bytes: p.phys_footprint_bytes,
-            cpu_time_ns: p.cpu_time_ns,
+            cpu_time_ns: p.total_cpu_time_ns,
             thread_count: p.thread_count,
-            interrupt_wakeups: p.interrupt_wakeups,
-            platform_idle_wakeups: p.platform_idle_wakeups,
+            interrupt_wakeups: p.total_interrupt_wakeups,
+            platform_idle_wakeups: p.total_platform_idle_wakeups,
         }
     }
 }
@@ -243,8 +243,8 @@ impl From<&wakemeter::kernel::Waker> for Waker {
     fn from(w: &wakemeter::kernel::Waker) -> Self {
         Waker {
             tid: w.tid,
-            comm: w.comm.clone(),
-            wakeups: w.wakeups,
+            comm: w.name.clone(),
+            wakeups: w.total_wakes,
         }
     }
 }
@@ -270,12 +270,12 @@ pub struct PollSyscallStats {
 impl From<&wakemeter::kernel::PollSyscallStats> for PollSyscallStats {
     fn from(p: &wakemeter::kernel::PollSyscallStats) -> Self {
         PollSyscallStats {
-            calls: p.calls,
-            zero_returns: p.zero_returns,
-            zero_timeouts: p.zero_timeouts,
-            infinite_timeouts: p.infinite_timeouts,
+            calls: p.total_calls,
+            zero_returns: p.total_idle_calls,
+            zero_timeouts: p.total_zero_timeout_calls,
+            infinite_timeouts: p.total_infinite_timeout_calls,
             timeout_histogram: (&p.timeout_histogram).into(),
-            time_in_calls_ns: p.time_in_calls_ns,
+            time_in_calls_ns: p.total_blocked_ns,
         }
     }
 }
@@ -295,9 +295,9 @@ pub struct SleepSyscallStats {
 impl From<&wakemeter::kernel::SleepSyscallStats> for SleepSyscallStats {
     fn from(s: &wakemeter::kernel::SleepSyscallStats) -> Self {
         SleepSyscallStats {
-            calls: s.calls,
-            requested_ns: s.requested_ns,
-            actual_ns: s.actual_ns,
+            calls: s.total_calls,
+            requested_ns: s.total_requested_ns,
+            actual_ns: s.total_actual_ns,
         }
     }
 }
@@ -335,14 +335,14 @@ impl From<&wakemeter::KernelThreadStats> for KernelThreadStats {
     fn from(k: &wakemeter::KernelThreadStats) -> Self {
         KernelThreadStats {
             tid: k.tid,
-            comm: k.comm.clone(),
-            on_cpu_ns: k.on_cpu_ns,
-            voluntary_switches: k.voluntary_switches,
-            involuntary_switches: k.involuntary_switches,
-            off_cpu: (&k.off_cpu).into(),
+            comm: k.name.clone(),
+            on_cpu_ns: k.total_on_cpu_ns,
+            voluntary_switches: k.total_voluntary_switches,
+            involuntary_switches: k.total_involuntary_switches,
+            off_cpu: (&k.total_off_cpu).into(),
             off_cpu_histogram: (&k.off_cpu_histogram).into(),
             run_queue_latency_histogram: (&k.run_queue_latency_histogram).into(),
-            wakeups_received: k.wakeups_received,
+            wakeups_received: k.total_wakes,
             top_wakers: k.top_wakers.iter().map(Into::into).collect(),
             poll: (&k.poll).into(),
             sleep: (&k.sleep).into(),
@@ -369,7 +369,7 @@ impl From<&wakemeter::KernelSample> for KernelSample {
             source: k.source.clone(),
             pid: k.pid,
             threads: k.threads.iter().map(Into::into).collect(),
-            dropped_events: k.dropped_events,
+            dropped_events: k.total_dropped_events,
         }
     }
 }
@@ -413,7 +413,7 @@ impl From<&wakemeter::Snapshot> for Snapshot {
             threads: s.threads.iter().map(Into::into).collect(),
             switch_split_read: s.switch_split_read,
             sampler_cost_ns: s.sampler_cost_ns,
-            sampler_cpu_time_ns: s.sampler_cpu_time_ns,
+            sampler_cpu_time_ns: s.total_sampler_cpu_time_ns,
             loops: s.loops.iter().map(Into::into).collect(),
             sleeps: s.sleeps.iter().map(Into::into).collect(),
             kernel: s.kernel.as_ref().map(Into::into),
@@ -494,10 +494,10 @@ impl From<&wakemeter::KernelThreadInterval> for KernelThreadInterval {
             voluntary_switches_per_sec: k.voluntary_switches_per_sec,
             involuntary_switches_per_sec: k.involuntary_switches_per_sec,
             off_cpu: (&k.off_cpu).into(),
-            wakeups_per_sec: k.wakeups_per_sec,
+            wakeups_per_sec: k.wakes_per_sec,
             poll_calls_per_sec: k.poll_calls_per_sec,
-            poll_zero_return_ratio: k.poll_zero_return_ratio,
-            poll_zero_timeout_ratio: k.poll_zero_timeout_ratio,
+            poll_zero_return_ratio: k.idle_poll_ratio,
+            poll_zero_timeout_ratio: k.zero_timeout_poll_ratio,
             sleeps_per_sec: k.sleeps_per_sec,
             mean_sleep_requested_ns: k.mean_sleep_requested_ns,
             mean_sleep_actual_ns: k.mean_sleep_actual_ns,
@@ -515,7 +515,7 @@ impl From<&wakemeter::ThreadInterval> for ThreadInterval {
             started_in_interval: t.started_in_interval,
             cpu_time_ns: t.cpu_time_ns,
             cpu_percent: t.cpu_percent,
-            timeslices: t.timeslices,
+            timeslices: t.switches,
             switches_per_sec: t.switches_per_sec,
             voluntary_switches: t.voluntary_switches,
             voluntary_switches_per_sec: t.voluntary_switches_per_sec,
@@ -765,8 +765,8 @@ pub struct SamplerStats {
 impl From<&wakemeter::SamplerStats> for SamplerStats {
     fn from(s: &wakemeter::SamplerStats) -> Self {
         SamplerStats {
-            samples_taken: s.samples_taken,
-            sampler_cpu_time_ns: s.sampler_cpu_time_ns,
+            samples_taken: s.total_samples,
+            sampler_cpu_time_ns: s.total_sampler_cpu_time_ns,
             sampler_cpu_percent: s.sampler_cpu_percent,
             mean_sample_cost_ns: s.mean_sample_cost_ns,
             history_len: s.history_len,

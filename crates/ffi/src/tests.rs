@@ -81,15 +81,15 @@ fn mirrored_records_serialize_exactly_like_the_core() {
 fn kernel_records_and_warnings_mirror_the_core() {
     let mut t = wakemeter::KernelThreadStats::default();
     t.tid = 7;
-    t.comm = "io".into();
-    t.off_cpu.poll_ns = 5;
+    t.name = "io".into();
+    t.total_off_cpu.poll_ns = 5;
     t.off_cpu_histogram = wakemeter::Log2Histogram::from_buckets(&[0, 1, 2]);
     let mut w = wakemeter::kernel::Waker::default();
     w.tid = 3;
-    w.wakeups = 9;
+    w.total_wakes = 9;
     t.top_wakers.push(w);
-    t.poll.zero_timeouts = 4;
-    t.sleep.calls = 2;
+    t.poll.total_zero_timeout_calls = 4;
+    t.sleep.total_calls = 2;
     let mut k = wakemeter::KernelSample::default();
     k.source = "ebpf".into();
     k.threads.push(t);

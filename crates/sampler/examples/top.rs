@@ -45,7 +45,7 @@ fn main() -> Result<(), wakemeter::Error> {
     let stats = sampler.stats();
     println!(
         "\nsampler: {} samples, {:.1} µs CPU each, {:.4}% of one core",
-        stats.samples_taken,
+        stats.total_samples,
         stats.mean_sample_cost_ns as f64 / 1e3,
         stats.sampler_cpu_percent
     );

@@ -29,9 +29,9 @@ pub struct ThreadInterval {
     pub cpu_time_ns: u64,
     /// `cpu_time_ns / duration`, in percent of one core (0–100 per thread).
     pub cpu_percent: f64,
-    /// Timeslices (times scheduled in ≈ context switches) during the interval.
-    pub timeslices: Option<u64>,
-    /// `timeslices` per second: the thread's context switches (wakeups) per second.
+    /// Context switches (times scheduled onto a CPU) during the interval.
+    pub switches: Option<u64>,
+    /// `switches` per second.
     pub switches_per_sec: Option<f64>,
     /// Voluntary switches during the interval. When an end of the interval
     /// did not read the split, this covers the outermost snapshots inside
@@ -65,14 +65,14 @@ pub struct KernelThreadInterval {
     pub involuntary_switches_per_sec: f64,
     /// Off-CPU time during the interval by cause, in nanoseconds.
     pub off_cpu: OffCpuTime,
-    /// Times the thread was woken, per second.
-    pub wakeups_per_sec: f64,
+    /// Wakes per second: times the thread was made runnable (`sched_waking`).
+    pub wakes_per_sec: f64,
     /// Poll-family syscalls per second.
     pub poll_calls_per_sec: f64,
-    /// Share of those calls that returned 0 (nothing ready), 0 to 1.
-    pub poll_zero_return_ratio: f64,
-    /// Share of those calls made with a zero timeout (busy polling), 0 to 1.
-    pub poll_zero_timeout_ratio: f64,
+    /// Share of those calls that were idle (returned 0: nothing ready), 0 to 1.
+    pub idle_poll_ratio: f64,
+    /// Share of those calls made with a zero timeout (they never wait), 0 to 1.
+    pub zero_timeout_poll_ratio: f64,
     /// `nanosleep`/`clock_nanosleep` calls per second.
     pub sleeps_per_sec: f64,
     /// Mean requested sleep, in nanoseconds.
@@ -91,14 +91,17 @@ fn kernel_interval(
     let zero = KernelThreadStats::default();
     let e = e.unwrap_or(&zero);
     let sub = |a: u64, b: u64| a.saturating_sub(b);
-    let calls = sub(k.poll.calls, e.poll.calls);
-    let sleeps = sub(k.sleep.calls, e.sleep.calls);
-    let (o, p) = (&k.off_cpu, &e.off_cpu);
+    let calls = sub(k.poll.total_calls, e.poll.total_calls);
+    let sleeps = sub(k.sleep.total_calls, e.sleep.total_calls);
+    let (o, p) = (&k.total_off_cpu, &e.total_off_cpu);
     KernelThreadInterval {
-        on_cpu_percent: percent(sub(k.on_cpu_ns, e.on_cpu_ns), d),
-        voluntary_switches_per_sec: per_sec(sub(k.voluntary_switches, e.voluntary_switches), d),
+        on_cpu_percent: percent(sub(k.total_on_cpu_ns, e.total_on_cpu_ns), d),
+        voluntary_switches_per_sec: per_sec(
+            sub(k.total_voluntary_switches, e.total_voluntary_switches),
+            d,
+        ),
         involuntary_switches_per_sec: per_sec(
-            sub(k.involuntary_switches, e.involuntary_switches),
+            sub(k.total_involuntary_switches, e.total_involuntary_switches),
             d,
         ),
         off_cpu: OffCpuTime {
@@ -109,15 +112,21 @@ fn kernel_interval(
             preempted_ns: sub(o.preempted_ns, p.preempted_ns),
             other_ns: sub(o.other_ns, p.other_ns),
         },
-        wakeups_per_sec: per_sec(sub(k.wakeups_received, e.wakeups_received), d),
+        wakes_per_sec: per_sec(sub(k.total_wakes, e.total_wakes), d),
         poll_calls_per_sec: per_sec(calls, d),
-        poll_zero_return_ratio: ratio(sub(k.poll.zero_returns, e.poll.zero_returns), calls),
-        poll_zero_timeout_ratio: ratio(sub(k.poll.zero_timeouts, e.poll.zero_timeouts), calls),
+        idle_poll_ratio: ratio(sub(k.poll.total_idle_calls, e.poll.total_idle_calls), calls),
+        zero_timeout_poll_ratio: ratio(
+            sub(
+                k.poll.total_zero_timeout_calls,
+                e.poll.total_zero_timeout_calls,
+            ),
+            calls,
+        ),
         sleeps_per_sec: per_sec(sleeps, d),
-        mean_sleep_requested_ns: sub(k.sleep.requested_ns, e.sleep.requested_ns)
+        mean_sleep_requested_ns: sub(k.sleep.total_requested_ns, e.sleep.total_requested_ns)
             .checked_div(sleeps)
             .unwrap_or(0),
-        mean_sleep_actual_ns: sub(k.sleep.actual_ns, e.sleep.actual_ns)
+        mean_sleep_actual_ns: sub(k.sleep.total_actual_ns, e.sleep.total_actual_ns)
             .checked_div(sleeps)
             .unwrap_or(0),
         top_wakers: k.top_wakers.clone(),
@@ -264,11 +273,11 @@ pub(crate) trait ThreadCounters {
     fn tid(&self) -> u64;
     fn serial(&self) -> u64;
     fn name(&self) -> &str;
-    fn cpu_time_ns(&self) -> u64;
-    fn run_queue_wait_ns(&self) -> Option<u64>;
-    fn timeslices(&self) -> Option<u64>;
-    fn voluntary_switches(&self) -> Option<u64>;
-    fn involuntary_switches(&self) -> Option<u64>;
+    fn total_cpu_time_ns(&self) -> u64;
+    fn total_run_queue_wait_ns(&self) -> Option<u64>;
+    fn total_switches(&self) -> Option<u64>;
+    fn total_voluntary_switches(&self) -> Option<u64>;
+    fn total_involuntary_switches(&self) -> Option<u64>;
 }
 
 impl ThreadCounters for ThreadSample {
@@ -281,20 +290,20 @@ impl ThreadCounters for ThreadSample {
     fn name(&self) -> &str {
         &self.name
     }
-    fn cpu_time_ns(&self) -> u64 {
-        self.cpu_time_ns
+    fn total_cpu_time_ns(&self) -> u64 {
+        self.total_cpu_time_ns
     }
-    fn run_queue_wait_ns(&self) -> Option<u64> {
-        self.run_queue_wait_ns
+    fn total_run_queue_wait_ns(&self) -> Option<u64> {
+        self.total_run_queue_wait_ns
     }
-    fn timeslices(&self) -> Option<u64> {
-        self.timeslices
+    fn total_switches(&self) -> Option<u64> {
+        self.total_switches
     }
-    fn voluntary_switches(&self) -> Option<u64> {
-        self.voluntary_switches
+    fn total_voluntary_switches(&self) -> Option<u64> {
+        self.total_voluntary_switches
     }
-    fn involuntary_switches(&self) -> Option<u64> {
-        self.involuntary_switches
+    fn total_involuntary_switches(&self) -> Option<u64> {
+        self.total_involuntary_switches
     }
 }
 
@@ -308,19 +317,19 @@ impl ThreadCounters for PackedThread {
     fn name(&self) -> &str {
         &self.ident.name
     }
-    fn cpu_time_ns(&self) -> u64 {
+    fn total_cpu_time_ns(&self) -> u64 {
         self.cpu_time_ns
     }
-    fn run_queue_wait_ns(&self) -> Option<u64> {
+    fn total_run_queue_wait_ns(&self) -> Option<u64> {
         present(self.run_queue_wait_ns)
     }
-    fn timeslices(&self) -> Option<u64> {
+    fn total_switches(&self) -> Option<u64> {
         present(self.timeslices)
     }
-    fn voluntary_switches(&self) -> Option<u64> {
+    fn total_voluntary_switches(&self) -> Option<u64> {
         present(self.voluntary_switches)
     }
-    fn involuntary_switches(&self) -> Option<u64> {
+    fn total_involuntary_switches(&self) -> Option<u64> {
         present(self.involuntary_switches)
     }
 }
@@ -361,7 +370,7 @@ pub(crate) struct Ends<'a> {
     pub seq: u64,
     pub monotonic_ns: u64,
     pub process: &'a crate::model::ProcessSample,
-    pub sampler_cpu_time_ns: u64,
+    pub total_sampler_cpu_time_ns: u64,
     pub loops: Cow<'a, [LoopStats]>,
     pub sleeps: Cow<'a, [SleepStats]>,
     pub kernel: Option<Cow<'a, KernelSample>>,
@@ -374,7 +383,7 @@ impl<'a> From<&'a Stored> for Ends<'a> {
             seq: h.seq,
             monotonic_ns: h.monotonic_ns,
             process: &h.process,
-            sampler_cpu_time_ns: h.sampler_cpu_time_ns,
+            total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
             loops: Cow::Owned(s.loops()),
             sleeps: Cow::Owned(s.sleeps()),
             kernel: s.kernel().map(Cow::Owned),
@@ -388,7 +397,7 @@ impl<'a> From<&'a Snapshot> for Ends<'a> {
             seq: s.seq,
             monotonic_ns: s.monotonic_ns,
             process: &s.process,
-            sampler_cpu_time_ns: s.sampler_cpu_time_ns,
+            total_sampler_cpu_time_ns: s.total_sampler_cpu_time_ns,
             loops: Cow::Borrowed(&s.loops),
             sleeps: Cow::Borrowed(&s.sleeps),
             kernel: s.kernel.as_ref().map(Cow::Borrowed),
@@ -424,22 +433,30 @@ pub(crate) fn compute<T: ThreadCounters>(
         .map(|t| {
             let e = earlier.get(&t.serial()).copied();
             let started = e.is_none();
-            let cpu =
-                delta(Some(t.cpu_time_ns()), e.map(|e| e.cpu_time_ns()), started).unwrap_or(0);
-            let slices = delta(t.timeslices(), e.and_then(|e| e.timeslices()), started);
+            let cpu = delta(
+                Some(t.total_cpu_time_ns()),
+                e.map(|e| e.total_cpu_time_ns()),
+                started,
+            )
+            .unwrap_or(0);
+            let slices = delta(
+                t.total_switches(),
+                e.and_then(|e| e.total_switches()),
+                started,
+            );
             let vol = delta(
-                t.voluntary_switches(),
-                e.and_then(|e| e.voluntary_switches()),
+                t.total_voluntary_switches(),
+                e.and_then(|e| e.total_voluntary_switches()),
                 started,
             );
             let invol = delta(
-                t.involuntary_switches(),
-                e.and_then(|e| e.involuntary_switches()),
+                t.total_involuntary_switches(),
+                e.and_then(|e| e.total_involuntary_switches()),
                 started,
             );
             let wait = delta(
-                t.run_queue_wait_ns(),
-                e.and_then(|e| e.run_queue_wait_ns()),
+                t.total_run_queue_wait_ns(),
+                e.and_then(|e| e.total_run_queue_wait_ns()),
                 started,
             );
             ThreadInterval {
@@ -449,7 +466,7 @@ pub(crate) fn compute<T: ThreadCounters>(
                 started_in_interval: started,
                 cpu_time_ns: cpu,
                 cpu_percent: percent(cpu, d),
-                timeslices: slices,
+                switches: slices,
                 switches_per_sec: opt_per_sec(slices, d),
                 voluntary_switches: vol,
                 voluntary_switches_per_sec: opt_per_sec(vol, d),
@@ -471,14 +488,14 @@ pub(crate) fn compute<T: ThreadCounters>(
         .filter(|t| !alive.contains(&t.serial()))
         .count();
     let (pf, pt) = (from.process, to.process);
-    let cpu = pt.cpu_time_ns.saturating_sub(pf.cpu_time_ns);
+    let cpu = pt.total_cpu_time_ns.saturating_sub(pf.total_cpu_time_ns);
     let wake_rate = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (Some(a), Some(b)) => Some(per_sec(b.saturating_sub(a), d)),
         _ => None,
     };
     let sampler = to
-        .sampler_cpu_time_ns
-        .saturating_sub(from.sampler_cpu_time_ns);
+        .total_sampler_cpu_time_ns
+        .saturating_sub(from.total_sampler_cpu_time_ns);
     Interval {
         from_seq: from.seq,
         to_seq: to.seq,
@@ -497,10 +514,13 @@ pub(crate) fn compute<T: ThreadCounters>(
                 }),
             peak_rss_bytes: pt.peak_rss_bytes,
             thread_count: pt.thread_count,
-            interrupt_wakeups_per_sec: wake_rate(pf.interrupt_wakeups, pt.interrupt_wakeups),
+            interrupt_wakeups_per_sec: wake_rate(
+                pf.total_interrupt_wakeups,
+                pt.total_interrupt_wakeups,
+            ),
             platform_idle_wakeups_per_sec: wake_rate(
-                pf.platform_idle_wakeups,
-                pt.platform_idle_wakeups,
+                pf.total_platform_idle_wakeups,
+                pt.total_platform_idle_wakeups,
             ),
         },
         threads,
@@ -663,12 +683,12 @@ mod tests {
             tid: 100 + serial,
             serial,
             name: format!("t{serial}"),
-            cpu_time_ns: cpu,
+            total_cpu_time_ns: cpu,
             cpu_time_source: CpuTimeSource::ThreadClock,
-            run_queue_wait_ns: Some(cpu / 10),
-            timeslices: Some(slices),
-            voluntary_switches: vol,
-            involuntary_switches: vol.map(|_| 0),
+            total_run_queue_wait_ns: Some(cpu / 10),
+            total_switches: Some(slices),
+            total_voluntary_switches: vol,
+            total_involuntary_switches: vol.map(|_| 0),
         }
     }
 
@@ -679,14 +699,14 @@ mod tests {
             unix_time_ns: 0,
             process: ProcessSample {
                 rss_bytes: rss,
-                cpu_time_ns: t_ns / 2,
+                total_cpu_time_ns: t_ns / 2,
                 thread_count: threads.len() as u32,
                 ..Default::default()
             },
             threads,
             switch_split_read: true,
             sampler_cost_ns: 0,
-            sampler_cpu_time_ns: seq * 1000,
+            total_sampler_cpu_time_ns: seq * 1000,
             loops: vec![],
             sleeps: vec![],
             kernel: None,

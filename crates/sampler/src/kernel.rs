@@ -51,10 +51,10 @@ impl OffCpuTime {
 pub struct Waker {
     /// Waker's TID (0 for interrupts/idle).
     pub tid: u64,
-    /// Waker's `comm` at the time of the wakeup.
-    pub comm: String,
-    /// Wakeups of the target thread by this waker.
-    pub wakeups: u64,
+    /// Waker's name (its `comm`) at the time of the wake.
+    pub name: String,
+    /// Wakes of the target thread by this waker since the source attached.
+    pub total_wakes: u64,
 }
 
 /// Poll-family syscalls of one thread (poll, ppoll, select, pselect6,
@@ -63,18 +63,18 @@ pub struct Waker {
 #[non_exhaustive]
 pub struct PollSyscallStats {
     /// Calls that returned.
-    pub calls: u64,
-    /// Calls that returned 0 (timed out with nothing ready).
-    pub zero_returns: u64,
-    /// Calls made with a zero timeout (non-blocking: busy polling).
-    pub zero_timeouts: u64,
+    pub total_calls: u64,
+    /// Idle calls: calls that returned 0 (nothing ready).
+    pub total_idle_calls: u64,
+    /// Calls made with a zero timeout (non-blocking: they never wait).
+    pub total_zero_timeout_calls: u64,
     /// Calls made with no timeout (block until an event).
-    pub infinite_timeouts: u64,
+    pub total_infinite_timeout_calls: u64,
     /// Requested timeouts of calls with a finite timeout, in nanoseconds (log2 buckets).
     pub timeout_histogram: Log2Histogram,
     /// Time spent blocked in the calls, from each call's first block to its
     /// return, in nanoseconds (calls that never block add 0).
-    pub time_in_calls_ns: u64,
+    pub total_blocked_ns: u64,
 }
 
 /// `nanosleep`/`clock_nanosleep` calls of one thread, cumulative since attach.
@@ -82,12 +82,12 @@ pub struct PollSyscallStats {
 #[non_exhaustive]
 pub struct SleepSyscallStats {
     /// Calls that returned.
-    pub calls: u64,
+    pub total_calls: u64,
     /// Sum of requested durations (relative sleeps), in nanoseconds.
-    pub requested_ns: u64,
+    pub total_requested_ns: u64,
     /// Sum of actual durations, from each call's first block to its
     /// return, in nanoseconds.
-    pub actual_ns: u64,
+    pub total_actual_ns: u64,
 }
 
 /// What the kernel saw of one thread, cumulative since the source attached.
@@ -96,22 +96,23 @@ pub struct SleepSyscallStats {
 pub struct KernelThreadStats {
     /// TID.
     pub tid: u64,
-    /// `comm` as the kernel last saw it.
-    pub comm: String,
+    /// Thread name (its `comm`) as the kernel last saw it.
+    pub name: String,
     /// Time on CPU, in nanoseconds (sum of sched_switch-to-sched_switch spans).
-    pub on_cpu_ns: u64,
+    pub total_on_cpu_ns: u64,
     /// Voluntary switches (`!preempt && prev_state != 0`).
-    pub voluntary_switches: u64,
+    pub total_voluntary_switches: u64,
     /// Involuntary switches (preempted while runnable).
-    pub involuntary_switches: u64,
+    pub total_involuntary_switches: u64,
     /// Off-CPU time by cause.
-    pub off_cpu: OffCpuTime,
+    pub total_off_cpu: OffCpuTime,
     /// Durations of off-CPU spans, in nanoseconds (log2 buckets).
     pub off_cpu_histogram: Log2Histogram,
     /// Wakeup-to-run latencies, in nanoseconds (log2 buckets).
     pub run_queue_latency_histogram: Log2Histogram,
-    /// Times this thread was woken (sched_wakeup / sched_waking).
-    pub wakeups_received: u64,
+    /// Wakes: times this thread was made runnable by another thread or an
+    /// interrupt (`sched_waking`).
+    pub total_wakes: u64,
     /// The threads that woke it most, most frequent first (bounded list).
     pub top_wakers: Vec<Waker>,
     /// Poll-family syscalls.
@@ -131,8 +132,8 @@ pub struct KernelSample {
     /// Live threads of the target with their counters.
     pub threads: Vec<KernelThreadStats>,
     /// Events the kernel programs could not record because a bounded map was
-    /// full (0 when nothing was lost).
-    pub dropped_events: u64,
+    /// full (0 when nothing was lost), since the source attached.
+    pub total_dropped_events: u64,
 }
 
 impl KernelSample {

@@ -41,24 +41,25 @@ pub struct ThreadSample {
     /// Thread name (Linux `comm`, at most 15 bytes; pthread name on Apple).
     pub name: String,
     /// CPU time consumed by the thread since it started, in nanoseconds.
-    pub cpu_time_ns: u64,
-    /// Where `cpu_time_ns` came from.
+    pub total_cpu_time_ns: u64,
+    /// Where `total_cpu_time_ns` came from.
     pub cpu_time_source: CpuTimeSource,
     /// Time spent runnable but waiting for a CPU since the thread started, in
     /// nanoseconds (`schedstat` field 2). `None` where the platform has no such counter.
-    pub run_queue_wait_ns: Option<u64>,
-    /// Number of times the thread was scheduled onto a CPU (`schedstat` field 3);
-    /// equals voluntary + involuntary context switches, give or take the current one.
+    pub total_run_queue_wait_ns: Option<u64>,
+    /// Context switches since the thread started: the number of times it
+    /// was scheduled onto a CPU (`schedstat` field 3), which equals the
+    /// voluntary plus the involuntary switches, give or take the current one.
     /// `None` where the platform has no such counter.
-    pub timeslices: Option<u64>,
+    pub total_switches: Option<u64>,
     /// Voluntary context switches (the thread blocked or slept), from
     /// `status`' `voluntary_ctxt_switches`. Read every Nth sample only (see
     /// [`crate::SamplerBuilder::with_switch_split_every`]): `None` on the others.
-    pub voluntary_switches: Option<u64>,
+    pub total_voluntary_switches: Option<u64>,
     /// Involuntary context switches (the thread was preempted), from
     /// `status`' `nonvoluntary_ctxt_switches`. Present on the same samples as
-    /// `voluntary_switches`.
-    pub involuntary_switches: Option<u64>,
+    /// `total_voluntary_switches`.
+    pub total_involuntary_switches: Option<u64>,
 }
 
 /// Process-wide counters at one instant.
@@ -77,15 +78,15 @@ pub struct ProcessSample {
     pub phys_footprint_bytes: Option<u64>,
     /// CPU time of the whole process in nanoseconds, including threads that
     /// have exited (the process CPU clock).
-    pub cpu_time_ns: u64,
+    pub total_cpu_time_ns: u64,
     /// Number of threads seen in this sample.
     pub thread_count: u32,
     /// Apple `TASK_POWER_INFO.task_interrupt_wakeups`: wakeups of the
     /// process's threads by interrupts (timers included). `None` elsewhere.
-    pub interrupt_wakeups: Option<u64>,
+    pub total_interrupt_wakeups: Option<u64>,
     /// Apple `TASK_POWER_INFO.task_platform_idle_wakeups`: wakeups that took
     /// a CPU out of idle (what "Idle Wake Ups" shows). `None` elsewhere.
-    pub platform_idle_wakeups: Option<u64>,
+    pub total_platform_idle_wakeups: Option<u64>,
 }
 
 /// Something that made a snapshot less complete than configured; the
@@ -150,7 +151,7 @@ pub struct Snapshot {
     /// CPU time the sampler has spent on all its snapshots so far, this one
     /// included, in nanoseconds. Differences give the sampler's overhead over
     /// an interval.
-    pub sampler_cpu_time_ns: u64,
+    pub total_sampler_cpu_time_ns: u64,
     /// Every loop probe of the sampler (cumulative counters).
     pub loops: Vec<LoopStats>,
     /// Every sleep probe of the sampler (cumulative counters).

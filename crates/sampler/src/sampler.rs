@@ -253,9 +253,9 @@ struct RunControl {
 #[non_exhaustive]
 pub struct SamplerStats {
     /// Snapshots taken so far (on demand and in the background).
-    pub samples_taken: u64,
+    pub total_samples: u64,
     /// CPU time spent taking them, in nanoseconds.
-    pub sampler_cpu_time_ns: u64,
+    pub total_sampler_cpu_time_ns: u64,
     /// Sampler CPU time as a percentage of one core since the first snapshot.
     pub sampler_cpu_percent: f64,
     /// Mean CPU time per snapshot, in nanoseconds.
@@ -433,8 +433,8 @@ impl Sampler {
             (h.len(), h.bytes())
         };
         SamplerStats {
-            samples_taken: samples,
-            sampler_cpu_time_ns: cpu,
+            total_samples: samples,
+            total_sampler_cpu_time_ns: cpu,
             sampler_cpu_percent: percent(cpu, elapsed),
             mean_sample_cost_ns: cpu.checked_div(samples).unwrap_or(0),
             history_len: u32::try_from(history_len).unwrap_or(u32::MAX),
@@ -534,8 +534,10 @@ impl Inner {
         let kernel = match st.kernel.as_mut().map(|k| k.read()) {
             None => None,
             Some(Ok(sample)) => {
-                let dropped = sample.dropped_events.saturating_sub(st.dropped_events);
-                st.dropped_events = sample.dropped_events;
+                let dropped = sample
+                    .total_dropped_events
+                    .saturating_sub(st.dropped_events);
+                st.dropped_events = sample.total_dropped_events;
                 if dropped > 0 {
                     warnings.push(SampleWarning::KernelEventsDropped {
                         dropped_events: dropped,
@@ -562,7 +564,7 @@ impl Inner {
             process,
             switch_split_read: request.switch_split,
             sampler_cost_ns: 0,
-            sampler_cpu_time_ns: 0,
+            total_sampler_cpu_time_ns: 0,
             warnings,
         };
         // Packing is part of the sample's cost; the cost is known only
@@ -581,7 +583,7 @@ impl Inner {
             .load(Ordering::Relaxed)
             .saturating_add(cost);
         stored.header.sampler_cost_ns = cost;
-        stored.header.sampler_cpu_time_ns = total;
+        stored.header.total_sampler_cpu_time_ns = total;
         self.sampler_cpu_time_ns.store(total, Ordering::Relaxed);
         let _ = self.first_monotonic_ns.compare_exchange(
             0,

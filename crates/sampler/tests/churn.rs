@@ -33,7 +33,7 @@ fn churning_threads_never_error_or_leak_and_survivors_stay_exact() {
         let t = snap
             .thread_by_tid(survivor)
             .expect("survivor always present");
-        assert_eq!(t.cpu_time_ns, schedstat("self", survivor).0);
+        assert_eq!(t.total_cpu_time_ns, schedstat("self", survivor).0);
         samples += 1;
     }
     churn.join().unwrap();

@@ -101,9 +101,9 @@ fn the_host_can_still_open_files_while_more_threads_live_than_the_limit_allows()
             let t = snap
                 .thread_by_tid(*tid)
                 .unwrap_or_else(|| panic!("thread {tid} missing"));
-            assert!(t.cpu_time_ns > 0, "{t:?}");
+            assert!(t.total_cpu_time_ns > 0, "{t:?}");
             assert!(
-                t.run_queue_wait_ns.is_some(),
+                t.total_run_queue_wait_ns.is_some(),
                 "full data by open-read-close: {t:?}"
             );
         }
@@ -149,7 +149,8 @@ fn emfile_degrades_with_a_typed_warning_and_recovers() {
     );
     for tid in &tids {
         assert!(
-            snap.thread_by_tid(*tid).is_some_and(|t| t.cpu_time_ns > 0),
+            snap.thread_by_tid(*tid)
+                .is_some_and(|t| t.total_cpu_time_ns > 0),
             "every thread still sampled (CPU from its clock)"
         );
     }
@@ -170,7 +171,7 @@ fn emfile_degrades_with_a_typed_warning_and_recovers() {
     );
     for tid in &tids {
         let t = snap.thread_by_tid(*tid).unwrap();
-        assert!(t.run_queue_wait_ns.is_some(), "{t:?}");
+        assert!(t.total_run_queue_wait_ns.is_some(), "{t:?}");
     }
     stop.wait();
     for w in workers {

@@ -23,7 +23,7 @@ impl BusyKernel {
             .map(|i| {
                 let mut t = KernelThreadStats::default();
                 t.tid = 10_000 + i;
-                t.comm = format!("worker-{i}");
+                t.name = format!("worker-{i}");
                 t
             })
             .collect();
@@ -40,19 +40,19 @@ impl KernelSource for BusyKernel {
                 .wrapping_mul(2_654_435_761)
                 .wrapping_add(i as u64 * 40_503)
                 % 1000;
-            t.on_cpu_ns += 3_000_000 + x * 7_919;
-            t.voluntary_switches += 200 + x % 97;
-            t.involuntary_switches += x % 13;
-            t.off_cpu.sleep_ns += 400_000_000 + x * 104_729;
-            t.off_cpu.poll_ns += 300_000_000 + x * 15_485;
-            t.off_cpu.preempted_ns += x * 1_299;
-            t.wakeups_received += 200 + x % 89;
-            t.poll.calls += 150 + x % 31;
-            t.poll.zero_returns += 40 + x % 7;
-            t.poll.time_in_calls_ns += 250_000_000 + x * 3_571;
-            t.sleep.calls += 50 + x % 11;
-            t.sleep.requested_ns += 50_000_000;
-            t.sleep.actual_ns += 50_000_000 + x * 1_117;
+            t.total_on_cpu_ns += 3_000_000 + x * 7_919;
+            t.total_voluntary_switches += 200 + x % 97;
+            t.total_involuntary_switches += x % 13;
+            t.total_off_cpu.sleep_ns += 400_000_000 + x * 104_729;
+            t.total_off_cpu.poll_ns += 300_000_000 + x * 15_485;
+            t.total_off_cpu.preempted_ns += x * 1_299;
+            t.total_wakes += 200 + x % 89;
+            t.poll.total_calls += 150 + x % 31;
+            t.poll.total_idle_calls += 40 + x % 7;
+            t.poll.total_blocked_ns += 250_000_000 + x * 3_571;
+            t.sleep.total_calls += 50 + x % 11;
+            t.sleep.total_requested_ns += 50_000_000;
+            t.sleep.total_actual_ns += 50_000_000 + x * 1_117;
             for k in 0..6 {
                 t.off_cpu_histogram.record((x + k * 131) * 1_000);
                 t.run_queue_latency_histogram.record((x + k * 17) * 100);
@@ -62,8 +62,8 @@ impl KernelSource for BusyKernel {
                 .map(|w| {
                     let mut waker = Waker::default();
                     waker.tid = 20_000 + w;
-                    waker.comm = format!("waker-{w}");
-                    waker.wakeups = r * (100 + w) + x;
+                    waker.name = format!("waker-{w}");
+                    waker.total_wakes = r * (100 + w) + x;
                     waker
                 })
                 .collect();

@@ -46,24 +46,24 @@ fn switch_counts_equal_proc_for_known_sleeps() {
     );
     let t = after.thread_by_tid(tid).expect("worker sampled");
     assert_eq!(
-        t.voluntary_switches,
+        t.total_voluntary_switches,
         Some(vol),
         "voluntary switches equal /proc"
     );
     assert_eq!(
-        t.involuntary_switches,
+        t.total_involuntary_switches,
         Some(invol),
         "involuntary switches equal /proc"
     );
     let t0 = before.thread_by_tid(tid).unwrap();
-    let slept = vol - t0.voluntary_switches.unwrap();
+    let slept = vol - t0.total_voluntary_switches.unwrap();
     assert!(
         slept >= SLEEPS,
         "each sleep blocks at least once: {slept} < {SLEEPS}"
     );
     assert!(slept <= SLEEPS + 5, "no phantom switches: {slept}");
     // schedstat's timeslices count the same switches (± the one in progress).
-    let slices = t.timeslices.unwrap();
+    let slices = t.total_switches.unwrap();
     assert!(
         slices.abs_diff(vol + invol) <= 1,
         "timeslices {slices} vs switches {}",
@@ -81,17 +81,17 @@ fn cpu_time_agrees_with_schedstat_within_one_percent() {
     let (run_ns, wait_ns, _) = schedstat("self", tid);
     let t = snap.thread_by_tid(tid).unwrap();
     assert_eq!(t.cpu_time_source, CpuTimeSource::ThreadClock);
-    assert!(t.cpu_time_ns >= 200_000_000);
-    let err = (t.cpu_time_ns as f64 - run_ns as f64).abs() / run_ns as f64;
+    assert!(t.total_cpu_time_ns >= 200_000_000);
+    let err = (t.total_cpu_time_ns as f64 - run_ns as f64).abs() / run_ns as f64;
     assert!(
         err < 0.01,
         "clock {} vs schedstat {} ({:.3}%)",
-        t.cpu_time_ns,
+        t.total_cpu_time_ns,
         run_ns,
         err * 100.0
     );
     assert_eq!(
-        t.run_queue_wait_ns,
+        t.total_run_queue_wait_ns,
         Some(wait_ns),
         "parked thread: run-queue wait is frozen"
     );
@@ -120,9 +120,9 @@ fn interval_cpu_percent_of_a_busy_thread() {
     let i = wakemeter::Interval::between(&a, &b);
     let t = i.threads.iter().find(|t| t.tid == tid).unwrap();
     let (ta, tb) = (a.thread_by_tid(tid).unwrap(), b.thread_by_tid(tid).unwrap());
-    assert_eq!(t.cpu_time_ns, tb.cpu_time_ns - ta.cpu_time_ns);
-    let expect =
-        (tb.cpu_time_ns - ta.cpu_time_ns) as f64 * 100.0 / (b.monotonic_ns - a.monotonic_ns) as f64;
+    assert_eq!(t.cpu_time_ns, tb.total_cpu_time_ns - ta.total_cpu_time_ns);
+    let expect = (tb.total_cpu_time_ns - ta.total_cpu_time_ns) as f64 * 100.0
+        / (b.monotonic_ns - a.monotonic_ns) as f64;
     assert!((t.cpu_percent - expect).abs() < 1e-6);
     assert!(
         t.cpu_percent > 10.0 && t.cpu_percent <= 100.5,
@@ -157,8 +157,11 @@ fn another_process_by_pid_uses_schedstat() {
     assert_eq!(snap.threads.len(), 1);
     let t = &snap.threads[0];
     assert_eq!(t.cpu_time_source, CpuTimeSource::Schedstat);
-    assert_eq!(t.cpu_time_ns, schedstat(&pid.to_string(), u64::from(pid)).0);
-    assert!(t.cpu_time_ns > 0);
+    assert_eq!(
+        t.total_cpu_time_ns,
+        schedstat(&pid.to_string(), u64::from(pid)).0
+    );
+    assert!(t.total_cpu_time_ns > 0);
     assert!(snap.process.rss_bytes > 0);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -192,7 +195,7 @@ fn background_sampling_runs_reports_its_cost_and_stops_on_drop() {
     drop(guard);
     let stats = s.stats();
     assert!(!stats.running);
-    assert!(stats.samples_taken >= 5, "{stats:?}");
+    assert!(stats.total_samples >= 5, "{stats:?}");
     assert_eq!(stats.history_len, 8, "history is bounded");
     let snaps = s.snapshots();
     assert_eq!(snaps.len(), 8);
@@ -206,10 +209,10 @@ fn background_sampling_runs_reports_its_cost_and_stops_on_drop() {
             .iter()
             .any(|t| t.name == "wm-bg-test")
     );
-    assert!(stats.sampler_cpu_time_ns > 0);
+    assert!(stats.total_sampler_cpu_time_ns > 0);
     assert_eq!(
-        snaps.last().unwrap().sampler_cpu_time_ns,
-        stats.sampler_cpu_time_ns
+        snaps.last().unwrap().total_sampler_cpu_time_ns,
+        stats.total_sampler_cpu_time_ns
     );
     // After the guard is dropped the sampling thread is gone.
     std::thread::sleep(Duration::from_millis(20));
@@ -236,7 +239,7 @@ fn snapshots_serialize_to_json_and_back() {
     s.sample_now().unwrap();
     let snap = s.sample_now().unwrap();
     let json = serde_json::to_string(&snap).unwrap();
-    assert!(json.contains("\"cpu_time_ns\""));
+    assert!(json.contains("\"total_cpu_time_ns\""));
     let back: wakemeter::Snapshot = serde_json::from_str(&json).unwrap();
     assert_eq!(back, snap);
     let i = s.latest_interval().unwrap();

@@ -99,9 +99,9 @@ fn dropping_an_old_guard_does_not_stop_a_newer_run() {
     drop(first);
     assert!(!sampler.stats().running);
     let second = sampler.start().expect("start again");
-    let before = sampler.stats().samples_taken;
+    let before = sampler.stats().total_samples;
     wait_for("the second run to sample", || {
-        sampler.stats().samples_taken >= before + 3
+        sampler.stats().total_samples >= before + 3
     });
     assert!(sampler.stats().running);
     drop(second);
@@ -144,7 +144,7 @@ impl KernelSource for Overflowing {
     fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
         self.0 += 5;
         let mut s = KernelSample::default();
-        s.dropped_events = self.0;
+        s.total_dropped_events = self.0;
         Ok(s)
     }
 }

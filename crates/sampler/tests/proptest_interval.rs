@@ -40,12 +40,12 @@ fn thread(serial: u64, tid: u64, c: [u64; 5], present: [bool; 4]) -> ThreadSampl
         "tid": tid,
         "serial": serial,
         "name": format!("t{serial}"),
-        "cpu_time_ns": c[0],
+        "total_cpu_time_ns": c[0],
         "cpu_time_source": "thread_clock",
-        "run_queue_wait_ns": opt(0),
-        "timeslices": opt(1),
-        "voluntary_switches": opt(2),
-        "involuntary_switches": opt(3),
+        "total_run_queue_wait_ns": opt(0),
+        "total_switches": opt(1),
+        "total_voluntary_switches": opt(2),
+        "total_involuntary_switches": opt(3),
     }))
     .unwrap()
 }
@@ -64,7 +64,7 @@ fn snapshot(
         "threads": [],
         "switch_split_read": true,
         "sampler_cost_ns": 0,
-        "sampler_cpu_time_ns": 0,
+        "total_sampler_cpu_time_ns": 0,
         "loops": [],
         "sleeps": [],
         "kernel": null,
@@ -97,10 +97,10 @@ fn arbitrary_process() -> impl Strategy<Value = ProcessSample> {
         .prop_map(|(rss, cpu, threads, irq, idle)| {
             let mut p = ProcessSample::default();
             p.rss_bytes = rss;
-            p.cpu_time_ns = cpu;
+            p.total_cpu_time_ns = cpu;
             p.thread_count = threads;
-            p.interrupt_wakeups = irq;
-            p.platform_idle_wakeups = idle;
+            p.total_interrupt_wakeups = irq;
+            p.total_platform_idle_wakeups = idle;
             p
         })
 }
@@ -142,18 +142,18 @@ fn arbitrary_kernel() -> impl Strategy<Value = Option<KernelSample>> {
     let thread = (0..TIDS, prop::array::uniform12(counter())).prop_map(|(tid, c)| {
         let mut k = KernelThreadStats::default();
         k.tid = tid;
-        k.on_cpu_ns = c[0];
-        k.voluntary_switches = c[1];
-        k.involuntary_switches = c[2];
-        k.wakeups_received = c[3];
-        k.poll.calls = c[4];
-        k.poll.zero_returns = c[5];
-        k.poll.zero_timeouts = c[6];
-        k.sleep.calls = c[7];
-        k.sleep.requested_ns = c[8];
-        k.sleep.actual_ns = c[9];
-        k.off_cpu.sleep_ns = c[10];
-        k.off_cpu.poll_ns = c[11];
+        k.total_on_cpu_ns = c[0];
+        k.total_voluntary_switches = c[1];
+        k.total_involuntary_switches = c[2];
+        k.total_wakes = c[3];
+        k.poll.total_calls = c[4];
+        k.poll.total_idle_calls = c[5];
+        k.poll.total_zero_timeout_calls = c[6];
+        k.sleep.total_calls = c[7];
+        k.sleep.total_requested_ns = c[8];
+        k.sleep.total_actual_ns = c[9];
+        k.total_off_cpu.sleep_ns = c[10];
+        k.total_off_cpu.poll_ns = c[11];
         k
     });
     prop::option::of(vec(thread, 0..5).prop_map(|threads| {
@@ -183,7 +183,7 @@ fn arbitrary_snapshot() -> impl Strategy<Value = Snapshot> {
                 s.loops = loops;
                 s.sleeps = sleeps;
                 s.kernel = kernel;
-                s.sampler_cpu_time_ns = sampler;
+                s.total_sampler_cpu_time_ns = sampler;
                 s
             },
         )
@@ -227,10 +227,10 @@ fn floats(i: &Interval) -> Vec<(String, f64)> {
                     "involuntary_switches_per_sec",
                     k.involuntary_switches_per_sec,
                 ),
-                ("wakeups_per_sec", k.wakeups_per_sec),
+                ("wakes_per_sec", k.wakes_per_sec),
                 ("poll_calls_per_sec", k.poll_calls_per_sec),
-                ("poll_zero_return_ratio", k.poll_zero_return_ratio),
-                ("poll_zero_timeout_ratio", k.poll_zero_timeout_ratio),
+                ("poll_zero_return_ratio", k.idle_poll_ratio),
+                ("poll_zero_timeout_ratio", k.zero_timeout_poll_ratio),
                 ("sleeps_per_sec", k.sleeps_per_sec),
             ] {
                 out.push((format!("t{s}.kernel.{name}"), v));
@@ -295,9 +295,9 @@ proptest! {
             let end = to.threads.iter().find(|x| x.serial == t.serial).unwrap();
             let start = from.threads.iter().find(|x| x.serial == t.serial);
             prop_assert_eq!(t.started_in_interval, start.is_none());
-            prop_assert!(t.cpu_time_ns <= end.cpu_time_ns);
+            prop_assert!(t.cpu_time_ns <= end.total_cpu_time_ns);
             if let Some(start) = start {
-                prop_assert_eq!(t.cpu_time_ns, end.cpu_time_ns.saturating_sub(start.cpu_time_ns));
+                prop_assert_eq!(t.cpu_time_ns, end.total_cpu_time_ns.saturating_sub(start.total_cpu_time_ns));
             }
             if d > 0 {
                 let expected = t.cpu_time_ns as f64 * 100.0 / d as f64;
@@ -390,10 +390,10 @@ proptest! {
             let mut a = KernelThreadStats::default();
             a.tid = tid;
             let mut b = a.clone();
-            b.on_cpu_ns = share(on_cpu, d);
-            b.poll.calls = calls;
-            b.poll.zero_returns = share(zero_ret, calls);
-            b.poll.zero_timeouts = share(zero_to, calls);
+            b.total_on_cpu_ns = share(on_cpu, d);
+            b.poll.total_calls = calls;
+            b.poll.total_idle_calls = share(zero_ret, calls);
+            b.poll.total_zero_timeout_calls = share(zero_to, calls);
             kernel_from.threads.push(a);
             kernel_to.threads.push(b);
         }

@@ -278,6 +278,13 @@ impl Session {
                 };
                 (pid, watch)
             }
+            // A target kind added to the core later: refuse it rather than
+            // observe the wrong process.
+            other => {
+                return Err(EbpfError::UnsupportedTarget {
+                    target: format!("{other:?}"),
+                });
+            }
         };
         let max_threads = options
             .max_threads
@@ -469,7 +476,7 @@ impl Session {
         sample.source = "ebpf".to_owned();
         sample.pid = pid;
         sample.threads = threads;
-        sample.dropped_events = dropped_events;
+        sample.total_dropped_events = dropped_events;
         Ok(sample)
     }
 }
@@ -586,28 +593,28 @@ fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64, top_wakers: usize) -> Ker
     off_cpu.other_ns = off_ns[abi::OFF_OTHER];
 
     let mut poll = PollSyscallStats::default();
-    poll.calls = raw.poll_calls;
-    poll.zero_returns = raw.poll_zero_returns;
-    poll.zero_timeouts = raw.poll_zero_timeouts;
-    poll.infinite_timeouts = raw.poll_infinite_timeouts;
+    poll.total_calls = raw.poll_calls;
+    poll.total_idle_calls = raw.poll_zero_returns;
+    poll.total_zero_timeout_calls = raw.poll_zero_timeouts;
+    poll.total_infinite_timeout_calls = raw.poll_infinite_timeouts;
     poll.timeout_histogram = Log2Histogram::from_buckets(&raw.poll_timeout_hist);
-    poll.time_in_calls_ns = raw.poll_time_ns;
+    poll.total_blocked_ns = raw.poll_time_ns;
 
     let mut sleep = SleepSyscallStats::default();
-    sleep.calls = raw.sleep_calls;
-    sleep.requested_ns = raw.sleep_requested_ns;
-    sleep.actual_ns = raw.sleep_actual_ns;
+    sleep.total_calls = raw.sleep_calls;
+    sleep.total_requested_ns = raw.sleep_requested_ns;
+    sleep.total_actual_ns = raw.sleep_actual_ns;
 
     let mut t = KernelThreadStats::default();
     t.tid = u64::from(tid);
-    t.comm = abi::comm_str(&raw.comm);
-    t.on_cpu_ns = raw.on_cpu_ns.saturating_add(in_progress(raw.on_since_ns));
-    t.voluntary_switches = raw.voluntary;
-    t.involuntary_switches = raw.involuntary;
-    t.off_cpu = off_cpu;
+    t.name = abi::comm_str(&raw.comm);
+    t.total_on_cpu_ns = raw.on_cpu_ns.saturating_add(in_progress(raw.on_since_ns));
+    t.total_voluntary_switches = raw.voluntary;
+    t.total_involuntary_switches = raw.involuntary;
+    t.total_off_cpu = off_cpu;
     t.off_cpu_histogram = Log2Histogram::from_buckets(&raw.off_hist);
     t.run_queue_latency_histogram = Log2Histogram::from_buckets(&raw.runq_hist);
-    t.wakeups_received = raw.wakeups;
+    t.total_wakes = raw.wakeups;
     t.poll = poll;
     t.sleep = sleep;
     t.top_wakers = wakers_of(raw, top_wakers);
@@ -630,8 +637,8 @@ fn wakers_of(raw: &WmThread, n: usize) -> Vec<Waker> {
         .map(|i| {
             let mut w = Waker::default();
             w.tid = u64::from(raw.waker_tid[i]);
-            w.comm = abi::comm_str(&raw.waker_comm[i]);
-            w.wakeups = raw.waker_count[i];
+            w.name = abi::comm_str(&raw.waker_comm[i]);
+            w.total_wakes = raw.waker_count[i];
             w
         })
         .collect()
@@ -671,21 +678,24 @@ mod tests {
         raw.poll_calls = 4;
         let t = thread_stats(42, &raw, 5_500, 8);
         assert_eq!(t.tid, 42);
-        assert_eq!(t.comm, "loop");
-        assert_eq!(t.on_cpu_ns, 100);
-        assert_eq!(t.off_cpu.sleep_ns, 1500);
-        assert_eq!(t.off_cpu.poll_ns, 7);
-        assert_eq!(t.off_cpu.total_ns(), 1507);
+        assert_eq!(t.name, "loop");
+        assert_eq!(t.total_on_cpu_ns, 100);
+        assert_eq!(t.total_off_cpu.sleep_ns, 1500);
+        assert_eq!(t.total_off_cpu.poll_ns, 7);
+        assert_eq!(t.total_off_cpu.total_ns(), 1507);
         assert_eq!(t.off_cpu_histogram.buckets.len(), 12);
         assert_eq!(t.off_cpu_histogram.count(), 2);
         assert_eq!(t.poll.timeout_histogram.buckets[20], 4);
-        assert_eq!((t.voluntary_switches, t.involuntary_switches), (3, 1));
+        assert_eq!(
+            (t.total_voluntary_switches, t.total_involuntary_switches),
+            (3, 1)
+        );
 
         raw.off_since_ns = 0;
         raw.on_since_ns = 5_000;
         let t = thread_stats(42, &raw, 6_000, 8);
-        assert_eq!(t.on_cpu_ns, 1100);
-        assert_eq!(t.off_cpu.sleep_ns, 1000);
+        assert_eq!(t.total_on_cpu_ns, 1100);
+        assert_eq!(t.total_off_cpu.sleep_ns, 1000);
     }
 
     #[test]
@@ -704,7 +714,7 @@ mod tests {
         assert_eq!(raw.waker_slots_used(), 3);
         let all: Vec<_> = wakers_of(&raw, 16)
             .into_iter()
-            .map(|w| (w.tid, w.comm, w.wakeups))
+            .map(|w| (w.tid, w.name, w.total_wakes))
             .collect();
         assert_eq!(
             all,

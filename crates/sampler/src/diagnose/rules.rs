@@ -201,8 +201,8 @@ fn kernel_threads(cx: &mut Ctx<'_>, i: &Interval) {
         }
         let (rate, idle, zt) = (
             k.poll_calls_per_sec,
-            k.poll_zero_return_ratio,
-            k.poll_zero_timeout_ratio,
+            k.idle_poll_ratio,
+            k.zero_timeout_poll_ratio,
         );
         if rate >= t.busy_poll_wakeups_per_sec
             && (idle >= t.busy_poll_idle_ratio || zt >= t.busy_poll_zero_timeout_ratio)
@@ -220,8 +220,8 @@ fn kernel_threads(cx: &mut Ctx<'_>, i: &Interval) {
                 ),
                 vec![
                     ev("poll_calls_per_sec", rate, "1/s"),
-                    ev("zero_return_ratio", idle, "ratio"),
-                    ev("zero_timeout_ratio", zt, "ratio"),
+                    ev("idle_poll_ratio", idle, "ratio"),
+                    ev("zero_timeout_poll_ratio", zt, "ratio"),
                     ev("thread_cpu_percent", th.cpu_percent, "%"),
                 ],
                 BUSY_POLL_ADVICE,
@@ -340,7 +340,7 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
 }
 
 /// Threads with a steady switch rate and little CPU: a timer, found from
-/// the per-sample series of their timeslices.
+/// the per-sample series of their context switches.
 fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: &Interval) {
     let t = cx.t;
     let candidates: HashMap<u64, usize> = i
@@ -358,7 +358,7 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
     if candidates.is_empty() {
         return;
     }
-    // Per candidate: (monotonic ns, timeslices) at every snapshot of the window.
+    // Per candidate: (monotonic ns, total switches) at every snapshot of the window.
     let mut series: Vec<Vec<(u64, u64)>> = vec![Vec::new(); candidates.len()];
     for s in h
         .iter()
@@ -404,7 +404,7 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
                 th.tid, th.name, th.cpu_percent
             ),
             vec![
-                ev("wakeups_per_sec", mean, "1/s"),
+                ev("switches_per_sec", mean, "1/s"),
                 ev("period_ms", period_ms, "ms"),
                 ev("rate_variation", cv, "ratio"),
                 ev("thread_cpu_percent", th.cpu_percent, "%"),

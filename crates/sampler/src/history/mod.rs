@@ -37,7 +37,7 @@ pub(crate) struct Header {
     pub process: ProcessSample,
     pub switch_split_read: bool,
     pub sampler_cost_ns: u64,
-    pub sampler_cpu_time_ns: u64,
+    pub total_sampler_cpu_time_ns: u64,
     pub warnings: Vec<SampleWarning>,
 }
 
@@ -119,12 +119,12 @@ impl PackedThread {
             tid: self.ident.tid,
             serial: self.ident.serial,
             name: self.ident.name.to_string(),
-            cpu_time_ns: self.cpu_time_ns,
+            total_cpu_time_ns: self.cpu_time_ns,
             cpu_time_source: self.ident.cpu_time_source,
-            run_queue_wait_ns: present(self.run_queue_wait_ns),
-            timeslices: present(self.timeslices),
-            voluntary_switches: present(self.voluntary_switches),
-            involuntary_switches: present(self.involuntary_switches),
+            total_run_queue_wait_ns: present(self.run_queue_wait_ns),
+            total_switches: present(self.timeslices),
+            total_voluntary_switches: present(self.voluntary_switches),
+            total_involuntary_switches: present(self.involuntary_switches),
         }
     }
 }
@@ -141,7 +141,7 @@ impl Stored {
             threads: self.threads.iter().map(PackedThread::to_sample).collect(),
             switch_split_read: h.switch_split_read,
             sampler_cost_ns: h.sampler_cost_ns,
-            sampler_cpu_time_ns: h.sampler_cpu_time_ns,
+            total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
             loops: self.loops(),
             sleeps: self.sleeps(),
             kernel: self.kernel(),
@@ -268,7 +268,7 @@ mod tests {
             process: ProcessSample::default(),
             switch_split_read: false,
             sampler_cost_ns: 0,
-            sampler_cpu_time_ns: 0,
+            total_sampler_cpu_time_ns: 0,
             warnings: Vec::new(),
         }
     }
@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(reused, 97, "evicted buffers handed back for reuse");
         assert_eq!(h.first_since(975).map(|s| s.header.seq), Some(98));
         let latest = h.latest().unwrap().to_snapshot();
-        assert_eq!(latest.threads[0].cpu_time_ns, 99);
+        assert_eq!(latest.threads[0].total_cpu_time_ns, 99);
         assert_eq!(latest.loops[0].total_wakeups, 99);
         assert_eq!(latest.loops[0].name, "io");
     }

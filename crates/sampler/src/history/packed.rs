@@ -130,75 +130,75 @@ impl Record for KernelThreadStats {
         self.tid
     }
     fn pack(&self, f: &mut Vec<u64>) {
-        let (o, p, s) = (&self.off_cpu, &self.poll, &self.sleep);
+        let (o, p, s) = (&self.total_off_cpu, &self.poll, &self.sleep);
         f.extend([
-            self.on_cpu_ns,
-            self.voluntary_switches,
-            self.involuntary_switches,
+            self.total_on_cpu_ns,
+            self.total_voluntary_switches,
+            self.total_involuntary_switches,
             o.sleep_ns,
             o.lock_ns,
             o.poll_ns,
             o.io_ns,
             o.preempted_ns,
             o.other_ns,
-            self.wakeups_received,
-            p.calls,
-            p.zero_returns,
-            p.zero_timeouts,
-            p.infinite_timeouts,
-            p.time_in_calls_ns,
-            s.calls,
-            s.requested_ns,
-            s.actual_ns,
+            self.total_wakes,
+            p.total_calls,
+            p.total_idle_calls,
+            p.total_zero_timeout_calls,
+            p.total_infinite_timeout_calls,
+            p.total_blocked_ns,
+            s.total_calls,
+            s.total_requested_ns,
+            s.total_actual_ns,
         ]);
         push_histogram(f, &self.off_cpu_histogram);
         push_histogram(f, &self.run_queue_latency_histogram);
         push_histogram(f, &p.timeout_histogram);
-        push_str(f, &self.comm);
+        push_str(f, &self.name);
         f.push(self.top_wakers.len() as u64);
         for w in &self.top_wakers {
-            f.extend([w.tid, w.wakeups]);
-            push_str(f, &w.comm);
+            f.extend([w.tid, w.total_wakes]);
+            push_str(f, &w.name);
         }
     }
     fn unpack(tid: u64, fields: &[u64]) -> Self {
         let mut f = Fields::new(fields);
         let mut t = KernelThreadStats {
             tid,
-            on_cpu_ns: f.next(),
-            voluntary_switches: f.next(),
-            involuntary_switches: f.next(),
+            total_on_cpu_ns: f.next(),
+            total_voluntary_switches: f.next(),
+            total_involuntary_switches: f.next(),
             ..Default::default()
         };
-        let o = &mut t.off_cpu;
+        let o = &mut t.total_off_cpu;
         o.sleep_ns = f.next();
         o.lock_ns = f.next();
         o.poll_ns = f.next();
         o.io_ns = f.next();
         o.preempted_ns = f.next();
         o.other_ns = f.next();
-        t.wakeups_received = f.next();
+        t.total_wakes = f.next();
         let p = &mut t.poll;
-        p.calls = f.next();
-        p.zero_returns = f.next();
-        p.zero_timeouts = f.next();
-        p.infinite_timeouts = f.next();
-        p.time_in_calls_ns = f.next();
+        p.total_calls = f.next();
+        p.total_idle_calls = f.next();
+        p.total_zero_timeout_calls = f.next();
+        p.total_infinite_timeout_calls = f.next();
+        p.total_blocked_ns = f.next();
         let s = &mut t.sleep;
-        s.calls = f.next();
-        s.requested_ns = f.next();
-        s.actual_ns = f.next();
+        s.total_calls = f.next();
+        s.total_requested_ns = f.next();
+        s.total_actual_ns = f.next();
         t.off_cpu_histogram = histogram(&mut f);
         t.run_queue_latency_histogram = histogram(&mut f);
         t.poll.timeout_histogram = histogram(&mut f);
-        t.comm = f.string();
+        t.name = f.string();
         // Bounded by the fields present: a waker takes at least three.
         let wakers = usize::try_from(f.next()).unwrap_or(0).min(fields.len() / 3);
         t.top_wakers = (0..wakers)
             .map(|_| Waker {
                 tid: f.next(),
-                wakeups: f.next(),
-                comm: f.string(),
+                total_wakes: f.next(),
+                name: f.string(),
             })
             .collect();
         t
@@ -376,7 +376,7 @@ impl Encoder {
 
 /// Head fields of a kernel frame: pid and dropped events, then the source name.
 pub(crate) fn kernel_head(k: &KernelSample) -> Vec<u64> {
-    let mut head = vec![u64::from(k.pid), k.dropped_events];
+    let mut head = vec![u64::from(k.pid), k.total_dropped_events];
     push_str(&mut head, &k.source);
     head
 }
@@ -387,7 +387,7 @@ pub(crate) fn unpack_kernel(p: &Packed) -> KernelSample {
     let mut f = Fields::new(&head);
     KernelSample {
         pid: u32::try_from(f.next()).unwrap_or(u32::MAX),
-        dropped_events: f.next(),
+        total_dropped_events: f.next(),
         source: f.string(),
         threads,
     }
@@ -405,28 +405,28 @@ mod tests {
         }
         KernelThreadStats {
             tid,
-            comm: format!("worker-{tid}"),
-            on_cpu_ns: n * 1_000_000,
-            voluntary_switches: n,
-            involuntary_switches: n / 3,
-            off_cpu: OffCpuTime {
+            name: format!("worker-{tid}"),
+            total_on_cpu_ns: n * 1_000_000,
+            total_voluntary_switches: n,
+            total_involuntary_switches: n / 3,
+            total_off_cpu: OffCpuTime {
                 sleep_ns: n * 7,
                 poll_ns: n * 11,
                 ..Default::default()
             },
             off_cpu_histogram: h.clone(),
             run_queue_latency_histogram: h,
-            wakeups_received: n,
+            total_wakes: n,
             top_wakers: vec![
                 Waker {
                     tid: 1,
-                    comm: "[interrupt]".into(),
-                    wakeups: n,
+                    name: "[interrupt]".into(),
+                    total_wakes: n,
                 },
                 Waker {
                     tid: tid + 1,
-                    comm: "wäker".into(),
-                    wakeups: n / 2,
+                    name: "wäker".into(),
+                    total_wakes: n / 2,
                 },
             ],
             ..Default::default()
@@ -446,7 +446,7 @@ mod tests {
                     .filter(|t| (t + round) % 7 != 0)
                     .map(|t| kernel_thread(100 + t, round * t))
                     .collect(),
-                dropped_events: round,
+                total_dropped_events: round,
             };
             let packed = enc.encode(&kernel_head(&sample), &sample.threads);
             let back = unpack_kernel(&packed);

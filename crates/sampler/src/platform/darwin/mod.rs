@@ -394,10 +394,10 @@ impl<S: Sys> DarwinBackend<S> {
             rss_bytes: vm.info.resident_size,
             peak_rss_bytes: Some(vm.info.resident_size_peak),
             phys_footprint_bytes: phys_footprint,
-            cpu_time_ns: self.sys.timebase().ticks_to_ns(ticks),
+            total_cpu_time_ns: self.sys.timebase().ticks_to_ns(ticks),
             thread_count,
-            interrupt_wakeups: Some(power.info.task_interrupt_wakeups),
-            platform_idle_wakeups: Some(power.info.task_platform_idle_wakeups),
+            total_interrupt_wakeups: Some(power.info.task_interrupt_wakeups),
+            total_platform_idle_wakeups: Some(power.info.task_platform_idle_wakeups),
         })
     }
 

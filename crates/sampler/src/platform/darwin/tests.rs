@@ -149,10 +149,10 @@ fn reads_threads_memory_power_and_releases_every_port() {
             rss_bytes: 40 << 20,
             peak_rss_bytes: Some(50 << 20),
             phys_footprint_bytes: Some(30 << 20),
-            cpu_time_ns: 2_000_000_000,
+            total_cpu_time_ns: 2_000_000_000,
             thread_count: 2,
-            interrupt_wakeups: Some(900),
-            platform_idle_wakeups: Some(120),
+            total_interrupt_wakeups: Some(900),
+            total_platform_idle_wakeups: Some(120),
         }
     );
     // Each listed port was released once, in listing order.
@@ -360,7 +360,7 @@ fn deltas_of_two_samples_give_rates() {
             threads: threads.iter().map(PackedThread::to_sample).collect(),
             switch_split_read: false,
             sampler_cost_ns: 0,
-            sampler_cpu_time_ns: 0,
+            total_sampler_cpu_time_ns: 0,
             loops: Vec::new(),
             sleeps: Vec::new(),
             kernel: None,
@@ -386,7 +386,7 @@ fn deltas_of_two_samples_give_rates() {
     assert_eq!(main.cpu_percent, 12.5);
     assert_eq!(main.switches_per_sec, None);
     assert_eq!(main.run_queue_wait_percent, None);
-    assert_eq!(to.threads[0].voluntary_switches, None);
+    assert_eq!(to.threads[0].total_voluntary_switches, None);
 }
 
 #[test]

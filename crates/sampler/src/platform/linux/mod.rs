@@ -712,10 +712,10 @@ impl<S: Sys> Reader<S> {
             rss_bytes: rss_pages.saturating_mul(self.sys.page_size()),
             peak_rss_bytes: peak_kib.map(|k| k.saturating_mul(1024)),
             phys_footprint_bytes: None,
-            cpu_time_ns: self.sys.process_cpu_ns().unwrap_or(0),
+            total_cpu_time_ns: self.sys.process_cpu_ns().unwrap_or(0),
             thread_count,
-            interrupt_wakeups: None,
-            platform_idle_wakeups: None,
+            total_interrupt_wakeups: None,
+            total_platform_idle_wakeups: None,
         })
     }
 }
