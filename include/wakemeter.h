@@ -203,7 +203,7 @@ const char *wm_last_error(void);
 const char *wm_status_str(int32_t status);
 
 /**
- * Fills `*config` with the defaults (those of `wakemeter::SamplerBuilder`).
+ * Fills `*config` with the defaults (those of `wakemeter::SamplerConfig`).
  *
  * # Safety
  * `config` is NULL or valid for a write of `wm_config`.

@@ -47,21 +47,38 @@ bindgen="$target_dir/debug/uniffi-bindgen"
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-"$bindgen" generate --no-format --language kotlin --language swift \
+# Two crates export: the core (`wakemeter`, its records behind the `uniffi`
+# feature) and `wakemeter_ffi` (the objects). bindgen.toml names their
+# roots so each crate's uniffi.toml is found.
+config=crates/ffi/bindgen.toml
+"$bindgen" generate --no-format --config "$config" --language kotlin \
   --out-dir "$out/raw" "$lib" >/dev/null
+# Both crates share the Swift module `Wakemeter`, and uniffi names a Swift
+# file after its module: one crate per run, so neither file overwrites the other.
+for crate in wakemeter wakemeter_ffi; do
+  "$bindgen" generate --no-format --config "$config" --language swift --crate "$crate" \
+    --out-dir "$out/swift-$crate" "$lib" >/dev/null
+done
 
 # Where each generated file lives in the repository.
-mkdir -p "$out/tree/kotlin/src/generated/kotlin/dev/wakemeter/ffi" \
+kotlin_dir="$out/tree/kotlin/src/generated/kotlin/dev/wakemeter"
+mkdir -p "$kotlin_dir/ffi" "$kotlin_dir/model" \
   "$out/tree/swift/Sources/Wakemeter/Generated" \
   "$out/tree/swift/Sources/WakemeterFFI"
-mv "$out/raw/dev/wakemeter/ffi/wakemeter_ffi.kt" "$out/tree/kotlin/src/generated/kotlin/dev/wakemeter/ffi/"
-mv "$out/raw/Wakemeter.swift" "$out/tree/swift/Sources/Wakemeter/Generated/"
-mv "$out/raw/wakemeter_ffiFFI.h" "$out/tree/swift/Sources/WakemeterFFI/"
+mv "$out/raw/dev/wakemeter/ffi/wakemeter_ffi.kt" "$kotlin_dir/ffi/"
+mv "$out/raw/dev/wakemeter/model/wakemeter.kt" "$kotlin_dir/model/"
+mv "$out/swift-wakemeter/Wakemeter.swift" "$out/tree/swift/Sources/Wakemeter/Generated/WakemeterModel.swift"
+mv "$out/swift-wakemeter/wakemeterFFI.h" "$out/tree/swift/Sources/WakemeterFFI/"
+mv "$out/swift-wakemeter_ffi/Wakemeter.swift" "$out/tree/swift/Sources/Wakemeter/Generated/"
+mv "$out/swift-wakemeter_ffi/wakemeter_ffiFFI.h" "$out/tree/swift/Sources/WakemeterFFI/"
 
 generated=(
   kotlin/src/generated/kotlin/dev/wakemeter/ffi/wakemeter_ffi.kt
+  kotlin/src/generated/kotlin/dev/wakemeter/model/wakemeter.kt
   swift/Sources/Wakemeter/Generated/Wakemeter.swift
+  swift/Sources/Wakemeter/Generated/WakemeterModel.swift
   swift/Sources/WakemeterFFI/wakemeter_ffiFFI.h
+  swift/Sources/WakemeterFFI/wakemeterFFI.h
 )
 
 if [ "$mode" = check ]; then

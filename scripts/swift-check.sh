@@ -89,11 +89,13 @@ print(f"swift-syntax: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY
 
-header=bindings/swift/Sources/WakemeterFFI/wakemeter_ffiFFI.h
+# Both headers together, in module-map order, as Swift's importer reads them.
+headers=(bindings/swift/Sources/WakemeterFFI/wakemeterFFI.h bindings/swift/Sources/WakemeterFFI/wakemeter_ffiFFI.h)
 if command -v clang >/dev/null 2>&1; then
-  echo "==> clang -fsyntax-only $header" >&2
-  clang -fsyntax-only -std=c11 -Wall -Werror -Wno-pragma-once-outside-header -x c "$header"
-  echo "ok   $header (C, clang)"
+  echo "==> clang -fsyntax-only ${headers[*]}" >&2
+  printf '#include "%s"\n' "${headers[@]}" |
+    clang -fsyntax-only -std=c11 -Wall -Werror -Wno-pragma-once-outside-header -I. -x c -
+  echo "ok   ${headers[*]} (C, clang)"
 else
-  echo "MISSING: clang, to check $header (e.g. apt-get install clang); skipped" >&2
+  echo "MISSING: clang, to check ${headers[*]} (e.g. apt-get install clang); skipped" >&2
 fi

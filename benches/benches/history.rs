@@ -71,7 +71,7 @@ fn fill(sampler: &Sampler, mut between: impl FnMut()) -> f64 {
 
 fn kernel_history() {
     let busy = BusyThreads::spawn(255);
-    let mut builder = SamplerBuilder::new().with_history(SNAPSHOTS);
+    let mut builder = SamplerBuilder::new().with_history(SNAPSHOTS as u32);
     #[cfg(target_os = "linux")]
     match wakemeter_ebpf::EbpfSource::attach(wakemeter_ebpf::Target::SelfProcess) {
         Ok(src) => builder = builder.with_kernel_source(Box::new(src)),
@@ -93,7 +93,7 @@ fn kernel_history() {
 
 fn probe_history() {
     let sampler = SamplerBuilder::new()
-        .with_history(SNAPSHOTS)
+        .with_history(SNAPSHOTS as u32)
         .build()
         .expect("sampler");
     let mut loops: Vec<_> = (0..50)
@@ -126,11 +126,11 @@ fn bench(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(2))
         .warm_up_time(Duration::from_millis(500));
     let plain = SamplerBuilder::new()
-        .with_history(SNAPSHOTS)
+        .with_history(SNAPSHOTS as u32)
         .build()
         .expect("sampler");
     let with_probes = SamplerBuilder::new()
-        .with_history(SNAPSHOTS)
+        .with_history(SNAPSHOTS as u32)
         .build()
         .expect("sampler");
     let mut probes: Vec<_> = (0..100)

@@ -159,8 +159,8 @@ fn report() {
         let _ = sampler.sample();
     }
     let stats = sampler.stats();
-    let per_sample = (stats.sampler_cpu_time_ns - warm.sampler_cpu_time_ns) as f64
-        / (stats.samples_taken - warm.samples_taken).max(1) as f64;
+    let per_sample = (stats.total_sampler_cpu_time_ns - warm.total_sampler_cpu_time_ns) as f64
+        / (stats.total_samples - warm.total_samples).max(1) as f64;
     println!(
         "background at 1 Hz, 256 extra threads, default config (status every 10th sample), steady state: \
          {:.0} µs CPU per sample => {:.4}% of one core (sampler's own report)",

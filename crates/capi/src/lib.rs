@@ -29,9 +29,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use wakemeter::{
-    Finding, LoopProbe, Sampler, SamplerBuilder, SamplingGuard, SleepProbe, Thresholds,
-};
+use wakemeter::{Finding, LoopProbe, Sampler, SamplerBuilder, SamplingGuard, SleepProbe};
 
 mod handle;
 
@@ -374,12 +372,14 @@ pub extern "C" fn wm_status_str(status: i32) -> *const c_char {
 // Sampler.
 
 fn default_config() -> wm_config {
-    let t = Thresholds::default();
+    // The library's one set of defaults.
+    let d = wakemeter::SamplerConfig::default();
+    let t = &d.thresholds;
     wm_config {
         size: size_of::<wm_config>(),
-        interval_ns: 1_000_000_000,
-        history: 300,
-        switch_split_every: 10,
+        interval_ns: duration_ns(d.interval),
+        history: d.history,
+        switch_split_every: d.switch_split_every,
         window_ns: duration_ns(t.window),
         min_window_ns: duration_ns(t.min_window),
         busy_poll_wakeups_per_sec: t.busy_poll_wakeups_per_sec,
@@ -394,7 +394,7 @@ fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Fills `*config` with the defaults (those of `wakemeter::SamplerBuilder`).
+/// Fills `*config` with the defaults (those of `wakemeter::SamplerConfig`).
 ///
 /// # Safety
 /// `config` is NULL or valid for a write of `wm_config`.
@@ -415,7 +415,8 @@ fn builder(c: &wm_config) -> Res<SamplerBuilder> {
             ),
         ));
     }
-    let t = Thresholds::default()
+    let t = wakemeter::SamplerConfig::default()
+        .thresholds
         .with_window(Duration::from_nanos(c.window_ns))
         .with_min_window(Duration::from_nanos(c.min_window_ns))
         .with_busy_poll_wakeups_per_sec(c.busy_poll_wakeups_per_sec)
@@ -425,7 +426,7 @@ fn builder(c: &wm_config) -> Res<SamplerBuilder> {
         .with_sleep_cpu_percent(c.sleep_cpu_percent);
     Ok(SamplerBuilder::new()
         .with_interval(Duration::from_nanos(c.interval_ns))
-        .with_history(c.history as usize)
+        .with_history(c.history)
         .with_switch_split_every(c.switch_split_every)
         .with_thresholds(t))
 }

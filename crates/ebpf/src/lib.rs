@@ -17,7 +17,7 @@
 //! let sample = source.read()?;
 //! for t in &sample.threads {
 //!     println!("{} {}: {} voluntary switches, {} ns asleep",
-//!         t.tid, t.comm, t.voluntary_switches, t.off_cpu.sleep_ns);
+//!         t.tid, t.name, t.total_voluntary_switches, t.total_off_cpu.sleep_ns);
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

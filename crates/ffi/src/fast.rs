@@ -247,7 +247,8 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_release(handle: u64) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Sampler, SamplerConfig};
+    use crate::Sampler;
+    use wakemeter::SamplerConfig;
 
     #[test]
     fn raw_handles_record_and_report_a_gone_sampler() {

@@ -19,8 +19,8 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
 use crate::error::{ListenerError, WakemeterError};
-use crate::findings::Finding;
-use crate::records::Interval;
+use wakemeter::{Finding, Interval};
+
 use crate::sampler::lock;
 
 /// Receives what the sampler measures; implement it in Kotlin or Swift.
@@ -258,7 +258,7 @@ fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
                     .saturating_add(MARGIN_NS)
                     .max(wakemeter::monotonic_ns().saturating_add(RETRY_NS));
                 if !listeners.is_empty() {
-                    listeners.deliver_interval(&(&iv).into());
+                    listeners.deliver_interval(&iv);
                     for finding in known.update(&core.findings()) {
                         listeners.deliver_finding(&finding);
                     }
@@ -293,7 +293,7 @@ impl KnownFindings {
                 .get(&key)
                 .is_none_or(|before| f.severity > *before)
             {
-                fresh.push(f.into());
+                fresh.push(f.clone());
             }
             seen.insert(key, f.severity);
         }

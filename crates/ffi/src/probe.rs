@@ -9,108 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use wakemeter::{LoopStats, SleepStats};
+
 use crate::error::WakemeterError;
-use crate::records::Log2Histogram;
 use crate::sampler::lock;
-
-/// Cumulative counters of one instrumented loop (see [`wakemeter::LoopStats`]).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, uniffi::Record)]
-pub struct LoopStats {
-    /// Probe id, unique within its sampler.
-    pub id: u64,
-    /// Name given when the probe was created.
-    pub name: String,
-    /// OS id of the thread that last waited; `None` before the first wait.
-    pub tid: Option<u64>,
-    /// Returns from the wait.
-    pub total_wakeups: u64,
-    /// Wakeups that reported 0 ready events.
-    pub total_idle_wakeups: u64,
-    /// Wakeups after a finite timeout fully elapsed.
-    pub total_timed_out_wakeups: u64,
-    /// Wakeups before a finite timeout elapsed.
-    pub total_early_wakeups: u64,
-    /// Waits with a zero timeout (busy polling).
-    pub total_zero_timeout_waits: u64,
-    /// Sum of ready-event counts.
-    pub total_events: u64,
-    /// Time inside waits, in nanoseconds.
-    pub total_wait_ns: u64,
-    /// Time between waits (the loop working), in nanoseconds.
-    pub total_busy_ns: u64,
-    /// Sum of how late timed-out waits returned, in nanoseconds.
-    pub total_poll_delay_ns: u64,
-    /// Poll delay of each timed-out wakeup, in nanoseconds.
-    pub poll_delay_histogram: Log2Histogram,
-    /// Calls out of order (ignored and counted).
-    pub total_unmatched_calls: u64,
-    /// Length of the wait in progress, in nanoseconds (0 when not waiting).
-    pub current_wait_ns: u64,
-}
-
-impl From<&wakemeter::LoopStats> for LoopStats {
-    fn from(s: &wakemeter::LoopStats) -> Self {
-        LoopStats {
-            id: s.id,
-            name: s.name.clone(),
-            tid: s.tid,
-            total_wakeups: s.total_wakeups,
-            total_idle_wakeups: s.total_idle_wakeups,
-            total_timed_out_wakeups: s.total_timed_out_wakeups,
-            total_early_wakeups: s.total_early_wakeups,
-            total_zero_timeout_waits: s.total_zero_timeout_waits,
-            total_events: s.total_events,
-            total_wait_ns: s.total_wait_ns,
-            total_busy_ns: s.total_busy_ns,
-            total_poll_delay_ns: s.total_poll_delay_ns,
-            poll_delay_histogram: (&s.poll_delay_histogram).into(),
-            total_unmatched_calls: s.total_unmatched_calls,
-            current_wait_ns: s.current_wait_ns,
-        }
-    }
-}
-
-/// Cumulative counters of one instrumented sleep site (see [`wakemeter::SleepStats`]).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, uniffi::Record)]
-pub struct SleepStats {
-    /// Probe id, unique within its sampler.
-    pub id: u64,
-    /// Name given when the probe was created.
-    pub name: String,
-    /// OS id of the thread that last slept; `None` before the first sleep.
-    pub tid: Option<u64>,
-    /// Completed sleeps.
-    pub total_calls: u64,
-    /// Sum of requested durations, in nanoseconds.
-    pub total_requested_ns: u64,
-    /// Sum of actual durations, in nanoseconds.
-    pub total_actual_ns: u64,
-    /// CPU time consumed inside the sleep calls, in nanoseconds.
-    pub total_cpu_ns: u64,
-    /// Sum of oversleep (actual − requested), in nanoseconds.
-    pub total_oversleep_ns: u64,
-    /// Oversleep of each call, in nanoseconds.
-    pub oversleep_histogram: Log2Histogram,
-    /// `end` without `begin` (ignored and counted).
-    pub total_unmatched_calls: u64,
-}
-
-impl From<&wakemeter::SleepStats> for SleepStats {
-    fn from(s: &wakemeter::SleepStats) -> Self {
-        SleepStats {
-            id: s.id,
-            name: s.name.clone(),
-            tid: s.tid,
-            total_calls: s.total_calls,
-            total_requested_ns: s.total_requested_ns,
-            total_actual_ns: s.total_actual_ns,
-            total_cpu_ns: s.total_cpu_ns,
-            total_oversleep_ns: s.total_oversleep_ns,
-            oversleep_histogram: (&s.oversleep_histogram).into(),
-            total_unmatched_calls: s.total_unmatched_calls,
-        }
-    }
-}
 
 /// Whether the sampler that created a probe is still alive; shared by the
 /// sampler and its probes, cleared by `shutdown()` and when the sampler is released.
@@ -213,7 +115,7 @@ impl LoopProbe {
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn stats(&self) -> Result<LoopStats, WakemeterError> {
         self.check()?;
-        Ok((&lock(&self.probe).stats()).into())
+        Ok(lock(&self.probe).stats())
     }
 }
 
@@ -320,6 +222,6 @@ impl SleepProbe {
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn stats(&self) -> Result<SleepStats, WakemeterError> {
         self.check()?;
-        Ok((&lock(&self.probe).stats()).into())
+        Ok(lock(&self.probe).stats())
     }
 }

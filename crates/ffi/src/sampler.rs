@@ -4,65 +4,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use wakemeter::{
+    Finding, Interval, Report, SamplerConfig, SamplerStats, Snapshot, SystemInfo, Thresholds,
+};
+
 use crate::error::WakemeterError;
-use crate::findings::{Finding, Report, Thresholds};
 use crate::listener::{Dispatcher, ListenerStats, Listeners, SamplerListener};
 use crate::probe::{Alive, LoopProbe, SleepProbe};
-use crate::records::{Interval, SamplerStats, Snapshot, SystemInfo};
-
-/// How a [`Sampler`] is set up. Every field has the core's default, so
-/// `SamplerConfig()` in Kotlin and Swift is the default configuration.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, uniffi::Record)]
-pub struct SamplerConfig {
-    /// Time between background samples, in milliseconds (at least 1).
-    #[uniffi(default = 1000)]
-    pub interval_ms: u64,
-    /// Snapshots kept in history (1 to 100000; 300 = 5 minutes at 1 s).
-    #[uniffi(default = 300)]
-    pub history: u32,
-    /// Process to observe; `None` (the default) observes this process.
-    #[uniffi(default = None)]
-    pub pid: Option<u32>,
-    /// Read voluntary/involuntary switch counts every Nth sample (1 = every sample).
-    #[uniffi(default = 10)]
-    pub switch_split_every: u32,
-    /// Name of the background sampling thread (1 to 15 bytes).
-    #[uniffi(default = "wakemeter")]
-    pub thread_name: String,
-    /// Thresholds of the findings engine.
-    #[uniffi(default)]
-    pub thresholds: Thresholds,
-}
-
-impl Default for SamplerConfig {
-    fn default() -> Self {
-        SamplerConfig {
-            interval_ms: 1000,
-            history: 300,
-            pid: None,
-            switch_split_every: 10,
-            thread_name: "wakemeter".to_string(),
-            thresholds: Thresholds::default(),
-        }
-    }
-}
-
-impl SamplerConfig {
-    /// The core builder for this configuration (the core validates the values).
-    fn builder(&self) -> wakemeter::SamplerBuilder {
-        let target = match self.pid {
-            None => wakemeter::Target::SelfProcess,
-            Some(pid) => wakemeter::Target::Pid(pid),
-        };
-        wakemeter::SamplerBuilder::new()
-            .with_interval(Duration::from_millis(self.interval_ms))
-            .with_history(usize::try_from(self.history).unwrap_or(usize::MAX))
-            .with_target(target)
-            .with_switch_split_every(self.switch_split_every)
-            .with_thread_name(self.thread_name.clone())
-            .with_thresholds((&self.thresholds).into())
-    }
-}
 
 /// Locks a mutex, recovering from poisoning: nothing behind these locks can
 /// be left inconsistent, and a host app must never crash because of us.
@@ -128,9 +76,9 @@ impl Sampler {
     /// `pid`; `Unreadable`/`Unsupported` when the platform cannot be sampled.
     #[uniffi::constructor]
     pub fn new(config: SamplerConfig) -> Result<Arc<Self>, WakemeterError> {
-        let core = config.builder().build()?;
+        let core = wakemeter::SamplerBuilder::from_config(config.clone()).build()?;
         Ok(Arc::new(Sampler {
-            system: core.system().into(),
+            system: core.system().clone(),
             config,
             core: Mutex::new(Some(core)),
             running: Mutex::new(None),
@@ -203,7 +151,7 @@ impl Sampler {
     /// `Closed` after `shutdown()`; `NoSuchProcess` once the target exited;
     /// `Unreadable` when the process-level sources cannot be read.
     pub fn sample_now(&self) -> Result<Snapshot, WakemeterError> {
-        Ok((&self.core()?.sample_now()?).into())
+        Ok(self.core()?.sample_now()?)
     }
 
     /// The newest snapshot, if any.
@@ -211,7 +159,7 @@ impl Sampler {
     /// # Errors
     /// `Closed` after `shutdown()`.
     pub fn latest(&self) -> Result<Option<Snapshot>, WakemeterError> {
-        Ok(self.core()?.latest().as_ref().map(Into::into))
+        Ok(self.core()?.latest())
     }
 
     /// Every snapshot in history, oldest first.
@@ -219,7 +167,7 @@ impl Sampler {
     /// # Errors
     /// `Closed` after `shutdown()`.
     pub fn snapshots(&self) -> Result<Vec<Snapshot>, WakemeterError> {
-        Ok(self.core()?.snapshots().iter().map(Into::into).collect())
+        Ok(self.core()?.snapshots())
     }
 
     /// The interval between the two newest snapshots; `None` with fewer than two.
@@ -227,21 +175,17 @@ impl Sampler {
     /// # Errors
     /// `Closed` after `shutdown()`.
     pub fn latest_interval(&self) -> Result<Option<Interval>, WakemeterError> {
-        Ok(self.core()?.latest_interval().as_ref().map(Into::into))
+        Ok(self.core()?.latest_interval())
     }
 
-    /// The interval from the oldest snapshot within `window_ms` of the newest
+    /// The interval from the oldest snapshot within `window` of the newest
     /// one to the newest one (at least the last two snapshots); `None` with
     /// fewer than two snapshots.
     ///
     /// # Errors
     /// `Closed` after `shutdown()`.
-    pub fn interval_over(&self, window_ms: u64) -> Result<Option<Interval>, WakemeterError> {
-        Ok(self
-            .core()?
-            .interval_over(Duration::from_millis(window_ms))
-            .as_ref()
-            .map(Into::into))
+    pub fn interval_over(&self, window: Duration) -> Result<Option<Interval>, WakemeterError> {
+        Ok(self.core()?.interval_over(window))
     }
 
     /// Counters about the sampler itself, including its own CPU overhead.
@@ -249,7 +193,7 @@ impl Sampler {
     /// # Errors
     /// `Closed` after `shutdown()`.
     pub fn stats(&self) -> Result<SamplerStats, WakemeterError> {
-        Ok((&self.core()?.stats()).into())
+        Ok(self.core()?.stats())
     }
 
     /// A new loop probe whose counters appear in this sampler's snapshots,
@@ -277,7 +221,7 @@ impl Sampler {
     /// # Errors
     /// `Closed` after `shutdown()`.
     pub fn findings(&self) -> Result<Vec<Finding>, WakemeterError> {
-        Ok(self.core()?.findings().iter().map(Into::into).collect())
+        Ok(self.core()?.findings())
     }
 
     /// Findings over the history with other thresholds.
@@ -285,8 +229,7 @@ impl Sampler {
     /// # Errors
     /// `Closed` after `shutdown()`; `InvalidConfig` when a threshold is out of range.
     pub fn findings_with(&self, thresholds: Thresholds) -> Result<Vec<Finding>, WakemeterError> {
-        let findings = self.core()?.findings_with(&(&thresholds).into())?;
-        Ok(findings.iter().map(Into::into).collect())
+        Ok(self.core()?.findings_with(&thresholds)?)
     }
 
     /// The thresholds the sampler was built with.
@@ -300,7 +243,7 @@ impl Sampler {
     /// # Errors
     /// `Closed` after `shutdown()`.
     pub fn report(&self) -> Result<Report, WakemeterError> {
-        Ok((&self.core()?.report()).into())
+        Ok(self.core()?.report())
     }
 
     /// [`Sampler::report`] as JSON, exactly as the core serializes it (field

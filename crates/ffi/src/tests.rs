@@ -1,4 +1,4 @@
-//! Tests of the FFI layer in Rust: mirrors, errors, probes, listeners.
+//! Tests of the FFI layer in Rust: errors, probes, listeners.
 //! The Kotlin tests (bindings/kotlin) cover the same through the real boundary.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,181 +7,61 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use wakemeter::{
+    Finding, FindingKind, Interval, SamplerConfig, Subject, Target, Thresholds,
+    default_sampler_config, default_thresholds,
+};
+
 use crate::*;
 
 fn config() -> SamplerConfig {
-    SamplerConfig {
-        interval_ms: 10,
-        ..SamplerConfig::default()
-    }
+    SamplerConfig::default().with_interval(Duration::from_millis(10))
 }
 
 /// Thresholds that let a busy loop be found within a few samples.
 fn quick_thresholds() -> Thresholds {
-    Thresholds {
-        window_ms: 200,
-        min_window_ms: 20,
-        busy_poll_wakeups_per_sec: 100.0,
-        ..Thresholds::default()
-    }
-}
-
-fn json<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap()
-}
-
-/// A sampler with one busy loop probe and one sleep probe recorded, and a
-/// history long enough for findings.
-fn busy_sampler() -> (Arc<Sampler>, wakemeter::Sampler) {
-    let s = Sampler::new(SamplerConfig {
-        thresholds: quick_thresholds(),
-        ..config()
-    })
-    .unwrap();
-    let core = s.core().unwrap();
-    let lp = s.loop_probe("spin".into()).unwrap();
-    let sp = s.sleep_probe("nap".into()).unwrap();
-    for _ in 0..6 {
-        for _ in 0..2000 {
-            lp.before_wait(0).unwrap();
-            lp.after_wait(0).unwrap();
-        }
-        sp.sleep(100_000).unwrap();
-        std::thread::sleep(Duration::from_millis(10));
-        s.sample_now().unwrap();
-    }
-    (s, core)
+    Thresholds::default()
+        .with_window(Duration::from_millis(200))
+        .with_min_window(Duration::from_millis(20))
+        .with_busy_poll_wakeups_per_sec(100.0)
 }
 
 #[test]
-fn mirrored_records_serialize_exactly_like_the_core() {
-    let (s, core) = busy_sampler();
-    let snap = core.latest().unwrap();
-    assert!(!snap.loops.is_empty() && !snap.sleeps.is_empty());
-    assert_eq!(json(&snap), json(&Snapshot::from(&snap)));
-    let iv = core.interval_over(Duration::from_secs(60)).unwrap();
-    assert!(!iv.loops.is_empty() && !iv.sleeps.is_empty());
-    assert_eq!(json(&iv), json(&Interval::from(&iv)));
-    let stats = core.stats();
-    assert_eq!(json(&stats), json(&SamplerStats::from(&stats)));
-    let report = core.report();
-    assert!(
-        !report.findings.is_empty(),
-        "the busy loop is found: {report:?}"
-    );
-    assert_eq!(json(&report), json(&Report::from(&report)));
-    assert_eq!(json(core.system()), json(&SystemInfo::from(core.system())));
+fn config_defaults_come_from_the_core() {
     assert_eq!(
-        serde_json::from_str::<Value>(&s.report_json().unwrap()).unwrap()["system"],
-        json(core.system())
+        default_sampler_config(),
+        wakemeter::SamplerConfig::default()
     );
-}
-
-#[test]
-fn kernel_records_and_warnings_mirror_the_core() {
-    let mut t = wakemeter::KernelThreadStats::default();
-    t.tid = 7;
-    t.name = "io".into();
-    t.total_off_cpu.poll_ns = 5;
-    t.off_cpu_histogram = wakemeter::Log2Histogram::from_buckets(&[0, 1, 2]);
-    let mut w = wakemeter::kernel::Waker::default();
-    w.tid = 3;
-    w.total_wakes = 9;
-    t.top_wakers.push(w);
-    t.poll.total_zero_timeout_calls = 4;
-    t.sleep.total_calls = 2;
-    let mut k = wakemeter::KernelSample::default();
-    k.source = "ebpf".into();
-    k.threads.push(t);
-    assert_eq!(json(&k), json(&KernelSample::from(&k)));
-    for w in [
-        wakemeter::SampleWarning::DescriptorsExhausted {
-            threads_without_descriptors: 3,
-        },
-        wakemeter::SampleWarning::KernelSourceFailed {
-            message: "gone".into(),
-        },
-    ] {
-        assert_eq!(json(&w), json(&SampleWarning::from(&w)));
-    }
-}
-
-#[test]
-fn thresholds_mirror_the_core_with_durations_in_ms() {
-    let core = wakemeter::Thresholds::default();
-    let mirror = Thresholds::from(&core);
-    assert_eq!(wakemeter::Thresholds::from(&mirror), core);
-    let core_keys: Vec<String> = json(&core).as_object().unwrap().keys().cloned().collect();
-    let mirror_keys: Vec<String> = json(&mirror)
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(|k| k.strip_suffix("_ms").unwrap_or(k).to_string())
-        .collect();
-    let (mut a, mut b) = (core_keys, mirror_keys);
-    a.sort();
-    b.sort();
-    assert_eq!(a, b);
-    assert_eq!(default_thresholds(), mirror);
-}
-
-#[test]
-fn config_defaults_are_the_core_defaults() {
-    let c = default_sampler_config();
-    assert_eq!(
-        Duration::from_millis(c.interval_ms),
-        wakemeter::sampler::DEFAULT_INTERVAL
-    );
-    assert_eq!(c.history as usize, wakemeter::sampler::DEFAULT_HISTORY);
-    assert_eq!(
-        c.switch_split_every,
-        wakemeter::sampler::DEFAULT_SWITCH_SPLIT_EVERY
-    );
-    assert_eq!(c.pid, None);
+    assert_eq!(default_thresholds(), wakemeter::Thresholds::default());
+    let s = Sampler::new(default_sampler_config()).unwrap();
+    assert_eq!(s.config(), wakemeter::SamplerConfig::default());
+    assert_eq!(s.thresholds(), wakemeter::Thresholds::default());
 }
 
 #[test]
 fn bad_config_is_a_typed_error_with_a_clear_message() {
     let err = |c: SamplerConfig| Sampler::new(c).unwrap_err();
-    let e = err(SamplerConfig {
-        interval_ms: 0,
-        ..config()
-    });
+    let e = err(config().with_interval(Duration::ZERO));
     assert!(matches!(e, WakemeterError::InvalidConfig { .. }));
     assert_eq!(
         e.to_string(),
         "invalid configuration: interval must be greater than zero"
     );
     assert!(matches!(
-        err(SamplerConfig {
-            history: u32::MAX,
-            ..config()
-        }),
+        err(config().with_history(u32::MAX)),
         WakemeterError::InvalidConfig { field, .. } if field == "history"
     ));
     assert!(matches!(
-        err(SamplerConfig {
-            thresholds: Thresholds {
-                busy_poll_idle_ratio: 2.0,
-                ..Thresholds::default()
-            },
-            ..config()
-        }),
+        err(config().with_thresholds(Thresholds::default().with_busy_poll_idle_ratio(2.0))),
         WakemeterError::InvalidConfig { field, .. } if field == "busy_poll_idle_ratio"
     ));
     assert!(matches!(
-        err(SamplerConfig {
-            pid: Some(i32::MAX as u32),
-            ..config()
-        }),
+        err(config().with_target(Target::Pid(i32::MAX as u32))),
         WakemeterError::NoSuchProcess { .. }
     ));
     let s = Sampler::new(config()).unwrap();
     assert!(matches!(
-        s.findings_with(Thresholds {
-            window_ms: 0,
-            ..Thresholds::default()
-        }),
+        s.findings_with(Thresholds::default().with_window(Duration::ZERO)),
         Err(WakemeterError::InvalidConfig { .. })
     ));
 }
@@ -338,11 +218,7 @@ fn failing_and_panicking_listeners_are_counted_and_delivery_goes_on() {
 
 #[test]
 fn listeners_hear_a_finding_once_until_it_escalates() {
-    let s = Sampler::new(SamplerConfig {
-        thresholds: quick_thresholds(),
-        ..config()
-    })
-    .unwrap();
+    let s = Sampler::new(config().with_thresholds(quick_thresholds())).unwrap();
     let r = Arc::new(Recorder::default());
     s.add_listener(r.clone()).unwrap();
     let lp = s.loop_probe("spin".into()).unwrap();
@@ -380,11 +256,21 @@ fn report_json_is_the_core_json() {
     std::thread::sleep(Duration::from_millis(5));
     s.sample_now().unwrap();
     let v: Value = serde_json::from_str(&s.report_json().unwrap()).unwrap();
-    for key in ["unix_time_ns", "system", "stats", "interval", "findings"] {
+    for key in [
+        "schema_version",
+        "target",
+        "config",
+        "unix_time_ns",
+        "system",
+        "stats",
+        "interval",
+        "findings",
+    ] {
         assert!(v.get(key).is_some(), "{key} in {v}");
     }
-    assert_eq!(v["stats"]["samples_taken"], json!(2));
+    assert_eq!(v["stats"]["total_samples"], json!(2));
     let r = s.report().unwrap();
-    assert_eq!(r.stats.samples_taken, 2);
+    assert_eq!(r.stats.total_samples, 2);
+    assert_eq!(serde_json::to_value(&r).unwrap()["config"], v["config"]);
     assert!(r.interval.is_some());
 }

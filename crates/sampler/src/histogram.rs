@@ -12,6 +12,7 @@ pub const LOG2_BUCKETS: usize = 65;
 /// `[2^(i-1), 2^i)` ns. `buckets` is trimmed after the last non-zero bucket,
 /// so an empty histogram serializes as `[]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct Log2Histogram {
     /// Counts per bucket (see the type's docs for bucket bounds).

@@ -14,6 +14,7 @@ use crate::probe::{LoopStats, SleepStats};
 
 /// Rates of one thread over an interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct ThreadInterval {
     /// OS thread id (see [`ThreadSample::tid`]).
@@ -55,6 +56,7 @@ pub struct ThreadInterval {
 
 /// What a kernel source (eBPF) saw of one thread over an interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct KernelThreadInterval {
     /// Time on CPU, in percent of one core.
@@ -135,6 +137,7 @@ fn kernel_interval(
 
 /// Process-wide rates over an interval.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct ProcessInterval {
     /// Process id.
@@ -159,6 +162,7 @@ pub struct ProcessInterval {
 
 /// One instrumented loop over an interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct LoopInterval {
     /// Probe id (see [`LoopStats::id`]).
@@ -205,6 +209,7 @@ pub struct LoopInterval {
 
 /// One instrumented sleep site over an interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct SleepInterval {
     /// Probe id (see [`SleepStats::id`]).
@@ -237,6 +242,7 @@ pub struct SleepInterval {
 
 /// The difference of two snapshots, with rates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct Interval {
     /// Sequence number of the starting snapshot.

@@ -13,6 +13,7 @@ use crate::histogram::Log2Histogram;
 /// Off-CPU time of one thread split by why it left the CPU, in nanoseconds,
 /// cumulative since the source attached.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct OffCpuTime {
     /// Blocked in `nanosleep`/`clock_nanosleep`.
@@ -47,6 +48,7 @@ impl OffCpuTime {
 
 /// A thread that woke another one, with how often.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct Waker {
     /// Waker's TID (0 for interrupts/idle).
@@ -60,6 +62,7 @@ pub struct Waker {
 /// Poll-family syscalls of one thread (poll, ppoll, select, pselect6,
 /// epoll_wait, epoll_pwait, epoll_pwait2), cumulative since attach.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct PollSyscallStats {
     /// Calls that returned.
@@ -79,6 +82,7 @@ pub struct PollSyscallStats {
 
 /// `nanosleep`/`clock_nanosleep` calls of one thread, cumulative since attach.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct SleepSyscallStats {
     /// Calls that returned.
@@ -92,6 +96,7 @@ pub struct SleepSyscallStats {
 
 /// What the kernel saw of one thread, cumulative since the source attached.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct KernelThreadStats {
     /// TID.
@@ -123,6 +128,7 @@ pub struct KernelThreadStats {
 
 /// One read of a kernel source.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct KernelSample {
     /// Name of the source, e.g. "ebpf".

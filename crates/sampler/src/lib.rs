@@ -19,6 +19,10 @@
 //! # Ok::<(), wakemeter::Error>(())
 //! ```
 
+pub mod config;
+#[cfg(feature = "uniffi")]
+uniffi::setup_scaffolding!();
+
 pub mod diagnose;
 pub mod error;
 pub mod histogram;
@@ -28,10 +32,14 @@ pub mod probe;
 #[cfg(feature = "tokio")]
 pub mod runtime;
 
+pub use config::{SamplerConfig, default_sampler_config, default_thresholds};
 pub use error::{Error, Result};
 pub use histogram::Log2Histogram;
 pub use kernel::{KernelSample, KernelSource, KernelSourceError, KernelThreadStats};
-pub use model::{CpuTimeSource, ProcessSample, SampleWarning, Snapshot, SystemInfo, ThreadSample};
+pub use kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Waker};
+pub use model::{
+    CpuTimeSource, ProcessSample, SampleWarning, Snapshot, SystemInfo, TargetIdentity, ThreadSample,
+};
 pub mod interval;
 pub mod sampler;
 
@@ -45,7 +53,9 @@ pub use interval::{
 };
 pub use platform::Target;
 pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats, WaitGuard};
-pub use sampler::{Report, Sampler, SamplerBuilder, SamplerStats, SamplingGuard};
+pub use sampler::{
+    REPORT_SCHEMA_VERSION, Report, Sampler, SamplerBuilder, SamplerStats, SamplingGuard,
+};
 
 /// Monotonic time now, in nanoseconds (`CLOCK_MONOTONIC`; 0 if the clock
 /// cannot be read): the clock [`Snapshot::monotonic_ns`] is stamped with,

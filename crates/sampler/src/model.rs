@@ -12,6 +12,7 @@ use crate::probe::{LoopStats, SleepStats};
 
 /// Where a thread's CPU time came from; sources differ in resolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Enum))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CpuTimeSource {
@@ -30,6 +31,7 @@ pub enum CpuTimeSource {
 
 /// Cumulative counters of one thread at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct ThreadSample {
     /// OS thread id: the Linux TID, or the Mach `thread_id` on Apple platforms.
@@ -64,6 +66,7 @@ pub struct ThreadSample {
 
 /// Process-wide counters at one instant.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct ProcessSample {
     /// Process id.
@@ -92,6 +95,7 @@ pub struct ProcessSample {
 /// Something that made a snapshot less complete than configured; the
 /// snapshot is still correct for what it contains.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Enum))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SampleWarning {
@@ -117,6 +121,7 @@ pub enum SampleWarning {
 
 /// Facts about the machine, read once when the sampler is built.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct SystemInfo {
     /// Total physical memory in bytes.
@@ -128,8 +133,25 @@ pub struct SystemInfo {
     pub os: String,
 }
 
+/// Which process a sampler measured: enough to tell it from a later
+/// process that reuses its PID.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct TargetIdentity {
+    /// Process id.
+    pub pid: u32,
+    /// Process name (Linux `comm`; the executable's file name elsewhere),
+    /// read when the sampler was built; "" if unreadable.
+    pub name: String,
+    /// When the process started, in nanoseconds since the Unix epoch (to
+    /// one clock tick on Linux); `None` where the platform does not say.
+    pub start_time_unix_ns: Option<u64>,
+}
+
 /// Everything measured at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct Snapshot {
     /// Sequence number, starting at 0 for the sampler's first snapshot.

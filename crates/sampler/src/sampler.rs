@@ -11,25 +11,18 @@ use crate::diagnose::{self, Finding, Thresholds};
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
 use crate::interval::{Interval, between_in_history, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
-use crate::model::{SampleWarning, Snapshot, SystemInfo};
+use crate::model::{SampleWarning, Snapshot, SystemInfo, TargetIdentity};
 use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
 use crate::{Error, Result, lock};
 
-/// Default time between background samples.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
-/// Default number of snapshots kept (5 minutes at the default interval,
-/// matching the 300 s window of iOS's wakeups limit).
-pub const DEFAULT_HISTORY: usize = 300;
-/// Default: read voluntary/involuntary switch counts every 10th sample
-/// (`status` costs ~3.7 µs per thread, 5× the rest of a sample).
-pub const DEFAULT_SWITCH_SPLIT_EVERY: u32 = 10;
-/// Largest accepted history, to keep memory bounded (~48 bytes per thread per snapshot).
-pub const MAX_HISTORY: usize = 100_000;
-/// Shortest accepted background interval.
-pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+pub use crate::config::{
+    DEFAULT_HISTORY, DEFAULT_INTERVAL, DEFAULT_SWITCH_SPLIT_EVERY, MAX_HISTORY, MIN_INTERVAL,
+    SamplerConfig,
+};
 
-/// Configures and builds a [`Sampler`].
+/// Configures and builds a [`Sampler`]: a [`SamplerConfig`] plus what is not
+/// plain data (a kernel source).
 ///
 /// ```
 /// # use std::time::Duration;
@@ -42,83 +35,70 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 /// # Ok::<(), wakemeter::Error>(())
 /// ```
 #[must_use]
+#[derive(Default)]
 pub struct SamplerBuilder {
-    interval: Duration,
-    history: usize,
-    target: Target,
-    switch_split_every: u32,
-    thread_name: String,
+    config: SamplerConfig,
     kernel_source: Option<Box<dyn KernelSource>>,
-    thresholds: Thresholds,
-}
-
-impl Default for SamplerBuilder {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl std::fmt::Debug for SamplerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SamplerBuilder")
-            .field("interval", &self.interval)
-            .field("history", &self.history)
-            .field("target", &self.target)
-            .field("switch_split_every", &self.switch_split_every)
-            .field("thread_name", &self.thread_name)
+            .field("config", &self.config)
             .field("kernel_source", &self.kernel_source.is_some())
             .finish()
     }
 }
 
 impl SamplerBuilder {
-    /// Defaults: 1 s interval, 300 snapshots, this process, split every 10th sample.
+    /// The defaults of [`SamplerConfig::default`]: 1 s interval, 300
+    /// snapshots, this process, switch split every 10th sample.
     pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts from a whole configuration.
+    pub fn from_config(config: SamplerConfig) -> Self {
         SamplerBuilder {
-            interval: DEFAULT_INTERVAL,
-            history: DEFAULT_HISTORY,
-            target: Target::SelfProcess,
-            switch_split_every: DEFAULT_SWITCH_SPLIT_EVERY,
-            thread_name: "wakemeter".to_string(),
+            config,
             kernel_source: None,
-            thresholds: Thresholds::default(),
         }
     }
 
     /// Time between background samples (at least [`MIN_INTERVAL`]).
     pub fn with_interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
+        self.config.interval = interval;
         self
     }
 
     /// Number of snapshots kept in history (1 to [`MAX_HISTORY`]).
-    pub fn with_history(mut self, snapshots: usize) -> Self {
-        self.history = snapshots;
+    pub fn with_history(mut self, snapshots: u32) -> Self {
+        self.config.history = snapshots;
         self
     }
 
     /// The process to observe (default: this one).
     pub fn with_target(mut self, target: Target) -> Self {
-        self.target = target;
+        self.config.target = target;
         self
     }
 
     /// Read voluntary/involuntary switch counts every `n`th sample (1 = every
-    /// sample). Total switches (timeslices) are read on every sample regardless.
+    /// sample). Total switches are read on every sample regardless.
     pub fn with_switch_split_every(mut self, n: u32) -> Self {
-        self.switch_split_every = n;
+        self.config.switch_split_every = n;
         self
     }
 
     /// Name of the background sampling thread (at most 15 bytes, no NUL).
     pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
-        self.thread_name = name.into();
+        self.config.thread_name = name.into();
         self
     }
 
     /// Thresholds of the findings engine (default: [`Thresholds::default`]).
     pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
-        self.thresholds = thresholds;
+        self.config.thresholds = thresholds;
         self
     }
 
@@ -137,45 +117,14 @@ impl SamplerBuilder {
     /// [`Error::Unreadable`] when `/proc` is missing or unreadable;
     /// [`Error::Unsupported`] on a platform without a backend.
     pub fn build(self) -> Result<Sampler> {
-        let invalid = |field, reason: &str| {
-            Err(Error::InvalidConfig {
-                field,
-                reason: reason.to_string(),
-            })
-        };
-        if self.interval.is_zero() {
-            return invalid("interval", "must be greater than zero");
-        }
-        if self.interval < MIN_INTERVAL {
-            return invalid("interval", "must be at least 1 ms");
-        }
-        if self.history == 0 {
-            return invalid("history", "must be at least 1 snapshot");
-        }
-        if self.history > MAX_HISTORY {
-            return invalid("history", "must be at most 100000 snapshots");
-        }
-        if self.switch_split_every == 0 {
-            return invalid(
-                "switch_split_every",
-                "must be at least 1 (1 = every sample)",
-            );
-        }
-        if self.thread_name.is_empty()
-            || self.thread_name.len() > 15
-            || self.thread_name.contains('\0')
-        {
-            return invalid("thread_name", "must be 1 to 15 bytes without NUL");
-        }
-        self.thresholds.validate()?;
-        let backend = platform::backend_for(self.target)?;
+        let config = self.config;
+        config.validate()?;
+        let backend = platform::backend_for(config.target)?;
+        let identity = platform::identity(config.target);
         Ok(Sampler {
             inner: Arc::new(Inner {
-                interval: self.interval,
-                switch_split_every: self.switch_split_every,
-                thread_name: self.thread_name,
-                target: self.target,
                 system: system_info(),
+                identity,
                 state: Mutex::new(State {
                     backend,
                     kernel: self.kernel_source,
@@ -183,7 +132,8 @@ impl SamplerBuilder {
                     encoders: Encoders::default(),
                     dropped_events: 0,
                 }),
-                history: Mutex::new(History::new(self.history)),
+                history: Mutex::new(History::new(config.history as usize)),
+                config,
                 samples_taken: AtomicU64::new(0),
                 sampler_cpu_time_ns: AtomicU64::new(0),
                 first_monotonic_ns: AtomicU64::new(0),
@@ -191,7 +141,6 @@ impl SamplerBuilder {
                 next_run: AtomicU64::new(1),
                 last_error: Mutex::new(None),
                 probes: ProbeRegistry::default(),
-                thresholds: self.thresholds,
                 sampler_tid: AtomicU64::new(0),
             }),
         })
@@ -217,11 +166,9 @@ struct State {
 }
 
 struct Inner {
-    interval: Duration,
-    switch_split_every: u32,
-    thread_name: String,
-    target: Target,
+    config: SamplerConfig,
     system: SystemInfo,
+    identity: TargetIdentity,
     /// Held while a sample is taken.
     state: Mutex<State>,
     /// Held only to push a snapshot or to copy the ring (one pointer per snapshot).
@@ -236,7 +183,6 @@ struct Inner {
     next_run: AtomicU64,
     last_error: Mutex<Option<String>>,
     probes: ProbeRegistry,
-    thresholds: Thresholds,
     /// OS id of the background sampling thread while it runs (0: none).
     sampler_tid: AtomicU64,
 }
@@ -250,6 +196,7 @@ struct RunControl {
 
 /// Counters about the sampler itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct SamplerStats {
     /// Snapshots taken so far (on demand and in the background).
@@ -286,8 +233,8 @@ pub struct Sampler {
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sampler")
-            .field("target", &self.inner.target)
-            .field("interval", &self.inner.interval)
+            .field("target", &self.inner.config.target)
+            .field("interval", &self.inner.config.interval)
             .finish()
     }
 }
@@ -338,7 +285,7 @@ impl Sampler {
         let control = Arc::new(RunControl::default());
         let (inner, thread_control) = (self.inner.clone(), control.clone());
         let handle = std::thread::Builder::new()
-            .name(self.inner.thread_name.clone())
+            .name(self.inner.config.thread_name.clone())
             .spawn(move || inner.run(id, &thread_control))
             .map_err(|e| {
                 self.inner.end_run(id);
@@ -410,12 +357,22 @@ impl Sampler {
 
     /// The process this sampler observes.
     pub fn target(&self) -> Target {
-        self.inner.target
+        self.inner.config.target
     }
 
     /// The configured background interval.
     pub fn interval(&self) -> Duration {
-        self.inner.interval
+        self.inner.config.interval
+    }
+
+    /// The configuration the sampler was built with.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.inner.config
+    }
+
+    /// The process this sampler observes, as identified when it was built.
+    pub fn target_identity(&self) -> &TargetIdentity {
+        &self.inner.identity
     }
 
     /// Counters about the sampler itself, including its own CPU overhead.
@@ -448,7 +405,7 @@ impl Sampler {
     /// Findings over the history with the configured thresholds, most
     /// severe first. The sampler's own thread is never a subject.
     pub fn findings(&self) -> Vec<Finding> {
-        self.diagnose(&self.inner.thresholds)
+        self.diagnose(&self.inner.config.thresholds)
     }
 
     /// Findings with other thresholds.
@@ -462,7 +419,7 @@ impl Sampler {
 
     /// The configured thresholds.
     pub fn thresholds(&self) -> &Thresholds {
-        &self.inner.thresholds
+        &self.inner.config.thresholds
     }
 
     fn diagnose(&self, t: &Thresholds) -> Vec<Finding> {
@@ -481,16 +438,20 @@ impl Sampler {
     /// the lock; the work is done after releasing it.
     pub fn report(&self) -> Report {
         let h = self.history();
-        let interval = interval_over_in(&h, self.inner.thresholds.window);
+        let interval = interval_over_in(&h, self.inner.config.thresholds.window);
         let warnings = interval
             .as_ref()
             .map(|i| warnings_in(&h, i.from_seq, i.to_seq))
             .unwrap_or_default();
         Report {
+            schema_version: REPORT_SCHEMA_VERSION,
+            library_version: env!("CARGO_PKG_VERSION").to_string(),
+            target: self.inner.identity.clone(),
+            config: self.inner.config.clone(),
             unix_time_ns: clock::unix_ns(),
             system: self.inner.system.clone(),
             stats: self.stats(),
-            findings: self.diagnose_in(&h, &self.inner.thresholds),
+            findings: self.diagnose_in(&h, &self.inner.config.thresholds),
             interval,
             warnings,
         }
@@ -515,7 +476,7 @@ impl Inner {
         let st = &mut *st;
         let seq = self.samples_taken.load(Ordering::Relaxed);
         let request = SampleRequest {
-            switch_split: seq.is_multiple_of(u64::from(self.switch_split_every)),
+            switch_split: seq.is_multiple_of(u64::from(self.config.switch_split_every)),
         };
         let monotonic_ns = clock::monotonic_ns();
         let unix_time_ns = clock::unix_ns();
@@ -622,7 +583,7 @@ impl Inner {
     }
 
     fn run_loop(&self, control: &RunControl) {
-        let interval = crate::probe::duration_ns(self.interval);
+        let interval = crate::probe::duration_ns(self.config.interval);
         let mut next = clock::monotonic_ns();
         loop {
             if let Err(e) = self.take() {
@@ -659,10 +620,28 @@ impl Inner {
     }
 }
 
-/// A report: what the sampler measured and what it concluded.
+/// Version of the [`Report`] layout, in [`Report::schema_version`]: raised
+/// whenever a field of the report (or of a record inside it) is renamed,
+/// removed or changes meaning, so a saved report is read with the right
+/// expectations. Version 1 is the first published layout.
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+/// A report: what the sampler measured and what it concluded, with what a
+/// reader needs to interpret it later (schema and library version, which
+/// process, with which configuration). Round-trips through serde.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct Report {
+    /// Layout version of this record ([`REPORT_SCHEMA_VERSION`] when made
+    /// by this library).
+    pub schema_version: u32,
+    /// Version of the wakemeter library that made the report.
+    pub library_version: String,
+    /// The process measured.
+    pub target: TargetIdentity,
+    /// The configuration it was measured with.
+    pub config: SamplerConfig,
     /// When the report was made, in nanoseconds since the Unix epoch.
     pub unix_time_ns: u64,
     /// The machine.

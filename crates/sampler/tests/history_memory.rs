@@ -99,7 +99,7 @@ fn kernel_counters_of_256_busy_threads_times_300_snapshots_fit_16_mib() {
         })
         .collect();
     let s = SamplerBuilder::new()
-        .with_history(SNAPSHOTS)
+        .with_history(SNAPSHOTS as u32)
         .with_kernel_source(Box::new(BusyKernel::new(threads as u64)))
         .build()
         .unwrap();
@@ -129,7 +129,7 @@ fn kernel_counters_of_256_busy_threads_times_300_snapshots_fit_16_mib() {
 /// 100 busy loop and sleep probes × 300 snapshots stay under 2 MiB.
 fn one_hundred_busy_probes_times_300_snapshots_fit_2_mib() {
     let s = SamplerBuilder::new()
-        .with_history(SNAPSHOTS)
+        .with_history(SNAPSHOTS as u32)
         .build()
         .unwrap();
     let mut loops: Vec<_> = (0..50)

@@ -1,28 +1,22 @@
-// Idiomatic Swift over the generated bindings (Generated/Wakemeter.swift).
+// Idiomatic Swift over the generated bindings: the records of the core
+// (Generated/WakemeterModel.swift) and the objects (Generated/Wakemeter.swift).
 import Foundation
 
-/// Whole milliseconds of a time interval for the library's configuration.
-/// Negative, NaN and infinite values become 0, which the library rejects
-/// with `WakemeterError.InvalidConfig`, like any other bad value.
-func wholeMilliseconds(_ seconds: TimeInterval) -> UInt64 {
-    guard seconds.isFinite, seconds > 0 else { return 0 }
-    let ms = seconds * 1000
-    return ms >= Double(UInt64.max) ? UInt64.max : UInt64(ms)
-}
-
 extension Sampler {
-    /// A sampler with the interval in seconds (rounded down to whole milliseconds):
-    /// `try Sampler.make(interval: 0.5, history: 120)`.
+    /// A sampler that starts from the library's defaults (`defaultSamplerConfig()`,
+    /// the one place defaults live) and changes only what is given:
+    /// `try Sampler.make(interval: 0.5, history: 120)`. The interval is in
+    /// seconds; a negative, NaN or too-short one is rejected by the library
+    /// with `WakemeterError.InvalidConfig`, like any other bad value.
     public static func make(
-        interval: TimeInterval = 1,
-        history: UInt32 = 300,
-        thresholds: Thresholds = Thresholds()
+        interval: TimeInterval? = nil,
+        history: UInt32? = nil,
+        thresholds: Thresholds? = nil
     ) throws -> Sampler {
-        let config = SamplerConfig(
-            intervalMs: wholeMilliseconds(interval),
-            history: history,
-            thresholds: thresholds
-        )
+        var config = defaultSamplerConfig()
+        if let interval { config.interval = interval.isFinite && interval > 0 ? interval : 0 }
+        if let history { config.history = history }
+        if let thresholds { config.thresholds = thresholds }
         return try Sampler(config: config)
     }
 

@@ -404,7 +404,7 @@ RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_findings_with(uint64_t ptr, Ru
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_INTERVAL_OVER
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_INTERVAL_OVER
-RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_interval_over(uint64_t ptr, uint64_t window_ms, RustCallStatus *_Nonnull out_status
+RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_interval_over(uint64_t ptr, RustBuffer window, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_IS_RUNNING
@@ -495,18 +495,6 @@ RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_system(uint64_t ptr, RustCallS
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_THRESHOLDS
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_THRESHOLDS
 RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_thresholds(uint64_t ptr, RustCallStatus *_Nonnull out_status
-);
-#endif
-#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_DEFAULT_SAMPLER_CONFIG
-#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_DEFAULT_SAMPLER_CONFIG
-RustBuffer uniffi_wakemeter_ffi_fn_func_default_sampler_config(RustCallStatus *_Nonnull out_status
-    
-);
-#endif
-#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_DEFAULT_THRESHOLDS
-#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_DEFAULT_THRESHOLDS
-RustBuffer uniffi_wakemeter_ffi_fn_func_default_thresholds(RustCallStatus *_Nonnull out_status
-    
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FUNC_WAKEMETER_VERSION
@@ -773,18 +761,6 @@ void ffi_wakemeter_ffi_rust_future_free_void(uint64_t handle
 #ifndef UNIFFI_FFIDEF_FFI_WAKEMETER_FFI_RUST_FUTURE_COMPLETE_VOID
 #define UNIFFI_FFIDEF_FFI_WAKEMETER_FFI_RUST_FUTURE_COMPLETE_VOID
 void ffi_wakemeter_ffi_rust_future_complete_void(uint64_t handle, RustCallStatus *_Nonnull out_status
-);
-#endif
-#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_DEFAULT_SAMPLER_CONFIG
-#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_DEFAULT_SAMPLER_CONFIG
-uint16_t uniffi_wakemeter_ffi_checksum_func_default_sampler_config(void
-    
-);
-#endif
-#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_DEFAULT_THRESHOLDS
-#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_DEFAULT_THRESHOLDS
-uint16_t uniffi_wakemeter_ffi_checksum_func_default_thresholds(void
-    
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_FUNC_WAKEMETER_VERSION

@@ -7,7 +7,19 @@ import XCTest
 @testable import Wakemeter
 
 /// Thresholds that judge a loop after a fraction of a second instead of 10 s.
-private let quick = Thresholds(windowMs: 400, minWindowMs: 100)
+private let quick: Thresholds = {
+    var t = defaultThresholds()
+    t.window = 0.4
+    t.minWindow = 0.1
+    return t
+}()
+
+/// The default configuration with some fields changed.
+private func config(_ change: (inout SamplerConfig) -> Void) -> SamplerConfig {
+    var c = defaultSamplerConfig()
+    change(&c)
+    return c
+}
 
 /// A listener that records what it receives and can fail on purpose.
 private final class Recorder: SamplerListener, @unchecked Sendable {
@@ -86,13 +98,10 @@ private func run(for seconds: TimeInterval, _ iteration: () throws -> Void) reth
 
 final class WakemeterTests: XCTestCase {
     func testDefaultsAreTheCoreDefaults() throws {
-        XCTAssertEqual(defaultSamplerConfig(), SamplerConfig())
-        XCTAssertEqual(defaultThresholds(), Thresholds())
-        XCTAssertEqual(SamplerConfig().intervalMs, 1000)
+        XCTAssertEqual(defaultSamplerConfig().thresholds, defaultThresholds())
+        XCTAssertEqual(defaultSamplerConfig().interval, 1)
+        XCTAssertEqual(defaultSamplerConfig().target, .selfProcess)
         XCTAssertFalse(wakemeterVersion().isEmpty)
-        XCTAssertEqual(wholeMilliseconds(0.25), 250)
-        XCTAssertEqual(wholeMilliseconds(-1), 0)
-        XCTAssertEqual(wholeMilliseconds(.nan), 0)
         XCTAssertEqual(timeoutNanoseconds(nil), -1)
         XCTAssertEqual(timeoutNanoseconds(0), 0)
         XCTAssertEqual(timeoutNanoseconds(0.001), 1_000_000)
@@ -100,7 +109,7 @@ final class WakemeterTests: XCTestCase {
 
     func testSampleNowHistoryIntervalsStatsAndReports() throws {
         let s = try Sampler.make(interval: 0.25, history: 3)
-        XCTAssertEqual(s.config().intervalMs, 250)
+        XCTAssertEqual(s.config().interval, 0.25, accuracy: 1e-9)
         XCTAssertGreaterThan(s.system().cpuCount, 0)
         XCTAssertNil(try s.latest())
         for _ in 0..<5 {
@@ -113,14 +122,18 @@ final class WakemeterTests: XCTestCase {
         let last = try XCTUnwrap(try s.latestInterval())
         XCTAssertEqual(last.fromSeq, 3)
         XCTAssertEqual(last.toSeq, 4)
-        XCTAssertEqual(try s.intervalOver(windowMs: 60_000)?.fromSeq, 2)
+        XCTAssertEqual(try s.intervalOver(window: 60)?.fromSeq, 2)
         let stats = try s.stats()
-        XCTAssertEqual(stats.samplesTaken, 5)
+        XCTAssertEqual(stats.totalSamples, 5)
         XCTAssertEqual(stats.historyLen, 3)
         XCTAssertFalse(stats.running)
-        XCTAssertEqual(try s.report().stats.samplesTaken, 5)
+        XCTAssertEqual(try s.report().stats.totalSamples, 5)
+        let report = try s.report()
+        XCTAssertEqual(report.schemaVersion, 1)
+        XCTAssertEqual(report.target.pid, UInt32(ProcessInfo.processInfo.processIdentifier))
+        XCTAssertEqual(report.config, s.config())
         let json = try s.reportJson()
-        for key in ["\"system\"", "\"stats\"", "\"interval\"", "\"findings\""] {
+        for key in ["\"schema_version\"", "\"system\"", "\"stats\"", "\"interval\"", "\"findings\""] {
             XCTAssertTrue(json.contains(key), key)
         }
     }
@@ -200,19 +213,19 @@ final class WakemeterTests: XCTestCase {
 
     func testBadConfigurationThrowsTypedErrors() throws {
         for config in [
-            SamplerConfig(intervalMs: 0),
-            SamplerConfig(history: 0),
-            SamplerConfig(history: 10_000_000),
-            SamplerConfig(switchSplitEvery: 0),
-            SamplerConfig(threadName: "a-name-longer-than-15"),
-            SamplerConfig(thresholds: Thresholds(busyPollIdleRatio: 1.5)),
+            config { $0.interval = 0 },
+            config { $0.history = 0 },
+            config { $0.history = 10_000_000 },
+            config { $0.switchSplitEvery = 0 },
+            config { $0.threadName = "a-name-longer-than-15" },
+            config { $0.thresholds.busyPollIdleRatio = 1.5 },
         ] {
             XCTAssertThrowsError(try Sampler(config: config)) { error in
                 guard case .InvalidConfig = error as? WakemeterError else { return XCTFail("\(error)") }
             }
         }
         XCTAssertThrowsError(try Sampler.make(interval: -1))
-        XCTAssertThrowsError(try Sampler(config: SamplerConfig(pid: UInt32(Int32.max)))) { error in
+        XCTAssertThrowsError(try Sampler(config: config { $0.target = .pid(UInt32(Int32.max)) })) { error in
             guard case .NoSuchProcess = error as? WakemeterError else { return XCTFail("\(error)") }
         }
     }
@@ -258,7 +271,7 @@ final class WakemeterTests: XCTestCase {
     }
 
     func testIdleLoopHasNoFindingsSpinningLoopDoes() throws {
-        let s = try Sampler(config: SamplerConfig(intervalMs: 50, thresholds: quick))
+        let s = try Sampler(config: config { $0.interval = 0.05; $0.thresholds = quick })
         let idle = try s.loopProbe(name: "idle")
         let spin = try s.loopProbe(name: "spin")
         try s.start()
@@ -275,7 +288,7 @@ final class WakemeterTests: XCTestCase {
     }
 
     func testFindingStreamAnnouncesABusyPoller() async throws {
-        let s = try Sampler(config: SamplerConfig(intervalMs: 50, thresholds: quick))
+        let s = try Sampler(config: config { $0.interval = 0.05; $0.thresholds = quick })
         let spin = try s.loopProbe(name: "spin")
         try s.start()
         let spinner = Thread {

@@ -9,6 +9,7 @@ use crate::{Error, Result};
 /// When a finding fires. Every default is documented with where it comes from;
 /// change them with the `with_*` setters and check with [`Thresholds::validate`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct Thresholds {
     /// Window for rate-based findings (busy poller, sleep overhead, periodic

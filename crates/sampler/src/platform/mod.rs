@@ -11,9 +11,11 @@ use crate::Result;
 use crate::model::{CpuTimeSource, ProcessSample, SampleWarning};
 
 pub(crate) mod clock;
+mod identity;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) mod linux;
 mod system;
+pub(crate) use identity::identity;
 // The Mach calls (`sys.rs`) build on Apple targets only; the logic, fake and
 // unit tests build everywhere under `cfg(test)`.
 #[cfg(any(target_vendor = "apple", test))]
@@ -21,6 +23,7 @@ pub(crate) mod darwin;
 
 /// Which process a sampler observes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Enum))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Target {

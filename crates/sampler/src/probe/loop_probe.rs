@@ -35,6 +35,7 @@ pub(crate) struct LoopCells {
 /// A *wakeup* is one return from the loop's wait (poll, epoll_wait, kevent,
 /// a park). Rates and ratios are in [`crate::LoopInterval`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct LoopStats {
     /// Probe id, unique within its sampler.

@@ -26,6 +26,7 @@ pub(crate) struct SleepCells {
 
 /// Cumulative counters of one instrumented sleep site (since the probe was created).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct SleepStats {
     /// Probe id, unique within its sampler.

@@ -1,17 +1,20 @@
-// Idiomatic Kotlin over the generated bindings in dev.wakemeter.ffi.
+// Idiomatic Kotlin over the generated bindings: the records in
+// dev.wakemeter.model (the core's own), the objects in dev.wakemeter.ffi.
 package dev.wakemeter
 
 import dev.wakemeter.ffi.CallbackThreads
-import dev.wakemeter.ffi.Finding
-import dev.wakemeter.ffi.Interval
+import dev.wakemeter.model.Finding
+import dev.wakemeter.model.Interval
 import dev.wakemeter.ffi.ListenerException
 import dev.wakemeter.ffi.Sampler
-import dev.wakemeter.ffi.SamplerConfig
+import dev.wakemeter.model.SamplerConfig
 import dev.wakemeter.ffi.SamplerListener
-import dev.wakemeter.ffi.Thresholds
+import dev.wakemeter.model.Thresholds
+import dev.wakemeter.model.Target
+import dev.wakemeter.model.defaultSamplerConfig
 import kotlin.time.Duration
-import kotlin.time.Duration.Companion.milliseconds
-import kotlin.time.Duration.Companion.seconds
+import kotlin.time.toJavaDuration
+import kotlin.time.toKotlinDuration
 import kotlinx.coroutines.channels.BufferOverflow
 import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
@@ -19,36 +22,39 @@ import kotlinx.coroutines.flow.buffer
 import kotlinx.coroutines.flow.callbackFlow
 
 /**
- * Settings of a [Sampler], set inside the [wakemeter] builder block.
- * Out-of-range values are not checked here: the library rejects them with a
- * typed [dev.wakemeter.ffi.WakemeterException.InvalidConfig].
+ * Settings of a [Sampler], set inside the [wakemeter] builder block. They
+ * start from the library's defaults ([defaultSamplerConfig], the one place
+ * defaults live). Out-of-range values are not checked here: the library
+ * rejects them with a typed [dev.wakemeter.ffi.WakemeterException.InvalidConfig].
  */
 class SamplerSettings {
-    /** Time between background samples; whole milliseconds, at least 1 ms. */
-    var interval: Duration = 1.seconds
+    private val defaults = defaultSamplerConfig()
+
+    /** Time between background samples; at least 1 ms. */
+    var interval: Duration = defaults.interval.toKotlinDuration()
 
     /** Snapshots kept in history (1 to 100000). */
-    var history: Int = 300
+    var history: Int = defaults.history.toInt()
 
     /** Process to observe; `null` observes this process. */
-    var pid: Int? = null
+    var pid: Int? = (defaults.target as? Target.Pid)?.v1?.toInt()
 
     /** Read voluntary/involuntary switch counts every Nth sample (1 = every sample). */
-    var switchSplitEvery: Int = 10
+    var switchSplitEvery: Int = defaults.switchSplitEvery.toInt()
 
     /** Name of the background sampling thread (1 to 15 bytes). */
-    var threadName: String = "wakemeter"
+    var threadName: String = defaults.threadName
 
-    /** Thresholds of the findings engine; change fields with `Thresholds(windowMs = …)` or `copy`. */
-    var thresholds: Thresholds = Thresholds()
+    /** Thresholds of the findings engine; change fields with `copy(window = …)`. */
+    var thresholds: Thresholds = defaults.thresholds
 
-    /** The generated configuration record for these settings. */
-    fun toConfig(): SamplerConfig = SamplerConfig(
-        // Negative values become 0 (or a huge number) so the library reports
-        // them as InvalidConfig, like any other bad value.
-        intervalMs = interval.inWholeMilliseconds.coerceAtLeast(0).toULong(),
+    /** The library's configuration record for these settings. */
+    fun toConfig(): SamplerConfig = defaults.copy(
+        // A negative interval becomes zero, which the library reports as
+        // InvalidConfig like any other bad value.
+        interval = interval.coerceAtLeast(Duration.ZERO).toJavaDuration(),
         history = history.toUInt(),
-        pid = pid?.toUInt(),
+        target = pid?.let { Target.Pid(it.toUInt()) } ?: Target.SelfProcess,
         switchSplitEvery = switchSplitEvery.toUInt(),
         threadName = threadName,
         thresholds = thresholds,
@@ -67,11 +73,11 @@ fun wakemeter(configure: SamplerSettings.() -> Unit = {}): Sampler {
 }
 
 /** The configured sampling interval as a Kotlin [Duration]. */
-val Sampler.interval: Duration get() = config().intervalMs.toLong().milliseconds
+val Sampler.interval: Duration get() = config().interval.toKotlinDuration()
 
 /** The interval over the last [window] of history (see [Sampler.intervalOver]). */
 fun Sampler.intervalOver(window: Duration): Interval? =
-    intervalOver(window.inWholeMilliseconds.coerceAtLeast(0).toULong())
+    intervalOver(window.coerceAtLeast(Duration.ZERO).toJavaDuration())
 
 /** Runs [block] with background sampling started, and stops it afterwards. */
 inline fun <R> Sampler.sampling(block: (Sampler) -> R): R {

@@ -1,13 +1,13 @@
 package dev.wakemeter
 
-import dev.wakemeter.ffi.Finding
-import dev.wakemeter.ffi.FindingKind
-import dev.wakemeter.ffi.Severity
-import dev.wakemeter.ffi.Subject
-import dev.wakemeter.ffi.Thresholds
+import dev.wakemeter.model.Finding
+import dev.wakemeter.model.FindingKind
+import dev.wakemeter.model.Severity
+import dev.wakemeter.model.Subject
+import dev.wakemeter.model.Thresholds
 import dev.wakemeter.ffi.WakemeterException
-import dev.wakemeter.ffi.defaultSamplerConfig
-import dev.wakemeter.ffi.defaultThresholds
+import dev.wakemeter.model.defaultSamplerConfig
+import dev.wakemeter.model.defaultThresholds
 import java.util.concurrent.LinkedBlockingQueue
 import java.util.concurrent.TimeUnit
 import kotlin.time.Duration
@@ -27,19 +27,19 @@ import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 
 /** Thresholds that judge a loop after a fraction of a second instead of 10 s. */
-private val quick = Thresholds(windowMs = 400uL, minWindowMs = 100uL)
+private val quick = defaultThresholds().copy(window = java.time.Duration.ofMillis(400), minWindow = java.time.Duration.ofMillis(100))
 
 class ProbeAndFindingTest {
     @Test
     fun `defaults in Kotlin are the core's defaults`() {
-        assertEquals(defaultThresholds(), Thresholds())
+        assertEquals(defaultThresholds(), defaultSamplerConfig().thresholds)
         assertEquals(defaultSamplerConfig(), SamplerSettings().toConfig())
     }
 
     @Test
     fun `loop instrument records waits, events, timeouts and the thread`() {
         wakemeter().use { s ->
-            s.instrumentLoop("queue").use { loop ->
+            s.newLoopProbe("queue").use { loop ->
                 val queue = LinkedBlockingQueue<Int>()
                 val poll = loop.instrument { timeout ->
                     if (queue.poll(timeout!!.inWholeMicroseconds, TimeUnit.MICROSECONDS) != null) 1 else 0
@@ -100,7 +100,7 @@ class ProbeAndFindingTest {
     @Test
     fun `sleep instrument measures sleeps and their oversleep`() {
         wakemeter().use { s ->
-            s.instrumentSleep("nap").use { nap ->
+            s.newSleepProbe("nap").use { nap ->
                 repeat(3) { nap.sleep(500.microseconds) }
                 nap.measure(1.milliseconds) { Thread.sleep(1) }
                 val st = nap.stats()
@@ -115,8 +115,8 @@ class ProbeAndFindingTest {
     @Test
     fun `probes of a shut down sampler raise SamplerGone, closed ones IllegalState`() {
         val s = wakemeter()
-        val loop = s.instrumentLoop("l")
-        val nap = s.instrumentSleep("s")
+        val loop = s.newLoopProbe("l")
+        val nap = s.newSleepProbe("s")
         val raw = s.loopProbe("raw")
         s.shutdown()
         assertThrows<WakemeterException.SamplerGone> { loop.beforeWait(null) }
@@ -124,7 +124,7 @@ class ProbeAndFindingTest {
         assertThrows<WakemeterException.SamplerGone> { nap.begin(1.milliseconds) }
         assertThrows<WakemeterException.SamplerGone> { raw.afterWait(0u) }
         assertThrows<WakemeterException.Closed> { s.loopProbe("again") }
-        assertThrows<WakemeterException.Closed> { s.instrumentSleep("again") }
+        assertThrows<WakemeterException.Closed> { s.newSleepProbe("again") }
         loop.close()
         loop.close() // idempotent
         assertThrows<IllegalStateException> { loop.afterWait(0) }
@@ -136,9 +136,9 @@ class ProbeAndFindingTest {
     @Test
     fun `probe names past 64 bytes are refused with their own typed error`() {
         wakemeter().use { s ->
-            val e = assertThrows<WakemeterException.ProbeNameTooLong> { s.instrumentLoop("x".repeat(65)) }
+            val e = assertThrows<WakemeterException.ProbeNameTooLong> { s.newLoopProbe("x".repeat(65)) }
             assertTrue(e.message!!.contains("65 bytes"), e.message)
-            s.instrumentLoop("y".repeat(64)).use { loop ->
+            s.newLoopProbe("y".repeat(64)).use { loop ->
                 loop.wait(null) { 1 }
                 s.sampleNow()
                 assertTrue(s.stats().historyBytes > 0uL)
@@ -149,12 +149,12 @@ class ProbeAndFindingTest {
     @Test
     fun `thresholds are validated with typed errors`() {
         val e = assertThrows<WakemeterException.InvalidConfig> {
-            wakemeter { thresholds = Thresholds(busyPollIdleRatio = 1.5) }
+            wakemeter { thresholds = defaultThresholds().copy(busyPollIdleRatio = 1.5) }
         }
         assertTrue(e.message!!.contains("busy_poll_idle_ratio"), e.message)
         wakemeter().use { s ->
-            assertThrows<WakemeterException.InvalidConfig> { s.findingsWith(Thresholds(windowMs = 0uL)) }
-            assertEquals(Thresholds(), s.thresholds())
+            assertThrows<WakemeterException.InvalidConfig> { s.findingsWith(defaultThresholds().copy(window = java.time.Duration.ZERO)) }
+            assertEquals(defaultThresholds(), s.thresholds())
         }
     }
 
@@ -171,8 +171,8 @@ class ProbeAndFindingTest {
     @Test
     fun `an idle instrumented loop produces no findings, a spinning one does`() {
         wakemeter { interval = 50.milliseconds; thresholds = quick }.use { s ->
-            val idle = s.instrumentLoop("idle")
-            val spin = s.instrumentLoop("spin")
+            val idle = s.newLoopProbe("idle")
+            val spin = s.newLoopProbe("spin")
             s.sampling {
                 // Idle: blocks 100 ms per wait, like a loop with nothing to do.
                 runLoop(s, 700.milliseconds) { idle.wait(100.milliseconds) { Thread.sleep(100); 0 } }
@@ -203,7 +203,7 @@ class ProbeAndFindingTest {
     @Test
     fun `finding flow announces a busy poller once`() = runBlocking {
         wakemeter { interval = 50.milliseconds; thresholds = quick }.use { s ->
-            s.instrumentLoop("spin").use { spin ->
+            s.newLoopProbe("spin").use { spin ->
                 s.start()
                 val spinner = Thread { runLoop(s, 1500.milliseconds) { spin.wait(Duration.ZERO) { 0 } } }
                 spinner.start()

@@ -1,10 +1,12 @@
 package dev.wakemeter
 
-import dev.wakemeter.ffi.CpuTimeSource
-import dev.wakemeter.ffi.Interval
+import dev.wakemeter.model.CpuTimeSource
+import dev.wakemeter.model.Interval
 import dev.wakemeter.ffi.ListenerException
 import dev.wakemeter.ffi.Sampler
-import dev.wakemeter.ffi.SamplerConfig
+import dev.wakemeter.model.SamplerConfig
+import dev.wakemeter.model.Target
+import dev.wakemeter.model.defaultSamplerConfig
 import dev.wakemeter.ffi.SamplerListener
 import dev.wakemeter.ffi.WakemeterException
 import dev.wakemeter.ffi.wakemeterVersion
@@ -34,11 +36,11 @@ private fun currentTid(): ULong =
 
 class SamplerTest {
     @Test
-    fun `default config mirrors the core defaults`() {
-        val c = SamplerConfig()
-        assertEquals(1000uL, c.intervalMs)
+    fun `default config is the library's one set of defaults`() {
+        val c = defaultSamplerConfig()
+        assertEquals(java.time.Duration.ofSeconds(1), c.interval)
         assertEquals(300u, c.history)
-        assertNull(c.pid)
+        assertEquals(Target.SelfProcess, c.target)
         assertEquals(10u, c.switchSplitEvery)
         assertEquals("wakemeter", c.threadName)
         assertEquals(c, SamplerSettings().toConfig())
@@ -48,7 +50,7 @@ class SamplerTest {
     @Test
     fun `builder DSL configures the sampler`() {
         wakemeter { interval = 250.milliseconds; history = 42; threadName = "wm-test" }.use { s ->
-            assertEquals(250uL, s.config().intervalMs)
+            assertEquals(java.time.Duration.ofMillis(250), s.config().interval)
             assertEquals(42u, s.config().history)
             assertEquals(250.milliseconds, s.interval)
             assertTrue(s.system().cpuCount >= 1u)
@@ -65,7 +67,7 @@ class SamplerTest {
             val me = snap.threads.firstOrNull { it.tid == currentTid() }
             assertNotNull(me, "calling thread in the snapshot")
             assertEquals(CpuTimeSource.THREAD_CLOCK, me!!.cpuTimeSource)
-            assertTrue(me.cpuTimeNs > 0uL)
+            assertTrue(me.totalCpuTimeNs > 0uL)
             assertTrue(snap.process.rssBytes > 0uL)
             assertEquals(snap.threads.size.toUInt(), snap.process.threadCount)
             assertNull(snap.kernel)
@@ -78,7 +80,7 @@ class SamplerTest {
         wakemeter { history = 3 }.use { s ->
             assertNull(s.latest())
             assertNull(s.latestInterval())
-            assertNull(s.intervalOver(1000uL))
+            assertNull(s.intervalOver(1.seconds))
             repeat(5) {
                 s.sampleNow()
                 Thread.sleep(5)
@@ -90,20 +92,29 @@ class SamplerTest {
             assertEquals(4uL, last.toSeq)
             assertTrue(last.durationNs >= 5_000_000uL)
             assertTrue(last.threads.isNotEmpty())
-            val whole = s.intervalOver(60_000uL)!!
+            val whole = s.intervalOver(60.seconds)!!
             assertEquals(2uL, whole.fromSeq)
             val stats = s.stats()
-            assertEquals(5uL, stats.samplesTaken)
+            assertEquals(5uL, stats.totalSamples)
             assertEquals(3u, stats.historyLen)
             assertFalse(stats.running)
             assertNull(stats.lastError)
             val report = s.report()
             assertEquals(2uL, report.interval!!.fromSeq)
-            assertEquals(5uL, report.stats.samplesTaken)
+            assertEquals(5uL, report.stats.totalSamples)
             assertTrue(report.findings.isEmpty())
+            // A versioned report says what measured what, with which settings.
+            assertEquals(1u, report.schemaVersion)
+            assertEquals(wakemeterVersion(), report.libraryVersion)
+            assertEquals(ProcessHandle.current().pid().toUInt(), report.target.pid)
+            assertEquals(java.io.File("/proc/self/comm").readText().trim(), report.target.name)
+            val started = ProcessHandle.current().info().startInstant().get()
+            val reportedStart = java.time.Instant.ofEpochSecond(0, report.target.startTimeUnixNs!!.toLong())
+            assertTrue(java.time.Duration.between(started, reportedStart).abs() < java.time.Duration.ofSeconds(1), "$started vs $reportedStart")
+            assertEquals(s.config(), report.config)
             val json = s.reportJson()
             assertTrue(json.startsWith("{"))
-            for (key in listOf("\"unix_time_ns\"", "\"system\"", "\"stats\"", "\"interval\"", "\"findings\"", "\"cpu_percent\"")) {
+            for (key in listOf("\"schema_version\"", "\"unix_time_ns\"", "\"system\"", "\"stats\"", "\"interval\"", "\"findings\"", "\"cpu_percent\"")) {
                 assertTrue(json.contains(key), "report JSON has $key")
             }
         }
@@ -121,10 +132,10 @@ class SamplerTest {
             s.stop()
             s.stop() // idempotent
             assertFalse(s.isRunning())
-            val taken = s.stats().samplesTaken
+            val taken = s.stats().totalSamples
             assertTrue(taken >= 3uL, "took $taken samples")
             s.sampling { Thread.sleep(60) }
-            assertTrue(s.stats().samplesTaken > taken)
+            assertTrue(s.stats().totalSamples > taken)
             assertFalse(s.isRunning())
         }
     }
@@ -180,7 +191,7 @@ class SamplerTest {
             val last = ls.lastListenerError!!
             assertTrue(last.contains("boom from Kotlin") || last.contains("typed failure"), last)
             assertNull(s.stats().lastError)
-            assertTrue(s.stats().samplesTaken >= 4uL)
+            assertTrue(s.stats().totalSamples >= 4uL)
         }
     }
 
@@ -203,7 +214,7 @@ class SamplerTest {
             assertTrue(thrown.get() >= 1)
             assertEquals(thrown.get().toULong(), ls.listenerErrors, "every throw is counted")
             assertTrue(ls.lastListenerError!!.contains("assertion failed in a listener"), ls.lastListenerError)
-            assertTrue(s.stats().samplesTaken >= 4uL)
+            assertTrue(s.stats().totalSamples >= 4uL)
         }
     }
 
@@ -320,7 +331,7 @@ class SamplerTest {
         assertThrows<WakemeterException.Closed> { s.latest() }
         assertThrows<WakemeterException.Closed> { s.snapshots() }
         assertThrows<WakemeterException.Closed> { s.latestInterval() }
-        assertThrows<WakemeterException.Closed> { s.intervalOver(1uL) }
+        assertThrows<WakemeterException.Closed> { s.intervalOver(1.milliseconds) }
         assertThrows<WakemeterException.Closed> { s.stats() }
         assertThrows<WakemeterException.Closed> { s.report() }
         assertThrows<WakemeterException.Closed> { s.reportJson() }

@@ -18,9 +18,9 @@ class WaitPairBenchmarkTest {
     }
 
     @Test
-    fun `LoopInstrument wait pairs are all recorded, at under 10 microseconds each`() {
+    fun `LoopProbe wait pairs are all recorded, at under 10 microseconds each`() {
         wakemeter().use { sampler ->
-            sampler.instrumentLoop("bench").use { loop ->
+            sampler.newLoopProbe("bench").use { loop ->
                 repeat(300_000) { loop.wait(null) { 0 } } // warm up JNA and the JIT
                 val fast = (1..5).minOf { nsPerPair(300_000) { loop.wait(null) { 0 } } }
                 val split = (1..5).minOf {
@@ -35,7 +35,7 @@ class WaitPairBenchmarkTest {
                     loop.probe.afterWait(0u)
                 }
                 println(
-                    "BENCH LoopProbe wait pair from Kotlin: %.0f ns (LoopInstrument.wait), %.0f ns (beforeWait+afterWait), %.0f ns (generated uniffi methods)"
+                    "BENCH LoopProbe wait pair from Kotlin: %.0f ns (LoopProbe.wait), %.0f ns (beforeWait+afterWait), %.0f ns (generated uniffi methods)"
                         .format(fast, split, generated),
                 )
                 assertEquals(11uL * 300_000uL + 2_000uL, loop.stats().totalWakeups)

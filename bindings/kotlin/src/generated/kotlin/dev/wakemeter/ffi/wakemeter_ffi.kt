@@ -30,7 +30,37 @@ import java.nio.CharBuffer
 import java.nio.charset.CodingErrorAction
 import java.util.concurrent.atomic.AtomicLong
 import java.util.concurrent.ConcurrentHashMap
+import dev.wakemeter.model.FfiConverterTypeFinding
+import dev.wakemeter.model.FfiConverterTypeInterval
+import dev.wakemeter.model.FfiConverterTypeLoopStats
+import dev.wakemeter.model.FfiConverterTypeReport
+import dev.wakemeter.model.FfiConverterTypeSamplerConfig
+import dev.wakemeter.model.FfiConverterTypeSamplerStats
+import dev.wakemeter.model.FfiConverterTypeSleepStats
+import dev.wakemeter.model.FfiConverterTypeSnapshot
+import dev.wakemeter.model.FfiConverterTypeSystemInfo
+import dev.wakemeter.model.FfiConverterTypeThresholds
+import dev.wakemeter.model.Finding
+import dev.wakemeter.model.Interval
+import dev.wakemeter.model.LoopStats
+import dev.wakemeter.model.Report
+import dev.wakemeter.model.SamplerConfig
+import dev.wakemeter.model.SamplerStats
+import dev.wakemeter.model.SleepStats
+import dev.wakemeter.model.Snapshot
+import dev.wakemeter.model.SystemInfo
+import dev.wakemeter.model.Thresholds
 import java.util.concurrent.atomic.AtomicBoolean
+import dev.wakemeter.model.RustBuffer as RustBufferFinding
+import dev.wakemeter.model.RustBuffer as RustBufferInterval
+import dev.wakemeter.model.RustBuffer as RustBufferLoopStats
+import dev.wakemeter.model.RustBuffer as RustBufferReport
+import dev.wakemeter.model.RustBuffer as RustBufferSamplerConfig
+import dev.wakemeter.model.RustBuffer as RustBufferSamplerStats
+import dev.wakemeter.model.RustBuffer as RustBufferSleepStats
+import dev.wakemeter.model.RustBuffer as RustBufferSnapshot
+import dev.wakemeter.model.RustBuffer as RustBufferSystemInfo
+import dev.wakemeter.model.RustBuffer as RustBufferThresholds
 
 // This is a helper for safely working with byte buffers returned from the Rust code.
 // A rust-owned buffer is represented by its capacity, its current length, and a
@@ -651,10 +681,10 @@ internal interface UniffiForeignFutureCompleteVoid : com.sun.jna.Callback {
     fun callback(`callbackData`: Long,`result`: UniffiForeignFutureResultVoid.UniffiByValue,)
 }
 internal interface UniffiCallbackInterfaceSamplerListenerMethod0 : com.sun.jna.Callback {
-    fun callback(`uniffiHandle`: Long,`interval`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
+    fun callback(`uniffiHandle`: Long,`interval`: RustBufferInterval.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
 }
 internal interface UniffiCallbackInterfaceSamplerListenerMethod1 : com.sun.jna.Callback {
-    fun callback(`uniffiHandle`: Long,`finding`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
+    fun callback(`uniffiHandle`: Long,`finding`: RustBufferFinding.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
 }
 @Structure.FieldOrder("uniffiFree", "uniffiClone", "onInterval", "onFinding")
 internal open class UniffiVTableCallbackInterfaceSamplerListener(
@@ -703,10 +733,6 @@ internal object IntegrityCheckingUniffiLib {
     }
 
     internal fun ensureInitialized() = Unit
-    external fun uniffi_wakemeter_ffi_checksum_func_default_sampler_config(
-    ): Int
-    external fun uniffi_wakemeter_ffi_checksum_func_default_thresholds(
-    ): Int
     external fun uniffi_wakemeter_ffi_checksum_func_wakemeter_version(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_interval(
@@ -804,6 +830,7 @@ internal object UniffiLib {
     init {
         Native.register(UniffiLib::class.java, findLibraryName(componentName = "wakemeter_ffi"))
         uniffiCallbackInterfaceSamplerListener.register(this)
+        dev.wakemeter.model.uniffiEnsureInitialized()
         
     }
 
@@ -814,9 +841,9 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_init_callback_vtable_samplerlistener(`vtable`: UniffiVTableCallbackInterfaceSamplerListener,
     ): Unit
-    external fun uniffi_wakemeter_ffi_fn_method_samplerlistener_on_interval(`ptr`: Long,`interval`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_wakemeter_ffi_fn_method_samplerlistener_on_interval(`ptr`: Long,`interval`: RustBufferInterval.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
-    external fun uniffi_wakemeter_ffi_fn_method_samplerlistener_on_finding(`ptr`: Long,`finding`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_wakemeter_ffi_fn_method_samplerlistener_on_finding(`ptr`: Long,`finding`: RustBufferFinding.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_clone_loopprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
@@ -833,7 +860,7 @@ internal object UniffiLib {
     external fun uniffi_wakemeter_ffi_fn_method_loopprobe_raw_handle(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_method_loopprobe_stats(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
+    ): RustBufferLoopStats.ByValue
     external fun uniffi_wakemeter_ffi_fn_clone_sleepprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_free_sleepprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -851,22 +878,22 @@ internal object UniffiLib {
     external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_sleep(`ptr`: Long,`requestedNs`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_method_sleepprobe_stats(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
+    ): RustBufferSleepStats.ByValue
     external fun uniffi_wakemeter_ffi_fn_clone_sampler(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_free_sampler(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
-    external fun uniffi_wakemeter_ffi_fn_constructor_sampler_new(`config`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_wakemeter_ffi_fn_constructor_sampler_new(`config`: RustBufferSamplerConfig.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_method_sampler_add_listener(`ptr`: Long,`listener`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_method_sampler_config(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
+    ): RustBufferSamplerConfig.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_findings(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_wakemeter_ffi_fn_method_sampler_findings_with(`ptr`: Long,`thresholds`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_findings_with(`ptr`: Long,`thresholds`: RustBufferThresholds.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_wakemeter_ffi_fn_method_sampler_interval_over(`ptr`: Long,`windowMs`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_interval_over(`ptr`: Long,`window`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_is_running(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Byte
@@ -883,11 +910,11 @@ internal object UniffiLib {
     external fun uniffi_wakemeter_ffi_fn_method_sampler_remove_listener(`ptr`: Long,`id`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Byte
     external fun uniffi_wakemeter_ffi_fn_method_sampler_report(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
+    ): RustBufferReport.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_report_json(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_sample_now(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
+    ): RustBufferSnapshot.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_shutdown(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_method_sampler_sleep_probe(`ptr`: Long,`name`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -897,17 +924,13 @@ internal object UniffiLib {
     external fun uniffi_wakemeter_ffi_fn_method_sampler_start(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_method_sampler_stats(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
+    ): RustBufferSamplerStats.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_stop(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_method_sampler_system(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
+    ): RustBufferSystemInfo.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_thresholds(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
-    external fun uniffi_wakemeter_ffi_fn_func_default_sampler_config(uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
-    external fun uniffi_wakemeter_ffi_fn_func_default_thresholds(uniffi_out_err: UniffiRustCallStatus, 
-    ): RustBuffer.ByValue
+    ): RustBufferThresholds.ByValue
     external fun uniffi_wakemeter_ffi_fn_func_wakemeter_version(uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun ffi_wakemeter_ffi_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -1029,19 +1052,13 @@ private fun uniffiCheckContractApiVersion(lib: IntegrityCheckingUniffiLib) {
 }
 @Suppress("UNUSED_PARAMETER")
 private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
-    if ((lib.uniffi_wakemeter_ffi_checksum_func_default_sampler_config() and 0xFFFF) != 62954) {
-        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    }
-    if ((lib.uniffi_wakemeter_ffi_checksum_func_default_thresholds() and 0xFFFF) != 19208) {
-        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    }
     if ((lib.uniffi_wakemeter_ffi_checksum_func_wakemeter_version() and 0xFFFF) != 60032) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_interval() and 0xFFFF) != 55989) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_interval() and 0xFFFF) != 18840) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding() and 0xFFFF) != 56929) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding() and 0xFFFF) != 34146) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait() and 0xFFFF) != 38488) {
@@ -1059,7 +1076,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_raw_handle() and 0xFFFF) != 41693) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_stats() and 0xFFFF) != 32747) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_stats() and 0xFFFF) != 15291) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_begin() and 0xFFFF) != 46581) {
@@ -1080,22 +1097,22 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_sleep() and 0xFFFF) != 22535) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() and 0xFFFF) != 15600) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() and 0xFFFF) != 58111) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() and 0xFFFF) != 54072) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_config() and 0xFFFF) != 14081) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_config() and 0xFFFF) != 31197) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings() and 0xFFFF) != 22590) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings() and 0xFFFF) != 19804) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() and 0xFFFF) != 16158) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() and 0xFFFF) != 28143) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() and 0xFFFF) != 25918) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() and 0xFFFF) != 12519) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_is_running() and 0xFFFF) != 15298) {
@@ -1104,10 +1121,10 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_is_shut_down() and 0xFFFF) != 6416) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest() and 0xFFFF) != 20307) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest() and 0xFFFF) != 35656) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest_interval() and 0xFFFF) != 65429) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest_interval() and 0xFFFF) != 20256) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats() and 0xFFFF) != 43565) {
@@ -1119,13 +1136,13 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() and 0xFFFF) != 41410) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report() and 0xFFFF) != 52951) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report() and 0xFFFF) != 5461) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report_json() and 0xFFFF) != 24395) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() and 0xFFFF) != 37663) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() and 0xFFFF) != 31359) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() and 0xFFFF) != 39861) {
@@ -1134,25 +1151,25 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() and 0xFFFF) != 28833) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() and 0xFFFF) != 34526) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() and 0xFFFF) != 50593) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start() and 0xFFFF) != 36527) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stats() and 0xFFFF) != 47862) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stats() and 0xFFFF) != 12770) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stop() and 0xFFFF) != 54208) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_system() and 0xFFFF) != 21691) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_system() and 0xFFFF) != 19647) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() and 0xFFFF) != 11674) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() and 0xFFFF) != 27159) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_constructor_sampler_new() and 0xFFFF) != 37292) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_constructor_sampler_new() and 0xFFFF) != 48463) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }
@@ -1415,29 +1432,6 @@ public object FfiConverterLong: FfiConverter<Long, Long> {
 /**
  * @suppress
  */
-public object FfiConverterDouble: FfiConverter<Double, Double> {
-    override fun lift(value: Double): Double {
-        return value
-    }
-
-    override fun read(buf: ByteBuffer): Double {
-        return buf.getDouble()
-    }
-
-    override fun lower(value: Double): Double {
-        return value
-    }
-
-    override fun allocationSize(value: Double) = 8UL
-
-    override fun write(value: Double, buf: ByteBuffer) {
-        buf.putDouble(value)
-    }
-}
-
-/**
- * @suppress
- */
 public object FfiConverterBoolean: FfiConverter<Boolean, Byte> {
     override fun lift(value: Byte): Boolean {
         return value.toInt() != 0
@@ -1512,6 +1506,47 @@ public object FfiConverterString: FfiConverter<String, RustBuffer.ByValue> {
         val byteBuf = toUtf8(value)
         buf.putInt(byteBuf.limit())
         buf.put(byteBuf)
+    }
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterDuration: FfiConverterRustBuffer<java.time.Duration> {
+    override fun read(buf: ByteBuffer): java.time.Duration {
+        // Type mismatch (should be u64) but we check for overflow/underflow below
+        val seconds = buf.getLong()
+        // Type mismatch (should be u32) but we check for overflow/underflow below
+        val nanoseconds = buf.getInt().toLong()
+        if (seconds < 0) {
+            throw java.time.DateTimeException("Duration exceeds minimum or maximum value supported by uniffi")
+        }
+        if (nanoseconds < 0) {
+            throw java.time.DateTimeException("Duration nanoseconds exceed minimum or maximum supported by uniffi")
+        }
+        return java.time.Duration.ofSeconds(seconds, nanoseconds)
+    }
+
+    // 8 bytes for seconds, 4 bytes for nanoseconds
+    override fun allocationSize(value: java.time.Duration) = 12UL
+
+    override fun write(value: java.time.Duration, buf: ByteBuffer) {
+        if (value.seconds < 0) {
+            // Rust does not support negative Durations
+            throw IllegalArgumentException("Invalid duration, must be non-negative")
+        }
+
+        if (value.nano < 0) {
+            // Java docs provide guarantee that nano will always be positive, so this should be impossible
+            // See: https://docs.oracle.com/javase/8/docs/api/java/time/Duration.html
+            throw IllegalArgumentException("Invalid duration, nano value must be non-negative")
+        }
+
+        // Type mismatch (should be u64) but since Rust doesn't support negative durations we should be OK
+        buf.putLong(value.seconds)
+        // Type mismatch (should be u32) but since values will always be between 0 and 999,999,999 it should be OK
+        buf.putInt(value.nano)
     }
 }
 
@@ -2069,14 +2104,14 @@ public interface SamplerInterface {
     fun `findingsWith`(`thresholds`: Thresholds): List<Finding>
     
     /**
-     * The interval from the oldest snapshot within `window_ms` of the newest
+     * The interval from the oldest snapshot within `window` of the newest
      * one to the newest one (at least the last two snapshots); `None` with
      * fewer than two snapshots.
      *
      * # Errors
      * `Closed` after `shutdown()`.
      */
-    fun `intervalOver`(`windowMs`: kotlin.ULong): Interval?
+    fun `intervalOver`(`window`: java.time.Duration): Interval?
     
     /**
      * Whether background sampling is running.
@@ -2423,21 +2458,21 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 
     
     /**
-     * The interval from the oldest snapshot within `window_ms` of the newest
+     * The interval from the oldest snapshot within `window` of the newest
      * one to the newest one (at least the last two snapshots); `None` with
      * fewer than two snapshots.
      *
      * # Errors
      * `Closed` after `shutdown()`.
      */
-    @Throws(WakemeterException::class)override fun `intervalOver`(`windowMs`: kotlin.ULong): Interval? {
+    @Throws(WakemeterException::class)override fun `intervalOver`(`window`: java.time.Duration): Interval? {
             return FfiConverterOptionalTypeInterval.lift(
     callWithHandle {
     uniffiRustCallWithError(WakemeterException) { _status ->
     UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_interval_over(
         it,
         
-        FfiConverterULong.lower(`windowMs`),_status)
+        FfiConverterDuration.lower(`window`),_status)
 }
     }
     )
@@ -3117,7 +3152,7 @@ open class SamplerListenerImpl: Disposable, AutoCloseable, SamplerListener
 // Put the implementation in an object so we don't pollute the top-level namespace
 internal object uniffiCallbackInterfaceSamplerListener {
     internal object `onInterval`: UniffiCallbackInterfaceSamplerListenerMethod0 {
-        override fun callback(`uniffiHandle`: Long,`interval`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
+        override fun callback(`uniffiHandle`: Long,`interval`: RustBufferInterval.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
             val uniffiObj = FfiConverterTypeSamplerListener.handleMap.get(uniffiHandle)
             val makeCall = { ->
                 uniffiObj.`onInterval`(
@@ -3134,7 +3169,7 @@ internal object uniffiCallbackInterfaceSamplerListener {
         }
     }
     internal object `onFinding`: UniffiCallbackInterfaceSamplerListenerMethod1 {
-        override fun callback(`uniffiHandle`: Long,`finding`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
+        override fun callback(`uniffiHandle`: Long,`finding`: RustBufferFinding.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
             val uniffiObj = FfiConverterTypeSamplerListener.handleMap.get(uniffiHandle)
             val makeCall = { ->
                 uniffiObj.`onFinding`(
@@ -3654,594 +3689,6 @@ public object FfiConverterTypeSleepProbe: FfiConverter<SleepProbe, Long> {
 
 
 /**
- * One number behind a finding (see [`wakemeter::Evidence`]).
- */
-data class Evidence (
-    /**
-     * What was measured, e.g. "wakeups_per_sec".
-     */
-    val `name`: kotlin.String
-    , 
-    /**
-     * The value.
-     */
-    val `value`: kotlin.Double
-    , 
-    /**
-     * Its unit, e.g. "1/s", "%", "ns", "bytes", "ratio".
-     */
-    val `unit`: kotlin.String
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeEvidence: FfiConverterRustBuffer<Evidence> {
-    override fun read(buf: ByteBuffer): Evidence {
-        return Evidence(
-            FfiConverterString.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterString.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: Evidence) = (
-            FfiConverterString.allocationSize(value.`name`) +
-            FfiConverterDouble.allocationSize(value.`value`) +
-            FfiConverterString.allocationSize(value.`unit`)
-    )
-
-    override fun write(value: Evidence, buf: ByteBuffer) {
-            FfiConverterString.write(value.`name`, buf)
-            FfiConverterDouble.write(value.`value`, buf)
-            FfiConverterString.write(value.`unit`, buf)
-    }
-}
-
-
-
-/**
- * A diagnosis in plain words, with the numbers behind it (see [`wakemeter::Finding`]).
- */
-data class Finding (
-    /**
-     * What kind of waste.
-     */
-    val `kind`: FindingKind
-    , 
-    /**
-     * How urgent.
-     */
-    val `severity`: Severity
-    , 
-    /**
-     * Who.
-     */
-    val `subject`: Subject
-    , 
-    /**
-     * One line a developer acts on.
-     */
-    val `summary`: kotlin.String
-    , 
-    /**
-     * The numbers the summary rests on.
-     */
-    val `evidence`: List<Evidence>
-    , 
-    /**
-     * What to do about it.
-     */
-    val `advice`: kotlin.String
-    , 
-    /**
-     * Length of the window the finding looked at, in nanoseconds.
-     */
-    val `windowNs`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeFinding: FfiConverterRustBuffer<Finding> {
-    override fun read(buf: ByteBuffer): Finding {
-        return Finding(
-            FfiConverterTypeFindingKind.read(buf),
-            FfiConverterTypeSeverity.read(buf),
-            FfiConverterTypeSubject.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterSequenceTypeEvidence.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: Finding) = (
-            FfiConverterTypeFindingKind.allocationSize(value.`kind`) +
-            FfiConverterTypeSeverity.allocationSize(value.`severity`) +
-            FfiConverterTypeSubject.allocationSize(value.`subject`) +
-            FfiConverterString.allocationSize(value.`summary`) +
-            FfiConverterSequenceTypeEvidence.allocationSize(value.`evidence`) +
-            FfiConverterString.allocationSize(value.`advice`) +
-            FfiConverterULong.allocationSize(value.`windowNs`)
-    )
-
-    override fun write(value: Finding, buf: ByteBuffer) {
-            FfiConverterTypeFindingKind.write(value.`kind`, buf)
-            FfiConverterTypeSeverity.write(value.`severity`, buf)
-            FfiConverterTypeSubject.write(value.`subject`, buf)
-            FfiConverterString.write(value.`summary`, buf)
-            FfiConverterSequenceTypeEvidence.write(value.`evidence`, buf)
-            FfiConverterString.write(value.`advice`, buf)
-            FfiConverterULong.write(value.`windowNs`, buf)
-    }
-}
-
-
-
-/**
- * The difference of two snapshots, with rates (see [`wakemeter::Interval`]).
- */
-data class Interval (
-    /**
-     * Sequence number of the starting snapshot.
-     */
-    val `fromSeq`: kotlin.ULong
-    , 
-    /**
-     * Sequence number of the ending snapshot.
-     */
-    val `toSeq`: kotlin.ULong
-    , 
-    /**
-     * Monotonic timestamp of the ending snapshot, in nanoseconds.
-     */
-    val `endMonotonicNs`: kotlin.ULong
-    , 
-    /**
-     * Length of the interval, in nanoseconds.
-     */
-    val `durationNs`: kotlin.ULong
-    , 
-    /**
-     * Process-wide rates.
-     */
-    val `process`: ProcessInterval
-    , 
-    /**
-     * Per-thread rates, highest CPU first.
-     */
-    val `threads`: List<ThreadInterval>
-    , 
-    /**
-     * Threads that exited during the interval.
-     */
-    val `threadsExited`: kotlin.UInt
-    , 
-    /**
-     * Threads alive at the end with no kernel (eBPF) record at the end;
-     * `None` without a kernel sample at both ends.
-     */
-    val `kernelUncoveredThreads`: kotlin.UInt?
-    , 
-    /**
-     * Instrumented loops alive at the end.
-     */
-    val `loops`: List<LoopInterval>
-    , 
-    /**
-     * Instrumented sleep sites alive at the end.
-     */
-    val `sleeps`: List<SleepInterval>
-    , 
-    /**
-     * CPU time the sampler spent during the interval, in nanoseconds.
-     */
-    val `samplerCpuTimeNs`: kotlin.ULong
-    , 
-    /**
-     * The sampler's own CPU in percent of one core.
-     */
-    val `samplerCpuPercent`: kotlin.Double
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
-    override fun read(buf: ByteBuffer): Interval {
-        return Interval(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterTypeProcessInterval.read(buf),
-            FfiConverterSequenceTypeThreadInterval.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterOptionalUInt.read(buf),
-            FfiConverterSequenceTypeLoopInterval.read(buf),
-            FfiConverterSequenceTypeSleepInterval.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: Interval) = (
-            FfiConverterULong.allocationSize(value.`fromSeq`) +
-            FfiConverterULong.allocationSize(value.`toSeq`) +
-            FfiConverterULong.allocationSize(value.`endMonotonicNs`) +
-            FfiConverterULong.allocationSize(value.`durationNs`) +
-            FfiConverterTypeProcessInterval.allocationSize(value.`process`) +
-            FfiConverterSequenceTypeThreadInterval.allocationSize(value.`threads`) +
-            FfiConverterUInt.allocationSize(value.`threadsExited`) +
-            FfiConverterOptionalUInt.allocationSize(value.`kernelUncoveredThreads`) +
-            FfiConverterSequenceTypeLoopInterval.allocationSize(value.`loops`) +
-            FfiConverterSequenceTypeSleepInterval.allocationSize(value.`sleeps`) +
-            FfiConverterULong.allocationSize(value.`samplerCpuTimeNs`) +
-            FfiConverterDouble.allocationSize(value.`samplerCpuPercent`)
-    )
-
-    override fun write(value: Interval, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`fromSeq`, buf)
-            FfiConverterULong.write(value.`toSeq`, buf)
-            FfiConverterULong.write(value.`endMonotonicNs`, buf)
-            FfiConverterULong.write(value.`durationNs`, buf)
-            FfiConverterTypeProcessInterval.write(value.`process`, buf)
-            FfiConverterSequenceTypeThreadInterval.write(value.`threads`, buf)
-            FfiConverterUInt.write(value.`threadsExited`, buf)
-            FfiConverterOptionalUInt.write(value.`kernelUncoveredThreads`, buf)
-            FfiConverterSequenceTypeLoopInterval.write(value.`loops`, buf)
-            FfiConverterSequenceTypeSleepInterval.write(value.`sleeps`, buf)
-            FfiConverterULong.write(value.`samplerCpuTimeNs`, buf)
-            FfiConverterDouble.write(value.`samplerCpuPercent`, buf)
-    }
-}
-
-
-
-/**
- * One read of a kernel source (see [`wakemeter::KernelSample`]).
- */
-data class KernelSample (
-    /**
-     * Name of the source, e.g. "ebpf".
-     */
-    val `source`: kotlin.String
-    , 
-    /**
-     * Process id the source observes.
-     */
-    val `pid`: kotlin.UInt
-    , 
-    /**
-     * Live threads of the target with their counters.
-     */
-    val `threads`: List<KernelThreadStats>
-    , 
-    /**
-     * Events lost because a bounded kernel map was full.
-     */
-    val `droppedEvents`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeKernelSample: FfiConverterRustBuffer<KernelSample> {
-    override fun read(buf: ByteBuffer): KernelSample {
-        return KernelSample(
-            FfiConverterString.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterSequenceTypeKernelThreadStats.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: KernelSample) = (
-            FfiConverterString.allocationSize(value.`source`) +
-            FfiConverterUInt.allocationSize(value.`pid`) +
-            FfiConverterSequenceTypeKernelThreadStats.allocationSize(value.`threads`) +
-            FfiConverterULong.allocationSize(value.`droppedEvents`)
-    )
-
-    override fun write(value: KernelSample, buf: ByteBuffer) {
-            FfiConverterString.write(value.`source`, buf)
-            FfiConverterUInt.write(value.`pid`, buf)
-            FfiConverterSequenceTypeKernelThreadStats.write(value.`threads`, buf)
-            FfiConverterULong.write(value.`droppedEvents`, buf)
-    }
-}
-
-
-
-/**
- * What a kernel source (eBPF) saw of one thread over an interval (see
- * [`wakemeter::KernelThreadInterval`]).
- */
-data class KernelThreadInterval (
-    /**
-     * Time on CPU, in percent of one core.
-     */
-    val `onCpuPercent`: kotlin.Double
-    , 
-    /**
-     * Voluntary switches per second.
-     */
-    val `voluntarySwitchesPerSec`: kotlin.Double
-    , 
-    /**
-     * Involuntary switches per second.
-     */
-    val `involuntarySwitchesPerSec`: kotlin.Double
-    , 
-    /**
-     * Off-CPU time during the interval by cause, in nanoseconds.
-     */
-    val `offCpu`: OffCpuTime
-    , 
-    /**
-     * Times the thread was woken, per second.
-     */
-    val `wakeupsPerSec`: kotlin.Double
-    , 
-    /**
-     * Poll-family syscalls per second.
-     */
-    val `pollCallsPerSec`: kotlin.Double
-    , 
-    /**
-     * Share of poll calls that returned 0, 0 to 1.
-     */
-    val `pollZeroReturnRatio`: kotlin.Double
-    , 
-    /**
-     * Share of poll calls with a zero timeout, 0 to 1.
-     */
-    val `pollZeroTimeoutRatio`: kotlin.Double
-    , 
-    /**
-     * Sleep syscalls per second.
-     */
-    val `sleepsPerSec`: kotlin.Double
-    , 
-    /**
-     * Mean requested sleep, in nanoseconds.
-     */
-    val `meanSleepRequestedNs`: kotlin.ULong
-    , 
-    /**
-     * Mean actual sleep, in nanoseconds.
-     */
-    val `meanSleepActualNs`: kotlin.ULong
-    , 
-    /**
-     * Top wakers since the source attached, most first.
-     */
-    val `topWakers`: List<Waker>
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<KernelThreadInterval> {
-    override fun read(buf: ByteBuffer): KernelThreadInterval {
-        return KernelThreadInterval(
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterTypeOffCpuTime.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterSequenceTypeWaker.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: KernelThreadInterval) = (
-            FfiConverterDouble.allocationSize(value.`onCpuPercent`) +
-            FfiConverterDouble.allocationSize(value.`voluntarySwitchesPerSec`) +
-            FfiConverterDouble.allocationSize(value.`involuntarySwitchesPerSec`) +
-            FfiConverterTypeOffCpuTime.allocationSize(value.`offCpu`) +
-            FfiConverterDouble.allocationSize(value.`wakeupsPerSec`) +
-            FfiConverterDouble.allocationSize(value.`pollCallsPerSec`) +
-            FfiConverterDouble.allocationSize(value.`pollZeroReturnRatio`) +
-            FfiConverterDouble.allocationSize(value.`pollZeroTimeoutRatio`) +
-            FfiConverterDouble.allocationSize(value.`sleepsPerSec`) +
-            FfiConverterULong.allocationSize(value.`meanSleepRequestedNs`) +
-            FfiConverterULong.allocationSize(value.`meanSleepActualNs`) +
-            FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`)
-    )
-
-    override fun write(value: KernelThreadInterval, buf: ByteBuffer) {
-            FfiConverterDouble.write(value.`onCpuPercent`, buf)
-            FfiConverterDouble.write(value.`voluntarySwitchesPerSec`, buf)
-            FfiConverterDouble.write(value.`involuntarySwitchesPerSec`, buf)
-            FfiConverterTypeOffCpuTime.write(value.`offCpu`, buf)
-            FfiConverterDouble.write(value.`wakeupsPerSec`, buf)
-            FfiConverterDouble.write(value.`pollCallsPerSec`, buf)
-            FfiConverterDouble.write(value.`pollZeroReturnRatio`, buf)
-            FfiConverterDouble.write(value.`pollZeroTimeoutRatio`, buf)
-            FfiConverterDouble.write(value.`sleepsPerSec`, buf)
-            FfiConverterULong.write(value.`meanSleepRequestedNs`, buf)
-            FfiConverterULong.write(value.`meanSleepActualNs`, buf)
-            FfiConverterSequenceTypeWaker.write(value.`topWakers`, buf)
-    }
-}
-
-
-
-/**
- * What the kernel saw of one thread (see [`wakemeter::KernelThreadStats`]).
- */
-data class KernelThreadStats (
-    /**
-     * TID.
-     */
-    val `tid`: kotlin.ULong
-    , 
-    /**
-     * `comm` as the kernel last saw it.
-     */
-    val `comm`: kotlin.String
-    , 
-    /**
-     * Time on CPU, in nanoseconds.
-     */
-    val `onCpuNs`: kotlin.ULong
-    , 
-    /**
-     * Voluntary switches.
-     */
-    val `voluntarySwitches`: kotlin.ULong
-    , 
-    /**
-     * Involuntary switches.
-     */
-    val `involuntarySwitches`: kotlin.ULong
-    , 
-    /**
-     * Off-CPU time by cause.
-     */
-    val `offCpu`: OffCpuTime
-    , 
-    /**
-     * Durations of off-CPU spans, in nanoseconds.
-     */
-    val `offCpuHistogram`: Log2Histogram
-    , 
-    /**
-     * Wakeup-to-run latencies, in nanoseconds.
-     */
-    val `runQueueLatencyHistogram`: Log2Histogram
-    , 
-    /**
-     * Times this thread was woken.
-     */
-    val `wakeupsReceived`: kotlin.ULong
-    , 
-    /**
-     * The threads that woke it most, most frequent first.
-     */
-    val `topWakers`: List<Waker>
-    , 
-    /**
-     * Poll-family syscalls.
-     */
-    val `poll`: PollSyscallStats
-    , 
-    /**
-     * Sleep syscalls.
-     */
-    val `sleep`: SleepSyscallStats
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelThreadStats> {
-    override fun read(buf: ByteBuffer): KernelThreadStats {
-        return KernelThreadStats(
-            FfiConverterULong.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterTypeOffCpuTime.read(buf),
-            FfiConverterTypeLog2Histogram.read(buf),
-            FfiConverterTypeLog2Histogram.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterSequenceTypeWaker.read(buf),
-            FfiConverterTypePollSyscallStats.read(buf),
-            FfiConverterTypeSleepSyscallStats.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: KernelThreadStats) = (
-            FfiConverterULong.allocationSize(value.`tid`) +
-            FfiConverterString.allocationSize(value.`comm`) +
-            FfiConverterULong.allocationSize(value.`onCpuNs`) +
-            FfiConverterULong.allocationSize(value.`voluntarySwitches`) +
-            FfiConverterULong.allocationSize(value.`involuntarySwitches`) +
-            FfiConverterTypeOffCpuTime.allocationSize(value.`offCpu`) +
-            FfiConverterTypeLog2Histogram.allocationSize(value.`offCpuHistogram`) +
-            FfiConverterTypeLog2Histogram.allocationSize(value.`runQueueLatencyHistogram`) +
-            FfiConverterULong.allocationSize(value.`wakeupsReceived`) +
-            FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`) +
-            FfiConverterTypePollSyscallStats.allocationSize(value.`poll`) +
-            FfiConverterTypeSleepSyscallStats.allocationSize(value.`sleep`)
-    )
-
-    override fun write(value: KernelThreadStats, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`tid`, buf)
-            FfiConverterString.write(value.`comm`, buf)
-            FfiConverterULong.write(value.`onCpuNs`, buf)
-            FfiConverterULong.write(value.`voluntarySwitches`, buf)
-            FfiConverterULong.write(value.`involuntarySwitches`, buf)
-            FfiConverterTypeOffCpuTime.write(value.`offCpu`, buf)
-            FfiConverterTypeLog2Histogram.write(value.`offCpuHistogram`, buf)
-            FfiConverterTypeLog2Histogram.write(value.`runQueueLatencyHistogram`, buf)
-            FfiConverterULong.write(value.`wakeupsReceived`, buf)
-            FfiConverterSequenceTypeWaker.write(value.`topWakers`, buf)
-            FfiConverterTypePollSyscallStats.write(value.`poll`, buf)
-            FfiConverterTypeSleepSyscallStats.write(value.`sleep`, buf)
-    }
-}
-
-
-
-/**
  * Counters of listener delivery.
  */
 data class ListenerStats (
@@ -4309,2100 +3756,6 @@ public object FfiConverterTypeListenerStats: FfiConverterRustBuffer<ListenerStat
             FfiConverterOptionalString.write(value.`lastListenerError`, buf)
     }
 }
-
-
-
-/**
- * Log2 histogram of durations in nanoseconds (see [`wakemeter::Log2Histogram`]):
- * bucket 0 counts zeros, bucket `i ≥ 1` counts values in `[2^(i-1), 2^i)` ns.
- */
-data class Log2Histogram (
-    /**
-     * Counts per bucket, trimmed after the last non-zero one.
-     */
-    val `buckets`: List<kotlin.ULong>
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeLog2Histogram: FfiConverterRustBuffer<Log2Histogram> {
-    override fun read(buf: ByteBuffer): Log2Histogram {
-        return Log2Histogram(
-            FfiConverterSequenceULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: Log2Histogram) = (
-            FfiConverterSequenceULong.allocationSize(value.`buckets`)
-    )
-
-    override fun write(value: Log2Histogram, buf: ByteBuffer) {
-            FfiConverterSequenceULong.write(value.`buckets`, buf)
-    }
-}
-
-
-
-/**
- * One instrumented loop over an interval (see [`wakemeter::LoopInterval`]).
- */
-data class LoopInterval (
-    /**
-     * Probe id.
-     */
-    val `id`: kotlin.ULong
-    , 
-    /**
-     * Probe name.
-     */
-    val `name`: kotlin.String
-    , 
-    /**
-     * Thread that last waited, if any.
-     */
-    val `tid`: kotlin.ULong?
-    , 
-    /**
-     * Wakeups (returns from the wait) during the interval.
-     */
-    val `wakeups`: kotlin.ULong
-    , 
-    /**
-     * Wakeups per second.
-     */
-    val `wakeupsPerSec`: kotlin.Double
-    , 
-    /**
-     * Wakeups that found 0 events.
-     */
-    val `idleWakeups`: kotlin.ULong
-    , 
-    /**
-     * `idle_wakeups / wakeups` (0 to 1).
-     */
-    val `idleWakeupRatio`: kotlin.Double
-    , 
-    /**
-     * Wakeups after the full timeout elapsed.
-     */
-    val `timedOutWakeups`: kotlin.ULong
-    , 
-    /**
-     * Wakeups before a finite timeout elapsed.
-     */
-    val `earlyWakeups`: kotlin.ULong
-    , 
-    /**
-     * Waits with a zero timeout (non-blocking polls).
-     */
-    val `zeroTimeoutWaits`: kotlin.ULong
-    , 
-    /**
-     * `zero_timeout_waits / wakeups` (0 to 1).
-     */
-    val `zeroTimeoutRatio`: kotlin.Double
-    , 
-    /**
-     * Ready events reported.
-     */
-    val `events`: kotlin.ULong
-    , 
-    /**
-     * `events / wakeups`.
-     */
-    val `eventsPerWakeup`: kotlin.Double
-    , 
-    /**
-     * Time inside waits, in nanoseconds.
-     */
-    val `waitNs`: kotlin.ULong
-    , 
-    /**
-     * Time between waits (doing work), in nanoseconds.
-     */
-    val `busyNs`: kotlin.ULong
-    , 
-    /**
-     * Loop utilization, `busy / (busy + wait)` (0 to 1).
-     */
-    val `utilization`: kotlin.Double
-    , 
-    /**
-     * Poll delays of timed-out wakeups, in nanoseconds.
-     */
-    val `pollDelayHistogram`: Log2Histogram
-    , 
-    /**
-     * Mean poll delay of timed-out wakeups, in nanoseconds.
-     */
-    val `meanPollDelayNs`: kotlin.ULong
-    , 
-    /**
-     * 99th percentile poll delay (lower bound of its log2 bucket), in nanoseconds.
-     */
-    val `p99PollDelayNs`: kotlin.ULong?
-    , 
-    /**
-     * Length of the wait in progress at the end, in nanoseconds.
-     */
-    val `currentWaitNs`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeLoopInterval: FfiConverterRustBuffer<LoopInterval> {
-    override fun read(buf: ByteBuffer): LoopInterval {
-        return LoopInterval(
-            FfiConverterULong.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterTypeLog2Histogram.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: LoopInterval) = (
-            FfiConverterULong.allocationSize(value.`id`) +
-            FfiConverterString.allocationSize(value.`name`) +
-            FfiConverterOptionalULong.allocationSize(value.`tid`) +
-            FfiConverterULong.allocationSize(value.`wakeups`) +
-            FfiConverterDouble.allocationSize(value.`wakeupsPerSec`) +
-            FfiConverterULong.allocationSize(value.`idleWakeups`) +
-            FfiConverterDouble.allocationSize(value.`idleWakeupRatio`) +
-            FfiConverterULong.allocationSize(value.`timedOutWakeups`) +
-            FfiConverterULong.allocationSize(value.`earlyWakeups`) +
-            FfiConverterULong.allocationSize(value.`zeroTimeoutWaits`) +
-            FfiConverterDouble.allocationSize(value.`zeroTimeoutRatio`) +
-            FfiConverterULong.allocationSize(value.`events`) +
-            FfiConverterDouble.allocationSize(value.`eventsPerWakeup`) +
-            FfiConverterULong.allocationSize(value.`waitNs`) +
-            FfiConverterULong.allocationSize(value.`busyNs`) +
-            FfiConverterDouble.allocationSize(value.`utilization`) +
-            FfiConverterTypeLog2Histogram.allocationSize(value.`pollDelayHistogram`) +
-            FfiConverterULong.allocationSize(value.`meanPollDelayNs`) +
-            FfiConverterOptionalULong.allocationSize(value.`p99PollDelayNs`) +
-            FfiConverterULong.allocationSize(value.`currentWaitNs`)
-    )
-
-    override fun write(value: LoopInterval, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`id`, buf)
-            FfiConverterString.write(value.`name`, buf)
-            FfiConverterOptionalULong.write(value.`tid`, buf)
-            FfiConverterULong.write(value.`wakeups`, buf)
-            FfiConverterDouble.write(value.`wakeupsPerSec`, buf)
-            FfiConverterULong.write(value.`idleWakeups`, buf)
-            FfiConverterDouble.write(value.`idleWakeupRatio`, buf)
-            FfiConverterULong.write(value.`timedOutWakeups`, buf)
-            FfiConverterULong.write(value.`earlyWakeups`, buf)
-            FfiConverterULong.write(value.`zeroTimeoutWaits`, buf)
-            FfiConverterDouble.write(value.`zeroTimeoutRatio`, buf)
-            FfiConverterULong.write(value.`events`, buf)
-            FfiConverterDouble.write(value.`eventsPerWakeup`, buf)
-            FfiConverterULong.write(value.`waitNs`, buf)
-            FfiConverterULong.write(value.`busyNs`, buf)
-            FfiConverterDouble.write(value.`utilization`, buf)
-            FfiConverterTypeLog2Histogram.write(value.`pollDelayHistogram`, buf)
-            FfiConverterULong.write(value.`meanPollDelayNs`, buf)
-            FfiConverterOptionalULong.write(value.`p99PollDelayNs`, buf)
-            FfiConverterULong.write(value.`currentWaitNs`, buf)
-    }
-}
-
-
-
-/**
- * Cumulative counters of one instrumented loop (see [`wakemeter::LoopStats`]).
- */
-data class LoopStats (
-    /**
-     * Probe id, unique within its sampler.
-     */
-    val `id`: kotlin.ULong
-    , 
-    /**
-     * Name given when the probe was created.
-     */
-    val `name`: kotlin.String
-    , 
-    /**
-     * OS id of the thread that last waited; `None` before the first wait.
-     */
-    val `tid`: kotlin.ULong?
-    , 
-    /**
-     * Returns from the wait.
-     */
-    val `totalWakeups`: kotlin.ULong
-    , 
-    /**
-     * Wakeups that reported 0 ready events.
-     */
-    val `totalIdleWakeups`: kotlin.ULong
-    , 
-    /**
-     * Wakeups after a finite timeout fully elapsed.
-     */
-    val `totalTimedOutWakeups`: kotlin.ULong
-    , 
-    /**
-     * Wakeups before a finite timeout elapsed.
-     */
-    val `totalEarlyWakeups`: kotlin.ULong
-    , 
-    /**
-     * Waits with a zero timeout (busy polling).
-     */
-    val `totalZeroTimeoutWaits`: kotlin.ULong
-    , 
-    /**
-     * Sum of ready-event counts.
-     */
-    val `totalEvents`: kotlin.ULong
-    , 
-    /**
-     * Time inside waits, in nanoseconds.
-     */
-    val `totalWaitNs`: kotlin.ULong
-    , 
-    /**
-     * Time between waits (the loop working), in nanoseconds.
-     */
-    val `totalBusyNs`: kotlin.ULong
-    , 
-    /**
-     * Sum of how late timed-out waits returned, in nanoseconds.
-     */
-    val `totalPollDelayNs`: kotlin.ULong
-    , 
-    /**
-     * Poll delay of each timed-out wakeup, in nanoseconds.
-     */
-    val `pollDelayHistogram`: Log2Histogram
-    , 
-    /**
-     * Calls out of order (ignored and counted).
-     */
-    val `totalUnmatchedCalls`: kotlin.ULong
-    , 
-    /**
-     * Length of the wait in progress, in nanoseconds (0 when not waiting).
-     */
-    val `currentWaitNs`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeLoopStats: FfiConverterRustBuffer<LoopStats> {
-    override fun read(buf: ByteBuffer): LoopStats {
-        return LoopStats(
-            FfiConverterULong.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterTypeLog2Histogram.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: LoopStats) = (
-            FfiConverterULong.allocationSize(value.`id`) +
-            FfiConverterString.allocationSize(value.`name`) +
-            FfiConverterOptionalULong.allocationSize(value.`tid`) +
-            FfiConverterULong.allocationSize(value.`totalWakeups`) +
-            FfiConverterULong.allocationSize(value.`totalIdleWakeups`) +
-            FfiConverterULong.allocationSize(value.`totalTimedOutWakeups`) +
-            FfiConverterULong.allocationSize(value.`totalEarlyWakeups`) +
-            FfiConverterULong.allocationSize(value.`totalZeroTimeoutWaits`) +
-            FfiConverterULong.allocationSize(value.`totalEvents`) +
-            FfiConverterULong.allocationSize(value.`totalWaitNs`) +
-            FfiConverterULong.allocationSize(value.`totalBusyNs`) +
-            FfiConverterULong.allocationSize(value.`totalPollDelayNs`) +
-            FfiConverterTypeLog2Histogram.allocationSize(value.`pollDelayHistogram`) +
-            FfiConverterULong.allocationSize(value.`totalUnmatchedCalls`) +
-            FfiConverterULong.allocationSize(value.`currentWaitNs`)
-    )
-
-    override fun write(value: LoopStats, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`id`, buf)
-            FfiConverterString.write(value.`name`, buf)
-            FfiConverterOptionalULong.write(value.`tid`, buf)
-            FfiConverterULong.write(value.`totalWakeups`, buf)
-            FfiConverterULong.write(value.`totalIdleWakeups`, buf)
-            FfiConverterULong.write(value.`totalTimedOutWakeups`, buf)
-            FfiConverterULong.write(value.`totalEarlyWakeups`, buf)
-            FfiConverterULong.write(value.`totalZeroTimeoutWaits`, buf)
-            FfiConverterULong.write(value.`totalEvents`, buf)
-            FfiConverterULong.write(value.`totalWaitNs`, buf)
-            FfiConverterULong.write(value.`totalBusyNs`, buf)
-            FfiConverterULong.write(value.`totalPollDelayNs`, buf)
-            FfiConverterTypeLog2Histogram.write(value.`pollDelayHistogram`, buf)
-            FfiConverterULong.write(value.`totalUnmatchedCalls`, buf)
-            FfiConverterULong.write(value.`currentWaitNs`, buf)
-    }
-}
-
-
-
-/**
- * Off-CPU time of one thread by cause, in nanoseconds (see [`wakemeter::kernel::OffCpuTime`]).
- */
-data class OffCpuTime (
-    /**
-     * In `nanosleep`/`clock_nanosleep`.
-     */
-    val `sleepNs`: kotlin.ULong
-    , 
-    /**
-     * In `futex`.
-     */
-    val `lockNs`: kotlin.ULong
-    , 
-    /**
-     * In poll-family syscalls.
-     */
-    val `pollNs`: kotlin.ULong
-    , 
-    /**
-     * Uninterruptible (I/O).
-     */
-    val `ioNs`: kotlin.ULong
-    , 
-    /**
-     * Preempted (runnable, waiting for a CPU).
-     */
-    val `preemptedNs`: kotlin.ULong
-    , 
-    /**
-     * Any other reason.
-     */
-    val `otherNs`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeOffCpuTime: FfiConverterRustBuffer<OffCpuTime> {
-    override fun read(buf: ByteBuffer): OffCpuTime {
-        return OffCpuTime(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: OffCpuTime) = (
-            FfiConverterULong.allocationSize(value.`sleepNs`) +
-            FfiConverterULong.allocationSize(value.`lockNs`) +
-            FfiConverterULong.allocationSize(value.`pollNs`) +
-            FfiConverterULong.allocationSize(value.`ioNs`) +
-            FfiConverterULong.allocationSize(value.`preemptedNs`) +
-            FfiConverterULong.allocationSize(value.`otherNs`)
-    )
-
-    override fun write(value: OffCpuTime, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`sleepNs`, buf)
-            FfiConverterULong.write(value.`lockNs`, buf)
-            FfiConverterULong.write(value.`pollNs`, buf)
-            FfiConverterULong.write(value.`ioNs`, buf)
-            FfiConverterULong.write(value.`preemptedNs`, buf)
-            FfiConverterULong.write(value.`otherNs`, buf)
-    }
-}
-
-
-
-/**
- * Poll-family syscalls of one thread (see [`wakemeter::kernel::PollSyscallStats`]).
- */
-data class PollSyscallStats (
-    /**
-     * Calls that returned.
-     */
-    val `calls`: kotlin.ULong
-    , 
-    /**
-     * Calls that returned 0 (nothing ready).
-     */
-    val `zeroReturns`: kotlin.ULong
-    , 
-    /**
-     * Calls with a zero timeout (busy polling).
-     */
-    val `zeroTimeouts`: kotlin.ULong
-    , 
-    /**
-     * Calls with no timeout.
-     */
-    val `infiniteTimeouts`: kotlin.ULong
-    , 
-    /**
-     * Requested finite timeouts, in nanoseconds.
-     */
-    val `timeoutHistogram`: Log2Histogram
-    , 
-    /**
-     * Time blocked in the calls, from each call's first block to its
-     * return, in nanoseconds (calls that never block add 0).
-     */
-    val `timeInCallsNs`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypePollSyscallStats: FfiConverterRustBuffer<PollSyscallStats> {
-    override fun read(buf: ByteBuffer): PollSyscallStats {
-        return PollSyscallStats(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterTypeLog2Histogram.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: PollSyscallStats) = (
-            FfiConverterULong.allocationSize(value.`calls`) +
-            FfiConverterULong.allocationSize(value.`zeroReturns`) +
-            FfiConverterULong.allocationSize(value.`zeroTimeouts`) +
-            FfiConverterULong.allocationSize(value.`infiniteTimeouts`) +
-            FfiConverterTypeLog2Histogram.allocationSize(value.`timeoutHistogram`) +
-            FfiConverterULong.allocationSize(value.`timeInCallsNs`)
-    )
-
-    override fun write(value: PollSyscallStats, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`calls`, buf)
-            FfiConverterULong.write(value.`zeroReturns`, buf)
-            FfiConverterULong.write(value.`zeroTimeouts`, buf)
-            FfiConverterULong.write(value.`infiniteTimeouts`, buf)
-            FfiConverterTypeLog2Histogram.write(value.`timeoutHistogram`, buf)
-            FfiConverterULong.write(value.`timeInCallsNs`, buf)
-    }
-}
-
-
-
-/**
- * Process-wide rates over an interval (see [`wakemeter::ProcessInterval`]).
- */
-data class ProcessInterval (
-    /**
-     * Process id.
-     */
-    val `pid`: kotlin.UInt
-    , 
-    /**
-     * Process CPU time used during the interval, in nanoseconds.
-     */
-    val `cpuTimeNs`: kotlin.ULong
-    , 
-    /**
-     * CPU in percent of one core (up to `cpu_count × 100`).
-     */
-    val `cpuPercent`: kotlin.Double
-    , 
-    /**
-     * Resident set size at the end, in bytes.
-     */
-    val `rssBytes`: kotlin.ULong
-    , 
-    /**
-     * Change of the resident set size, in bytes (negative: shrank).
-     */
-    val `rssChangeBytes`: kotlin.Long
-    , 
-    /**
-     * Peak resident set size at the end, in bytes.
-     */
-    val `peakRssBytes`: kotlin.ULong?
-    , 
-    /**
-     * Threads at the end.
-     */
-    val `threadCount`: kotlin.UInt
-    , 
-    /**
-     * Apple interrupt wakeups per second.
-     */
-    val `interruptWakeupsPerSec`: kotlin.Double?
-    , 
-    /**
-     * Apple platform-idle wakeups per second.
-     */
-    val `platformIdleWakeupsPerSec`: kotlin.Double?
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeProcessInterval: FfiConverterRustBuffer<ProcessInterval> {
-    override fun read(buf: ByteBuffer): ProcessInterval {
-        return ProcessInterval(
-            FfiConverterUInt.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterLong.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterOptionalDouble.read(buf),
-            FfiConverterOptionalDouble.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: ProcessInterval) = (
-            FfiConverterUInt.allocationSize(value.`pid`) +
-            FfiConverterULong.allocationSize(value.`cpuTimeNs`) +
-            FfiConverterDouble.allocationSize(value.`cpuPercent`) +
-            FfiConverterULong.allocationSize(value.`rssBytes`) +
-            FfiConverterLong.allocationSize(value.`rssChangeBytes`) +
-            FfiConverterOptionalULong.allocationSize(value.`peakRssBytes`) +
-            FfiConverterUInt.allocationSize(value.`threadCount`) +
-            FfiConverterOptionalDouble.allocationSize(value.`interruptWakeupsPerSec`) +
-            FfiConverterOptionalDouble.allocationSize(value.`platformIdleWakeupsPerSec`)
-    )
-
-    override fun write(value: ProcessInterval, buf: ByteBuffer) {
-            FfiConverterUInt.write(value.`pid`, buf)
-            FfiConverterULong.write(value.`cpuTimeNs`, buf)
-            FfiConverterDouble.write(value.`cpuPercent`, buf)
-            FfiConverterULong.write(value.`rssBytes`, buf)
-            FfiConverterLong.write(value.`rssChangeBytes`, buf)
-            FfiConverterOptionalULong.write(value.`peakRssBytes`, buf)
-            FfiConverterUInt.write(value.`threadCount`, buf)
-            FfiConverterOptionalDouble.write(value.`interruptWakeupsPerSec`, buf)
-            FfiConverterOptionalDouble.write(value.`platformIdleWakeupsPerSec`, buf)
-    }
-}
-
-
-
-/**
- * Process-wide counters at one instant (see [`wakemeter::ProcessSample`]).
- */
-data class ProcessSample (
-    /**
-     * Process id.
-     */
-    val `pid`: kotlin.UInt
-    , 
-    /**
-     * Resident set size, in bytes.
-     */
-    val `rssBytes`: kotlin.ULong
-    , 
-    /**
-     * Peak resident set size, in bytes.
-     */
-    val `peakRssBytes`: kotlin.ULong?
-    , 
-    /**
-     * Apple `phys_footprint`, in bytes.
-     */
-    val `physFootprintBytes`: kotlin.ULong?
-    , 
-    /**
-     * CPU time of the whole process, in nanoseconds.
-     */
-    val `cpuTimeNs`: kotlin.ULong
-    , 
-    /**
-     * Threads seen in this sample.
-     */
-    val `threadCount`: kotlin.UInt
-    , 
-    /**
-     * Apple interrupt wakeups, cumulative.
-     */
-    val `interruptWakeups`: kotlin.ULong?
-    , 
-    /**
-     * Apple platform-idle wakeups ("Idle Wake Ups"), cumulative.
-     */
-    val `platformIdleWakeups`: kotlin.ULong?
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeProcessSample: FfiConverterRustBuffer<ProcessSample> {
-    override fun read(buf: ByteBuffer): ProcessSample {
-        return ProcessSample(
-            FfiConverterUInt.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: ProcessSample) = (
-            FfiConverterUInt.allocationSize(value.`pid`) +
-            FfiConverterULong.allocationSize(value.`rssBytes`) +
-            FfiConverterOptionalULong.allocationSize(value.`peakRssBytes`) +
-            FfiConverterOptionalULong.allocationSize(value.`physFootprintBytes`) +
-            FfiConverterULong.allocationSize(value.`cpuTimeNs`) +
-            FfiConverterUInt.allocationSize(value.`threadCount`) +
-            FfiConverterOptionalULong.allocationSize(value.`interruptWakeups`) +
-            FfiConverterOptionalULong.allocationSize(value.`platformIdleWakeups`)
-    )
-
-    override fun write(value: ProcessSample, buf: ByteBuffer) {
-            FfiConverterUInt.write(value.`pid`, buf)
-            FfiConverterULong.write(value.`rssBytes`, buf)
-            FfiConverterOptionalULong.write(value.`peakRssBytes`, buf)
-            FfiConverterOptionalULong.write(value.`physFootprintBytes`, buf)
-            FfiConverterULong.write(value.`cpuTimeNs`, buf)
-            FfiConverterUInt.write(value.`threadCount`, buf)
-            FfiConverterOptionalULong.write(value.`interruptWakeups`, buf)
-            FfiConverterOptionalULong.write(value.`platformIdleWakeups`, buf)
-    }
-}
-
-
-
-/**
- * What the sampler measured and concluded (see [`wakemeter::Report`]).
- */
-data class Report (
-    /**
-     * When the report was made, in nanoseconds since the Unix epoch.
-     */
-    val `unixTimeNs`: kotlin.ULong
-    , 
-    /**
-     * The machine.
-     */
-    val `system`: SystemInfo
-    , 
-    /**
-     * The sampler's own counters and overhead.
-     */
-    val `stats`: SamplerStats
-    , 
-    /**
-     * The interval over the findings window (`None` with fewer than two snapshots).
-     */
-    val `interval`: Interval?
-    , 
-    /**
-     * Findings, most severe first.
-     */
-    val `findings`: List<Finding>
-    , 
-    /**
-     * What made the interval's snapshots less complete than configured,
-     * each kind once; lost kernel events summed.
-     */
-    val `warnings`: List<SampleWarning>
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
-    override fun read(buf: ByteBuffer): Report {
-        return Report(
-            FfiConverterULong.read(buf),
-            FfiConverterTypeSystemInfo.read(buf),
-            FfiConverterTypeSamplerStats.read(buf),
-            FfiConverterOptionalTypeInterval.read(buf),
-            FfiConverterSequenceTypeFinding.read(buf),
-            FfiConverterSequenceTypeSampleWarning.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: Report) = (
-            FfiConverterULong.allocationSize(value.`unixTimeNs`) +
-            FfiConverterTypeSystemInfo.allocationSize(value.`system`) +
-            FfiConverterTypeSamplerStats.allocationSize(value.`stats`) +
-            FfiConverterOptionalTypeInterval.allocationSize(value.`interval`) +
-            FfiConverterSequenceTypeFinding.allocationSize(value.`findings`) +
-            FfiConverterSequenceTypeSampleWarning.allocationSize(value.`warnings`)
-    )
-
-    override fun write(value: Report, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`unixTimeNs`, buf)
-            FfiConverterTypeSystemInfo.write(value.`system`, buf)
-            FfiConverterTypeSamplerStats.write(value.`stats`, buf)
-            FfiConverterOptionalTypeInterval.write(value.`interval`, buf)
-            FfiConverterSequenceTypeFinding.write(value.`findings`, buf)
-            FfiConverterSequenceTypeSampleWarning.write(value.`warnings`, buf)
-    }
-}
-
-
-
-/**
- * How a [`Sampler`] is set up. Every field has the core's default, so
- * `SamplerConfig()` in Kotlin and Swift is the default configuration.
- */
-data class SamplerConfig (
-    /**
-     * Time between background samples, in milliseconds (at least 1).
-     */
-    val `intervalMs`: kotlin.ULong = 1000uL 
-    , 
-    /**
-     * Snapshots kept in history (1 to 100000; 300 = 5 minutes at 1 s).
-     */
-    val `history`: kotlin.UInt = 300u 
-    , 
-    /**
-     * Process to observe; `None` (the default) observes this process.
-     */
-    val `pid`: kotlin.UInt? = null 
-    , 
-    /**
-     * Read voluntary/involuntary switch counts every Nth sample (1 = every sample).
-     */
-    val `switchSplitEvery`: kotlin.UInt = 10u 
-    , 
-    /**
-     * Name of the background sampling thread (1 to 15 bytes).
-     */
-    val `threadName`: kotlin.String = "wakemeter" 
-    , 
-    /**
-     * Thresholds of the findings engine.
-     */
-    val `thresholds`: Thresholds = Thresholds() 
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfig> {
-    override fun read(buf: ByteBuffer): SamplerConfig {
-        return SamplerConfig(
-            FfiConverterULong.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterOptionalUInt.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterTypeThresholds.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: SamplerConfig) = (
-            FfiConverterULong.allocationSize(value.`intervalMs`) +
-            FfiConverterUInt.allocationSize(value.`history`) +
-            FfiConverterOptionalUInt.allocationSize(value.`pid`) +
-            FfiConverterUInt.allocationSize(value.`switchSplitEvery`) +
-            FfiConverterString.allocationSize(value.`threadName`) +
-            FfiConverterTypeThresholds.allocationSize(value.`thresholds`)
-    )
-
-    override fun write(value: SamplerConfig, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`intervalMs`, buf)
-            FfiConverterUInt.write(value.`history`, buf)
-            FfiConverterOptionalUInt.write(value.`pid`, buf)
-            FfiConverterUInt.write(value.`switchSplitEvery`, buf)
-            FfiConverterString.write(value.`threadName`, buf)
-            FfiConverterTypeThresholds.write(value.`thresholds`, buf)
-    }
-}
-
-
-
-/**
- * Counters about the sampler itself (see [`wakemeter::SamplerStats`]).
- */
-data class SamplerStats (
-    /**
-     * Snapshots taken so far.
-     */
-    val `samplesTaken`: kotlin.ULong
-    , 
-    /**
-     * CPU time spent taking them, in nanoseconds.
-     */
-    val `samplerCpuTimeNs`: kotlin.ULong
-    , 
-    /**
-     * Sampler CPU in percent of one core since the first snapshot.
-     */
-    val `samplerCpuPercent`: kotlin.Double
-    , 
-    /**
-     * Mean CPU time per snapshot, in nanoseconds.
-     */
-    val `meanSampleCostNs`: kotlin.ULong
-    , 
-    /**
-     * Snapshots currently in history.
-     */
-    val `historyLen`: kotlin.UInt
-    , 
-    /**
-     * Bytes one thread-sample occupies in history.
-     */
-    val `bytesPerStoredThreadSample`: kotlin.UInt
-    , 
-    /**
-     * Bytes the whole history holds (threads, packed probe and kernel counters).
-     */
-    val `historyBytes`: kotlin.ULong
-    , 
-    /**
-     * Whether background sampling is running (false once it stopped, also on a fatal error).
-     */
-    val `running`: kotlin.Boolean
-    , 
-    /**
-     * The last error of the background thread, if any.
-     */
-    val `lastError`: kotlin.String?
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats> {
-    override fun read(buf: ByteBuffer): SamplerStats {
-        return SamplerStats(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterBoolean.read(buf),
-            FfiConverterOptionalString.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: SamplerStats) = (
-            FfiConverterULong.allocationSize(value.`samplesTaken`) +
-            FfiConverterULong.allocationSize(value.`samplerCpuTimeNs`) +
-            FfiConverterDouble.allocationSize(value.`samplerCpuPercent`) +
-            FfiConverterULong.allocationSize(value.`meanSampleCostNs`) +
-            FfiConverterUInt.allocationSize(value.`historyLen`) +
-            FfiConverterUInt.allocationSize(value.`bytesPerStoredThreadSample`) +
-            FfiConverterULong.allocationSize(value.`historyBytes`) +
-            FfiConverterBoolean.allocationSize(value.`running`) +
-            FfiConverterOptionalString.allocationSize(value.`lastError`)
-    )
-
-    override fun write(value: SamplerStats, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`samplesTaken`, buf)
-            FfiConverterULong.write(value.`samplerCpuTimeNs`, buf)
-            FfiConverterDouble.write(value.`samplerCpuPercent`, buf)
-            FfiConverterULong.write(value.`meanSampleCostNs`, buf)
-            FfiConverterUInt.write(value.`historyLen`, buf)
-            FfiConverterUInt.write(value.`bytesPerStoredThreadSample`, buf)
-            FfiConverterULong.write(value.`historyBytes`, buf)
-            FfiConverterBoolean.write(value.`running`, buf)
-            FfiConverterOptionalString.write(value.`lastError`, buf)
-    }
-}
-
-
-
-/**
- * One instrumented sleep site over an interval (see [`wakemeter::SleepInterval`]).
- */
-data class SleepInterval (
-    /**
-     * Probe id.
-     */
-    val `id`: kotlin.ULong
-    , 
-    /**
-     * Probe name.
-     */
-    val `name`: kotlin.String
-    , 
-    /**
-     * Thread that last slept, if any.
-     */
-    val `tid`: kotlin.ULong?
-    , 
-    /**
-     * Sleeps completed during the interval.
-     */
-    val `calls`: kotlin.ULong
-    , 
-    /**
-     * Sleeps per second.
-     */
-    val `sleepsPerSec`: kotlin.Double
-    , 
-    /**
-     * Mean requested sleep, in nanoseconds.
-     */
-    val `meanRequestedNs`: kotlin.ULong
-    , 
-    /**
-     * Mean actual sleep, in nanoseconds.
-     */
-    val `meanActualNs`: kotlin.ULong
-    , 
-    /**
-     * Mean oversleep (actual − requested), in nanoseconds.
-     */
-    val `meanOversleepNs`: kotlin.ULong
-    , 
-    /**
-     * CPU time consumed inside the sleep calls, in nanoseconds.
-     */
-    val `cpuNs`: kotlin.ULong
-    , 
-    /**
-     * `cpu_ns / duration` in percent of one core.
-     */
-    val `cpuPercent`: kotlin.Double
-    , 
-    /**
-     * CPU time per sleep call, in nanoseconds.
-     */
-    val `cpuPerSleepNs`: kotlin.ULong
-    , 
-    /**
-     * Oversleeps during the interval, in nanoseconds.
-     */
-    val `oversleepHistogram`: Log2Histogram
-    , 
-    /**
-     * 99th percentile oversleep (lower bound of its log2 bucket), in nanoseconds.
-     */
-    val `p99OversleepNs`: kotlin.ULong?
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSleepInterval: FfiConverterRustBuffer<SleepInterval> {
-    override fun read(buf: ByteBuffer): SleepInterval {
-        return SleepInterval(
-            FfiConverterULong.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterTypeLog2Histogram.read(buf),
-            FfiConverterOptionalULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: SleepInterval) = (
-            FfiConverterULong.allocationSize(value.`id`) +
-            FfiConverterString.allocationSize(value.`name`) +
-            FfiConverterOptionalULong.allocationSize(value.`tid`) +
-            FfiConverterULong.allocationSize(value.`calls`) +
-            FfiConverterDouble.allocationSize(value.`sleepsPerSec`) +
-            FfiConverterULong.allocationSize(value.`meanRequestedNs`) +
-            FfiConverterULong.allocationSize(value.`meanActualNs`) +
-            FfiConverterULong.allocationSize(value.`meanOversleepNs`) +
-            FfiConverterULong.allocationSize(value.`cpuNs`) +
-            FfiConverterDouble.allocationSize(value.`cpuPercent`) +
-            FfiConverterULong.allocationSize(value.`cpuPerSleepNs`) +
-            FfiConverterTypeLog2Histogram.allocationSize(value.`oversleepHistogram`) +
-            FfiConverterOptionalULong.allocationSize(value.`p99OversleepNs`)
-    )
-
-    override fun write(value: SleepInterval, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`id`, buf)
-            FfiConverterString.write(value.`name`, buf)
-            FfiConverterOptionalULong.write(value.`tid`, buf)
-            FfiConverterULong.write(value.`calls`, buf)
-            FfiConverterDouble.write(value.`sleepsPerSec`, buf)
-            FfiConverterULong.write(value.`meanRequestedNs`, buf)
-            FfiConverterULong.write(value.`meanActualNs`, buf)
-            FfiConverterULong.write(value.`meanOversleepNs`, buf)
-            FfiConverterULong.write(value.`cpuNs`, buf)
-            FfiConverterDouble.write(value.`cpuPercent`, buf)
-            FfiConverterULong.write(value.`cpuPerSleepNs`, buf)
-            FfiConverterTypeLog2Histogram.write(value.`oversleepHistogram`, buf)
-            FfiConverterOptionalULong.write(value.`p99OversleepNs`, buf)
-    }
-}
-
-
-
-/**
- * Cumulative counters of one instrumented sleep site (see [`wakemeter::SleepStats`]).
- */
-data class SleepStats (
-    /**
-     * Probe id, unique within its sampler.
-     */
-    val `id`: kotlin.ULong
-    , 
-    /**
-     * Name given when the probe was created.
-     */
-    val `name`: kotlin.String
-    , 
-    /**
-     * OS id of the thread that last slept; `None` before the first sleep.
-     */
-    val `tid`: kotlin.ULong?
-    , 
-    /**
-     * Completed sleeps.
-     */
-    val `totalCalls`: kotlin.ULong
-    , 
-    /**
-     * Sum of requested durations, in nanoseconds.
-     */
-    val `totalRequestedNs`: kotlin.ULong
-    , 
-    /**
-     * Sum of actual durations, in nanoseconds.
-     */
-    val `totalActualNs`: kotlin.ULong
-    , 
-    /**
-     * CPU time consumed inside the sleep calls, in nanoseconds.
-     */
-    val `totalCpuNs`: kotlin.ULong
-    , 
-    /**
-     * Sum of oversleep (actual − requested), in nanoseconds.
-     */
-    val `totalOversleepNs`: kotlin.ULong
-    , 
-    /**
-     * Oversleep of each call, in nanoseconds.
-     */
-    val `oversleepHistogram`: Log2Histogram
-    , 
-    /**
-     * `end` without `begin` (ignored and counted).
-     */
-    val `totalUnmatchedCalls`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSleepStats: FfiConverterRustBuffer<SleepStats> {
-    override fun read(buf: ByteBuffer): SleepStats {
-        return SleepStats(
-            FfiConverterULong.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterTypeLog2Histogram.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: SleepStats) = (
-            FfiConverterULong.allocationSize(value.`id`) +
-            FfiConverterString.allocationSize(value.`name`) +
-            FfiConverterOptionalULong.allocationSize(value.`tid`) +
-            FfiConverterULong.allocationSize(value.`totalCalls`) +
-            FfiConverterULong.allocationSize(value.`totalRequestedNs`) +
-            FfiConverterULong.allocationSize(value.`totalActualNs`) +
-            FfiConverterULong.allocationSize(value.`totalCpuNs`) +
-            FfiConverterULong.allocationSize(value.`totalOversleepNs`) +
-            FfiConverterTypeLog2Histogram.allocationSize(value.`oversleepHistogram`) +
-            FfiConverterULong.allocationSize(value.`totalUnmatchedCalls`)
-    )
-
-    override fun write(value: SleepStats, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`id`, buf)
-            FfiConverterString.write(value.`name`, buf)
-            FfiConverterOptionalULong.write(value.`tid`, buf)
-            FfiConverterULong.write(value.`totalCalls`, buf)
-            FfiConverterULong.write(value.`totalRequestedNs`, buf)
-            FfiConverterULong.write(value.`totalActualNs`, buf)
-            FfiConverterULong.write(value.`totalCpuNs`, buf)
-            FfiConverterULong.write(value.`totalOversleepNs`, buf)
-            FfiConverterTypeLog2Histogram.write(value.`oversleepHistogram`, buf)
-            FfiConverterULong.write(value.`totalUnmatchedCalls`, buf)
-    }
-}
-
-
-
-/**
- * Sleep syscalls of one thread (see [`wakemeter::kernel::SleepSyscallStats`]).
- */
-data class SleepSyscallStats (
-    /**
-     * Calls that returned.
-     */
-    val `calls`: kotlin.ULong
-    , 
-    /**
-     * Sum of requested durations, in nanoseconds.
-     */
-    val `requestedNs`: kotlin.ULong
-    , 
-    /**
-     * Sum of actual durations, from each call's first block to its return,
-     * in nanoseconds.
-     */
-    val `actualNs`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSleepSyscallStats: FfiConverterRustBuffer<SleepSyscallStats> {
-    override fun read(buf: ByteBuffer): SleepSyscallStats {
-        return SleepSyscallStats(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: SleepSyscallStats) = (
-            FfiConverterULong.allocationSize(value.`calls`) +
-            FfiConverterULong.allocationSize(value.`requestedNs`) +
-            FfiConverterULong.allocationSize(value.`actualNs`)
-    )
-
-    override fun write(value: SleepSyscallStats, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`calls`, buf)
-            FfiConverterULong.write(value.`requestedNs`, buf)
-            FfiConverterULong.write(value.`actualNs`, buf)
-    }
-}
-
-
-
-/**
- * Everything measured at one instant (see [`wakemeter::Snapshot`]).
- */
-data class Snapshot (
-    /**
-     * Sequence number, from 0.
-     */
-    val `seq`: kotlin.ULong
-    , 
-    /**
-     * Monotonic timestamp, in nanoseconds (only differences are meaningful).
-     */
-    val `monotonicNs`: kotlin.ULong
-    , 
-    /**
-     * Wall-clock time, in nanoseconds since the Unix epoch.
-     */
-    val `unixTimeNs`: kotlin.ULong
-    , 
-    /**
-     * Process-wide counters.
-     */
-    val `process`: ProcessSample
-    , 
-    /**
-     * One record per live thread.
-     */
-    val `threads`: List<ThreadSample>
-    , 
-    /**
-     * Whether voluntary/involuntary switch counts were read.
-     */
-    val `switchSplitRead`: kotlin.Boolean
-    , 
-    /**
-     * CPU time the sampler spent on this snapshot, in nanoseconds.
-     */
-    val `samplerCostNs`: kotlin.ULong
-    , 
-    /**
-     * CPU time the sampler spent on all snapshots so far, in nanoseconds.
-     */
-    val `samplerCpuTimeNs`: kotlin.ULong
-    , 
-    /**
-     * Every loop probe of the sampler (cumulative counters).
-     */
-    val `loops`: List<LoopStats>
-    , 
-    /**
-     * Every sleep probe of the sampler (cumulative counters).
-     */
-    val `sleeps`: List<SleepStats>
-    , 
-    /**
-     * What an attached kernel source measured.
-     */
-    val `kernel`: KernelSample?
-    , 
-    /**
-     * What made this snapshot less complete than configured.
-     */
-    val `warnings`: List<SampleWarning>
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSnapshot: FfiConverterRustBuffer<Snapshot> {
-    override fun read(buf: ByteBuffer): Snapshot {
-        return Snapshot(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterTypeProcessSample.read(buf),
-            FfiConverterSequenceTypeThreadSample.read(buf),
-            FfiConverterBoolean.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterSequenceTypeLoopStats.read(buf),
-            FfiConverterSequenceTypeSleepStats.read(buf),
-            FfiConverterOptionalTypeKernelSample.read(buf),
-            FfiConverterSequenceTypeSampleWarning.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: Snapshot) = (
-            FfiConverterULong.allocationSize(value.`seq`) +
-            FfiConverterULong.allocationSize(value.`monotonicNs`) +
-            FfiConverterULong.allocationSize(value.`unixTimeNs`) +
-            FfiConverterTypeProcessSample.allocationSize(value.`process`) +
-            FfiConverterSequenceTypeThreadSample.allocationSize(value.`threads`) +
-            FfiConverterBoolean.allocationSize(value.`switchSplitRead`) +
-            FfiConverterULong.allocationSize(value.`samplerCostNs`) +
-            FfiConverterULong.allocationSize(value.`samplerCpuTimeNs`) +
-            FfiConverterSequenceTypeLoopStats.allocationSize(value.`loops`) +
-            FfiConverterSequenceTypeSleepStats.allocationSize(value.`sleeps`) +
-            FfiConverterOptionalTypeKernelSample.allocationSize(value.`kernel`) +
-            FfiConverterSequenceTypeSampleWarning.allocationSize(value.`warnings`)
-    )
-
-    override fun write(value: Snapshot, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`seq`, buf)
-            FfiConverterULong.write(value.`monotonicNs`, buf)
-            FfiConverterULong.write(value.`unixTimeNs`, buf)
-            FfiConverterTypeProcessSample.write(value.`process`, buf)
-            FfiConverterSequenceTypeThreadSample.write(value.`threads`, buf)
-            FfiConverterBoolean.write(value.`switchSplitRead`, buf)
-            FfiConverterULong.write(value.`samplerCostNs`, buf)
-            FfiConverterULong.write(value.`samplerCpuTimeNs`, buf)
-            FfiConverterSequenceTypeLoopStats.write(value.`loops`, buf)
-            FfiConverterSequenceTypeSleepStats.write(value.`sleeps`, buf)
-            FfiConverterOptionalTypeKernelSample.write(value.`kernel`, buf)
-            FfiConverterSequenceTypeSampleWarning.write(value.`warnings`, buf)
-    }
-}
-
-
-
-/**
- * Facts about the machine (see [`wakemeter::SystemInfo`]).
- */
-data class SystemInfo (
-    /**
-     * Total physical memory, in bytes.
-     */
-    val `totalMemoryBytes`: kotlin.ULong
-    , 
-    /**
-     * Logical CPUs.
-     */
-    val `cpuCount`: kotlin.UInt
-    , 
-    /**
-     * "linux", "android", "macos" or "ios".
-     */
-    val `os`: kotlin.String
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSystemInfo: FfiConverterRustBuffer<SystemInfo> {
-    override fun read(buf: ByteBuffer): SystemInfo {
-        return SystemInfo(
-            FfiConverterULong.read(buf),
-            FfiConverterUInt.read(buf),
-            FfiConverterString.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: SystemInfo) = (
-            FfiConverterULong.allocationSize(value.`totalMemoryBytes`) +
-            FfiConverterUInt.allocationSize(value.`cpuCount`) +
-            FfiConverterString.allocationSize(value.`os`)
-    )
-
-    override fun write(value: SystemInfo, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`totalMemoryBytes`, buf)
-            FfiConverterUInt.write(value.`cpuCount`, buf)
-            FfiConverterString.write(value.`os`, buf)
-    }
-}
-
-
-
-/**
- * Rates of one thread over an interval (see [`wakemeter::ThreadInterval`]).
- */
-data class ThreadInterval (
-    /**
-     * OS thread id.
-     */
-    val `tid`: kotlin.ULong
-    , 
-    /**
-     * Sampler-assigned identity.
-     */
-    val `serial`: kotlin.ULong
-    , 
-    /**
-     * Thread name at the end of the interval.
-     */
-    val `name`: kotlin.String
-    , 
-    /**
-     * Whether the thread first appeared during the interval.
-     */
-    val `startedInInterval`: kotlin.Boolean
-    , 
-    /**
-     * CPU time used during the interval, in nanoseconds.
-     */
-    val `cpuTimeNs`: kotlin.ULong
-    , 
-    /**
-     * CPU in percent of one core (0–100).
-     */
-    val `cpuPercent`: kotlin.Double
-    , 
-    /**
-     * Timeslices (≈ context switches) during the interval.
-     */
-    val `timeslices`: kotlin.ULong?
-    , 
-    /**
-     * Context switches (wakeups) per second.
-     */
-    val `switchesPerSec`: kotlin.Double?
-    , 
-    /**
-     * Voluntary switches during the interval.
-     */
-    val `voluntarySwitches`: kotlin.ULong?
-    , 
-    /**
-     * Voluntary switches per second.
-     */
-    val `voluntarySwitchesPerSec`: kotlin.Double?
-    , 
-    /**
-     * Involuntary switches (preemptions) during the interval.
-     */
-    val `involuntarySwitches`: kotlin.ULong?
-    , 
-    /**
-     * Involuntary switches per second.
-     */
-    val `involuntarySwitchesPerSec`: kotlin.Double?
-    , 
-    /**
-     * Run-queue wait during the interval, in nanoseconds.
-     */
-    val `runQueueWaitNs`: kotlin.ULong?
-    , 
-    /**
-     * Run-queue wait in percent of the interval.
-     */
-    val `runQueueWaitPercent`: kotlin.Double?
-    , 
-    /**
-     * What a kernel source (eBPF) saw of the thread over the interval.
-     */
-    val `kernel`: KernelThreadInterval?
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeThreadInterval: FfiConverterRustBuffer<ThreadInterval> {
-    override fun read(buf: ByteBuffer): ThreadInterval {
-        return ThreadInterval(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterBoolean.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalDouble.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalDouble.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalDouble.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalDouble.read(buf),
-            FfiConverterOptionalTypeKernelThreadInterval.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: ThreadInterval) = (
-            FfiConverterULong.allocationSize(value.`tid`) +
-            FfiConverterULong.allocationSize(value.`serial`) +
-            FfiConverterString.allocationSize(value.`name`) +
-            FfiConverterBoolean.allocationSize(value.`startedInInterval`) +
-            FfiConverterULong.allocationSize(value.`cpuTimeNs`) +
-            FfiConverterDouble.allocationSize(value.`cpuPercent`) +
-            FfiConverterOptionalULong.allocationSize(value.`timeslices`) +
-            FfiConverterOptionalDouble.allocationSize(value.`switchesPerSec`) +
-            FfiConverterOptionalULong.allocationSize(value.`voluntarySwitches`) +
-            FfiConverterOptionalDouble.allocationSize(value.`voluntarySwitchesPerSec`) +
-            FfiConverterOptionalULong.allocationSize(value.`involuntarySwitches`) +
-            FfiConverterOptionalDouble.allocationSize(value.`involuntarySwitchesPerSec`) +
-            FfiConverterOptionalULong.allocationSize(value.`runQueueWaitNs`) +
-            FfiConverterOptionalDouble.allocationSize(value.`runQueueWaitPercent`) +
-            FfiConverterOptionalTypeKernelThreadInterval.allocationSize(value.`kernel`)
-    )
-
-    override fun write(value: ThreadInterval, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`tid`, buf)
-            FfiConverterULong.write(value.`serial`, buf)
-            FfiConverterString.write(value.`name`, buf)
-            FfiConverterBoolean.write(value.`startedInInterval`, buf)
-            FfiConverterULong.write(value.`cpuTimeNs`, buf)
-            FfiConverterDouble.write(value.`cpuPercent`, buf)
-            FfiConverterOptionalULong.write(value.`timeslices`, buf)
-            FfiConverterOptionalDouble.write(value.`switchesPerSec`, buf)
-            FfiConverterOptionalULong.write(value.`voluntarySwitches`, buf)
-            FfiConverterOptionalDouble.write(value.`voluntarySwitchesPerSec`, buf)
-            FfiConverterOptionalULong.write(value.`involuntarySwitches`, buf)
-            FfiConverterOptionalDouble.write(value.`involuntarySwitchesPerSec`, buf)
-            FfiConverterOptionalULong.write(value.`runQueueWaitNs`, buf)
-            FfiConverterOptionalDouble.write(value.`runQueueWaitPercent`, buf)
-            FfiConverterOptionalTypeKernelThreadInterval.write(value.`kernel`, buf)
-    }
-}
-
-
-
-/**
- * Cumulative counters of one thread at one instant (see [`wakemeter::ThreadSample`]).
- */
-data class ThreadSample (
-    /**
-     * OS thread id (Linux TID, Mach `thread_id`); reused by the OS.
-     */
-    val `tid`: kotlin.ULong
-    , 
-    /**
-     * Sampler-assigned identity, never reused while the sampler lives.
-     */
-    val `serial`: kotlin.ULong
-    , 
-    /**
-     * Thread name.
-     */
-    val `name`: kotlin.String
-    , 
-    /**
-     * CPU time since the thread started, in nanoseconds.
-     */
-    val `cpuTimeNs`: kotlin.ULong
-    , 
-    /**
-     * Where `cpu_time_ns` came from.
-     */
-    val `cpuTimeSource`: CpuTimeSource
-    , 
-    /**
-     * Runnable-but-waiting time since the thread started, in nanoseconds.
-     */
-    val `runQueueWaitNs`: kotlin.ULong?
-    , 
-    /**
-     * Times scheduled onto a CPU (≈ context switches).
-     */
-    val `timeslices`: kotlin.ULong?
-    , 
-    /**
-     * Voluntary context switches (read every Nth sample only).
-     */
-    val `voluntarySwitches`: kotlin.ULong?
-    , 
-    /**
-     * Involuntary context switches (read with `voluntary_switches`).
-     */
-    val `involuntarySwitches`: kotlin.ULong?
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeThreadSample: FfiConverterRustBuffer<ThreadSample> {
-    override fun read(buf: ByteBuffer): ThreadSample {
-        return ThreadSample(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterTypeCpuTimeSource.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalULong.read(buf),
-            FfiConverterOptionalULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: ThreadSample) = (
-            FfiConverterULong.allocationSize(value.`tid`) +
-            FfiConverterULong.allocationSize(value.`serial`) +
-            FfiConverterString.allocationSize(value.`name`) +
-            FfiConverterULong.allocationSize(value.`cpuTimeNs`) +
-            FfiConverterTypeCpuTimeSource.allocationSize(value.`cpuTimeSource`) +
-            FfiConverterOptionalULong.allocationSize(value.`runQueueWaitNs`) +
-            FfiConverterOptionalULong.allocationSize(value.`timeslices`) +
-            FfiConverterOptionalULong.allocationSize(value.`voluntarySwitches`) +
-            FfiConverterOptionalULong.allocationSize(value.`involuntarySwitches`)
-    )
-
-    override fun write(value: ThreadSample, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`tid`, buf)
-            FfiConverterULong.write(value.`serial`, buf)
-            FfiConverterString.write(value.`name`, buf)
-            FfiConverterULong.write(value.`cpuTimeNs`, buf)
-            FfiConverterTypeCpuTimeSource.write(value.`cpuTimeSource`, buf)
-            FfiConverterOptionalULong.write(value.`runQueueWaitNs`, buf)
-            FfiConverterOptionalULong.write(value.`timeslices`, buf)
-            FfiConverterOptionalULong.write(value.`voluntarySwitches`, buf)
-            FfiConverterOptionalULong.write(value.`involuntarySwitches`, buf)
-    }
-}
-
-
-
-/**
- * When a finding fires (see [`wakemeter::Thresholds`], which documents
- * where each default comes from). Durations are in milliseconds here;
- * every other field has the core's name. `Thresholds()` is the default set.
- */
-data class Thresholds (
-    /**
-     * Window for rate-based findings, in milliseconds. Default 10 s.
-     */
-    val `windowMs`: kotlin.ULong = 10000uL 
-    , 
-    /**
-     * Least history a finding needs, in milliseconds. Default 2 s.
-     */
-    val `minWindowMs`: kotlin.ULong = 2000uL 
-    , 
-    /**
-     * Busy poller: wakeups per second of a loop. Default 1000/s.
-     */
-    val `busyPollWakeupsPerSec`: kotlin.Double = 1000.0 
-    , 
-    /**
-     * Busy poller: share of wakeups that found nothing (0–1). Default 0.9.
-     */
-    val `busyPollIdleRatio`: kotlin.Double = 0.9 
-    , 
-    /**
-     * Busy poller: share of zero-timeout waits (0–1). Default 0.5.
-     */
-    val `busyPollZeroTimeoutRatio`: kotlin.Double = 0.5 
-    , 
-    /**
-     * Sleep overhead: sleeps per second of one sleep site. Default 100/s.
-     */
-    val `sleepCallsPerSec`: kotlin.Double = 100.0 
-    , 
-    /**
-     * Sleep overhead: CPU inside sleeps, percent of one core. Default 1%.
-     */
-    val `sleepCpuPercent`: kotlin.Double = 1.0 
-    , 
-    /**
-     * Periodic wakeups: wakeups per second. Default 20/s.
-     */
-    val `periodicWakeupsPerSec`: kotlin.Double = 20.0 
-    , 
-    /**
-     * Periodic wakeups: most CPU (percent of one core). Default 5%.
-     */
-    val `periodicMaxCpuPercent`: kotlin.Double = 5.0 
-    , 
-    /**
-     * Periodic wakeups: largest coefficient of variation. Default 0.25.
-     */
-    val `periodicMaxVariation`: kotlin.Double = 0.25 
-    , 
-    /**
-     * CPU hog: percent of one core over `cpu_window_ms`. Default 80%.
-     */
-    val `cpuHogPercent`: kotlin.Double = 80.0 
-    , 
-    /**
-     * Window of the CPU hog finding, in milliseconds. Default 60 s.
-     */
-    val `cpuWindowMs`: kotlin.ULong = 60000uL 
-    , 
-    /**
-     * Run-queue contention: percent of time waiting for a CPU. Default 20%.
-     */
-    val `runQueueWaitPercent`: kotlin.Double = 20.0 
-    , 
-    /**
-     * Wakeups budget: wakeups per second over `wakeups_window_ms`. Default 150/s.
-     */
-    val `wakeupsBudgetPerSec`: kotlin.Double = 150.0 
-    , 
-    /**
-     * Share of the budget that raises a warning (0–1). Default 0.8.
-     */
-    val `wakeupsWarnFraction`: kotlin.Double = 0.8 
-    , 
-    /**
-     * Window of the wakeups budget, in milliseconds. Default 300 s.
-     */
-    val `wakeupsWindowMs`: kotlin.ULong = 300000uL 
-    , 
-    /**
-     * Memory growth: RSS growth across the history, in bytes. Default 32 MiB.
-     */
-    val `memoryGrowthBytes`: kotlin.ULong = 33554432uL 
-    , 
-    /**
-     * Memory growth: growth relative to the start (0–10). Default 0.10.
-     */
-    val `memoryGrowthRatio`: kotlin.Double = 0.1 
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
-    override fun read(buf: ByteBuffer): Thresholds {
-        return Thresholds(
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterDouble.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterULong.read(buf),
-            FfiConverterDouble.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: Thresholds) = (
-            FfiConverterULong.allocationSize(value.`windowMs`) +
-            FfiConverterULong.allocationSize(value.`minWindowMs`) +
-            FfiConverterDouble.allocationSize(value.`busyPollWakeupsPerSec`) +
-            FfiConverterDouble.allocationSize(value.`busyPollIdleRatio`) +
-            FfiConverterDouble.allocationSize(value.`busyPollZeroTimeoutRatio`) +
-            FfiConverterDouble.allocationSize(value.`sleepCallsPerSec`) +
-            FfiConverterDouble.allocationSize(value.`sleepCpuPercent`) +
-            FfiConverterDouble.allocationSize(value.`periodicWakeupsPerSec`) +
-            FfiConverterDouble.allocationSize(value.`periodicMaxCpuPercent`) +
-            FfiConverterDouble.allocationSize(value.`periodicMaxVariation`) +
-            FfiConverterDouble.allocationSize(value.`cpuHogPercent`) +
-            FfiConverterULong.allocationSize(value.`cpuWindowMs`) +
-            FfiConverterDouble.allocationSize(value.`runQueueWaitPercent`) +
-            FfiConverterDouble.allocationSize(value.`wakeupsBudgetPerSec`) +
-            FfiConverterDouble.allocationSize(value.`wakeupsWarnFraction`) +
-            FfiConverterULong.allocationSize(value.`wakeupsWindowMs`) +
-            FfiConverterULong.allocationSize(value.`memoryGrowthBytes`) +
-            FfiConverterDouble.allocationSize(value.`memoryGrowthRatio`)
-    )
-
-    override fun write(value: Thresholds, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`windowMs`, buf)
-            FfiConverterULong.write(value.`minWindowMs`, buf)
-            FfiConverterDouble.write(value.`busyPollWakeupsPerSec`, buf)
-            FfiConverterDouble.write(value.`busyPollIdleRatio`, buf)
-            FfiConverterDouble.write(value.`busyPollZeroTimeoutRatio`, buf)
-            FfiConverterDouble.write(value.`sleepCallsPerSec`, buf)
-            FfiConverterDouble.write(value.`sleepCpuPercent`, buf)
-            FfiConverterDouble.write(value.`periodicWakeupsPerSec`, buf)
-            FfiConverterDouble.write(value.`periodicMaxCpuPercent`, buf)
-            FfiConverterDouble.write(value.`periodicMaxVariation`, buf)
-            FfiConverterDouble.write(value.`cpuHogPercent`, buf)
-            FfiConverterULong.write(value.`cpuWindowMs`, buf)
-            FfiConverterDouble.write(value.`runQueueWaitPercent`, buf)
-            FfiConverterDouble.write(value.`wakeupsBudgetPerSec`, buf)
-            FfiConverterDouble.write(value.`wakeupsWarnFraction`, buf)
-            FfiConverterULong.write(value.`wakeupsWindowMs`, buf)
-            FfiConverterULong.write(value.`memoryGrowthBytes`, buf)
-            FfiConverterDouble.write(value.`memoryGrowthRatio`, buf)
-    }
-}
-
-
-
-/**
- * A thread that woke another one (see [`wakemeter::kernel::Waker`]).
- */
-data class Waker (
-    /**
-     * Waker's TID (0 for interrupts/idle).
-     */
-    val `tid`: kotlin.ULong
-    , 
-    /**
-     * Waker's `comm`.
-     */
-    val `comm`: kotlin.String
-    , 
-    /**
-     * Wakeups of the target thread by this waker.
-     */
-    val `wakeups`: kotlin.ULong
-    
-){
-    
-
-    
-
-    
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeWaker: FfiConverterRustBuffer<Waker> {
-    override fun read(buf: ByteBuffer): Waker {
-        return Waker(
-            FfiConverterULong.read(buf),
-            FfiConverterString.read(buf),
-            FfiConverterULong.read(buf),
-        )
-    }
-
-    override fun allocationSize(value: Waker) = (
-            FfiConverterULong.allocationSize(value.`tid`) +
-            FfiConverterString.allocationSize(value.`comm`) +
-            FfiConverterULong.allocationSize(value.`wakeups`)
-    )
-
-    override fun write(value: Waker, buf: ByteBuffer) {
-            FfiConverterULong.write(value.`tid`, buf)
-            FfiConverterString.write(value.`comm`, buf)
-            FfiConverterULong.write(value.`wakeups`, buf)
-    }
-}
-
-
-
-/**
- * Where a thread's CPU time came from (see [`wakemeter::CpuTimeSource`]).
- */
-
-enum class CpuTimeSource {
-    
-    /**
-     * The thread's own CPU clock: exact nanoseconds.
-     */
-    THREAD_CLOCK,
-    /**
-     * `schedstat`'s run time: exact nanoseconds (other processes).
-     */
-    SCHEDSTAT,
-    /**
-     * `stat`'s utime + stime: resolution of one clock tick (usually 10 ms).
-     */
-    STAT_TICKS,
-    /**
-     * Mach `thread_info` user + system time: microsecond resolution.
-     */
-    MACH_THREAD_INFO,
-    /**
-     * A source added to the core after this version of the bindings.
-     */
-    OTHER;
-
-    
-
-
-    companion object
-}
-
-
-/**
- * @suppress
- */
-public object FfiConverterTypeCpuTimeSource: FfiConverterRustBuffer<CpuTimeSource> {
-    override fun read(buf: ByteBuffer) = try {
-        CpuTimeSource.values()[buf.getInt() - 1]
-    } catch (e: IndexOutOfBoundsException) {
-        throw RuntimeException("invalid enum value, something is very wrong!!", e)
-    }
-
-    override fun allocationSize(value: CpuTimeSource) = 4UL
-
-    override fun write(value: CpuTimeSource, buf: ByteBuffer) {
-        buf.putInt(value.ordinal + 1)
-    }
-}
-
-
-
-
-
-/**
- * What a finding is about (see [`wakemeter::FindingKind`]).
- */
-
-enum class FindingKind {
-    
-    /**
-     * An event loop (or a thread's poll syscalls) wakes far more often than it has work.
-     */
-    BUSY_POLLER,
-    /**
-     * A sleep-and-check loop whose sleeping itself costs CPU and wakeups.
-     */
-    SLEEP_OVERHEAD,
-    /**
-     * A thread or loop waking at a fixed period with little work per wakeup.
-     */
-    PERIODIC_WAKEUPS,
-    /**
-     * A thread using most of a core for a sustained time.
-     */
-    CPU_HOG,
-    /**
-     * A thread runnable but waiting for a CPU a large share of the time.
-     */
-    RUN_QUEUE_CONTENTION,
-    /**
-     * The process's wakeup rate against iOS's limit (150/s over 300 s).
-     */
-    WAKEUPS_BUDGET,
-    /**
-     * Resident memory growing across the history.
-     */
-    MEMORY_GROWTH,
-    /**
-     * A kind added to the core after this version of the bindings.
-     */
-    OTHER;
-
-    
-
-
-    companion object
-}
-
-
-/**
- * @suppress
- */
-public object FfiConverterTypeFindingKind: FfiConverterRustBuffer<FindingKind> {
-    override fun read(buf: ByteBuffer) = try {
-        FindingKind.values()[buf.getInt() - 1]
-    } catch (e: IndexOutOfBoundsException) {
-        throw RuntimeException("invalid enum value, something is very wrong!!", e)
-    }
-
-    override fun allocationSize(value: FindingKind) = 4UL
-
-    override fun write(value: FindingKind, buf: ByteBuffer) {
-        buf.putInt(value.ordinal + 1)
-    }
-}
-
-
 
 
 
@@ -6505,420 +3858,6 @@ public object FfiConverterTypeListenerError : FfiConverterRustBuffer<ListenerExc
     }
 
 }
-
-
-
-/**
- * Something that made a snapshot less complete than configured.
- */
-sealed class SampleWarning {
-    
-    /**
-     * Out of file descriptors: this many threads are sampled with CPU time only.
-     */
-    data class DescriptorsExhausted(
-        /**
-         * Threads sampled with fewer sources.
-         */
-        val `threadsWithoutDescriptors`: kotlin.UInt) : SampleWarning()
-        
-    {
-        
-
-        companion object
-    }
-    
-    /**
-     * An attached kernel source failed to read.
-     */
-    data class KernelSourceFailed(
-        /**
-         * The error, as text.
-         */
-        val `message`: kotlin.String) : SampleWarning()
-        
-    {
-        
-
-        companion object
-    }
-    
-    /**
-     * The kernel source lost events since the previous snapshot (a bounded map was full).
-     */
-    data class KernelEventsDropped(
-        /**
-         * Events lost since the previous snapshot.
-         */
-        val `droppedEvents`: kotlin.ULong) : SampleWarning()
-        
-    {
-        
-
-        companion object
-    }
-    
-    /**
-     * A warning added to the core after this version of the bindings.
-     */
-    data class Other(
-        /**
-         * The warning, as text.
-         */
-        val `message`: kotlin.String) : SampleWarning()
-        
-    {
-        
-
-        companion object
-    }
-    
-
-    
-
-    
-    
-
-
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarning>{
-    override fun read(buf: ByteBuffer): SampleWarning {
-        return when(buf.getInt()) {
-            1 -> SampleWarning.DescriptorsExhausted(
-                FfiConverterUInt.read(buf),
-                )
-            2 -> SampleWarning.KernelSourceFailed(
-                FfiConverterString.read(buf),
-                )
-            3 -> SampleWarning.KernelEventsDropped(
-                FfiConverterULong.read(buf),
-                )
-            4 -> SampleWarning.Other(
-                FfiConverterString.read(buf),
-                )
-            else -> throw RuntimeException("invalid enum value, something is very wrong!!")
-        }
-    }
-
-    override fun allocationSize(value: SampleWarning): ULong = when(value) {
-        is SampleWarning.DescriptorsExhausted -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterUInt.allocationSize(value.`threadsWithoutDescriptors`)
-            )
-        }
-        is SampleWarning.KernelSourceFailed -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterString.allocationSize(value.`message`)
-            )
-        }
-        is SampleWarning.KernelEventsDropped -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterULong.allocationSize(value.`droppedEvents`)
-            )
-        }
-        is SampleWarning.Other -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterString.allocationSize(value.`message`)
-            )
-        }
-    }
-
-    override fun write(value: SampleWarning, buf: ByteBuffer) {
-        when(value) {
-            is SampleWarning.DescriptorsExhausted -> {
-                buf.putInt(1)
-                FfiConverterUInt.write(value.`threadsWithoutDescriptors`, buf)
-                Unit
-            }
-            is SampleWarning.KernelSourceFailed -> {
-                buf.putInt(2)
-                FfiConverterString.write(value.`message`, buf)
-                Unit
-            }
-            is SampleWarning.KernelEventsDropped -> {
-                buf.putInt(3)
-                FfiConverterULong.write(value.`droppedEvents`, buf)
-                Unit
-            }
-            is SampleWarning.Other -> {
-                buf.putInt(4)
-                FfiConverterString.write(value.`message`, buf)
-                Unit
-            }
-        }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
-    }
-}
-
-
-
-
-
-/**
- * How urgent a finding is (see [`wakemeter::Severity`]); ordered from least to most urgent.
- */
-
-enum class Severity {
-    
-    /**
-     * Worth knowing; no action needed yet.
-     */
-    INFO,
-    /**
-     * Costs battery or CPU noticeably; fix when you can.
-     */
-    WARNING,
-    /**
-     * Costs a lot, or the OS would act on it (kill, throttle, crash report).
-     */
-    CRITICAL;
-
-    
-
-
-    companion object
-}
-
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSeverity: FfiConverterRustBuffer<Severity> {
-    override fun read(buf: ByteBuffer) = try {
-        Severity.values()[buf.getInt() - 1]
-    } catch (e: IndexOutOfBoundsException) {
-        throw RuntimeException("invalid enum value, something is very wrong!!", e)
-    }
-
-    override fun allocationSize(value: Severity) = 4UL
-
-    override fun write(value: Severity, buf: ByteBuffer) {
-        buf.putInt(value.ordinal + 1)
-    }
-}
-
-
-
-
-
-/**
- * Who a finding is about (see [`wakemeter::Subject`]).
- */
-sealed class Subject {
-    
-    /**
-     * The whole process.
-     */
-    data class Process(
-        /**
-         * Process id.
-         */
-        val `pid`: kotlin.UInt) : Subject()
-        
-    {
-        
-
-        companion object
-    }
-    
-    /**
-     * One thread.
-     */
-    data class Thread(
-        /**
-         * OS thread id.
-         */
-        val `tid`: kotlin.ULong, 
-        /**
-         * Thread name.
-         */
-        val `name`: kotlin.String) : Subject()
-        
-    {
-        
-
-        companion object
-    }
-    
-    /**
-     * An instrumented loop (a LoopProbe).
-     */
-    data class Loop(
-        /**
-         * Probe name.
-         */
-        val `name`: kotlin.String, 
-        /**
-         * Thread that runs it, if known.
-         */
-        val `tid`: kotlin.ULong?) : Subject()
-        
-    {
-        
-
-        companion object
-    }
-    
-    /**
-     * An instrumented sleep site (a SleepProbe).
-     */
-    data class SleepSite(
-        /**
-         * Probe name.
-         */
-        val `name`: kotlin.String, 
-        /**
-         * Thread that sleeps there, if known.
-         */
-        val `tid`: kotlin.ULong?) : Subject()
-        
-    {
-        
-
-        companion object
-    }
-    
-    /**
-     * A subject added to the core after this version of the bindings.
-     */
-    data class Other(
-        /**
-         * The core's label for it.
-         */
-        val `label`: kotlin.String) : Subject()
-        
-    {
-        
-
-        companion object
-    }
-    
-
-    
-
-    
-    
-
-
-    companion object
-}
-
-/**
- * @suppress
- */
-public object FfiConverterTypeSubject : FfiConverterRustBuffer<Subject>{
-    override fun read(buf: ByteBuffer): Subject {
-        return when(buf.getInt()) {
-            1 -> Subject.Process(
-                FfiConverterUInt.read(buf),
-                )
-            2 -> Subject.Thread(
-                FfiConverterULong.read(buf),
-                FfiConverterString.read(buf),
-                )
-            3 -> Subject.Loop(
-                FfiConverterString.read(buf),
-                FfiConverterOptionalULong.read(buf),
-                )
-            4 -> Subject.SleepSite(
-                FfiConverterString.read(buf),
-                FfiConverterOptionalULong.read(buf),
-                )
-            5 -> Subject.Other(
-                FfiConverterString.read(buf),
-                )
-            else -> throw RuntimeException("invalid enum value, something is very wrong!!")
-        }
-    }
-
-    override fun allocationSize(value: Subject): ULong = when(value) {
-        is Subject.Process -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterUInt.allocationSize(value.`pid`)
-            )
-        }
-        is Subject.Thread -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterULong.allocationSize(value.`tid`)
-                + FfiConverterString.allocationSize(value.`name`)
-            )
-        }
-        is Subject.Loop -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterString.allocationSize(value.`name`)
-                + FfiConverterOptionalULong.allocationSize(value.`tid`)
-            )
-        }
-        is Subject.SleepSite -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterString.allocationSize(value.`name`)
-                + FfiConverterOptionalULong.allocationSize(value.`tid`)
-            )
-        }
-        is Subject.Other -> {
-            // Add the size for the Int that specifies the variant plus the size needed for all fields
-            (
-                4UL
-                + FfiConverterString.allocationSize(value.`label`)
-            )
-        }
-    }
-
-    override fun write(value: Subject, buf: ByteBuffer) {
-        when(value) {
-            is Subject.Process -> {
-                buf.putInt(1)
-                FfiConverterUInt.write(value.`pid`, buf)
-                Unit
-            }
-            is Subject.Thread -> {
-                buf.putInt(2)
-                FfiConverterULong.write(value.`tid`, buf)
-                FfiConverterString.write(value.`name`, buf)
-                Unit
-            }
-            is Subject.Loop -> {
-                buf.putInt(3)
-                FfiConverterString.write(value.`name`, buf)
-                FfiConverterOptionalULong.write(value.`tid`, buf)
-                Unit
-            }
-            is Subject.SleepSite -> {
-                buf.putInt(4)
-                FfiConverterString.write(value.`name`, buf)
-                FfiConverterOptionalULong.write(value.`tid`, buf)
-                Unit
-            }
-            is Subject.Other -> {
-                buf.putInt(5)
-                FfiConverterString.write(value.`label`, buf)
-                Unit
-            }
-        }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
-    }
-}
-
-
 
 
 
@@ -7100,102 +4039,6 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
 /**
  * @suppress
  */
-public object FfiConverterOptionalUInt: FfiConverterRustBuffer<kotlin.UInt?> {
-    override fun read(buf: ByteBuffer): kotlin.UInt? {
-        if (buf.get().toInt() == 0) {
-            return null
-        }
-        return FfiConverterUInt.read(buf)
-    }
-
-    override fun allocationSize(value: kotlin.UInt?): ULong {
-        if (value == null) {
-            return 1UL
-        } else {
-            return 1UL + FfiConverterUInt.allocationSize(value)
-        }
-    }
-
-    override fun write(value: kotlin.UInt?, buf: ByteBuffer) {
-        if (value == null) {
-            buf.put(0)
-        } else {
-            buf.put(1)
-            FfiConverterUInt.write(value, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterOptionalULong: FfiConverterRustBuffer<kotlin.ULong?> {
-    override fun read(buf: ByteBuffer): kotlin.ULong? {
-        if (buf.get().toInt() == 0) {
-            return null
-        }
-        return FfiConverterULong.read(buf)
-    }
-
-    override fun allocationSize(value: kotlin.ULong?): ULong {
-        if (value == null) {
-            return 1UL
-        } else {
-            return 1UL + FfiConverterULong.allocationSize(value)
-        }
-    }
-
-    override fun write(value: kotlin.ULong?, buf: ByteBuffer) {
-        if (value == null) {
-            buf.put(0)
-        } else {
-            buf.put(1)
-            FfiConverterULong.write(value, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterOptionalDouble: FfiConverterRustBuffer<kotlin.Double?> {
-    override fun read(buf: ByteBuffer): kotlin.Double? {
-        if (buf.get().toInt() == 0) {
-            return null
-        }
-        return FfiConverterDouble.read(buf)
-    }
-
-    override fun allocationSize(value: kotlin.Double?): ULong {
-        if (value == null) {
-            return 1UL
-        } else {
-            return 1UL + FfiConverterDouble.allocationSize(value)
-        }
-    }
-
-    override fun write(value: kotlin.Double?, buf: ByteBuffer) {
-        if (value == null) {
-            buf.put(0)
-        } else {
-            buf.put(1)
-            FfiConverterDouble.write(value, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
 public object FfiConverterOptionalString: FfiConverterRustBuffer<kotlin.String?> {
     override fun read(buf: ByteBuffer): kotlin.String? {
         if (buf.get().toInt() == 0) {
@@ -7260,70 +4103,6 @@ public object FfiConverterOptionalTypeInterval: FfiConverterRustBuffer<Interval?
 /**
  * @suppress
  */
-public object FfiConverterOptionalTypeKernelSample: FfiConverterRustBuffer<KernelSample?> {
-    override fun read(buf: ByteBuffer): KernelSample? {
-        if (buf.get().toInt() == 0) {
-            return null
-        }
-        return FfiConverterTypeKernelSample.read(buf)
-    }
-
-    override fun allocationSize(value: KernelSample?): ULong {
-        if (value == null) {
-            return 1UL
-        } else {
-            return 1UL + FfiConverterTypeKernelSample.allocationSize(value)
-        }
-    }
-
-    override fun write(value: KernelSample?, buf: ByteBuffer) {
-        if (value == null) {
-            buf.put(0)
-        } else {
-            buf.put(1)
-            FfiConverterTypeKernelSample.write(value, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterOptionalTypeKernelThreadInterval: FfiConverterRustBuffer<KernelThreadInterval?> {
-    override fun read(buf: ByteBuffer): KernelThreadInterval? {
-        if (buf.get().toInt() == 0) {
-            return null
-        }
-        return FfiConverterTypeKernelThreadInterval.read(buf)
-    }
-
-    override fun allocationSize(value: KernelThreadInterval?): ULong {
-        if (value == null) {
-            return 1UL
-        } else {
-            return 1UL + FfiConverterTypeKernelThreadInterval.allocationSize(value)
-        }
-    }
-
-    override fun write(value: KernelThreadInterval?, buf: ByteBuffer) {
-        if (value == null) {
-            buf.put(0)
-        } else {
-            buf.put(1)
-            FfiConverterTypeKernelThreadInterval.write(value, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
 public object FfiConverterOptionalTypeSnapshot: FfiConverterRustBuffer<Snapshot?> {
     override fun read(buf: ByteBuffer): Snapshot? {
         if (buf.get().toInt() == 0) {
@@ -7346,62 +4125,6 @@ public object FfiConverterOptionalTypeSnapshot: FfiConverterRustBuffer<Snapshot?
         } else {
             buf.put(1)
             FfiConverterTypeSnapshot.write(value, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterSequenceULong: FfiConverterRustBuffer<List<kotlin.ULong>> {
-    override fun read(buf: ByteBuffer): List<kotlin.ULong> {
-        val len = buf.getInt()
-        return List<kotlin.ULong>(len) {
-            FfiConverterULong.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<kotlin.ULong>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterULong.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<kotlin.ULong>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterULong.write(it, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeEvidence: FfiConverterRustBuffer<List<Evidence>> {
-    override fun read(buf: ByteBuffer): List<Evidence> {
-        val len = buf.getInt()
-        return List<Evidence>(len) {
-            FfiConverterTypeEvidence.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<Evidence>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeEvidence.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<Evidence>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeEvidence.write(it, buf)
         }
     }
 }
@@ -7440,146 +4163,6 @@ public object FfiConverterSequenceTypeFinding: FfiConverterRustBuffer<List<Findi
 /**
  * @suppress
  */
-public object FfiConverterSequenceTypeKernelThreadStats: FfiConverterRustBuffer<List<KernelThreadStats>> {
-    override fun read(buf: ByteBuffer): List<KernelThreadStats> {
-        val len = buf.getInt()
-        return List<KernelThreadStats>(len) {
-            FfiConverterTypeKernelThreadStats.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<KernelThreadStats>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeKernelThreadStats.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<KernelThreadStats>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeKernelThreadStats.write(it, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeLoopInterval: FfiConverterRustBuffer<List<LoopInterval>> {
-    override fun read(buf: ByteBuffer): List<LoopInterval> {
-        val len = buf.getInt()
-        return List<LoopInterval>(len) {
-            FfiConverterTypeLoopInterval.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<LoopInterval>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeLoopInterval.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<LoopInterval>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeLoopInterval.write(it, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeLoopStats: FfiConverterRustBuffer<List<LoopStats>> {
-    override fun read(buf: ByteBuffer): List<LoopStats> {
-        val len = buf.getInt()
-        return List<LoopStats>(len) {
-            FfiConverterTypeLoopStats.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<LoopStats>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeLoopStats.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<LoopStats>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeLoopStats.write(it, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeSleepInterval: FfiConverterRustBuffer<List<SleepInterval>> {
-    override fun read(buf: ByteBuffer): List<SleepInterval> {
-        val len = buf.getInt()
-        return List<SleepInterval>(len) {
-            FfiConverterTypeSleepInterval.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<SleepInterval>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeSleepInterval.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<SleepInterval>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeSleepInterval.write(it, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeSleepStats: FfiConverterRustBuffer<List<SleepStats>> {
-    override fun read(buf: ByteBuffer): List<SleepStats> {
-        val len = buf.getInt()
-        return List<SleepStats>(len) {
-            FfiConverterTypeSleepStats.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<SleepStats>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeSleepStats.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<SleepStats>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeSleepStats.write(it, buf)
-        }
-    }
-}
-
-
-
-
-/**
- * @suppress
- */
 public object FfiConverterSequenceTypeSnapshot: FfiConverterRustBuffer<List<Snapshot>> {
     override fun read(buf: ByteBuffer): List<Snapshot> {
         val len = buf.getInt()
@@ -7605,139 +4188,21 @@ public object FfiConverterSequenceTypeSnapshot: FfiConverterRustBuffer<List<Snap
 
 
 
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeThreadInterval: FfiConverterRustBuffer<List<ThreadInterval>> {
-    override fun read(buf: ByteBuffer): List<ThreadInterval> {
-        val len = buf.getInt()
-        return List<ThreadInterval>(len) {
-            FfiConverterTypeThreadInterval.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<ThreadInterval>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeThreadInterval.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<ThreadInterval>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeThreadInterval.write(it, buf)
-        }
-    }
-}
 
 
 
 
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeThreadSample: FfiConverterRustBuffer<List<ThreadSample>> {
-    override fun read(buf: ByteBuffer): List<ThreadSample> {
-        val len = buf.getInt()
-        return List<ThreadSample>(len) {
-            FfiConverterTypeThreadSample.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<ThreadSample>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeThreadSample.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<ThreadSample>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeThreadSample.write(it, buf)
-        }
-    }
-}
 
 
 
 
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeWaker: FfiConverterRustBuffer<List<Waker>> {
-    override fun read(buf: ByteBuffer): List<Waker> {
-        val len = buf.getInt()
-        return List<Waker>(len) {
-            FfiConverterTypeWaker.read(buf)
-        }
-    }
-
-    override fun allocationSize(value: List<Waker>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeWaker.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
-
-    override fun write(value: List<Waker>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeWaker.write(it, buf)
-        }
-    }
-}
 
 
 
 
-/**
- * @suppress
- */
-public object FfiConverterSequenceTypeSampleWarning: FfiConverterRustBuffer<List<SampleWarning>> {
-    override fun read(buf: ByteBuffer): List<SampleWarning> {
-        val len = buf.getInt()
-        return List<SampleWarning>(len) {
-            FfiConverterTypeSampleWarning.read(buf)
-        }
-    }
 
-    override fun allocationSize(value: List<SampleWarning>): ULong {
-        val sizeForLength = 4UL
-        val sizeForItems = value.map { FfiConverterTypeSampleWarning.allocationSize(it) }.sum()
-        return sizeForLength + sizeForItems
-    }
 
-    override fun write(value: List<SampleWarning>, buf: ByteBuffer) {
-        buf.putInt(value.size)
-        value.iterator().forEach {
-            FfiConverterTypeSampleWarning.write(it, buf)
-        }
-    }
-}
-        /**
-         * The default sampler configuration (the core's defaults).
-         */ fun `defaultSamplerConfig`(): SamplerConfig {
-            return FfiConverterTypeSamplerConfig.lift(
-    uniffiRustCall() { _status ->
-    UniffiLib.uniffi_wakemeter_ffi_fn_func_default_sampler_config(
-    
-        _status)
-}
-    )
-    }
-    
 
-        /**
-         * The default thresholds of the findings engine (the core's defaults).
-         */ fun `defaultThresholds`(): Thresholds {
-            return FfiConverterTypeThresholds.lift(
-    uniffiRustCall() { _status ->
-    UniffiLib.uniffi_wakemeter_ffi_fn_func_default_thresholds(
-    
-        _status)
-}
-    )
-    }
-    
 
         /**
          * Version of the wakemeter library behind these bindings.

@@ -15,7 +15,7 @@ import org.junit.jupiter.api.assertThrows
  * Closing an instrument while its thread is inside a call: the probe must be
  * released once, after the call, and every later call must be refused.
  */
-class InstrumentCloseTest {
+class ProbeCloseTest {
     /** One kind of instrument, driven the same way by [closeRaces]. */
     private class Subject(
         val open: (dev.wakemeter.ffi.Sampler, String) -> AutoCloseable,
@@ -24,15 +24,15 @@ class InstrumentCloseTest {
     )
 
     private val loops = Subject(
-        open = { s, name -> s.instrumentLoop(name) },
-        call = { (it as LoopInstrument).beforeWait(null); it.afterWait(1) },
-        recorded = { (it as LoopInstrument).stats().totalWakeups },
+        open = { s, name -> s.newLoopProbe(name) },
+        call = { (it as LoopProbe).beforeWait(null); it.afterWait(1) },
+        recorded = { (it as LoopProbe).stats().totalWakeups },
     )
 
     private val sleeps = Subject(
-        open = { s, name -> s.instrumentSleep(name) },
-        call = { (it as SleepInstrument).begin(0.milliseconds); it.end() },
-        recorded = { (it as SleepInstrument).stats().totalCalls },
+        open = { s, name -> s.newSleepProbe(name) },
+        call = { (it as SleepProbe).begin(0.milliseconds); it.end() },
+        recorded = { (it as SleepProbe).stats().totalCalls },
     )
 
     /**
@@ -99,18 +99,18 @@ class InstrumentCloseTest {
     @Test
     fun `double close is a no-op and calls after close are refused`() {
         wakemeter().use { s ->
-            val loop = s.instrumentLoop("twice")
+            val loop = s.newLoopProbe("twice")
             loop.wait(null) { 1 }
             loop.close()
             loop.close()
             assertThrows<IllegalStateException> { loop.beforeWait(null) }
             assertThrows<IllegalStateException> { loop.afterWait(0) }
-            val nap = s.instrumentSleep("twice")
+            val nap = s.newSleepProbe("twice")
             nap.close()
             nap.close()
             assertThrows<IllegalStateException> { nap.begin(1.milliseconds) }
             assertThrows<IllegalStateException> { nap.end() }
-            s.instrumentLoop("after").use { fresh ->
+            s.newLoopProbe("after").use { fresh ->
                 assertEquals(0uL, fresh.stats().totalWakeups)
             }
         }

@@ -1,11 +1,11 @@
 package dev.wakemeter
 
 import com.sun.jna.Native
-import dev.wakemeter.ffi.LoopProbe
-import dev.wakemeter.ffi.LoopStats
+import dev.wakemeter.ffi.LoopProbe as FfiLoopProbe
+import dev.wakemeter.model.LoopStats
 import dev.wakemeter.ffi.Sampler
-import dev.wakemeter.ffi.SleepProbe
-import dev.wakemeter.ffi.SleepStats
+import dev.wakemeter.ffi.SleepProbe as FfiSleepProbe
+import dev.wakemeter.model.SleepStats
 import dev.wakemeter.ffi.WakemeterException
 import java.util.concurrent.atomic.AtomicBoolean
 import java.util.concurrent.atomic.AtomicLong
@@ -110,7 +110,7 @@ internal class RawHandle(private val handle: Long, private val free: (Long) -> I
 }
 
 /** A handle to a [LoopProbe]: the only way to reach the loop functions of [FastPath]. */
-internal class LoopHandle(probe: LoopProbe) {
+internal class LoopHandle(probe: FfiLoopProbe) {
     private val raw = RawHandle(probe.rawHandle().toLong(), FastPath::wakemeter_loop_probe_release)
 
     fun beforeWait(timeoutNs: Long) = raw.use { FastPath.check(FastPath.wakemeter_loop_probe_before_wait(it, timeoutNs)) }
@@ -121,7 +121,7 @@ internal class LoopHandle(probe: LoopProbe) {
 }
 
 /** A handle to a [SleepProbe]: the only way to reach the sleep functions of [FastPath]. */
-internal class SleepHandle(probe: SleepProbe) {
+internal class SleepHandle(probe: FfiSleepProbe) {
     private val raw = RawHandle(probe.rawHandle().toLong(), FastPath::wakemeter_sleep_probe_release)
 
     fun begin(requestedNs: Long) = raw.use { FastPath.check(FastPath.wakemeter_sleep_probe_begin(it, requestedNs)) }
@@ -138,20 +138,20 @@ fun Duration?.toTimeoutNs(): Long = when {
 }
 
 /**
- * Instruments one event loop through a [LoopProbe], on the allocation-free
- * fast path. Call [beforeWait] right before the loop blocks and [afterWait]
+ * A loop probe for Kotlin: the library's probe ([FfiLoopProbe]) driven
+ * through the allocation-free fast path. Call [beforeWait] right before the loop blocks and [afterWait]
  * right after, or wrap the blocking call with [wait] or [instrument].
  * Closing it releases the probe (see [close]).
  *
  * One instance per loop, used by the loop's thread.
  */
-class LoopInstrument(val probe: LoopProbe) : AutoCloseable {
+class LoopProbe(val probe: FfiLoopProbe) : AutoCloseable {
     private val handle = LoopHandle(probe)
 
     /**
      * The loop is about to wait; `null` (or infinite) = until an event, zero = a non-blocking poll.
      *
-     * @throws IllegalStateException once this instrument is closed.
+     * @throws IllegalStateException once this probe is closed.
      * @throws dev.wakemeter.ffi.WakemeterException.SamplerGone once the sampler is shut down or released.
      */
     fun beforeWait(timeout: Duration?) = handle.beforeWait(timeout.toTimeoutNs())
@@ -159,7 +159,7 @@ class LoopInstrument(val probe: LoopProbe) : AutoCloseable {
     /**
      * The wait returned with [events] ready events (0: timed out or woke for nothing).
      *
-     * @throws IllegalStateException once this instrument is closed.
+     * @throws IllegalStateException once this probe is closed.
      * @throws dev.wakemeter.ffi.WakemeterException.SamplerGone once the sampler is shut down or released.
      */
     fun afterWait(events: Int) = handle.afterWait(events.coerceAtLeast(0))
@@ -203,16 +203,16 @@ class LoopInstrument(val probe: LoopProbe) : AutoCloseable {
 }
 
 /**
- * Instruments a sleep-and-check loop through a [SleepProbe], on the
- * allocation-free fast path. Closing it releases the probe (see [close]).
+ * A sleep probe for Kotlin: the library's probe ([FfiSleepProbe]) driven
+ * through the allocation-free fast path. Closing it releases the probe (see [close]).
  */
-class SleepInstrument(val probe: SleepProbe) : AutoCloseable {
+class SleepProbe(val probe: FfiSleepProbe) : AutoCloseable {
     private val handle = SleepHandle(probe)
 
     /**
      * A sleep of [requested] is about to start.
      *
-     * @throws IllegalStateException once this instrument is closed.
+     * @throws IllegalStateException once this probe is closed.
      * @throws dev.wakemeter.ffi.WakemeterException.SamplerGone once the sampler is shut down or released.
      */
     fun begin(requested: Duration) = handle.begin(requested.inWholeNanoseconds.coerceAtLeast(0))
@@ -220,7 +220,7 @@ class SleepInstrument(val probe: SleepProbe) : AutoCloseable {
     /**
      * The sleep started by [begin] returned.
      *
-     * @throws IllegalStateException once this instrument is closed.
+     * @throws IllegalStateException once this probe is closed.
      * @throws dev.wakemeter.ffi.WakemeterException.SamplerGone once the sampler is shut down or released.
      */
     fun end() = handle.end()
@@ -252,8 +252,12 @@ class SleepInstrument(val probe: SleepProbe) : AutoCloseable {
     }
 }
 
-/** A new loop probe of this sampler, wrapped for Kotlin (see [LoopInstrument]). */
-fun Sampler.instrumentLoop(name: String): LoopInstrument = LoopInstrument(loopProbe(name))
+/**
+ * A new loop probe of this sampler on the fast path (see [LoopProbe]). The
+ * generated [Sampler.loopProbe] returns the library's probe itself, whose
+ * calls go through the slower generated path.
+ */
+fun Sampler.newLoopProbe(name: String): LoopProbe = LoopProbe(loopProbe(name))
 
-/** A new sleep probe of this sampler, wrapped for Kotlin (see [SleepInstrument]). */
-fun Sampler.instrumentSleep(name: String): SleepInstrument = SleepInstrument(sleepProbe(name))
+/** A new sleep probe of this sampler on the fast path (see [SleepProbe]). */
+fun Sampler.newSleepProbe(name: String): SleepProbe = SleepProbe(sleepProbe(name))

@@ -1,0 +1,196 @@
+//! A sampler's configuration as one plain record: the one place its
+//! defaults live (the builder, the FFI, Kotlin and Swift all start from
+//! [`SamplerConfig::default`]), and what a [`crate::Report`] carries so a
+//! saved report says how it was measured.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::diagnose::Thresholds;
+use crate::platform::Target;
+use crate::{Error, Result};
+
+/// Default time between background samples.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// Default number of snapshots kept (5 minutes at the default interval,
+/// matching the 300 s window of iOS's wakeups limit).
+pub const DEFAULT_HISTORY: u32 = 300;
+/// Default: read voluntary/involuntary switch counts every 10th sample
+/// (`status` is the costliest file of a sample; BENCHMARKS.md, "Sampling
+/// cost", gives its cost per thread).
+pub const DEFAULT_SWITCH_SPLIT_EVERY: u32 = 10;
+/// Default name of the background sampling thread.
+pub const DEFAULT_THREAD_NAME: &str = "wakemeter";
+/// Largest accepted history, to keep memory bounded (README, "Memory").
+pub const MAX_HISTORY: u32 = 100_000;
+/// Shortest accepted background interval.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+/// Longest accepted thread name, in bytes (Linux's `comm` limit).
+pub const MAX_THREAD_NAME_BYTES: usize = 15;
+
+/// How a [`crate::Sampler`] samples. Build one with [`SamplerConfig::default`]
+/// and the `with_*` setters, or through [`crate::SamplerBuilder`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct SamplerConfig {
+    /// Time between background samples (at least [`MIN_INTERVAL`]). Default 1 s.
+    pub interval: Duration,
+    /// Snapshots kept in history (1 to [`MAX_HISTORY`]). Default 300.
+    pub history: u32,
+    /// The process to observe. Default: this one.
+    pub target: Target,
+    /// Read voluntary/involuntary switch counts every Nth sample (1 = every
+    /// sample); total switches are read on every sample. Default 10.
+    pub switch_split_every: u32,
+    /// Name of the background sampling thread (1 to 15 bytes, no NUL).
+    /// Default "wakemeter".
+    pub thread_name: String,
+    /// Thresholds of the findings engine.
+    pub thresholds: Thresholds,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            interval: DEFAULT_INTERVAL,
+            history: DEFAULT_HISTORY,
+            target: Target::SelfProcess,
+            switch_split_every: DEFAULT_SWITCH_SPLIT_EVERY,
+            thread_name: DEFAULT_THREAD_NAME.to_string(),
+            thresholds: Thresholds::default(),
+        }
+    }
+}
+
+impl SamplerConfig {
+    /// Sets [`SamplerConfig::interval`].
+    #[must_use]
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Sets [`SamplerConfig::history`], in snapshots.
+    #[must_use]
+    pub fn with_history(mut self, snapshots: u32) -> Self {
+        self.history = snapshots;
+        self
+    }
+
+    /// Sets [`SamplerConfig::target`].
+    #[must_use]
+    pub fn with_target(mut self, target: Target) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// Sets [`SamplerConfig::switch_split_every`].
+    #[must_use]
+    pub fn with_switch_split_every(mut self, n: u32) -> Self {
+        self.switch_split_every = n;
+        self
+    }
+
+    /// Sets [`SamplerConfig::thread_name`].
+    #[must_use]
+    pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
+        self.thread_name = name.into();
+        self
+    }
+
+    /// Sets [`SamplerConfig::thresholds`].
+    #[must_use]
+    pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
+        self.thresholds = thresholds;
+        self
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first field out of range.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |field, reason: &str| {
+            Err(Error::InvalidConfig {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if self.interval.is_zero() {
+            return invalid("interval", "must be greater than zero");
+        }
+        if self.interval < MIN_INTERVAL {
+            return invalid("interval", "must be at least 1 ms");
+        }
+        if self.history == 0 {
+            return invalid("history", "must be at least 1 snapshot");
+        }
+        if self.history > MAX_HISTORY {
+            return invalid("history", "must be at most 100000 snapshots");
+        }
+        if self.switch_split_every == 0 {
+            return invalid(
+                "switch_split_every",
+                "must be at least 1 (1 = every sample)",
+            );
+        }
+        if self.thread_name.is_empty()
+            || self.thread_name.len() > MAX_THREAD_NAME_BYTES
+            || self.thread_name.contains('\0')
+        {
+            return invalid("thread_name", "must be 1 to 15 bytes without NUL");
+        }
+        self.thresholds.validate()
+    }
+}
+
+/// The default configuration; for the bindings, where it is the one source
+/// of the defaults Kotlin's and Swift's `SamplerConfig` start from.
+#[cfg_attr(feature = "uniffi", uniffi::export)]
+pub fn default_sampler_config() -> SamplerConfig {
+    SamplerConfig::default()
+}
+
+/// The default thresholds of the findings engine; for the bindings.
+#[cfg_attr(feature = "uniffi", uniffi::export)]
+pub fn default_thresholds() -> Thresholds {
+    Thresholds::default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_each_bad_field_is_named() {
+        assert!(SamplerConfig::default().validate().is_ok());
+        let field = |c: SamplerConfig| match c.validate() {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        };
+        let d = SamplerConfig::default;
+        assert_eq!(field(d().with_interval(Duration::ZERO)), "interval");
+        assert_eq!(
+            field(d().with_interval(Duration::from_micros(999))),
+            "interval"
+        );
+        assert_eq!(field(d().with_history(0)), "history");
+        assert_eq!(field(d().with_history(MAX_HISTORY + 1)), "history");
+        assert_eq!(field(d().with_switch_split_every(0)), "switch_split_every");
+        assert_eq!(field(d().with_thread_name("")), "thread_name");
+        assert_eq!(field(d().with_thread_name("x".repeat(16))), "thread_name");
+        assert_eq!(field(d().with_thread_name("a\0b")), "thread_name");
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let c = SamplerConfig::default()
+            .with_target(Target::Pid(42))
+            .with_interval(Duration::from_millis(250));
+        let back: SamplerConfig =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+}
