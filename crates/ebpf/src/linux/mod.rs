@@ -263,29 +263,32 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// The process a target names, and an exit watch when it is another one.
+///
+/// # Errors
+/// [`EbpfError::NoSuchProcess`] for a PID or TID that does not exist;
+/// [`EbpfError::UnsupportedTarget`] for a target kind added to the core later.
+pub(crate) fn resolve_target(target: Target) -> Result<(u32, Option<ExitWatch>), EbpfError> {
+    let own = std::process::id();
+    match target {
+        Target::SelfProcess => Ok((own, None)),
+        Target::Pid(p) => {
+            let pid = sys::process_of(p)?;
+            let watch = (pid != own).then(|| ExitWatch::new(pid)).transpose()?;
+            Ok((pid, watch))
+        }
+        // A target kind added to the core later: refuse it rather than
+        // observe the wrong process.
+        other => Err(EbpfError::UnsupportedTarget {
+            target: format!("{other:?}"),
+        }),
+    }
+}
+
 impl Session {
     pub(crate) fn attach(options: &EbpfSourceBuilder) -> Result<Session, EbpfError> {
         let started = Instant::now();
-        let own = std::process::id();
-        let (pid, watch) = match options.target {
-            Target::SelfProcess => (own, None),
-            Target::Pid(p) => {
-                let pid = sys::process_of(p)?;
-                let watch = if pid == own {
-                    None
-                } else {
-                    Some(ExitWatch::new(pid)?)
-                };
-                (pid, watch)
-            }
-            // A target kind added to the core later: refuse it rather than
-            // observe the wrong process.
-            other => {
-                return Err(EbpfError::UnsupportedTarget {
-                    target: format!("{other:?}"),
-                });
-            }
-        };
+        let (pid, watch) = resolve_target(options.target)?;
         let max_threads = options
             .max_threads
             .unwrap_or_else(|| auto_max_threads(sys::thread_count(pid)));

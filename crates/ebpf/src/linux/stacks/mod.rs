@@ -19,7 +19,7 @@ use super::{Hook, attach_hook, kernel_btf, program_error, program_of, take_map};
 use crate::stacks::{
     LostStacks, MissingStack, Stack, StackCount, StackCounts, StackKind, StackSessionBuilder,
 };
-use crate::{EbpfError, Target};
+use crate::EbpfError;
 
 /// The compiled stack programs, embedded with 8-byte alignment.
 #[cfg(not(wakemeter_ebpf_no_clang))]
@@ -96,15 +96,7 @@ fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> EbpfError {
 impl StackSession {
     pub(crate) fn attach(options: &StackSessionBuilder) -> Result<StackSession, EbpfError> {
         let started = Instant::now();
-        let own = std::process::id();
-        let (pid, watch) = match options.target {
-            Target::SelfProcess => (own, None),
-            Target::Pid(p) => {
-                let pid = sys::process_of(p)?;
-                let watch = (pid != own).then(|| ExitWatch::new(pid)).transpose()?;
-                (pid, watch)
-            }
-        };
+        let (pid, watch) = super::resolve_target(options.target)?;
         let object = object()?;
         sys::check_kernel_btf()?;
         sys::check_privileges()?;
