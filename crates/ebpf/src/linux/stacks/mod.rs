@@ -16,10 +16,10 @@ use self::abi::{StackCountValue, StackKey};
 use self::perf::CpuClockEvents;
 use super::sys::{self, ExitWatch};
 use super::{Hook, attach_hook, kernel_btf, program_error, program_of, take_map};
+use crate::EbpfError;
 use crate::stacks::{
     LostStacks, MissingStack, Stack, StackCount, StackCounts, StackKind, StackSessionBuilder,
 };
-use crate::EbpfError;
 
 /// The compiled stack programs, embedded with 8-byte alignment.
 #[cfg(not(wakemeter_ebpf_no_clang))]
