@@ -594,7 +594,9 @@ fn our_program_ids() -> HashSet<u32> {
         .filter_map(Result::ok)
         .filter(|p| {
             let name = p.name_as_str().unwrap_or("");
-            name.starts_with("tpbtf_") || name.starts_with("rawtp_")
+            // `tp_sys_exits` is the syscall program when tracefs is mounted
+            // (per-syscall tracepoints); the others otherwise.
+            name.starts_with("tpbtf_") || name.starts_with("rawtp_") || name.starts_with("tp_sys_")
         })
         .map(|p| p.id())
         .collect()
