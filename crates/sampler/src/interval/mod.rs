@@ -1,0 +1,241 @@
+//! Intervals: the difference of two snapshots, with derived rates. This
+//! module holds the records; [`compute`] derives them from two snapshots.
+
+use serde::{Deserialize, Serialize};
+
+use crate::histogram::Log2Histogram;
+use crate::kernel::{OffCpuTime, Waker};
+use crate::model::Snapshot;
+
+mod compute;
+
+pub(crate) use compute::{between_in_history, between_stored, per_sec, percent};
+
+/// Rates of one thread over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct ThreadInterval {
+    /// OS thread id (see [`ThreadSample::tid`]).
+    pub tid: u64,
+    /// Sampler-assigned identity (see [`ThreadSample::serial`]).
+    pub serial: u64,
+    /// Thread name at the end of the interval.
+    pub name: String,
+    /// Whether the thread first appeared during the interval (its counters
+    /// then count from the thread's start).
+    pub started_in_interval: bool,
+    /// CPU time used during the interval, in nanoseconds.
+    pub cpu_time_ns: u64,
+    /// `cpu_time_ns / duration`, in percent of one core (0–100 per thread).
+    pub cpu_percent: f64,
+    /// Context switches (times scheduled onto a CPU) during the interval.
+    pub switches: Option<u64>,
+    /// `switches` per second.
+    pub switches_per_sec: Option<f64>,
+    /// Voluntary switches during the interval. When an end of the interval
+    /// did not read the split, this covers the outermost snapshots inside
+    /// it that did; `None` if fewer than two did.
+    pub voluntary_switches: Option<u64>,
+    /// `voluntary_switches` per second: how often the thread blocked or slept.
+    pub voluntary_switches_per_sec: Option<f64>,
+    /// Involuntary switches (preemptions) during the interval.
+    pub involuntary_switches: Option<u64>,
+    /// `involuntary_switches` per second.
+    pub involuntary_switches_per_sec: Option<f64>,
+    /// Run-queue wait during the interval, in nanoseconds.
+    pub run_queue_wait_ns: Option<u64>,
+    /// `run_queue_wait_ns / duration`, in percent: time the thread was
+    /// runnable but waiting for a CPU.
+    pub run_queue_wait_percent: Option<f64>,
+    /// What a kernel source (eBPF) saw of this thread over the interval;
+    /// `None` without a kernel source or when an end lacks its sample.
+    pub kernel: Option<KernelThreadInterval>,
+}
+
+/// What a kernel source (eBPF) saw of one thread over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct KernelThreadInterval {
+    /// Time on CPU, in percent of one core.
+    pub on_cpu_percent: f64,
+    /// Voluntary switches per second, from the scheduler tracepoint.
+    pub voluntary_switches_per_sec: f64,
+    /// Involuntary switches (preemptions) per second.
+    pub involuntary_switches_per_sec: f64,
+    /// Off-CPU time during the interval by cause, in nanoseconds.
+    pub off_cpu: OffCpuTime,
+    /// Wakes per second: times the thread was made runnable (`sched_waking`).
+    pub wakes_per_sec: f64,
+    /// Poll-family syscalls per second.
+    pub poll_calls_per_sec: f64,
+    /// Share of those calls that were idle (returned 0: nothing ready), 0 to 1.
+    pub idle_poll_ratio: f64,
+    /// Share of those calls made with a zero timeout (they never wait), 0 to 1.
+    pub zero_timeout_poll_ratio: f64,
+    /// `nanosleep`/`clock_nanosleep` calls per second.
+    pub sleeps_per_sec: f64,
+    /// Mean requested sleep, in nanoseconds.
+    pub mean_sleep_requested_ns: u64,
+    /// Mean actual sleep, in nanoseconds.
+    pub mean_sleep_actual_ns: u64,
+    /// The threads that woke it most since the source attached, most first.
+    pub top_wakers: Vec<Waker>,
+}
+
+/// Process-wide rates over an interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct ProcessInterval {
+    /// Process id.
+    pub pid: u32,
+    /// Process CPU time used during the interval (exited threads included), in ns.
+    pub cpu_time_ns: u64,
+    /// `cpu_time_ns / duration` in percent of one core (up to `cpu_count × 100`).
+    pub cpu_percent: f64,
+    /// Resident set size at the end, in bytes.
+    pub rss_bytes: u64,
+    /// Change of the resident set size over the interval, in bytes (negative: shrank).
+    pub rss_change_bytes: i64,
+    /// Peak resident set size at the end, in bytes, where known.
+    pub peak_rss_bytes: Option<u64>,
+    /// Threads at the end of the interval.
+    pub thread_count: u32,
+    /// Apple interrupt wakeups per second (see [`crate::ProcessSample::interrupt_wakeups`]).
+    pub interrupt_wakeups_per_sec: Option<f64>,
+    /// Apple platform-idle wakeups per second ("Idle Wake Ups").
+    pub platform_idle_wakeups_per_sec: Option<f64>,
+}
+
+/// One instrumented loop over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct LoopInterval {
+    /// Probe id (see [`LoopStats::id`]).
+    pub id: u64,
+    /// Probe name.
+    pub name: String,
+    /// Thread that last waited, if any.
+    pub tid: Option<u64>,
+    /// Wakeups (returns from the wait) during the interval.
+    pub wakeups: u64,
+    /// `wakeups` per second.
+    pub wakeups_per_sec: f64,
+    /// Wakeups that found 0 events.
+    pub idle_wakeups: u64,
+    /// `idle_wakeups / wakeups` (0 to 1; 0 without wakeups).
+    pub idle_wakeup_ratio: f64,
+    /// Wakeups after the full timeout elapsed.
+    pub timed_out_wakeups: u64,
+    /// Wakeups before a finite timeout elapsed.
+    pub early_wakeups: u64,
+    /// Waits with a zero timeout (non-blocking polls).
+    pub zero_timeout_waits: u64,
+    /// `zero_timeout_waits / wakeups` (0 to 1).
+    pub zero_timeout_ratio: f64,
+    /// Ready events reported.
+    pub events: u64,
+    /// `events / wakeups` (0 without wakeups).
+    pub events_per_wakeup: f64,
+    /// Time inside waits, in nanoseconds.
+    pub wait_ns: u64,
+    /// Time between waits (doing work), in nanoseconds.
+    pub busy_ns: u64,
+    /// Loop utilization, `busy / (busy + wait)` (0 to 1; like Node's ELU).
+    pub utilization: f64,
+    /// Poll delays of timed-out wakeups during the interval, in ns (log2 buckets).
+    pub poll_delay_histogram: Log2Histogram,
+    /// Mean poll delay of timed-out wakeups, in nanoseconds.
+    pub mean_poll_delay_ns: u64,
+    /// 99th percentile poll delay (lower bound of its log2 bucket), in nanoseconds.
+    pub p99_poll_delay_ns: Option<u64>,
+    /// Length of the wait in progress at the end, in nanoseconds (0 if not waiting).
+    pub current_wait_ns: u64,
+}
+
+/// One instrumented sleep site over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct SleepInterval {
+    /// Probe id (see [`SleepStats::id`]).
+    pub id: u64,
+    /// Probe name.
+    pub name: String,
+    /// Thread that last slept, if any.
+    pub tid: Option<u64>,
+    /// Sleeps completed during the interval.
+    pub calls: u64,
+    /// `calls` per second.
+    pub sleeps_per_sec: f64,
+    /// Mean requested sleep, in nanoseconds.
+    pub mean_requested_ns: u64,
+    /// Mean actual sleep, in nanoseconds.
+    pub mean_actual_ns: u64,
+    /// Mean oversleep (actual − requested), in nanoseconds.
+    pub mean_oversleep_ns: u64,
+    /// CPU time consumed inside the sleep calls, in nanoseconds.
+    pub cpu_ns: u64,
+    /// `cpu_ns / duration` in percent of one core: what the sleeping itself costs.
+    pub cpu_percent: f64,
+    /// CPU time per sleep call, in nanoseconds.
+    pub cpu_per_sleep_ns: u64,
+    /// Oversleeps during the interval, in ns (log2 buckets).
+    pub oversleep_histogram: Log2Histogram,
+    /// 99th percentile oversleep (lower bound of its log2 bucket), in nanoseconds.
+    pub p99_oversleep_ns: Option<u64>,
+}
+
+/// The difference of two snapshots, with rates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct Interval {
+    /// Sequence number of the starting snapshot.
+    pub from_seq: u64,
+    /// Sequence number of the ending snapshot.
+    pub to_seq: u64,
+    /// Monotonic timestamp of the ending snapshot, in nanoseconds.
+    pub end_monotonic_ns: u64,
+    /// Length of the interval, in nanoseconds (monotonic clock).
+    pub duration_ns: u64,
+    /// Process-wide rates.
+    pub process: ProcessInterval,
+    /// Per-thread rates for threads alive at the end, ordered by CPU time, highest first.
+    pub threads: Vec<ThreadInterval>,
+    /// Threads that exited during the interval (seen at the start, gone at the end).
+    pub threads_exited: u32,
+    /// Threads alive at the end that the kernel source (eBPF) has no record
+    /// of at the end: its thread map was full, or they have not been
+    /// scheduled since it attached. `None` without a kernel sample at both ends.
+    pub kernel_uncovered_threads: Option<u32>,
+    /// Instrumented loops alive at the end.
+    pub loops: Vec<LoopInterval>,
+    /// Instrumented sleep sites alive at the end.
+    pub sleeps: Vec<SleepInterval>,
+    /// CPU time the sampler spent during the interval, in nanoseconds.
+    pub sampler_cpu_time_ns: u64,
+    /// `sampler_cpu_time_ns / duration`, in percent of one core: the overhead you pay.
+    pub sampler_cpu_percent: f64,
+}
+
+impl Interval {
+    /// The interval from snapshot `from` to snapshot `to` (`to` taken later).
+    /// Threads are matched by serial, never by TID.
+    pub fn between(from: &Snapshot, to: &Snapshot) -> Interval {
+        compute::compute(from.into(), &from.threads, to.into(), &to.threads)
+    }
+
+    /// The thread with this serial, if it was alive at the end.
+    pub fn thread_by_serial(&self, serial: u64) -> Option<&ThreadInterval> {
+        self.threads.iter().find(|t| t.serial == serial)
+    }
+
+    /// Duration in seconds.
+    pub fn duration_secs(&self) -> f64 {
+        self.duration_ns as f64 / 1e9
+    }
+}
