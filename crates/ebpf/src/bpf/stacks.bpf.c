@@ -49,6 +49,20 @@ struct {
 	__type(value, struct wm_off_start);
 } off_start SEC(".maps");
 
+/* Scratch key of the wakeup program, per CPU. It must not be on the BPF
+ * stack: a program whose stack reaches 64 bytes gets a private per-CPU
+ * stack on recent kernels (6.14+ on x86_64), and in_interrupt() tells
+ * interrupt context by the BPF frame lying off the task's stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_stack_key);
+} waking_key SEC(".maps");
+
+/* Zero value of a new stack_counts entry (kept off the stack, as above). */
+static const struct wm_stack_count zero_count = {};
+
 /* Events whose stacks could not be recorded, per WM_LOST_* and CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -81,8 +95,7 @@ static __always_inline void add_count(struct wm_stack_key *key, __u64 ns)
 {
 	struct wm_stack_count *c = bpf_map_lookup_elem(&stack_counts, key);
 	if (!c) {
-		struct wm_stack_count zero = {};
-		long err = bpf_map_update_elem(&stack_counts, key, &zero, BPF_NOEXIST);
+		long err = bpf_map_update_elem(&stack_counts, key, &zero_count, BPF_NOEXIST);
 		if (err && err != -WM_EEXIST) {
 			count_lost(WM_LOST_COUNTS_FULL);
 			return;
@@ -181,22 +194,26 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	int pid = 0;
 	WM_READ(btf, pid, p->pid);
 	bool irq = in_interrupt(btf);
-	struct wm_stack_key key = {};
-	key.tid = (__u32)pid;
-	key.kind = WM_STACK_WAKEUP;
-	bpf_probe_read_kernel(&key.comm, sizeof(key.comm), &p->comm);
+	__u32 zero = 0;
+	struct wm_stack_key *key = bpf_map_lookup_elem(&waking_key, &zero);
+	if (!key)
+		return 0;
+	__builtin_memset(key, 0, sizeof(*key));
+	key->tid = (__u32)pid;
+	key->kind = WM_STACK_WAKEUP;
+	bpf_probe_read_kernel(&key->comm, sizeof(key->comm), &p->comm);
 	/* In interrupt context the user stack would be the interrupted task's,
 	 * not a waker's; the kernel stack shows the interrupt path. */
-	key.kernel_stack = stack_id(ctx, 0);
+	key->kernel_stack = stack_id(ctx, 0);
 	if (irq) {
-		key.user_stack = WM_NO_STACK;
-		__builtin_memcpy(key.waker_comm, "[interrupt]", 12);
+		key->user_stack = WM_NO_STACK;
+		__builtin_memcpy(key->waker_comm, "[interrupt]", 12);
 	} else {
-		key.waker_tid = (__u32)bpf_get_current_pid_tgid();
-		key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
-		bpf_get_current_comm(&key.waker_comm, sizeof(key.waker_comm));
+		key->waker_tid = (__u32)bpf_get_current_pid_tgid();
+		key->user_stack = stack_id(ctx, BPF_F_USER_STACK);
+		bpf_get_current_comm(&key->waker_comm, sizeof(key->waker_comm));
 	}
-	add_count(&key, 0);
+	add_count(key, 0);
 	return 0;
 }
 
