@@ -248,6 +248,26 @@ pub(crate) fn aggregate(
     profile
 }
 
+/// Innermost kernel frames that belong to the tracing machinery, not to
+/// the traced code: the BPF program, `bpf_trace_run*` and the tracepoint's
+/// `__traceiter_*`, which a stack taken in a scheduler tracepoint starts with.
+const TRACING_FRAME_PREFIXES: [&str; 2] = ["__traceiter_", "bpf_trace_run"];
+/// They are within this many innermost frames.
+const TRACING_FRAMES_MAX: usize = 5;
+
+/// Drops the tracing frames (see [`TRACING_FRAME_PREFIXES`]) and everything
+/// inside them from a kernel stack, innermost first.
+fn strip_tracing_frames(kernel: &mut Vec<Frame>) {
+    let last = kernel.iter().take(TRACING_FRAMES_MAX).rposition(|f| {
+        f.function
+            .as_deref()
+            .is_some_and(|n| TRACING_FRAME_PREFIXES.iter().any(|p| n.starts_with(p)))
+    });
+    if let Some(i) = last {
+        kernel.drain(..=i);
+    }
+}
+
 /// Adds up samples that read the same once symbolized: the same thread,
 /// cause, waker and frame names (e.g. two leaf addresses in one function
 /// that have separate stack ids in the kernel). The first keeps its
@@ -294,6 +314,7 @@ fn sample(
     match &c.kernel_stack {
         Ok(addrs) => {
             let mut kernel = symbolizer.kernel_frames(addrs, kernel_memo);
+            strip_tracing_frames(&mut kernel);
             kernel.reverse();
             frames.extend(kernel);
         }
@@ -309,5 +330,32 @@ fn sample(
         gaps,
         count: c.count,
         total_ns: c.total_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracing_frames_are_stripped() {
+        let named = |n: &str| {
+            let mut f = Frame::unresolved(1, true);
+            f.function = Some(n.to_owned());
+            f
+        };
+        let mut k = vec![
+            Frame::unresolved(9, true),
+            named("bpf_trace_run4"),
+            named("__traceiter_sched_switch"),
+            named("__schedule"),
+            named("schedule"),
+        ];
+        strip_tracing_frames(&mut k);
+        let names: Vec<_> = k.iter().map(Frame::label).collect();
+        assert_eq!(names, ["__schedule_[k]", "schedule_[k]"]);
+        let mut untouched = vec![named("do_nanosleep"), named("schedule")];
+        strip_tracing_frames(&mut untouched);
+        assert_eq!(untouched.len(), 2);
     }
 }

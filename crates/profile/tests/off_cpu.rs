@@ -1,0 +1,212 @@
+//! Off-CPU and wakeup profiles of programs whose answer is known, checked
+//! against libbpf-tools' `offcputime` on the same run (root: eBPF).
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use wakemeter_profile::{OffCpuCause, Profile, ProfileOptions, Profiler, StackKind, Target};
+
+/// Off-CPU time of the write site and of the lock site, in any unit:
+/// stacks through the kernel's pipe write, and through a futex wait.
+fn sites(stacks: impl Iterator<Item = (Vec<String>, u64)>) -> (u64, u64) {
+    let (mut write, mut lock) = (0u64, 0u64);
+    for (frames, value) in stacks {
+        let has = |part: &str| frames.iter().any(|f| f.contains(part));
+        if has("pipe_write") {
+            write += value;
+        }
+        if has("futex_wait") {
+            lock += value;
+        }
+    }
+    (write, lock)
+}
+
+/// `offcputime` prints one block per stack: frames, a `-  comm (tid)`
+/// line, then the microseconds; blocks are separated by blank lines.
+fn offcputime_blocks(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let lines: Vec<String> = block
+                .lines()
+                .map(|l| l.trim().to_owned())
+                .filter(|l| !l.is_empty())
+                .collect();
+            let value = lines.last()?.parse().ok()?;
+            Some((lines, value))
+        })
+        .collect()
+}
+
+fn ours(profile: &Profile) -> Vec<(Vec<String>, u64)> {
+    profile
+        .samples
+        .iter()
+        .map(|s| {
+            (
+                s.frames.iter().map(|f| f.label()).collect(),
+                s.total_ns / 1000,
+            )
+        })
+        .collect()
+}
+
+/// Makes sure `offcputime` (Debian package libbpf-tools) is installed.
+fn offcputime() -> &'static str {
+    let path = "/usr/sbin/offcputime";
+    if !std::path::Path::new(path).exists() {
+        let status = Command::new("bash")
+            .arg("-c")
+            .arg(concat!(
+                "source '",
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../scripts/prereqs.sh' && apt_install libbpf-tools"
+            ))
+            .status()
+            .expect("bash runs");
+        assert!(status.success(), "could not install libbpf-tools");
+    }
+    path
+}
+
+/// Write and lock sites get off-CPU time in the same proportion as
+/// offcputime measures on the same run (within 10 points), with the causes
+/// of the counters: `other` for the pipe write, `lock` for the mutex.
+#[test]
+#[ignore = "needs root"]
+fn off_cpu_sites_match_offcputime() {
+    let tool = offcputime();
+    let program = common::build(
+        "offcpu",
+        "offcpu",
+        &["-g", "-O1", "-fno-omit-frame-pointer"],
+    );
+    let child = common::start(&program, &["30"]);
+    let pid = child.pid().to_string();
+    // offcputime loads in about a second: give it 8 s around our 5 s.
+    let reference = std::thread::scope(|scope| {
+        let handle = scope.spawn(|| {
+            Command::new(tool)
+                .args(["-p", &pid, "8"])
+                .output()
+                .expect("offcputime runs")
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let profile = Profiler::new()
+            .capture(
+                Target::Pid(child.pid()),
+                &ProfileOptions::new(StackKind::OffCpu),
+                Duration::from_secs(5),
+            )
+            .expect("capture");
+        let out = handle.join().expect("offcputime thread");
+        (profile, out)
+    });
+    let (profile, out) = reference;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ref_write, ref_lock) =
+        sites(offcputime_blocks(&String::from_utf8_lossy(&out.stdout)).into_iter());
+    let (our_write, our_lock) = sites(ours(&profile).into_iter());
+    let share = |w: u64, l: u64| w as f64 / (w + l).max(1) as f64;
+    println!(
+        "write/lock off-CPU us: ours {our_write}/{our_lock} ({:.3}), offcputime {ref_write}/{ref_lock} ({:.3})",
+        share(our_write, our_lock),
+        share(ref_write, ref_lock)
+    );
+    assert!(our_write > 0 && our_lock > 0 && ref_write > 0 && ref_lock > 0);
+    assert!(
+        (share(our_write, our_lock) - share(ref_write, ref_lock)).abs() <= 0.10,
+        "write share differs by more than 10 points"
+    );
+    // The causes are the counters' classification.
+    let cause_of = |part: &str| {
+        profile
+            .samples
+            .iter()
+            .filter(|s| s.frames.iter().any(|f| f.label().contains(part)))
+            .max_by_key(|s| s.total_ns)
+            .and_then(|s| s.cause)
+    };
+    assert_eq!(cause_of("pipe_write"), Some(OffCpuCause::Other));
+    assert_eq!(cause_of("futex_wait"), Some(OffCpuCause::Lock));
+    // The user side names the call sites: libc's write (`__write`) called
+    // from request_thread, the lock waits from lock_thread (the direct
+    // callers of libc functions without frame pointers are skipped by
+    // frame-pointer unwinding, offcputime's too; see offcpu.c).
+    let libc_write = |s: &wakemeter_profile::StackSample| {
+        s.frames
+            .iter()
+            .any(|f| !f.kernel && f.function.as_deref().is_some_and(|n| n.ends_with("write")))
+    };
+    assert!(profile.share_where(|s| libc_write(s) && s.contains_function("request_thread")) > 0.0);
+    assert!(profile.inclusive_share("lock_thread") > 0.0);
+    // No tracing machinery in the stacks.
+    assert!(
+        profile.share_where(|s| s.frames.iter().any(|f| f.label().contains("bpf_trace_run")))
+            == 0.0
+    );
+}
+
+/// The reader of the pipe wakes the blocked writer, and an unlock wakes the
+/// other lock thread: the wakers' stacks name their threads' functions and
+/// the kernel's pipe read and futex wake.
+#[test]
+#[ignore = "needs root"]
+fn wakeup_stacks_name_the_waker() {
+    let program = common::build(
+        "offcpu",
+        "offcpu-wake",
+        &["-g", "-O1", "-fno-omit-frame-pointer"],
+    );
+    let child = common::start(&program, &["30"]);
+    let profile = Profiler::new()
+        .capture(
+            Target::Pid(child.pid()),
+            &ProfileOptions::new(StackKind::Wakeups),
+            Duration::from_secs(3),
+        )
+        .expect("capture");
+    let kernel_has = |s: &wakemeter_profile::StackSample, part: &str| {
+        s.frames
+            .iter()
+            .any(|f| f.kernel && f.label().contains(part))
+    };
+    // The reader's own function is skipped: it calls libc's read, which
+    // has no frame pointer (see offcpu.c).
+    let user_read = |s: &wakemeter_profile::StackSample| {
+        s.frames
+            .iter()
+            .any(|f| !f.kernel && f.function.as_deref().is_some_and(|n| n.ends_with("read")))
+    };
+    let by_reader = profile.share_where(|s| user_read(s) && kernel_has(s, "pipe_read"));
+    let by_lock =
+        profile.share_where(|s| s.contains_function("lock_thread") && kernel_has(s, "futex_wake"));
+    println!(
+        "{} stacks; woken by the reader (read, pipe_read) {:.2}, by lock_thread (futex_wake) {:.2}",
+        profile.samples.len(),
+        by_reader,
+        by_lock
+    );
+    assert!(by_reader > 0.0, "no wakeup from the pipe reader");
+    assert!(by_lock > 0.0, "no wakeup from the mutex unlock");
+    let reader = profile
+        .samples
+        .iter()
+        .find(|s| user_read(s) && kernel_has(s, "pipe_read"))
+        .expect("reader stack");
+    assert!(reader.waker.as_ref().is_some_and(|(tid, _)| *tid != 0));
+    // Interrupt-context wakers have no user stack, only a kernel one.
+    for s in profile
+        .samples
+        .iter()
+        .filter(|s| s.waker.as_ref().is_some_and(|w| w.0 == 0))
+    {
+        assert!(s.frames.iter().all(|f| f.kernel), "{s:?}");
+    }
+}
