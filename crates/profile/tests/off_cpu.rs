@@ -3,6 +3,10 @@
 
 mod common;
 
+/// One capture at a time: the programs with a known answer need the CPUs
+/// (two cores here) to themselves.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 use std::process::Command;
 use std::time::Duration;
 
@@ -77,6 +81,7 @@ fn offcputime() -> &'static str {
 #[test]
 #[ignore = "needs root"]
 fn off_cpu_sites_match_offcputime() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tool = offcputime();
     let program = common::build(
         "offcpu",
@@ -159,6 +164,7 @@ fn off_cpu_sites_match_offcputime() {
 #[test]
 #[ignore = "needs root"]
 fn wakeup_stacks_name_the_waker() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build(
         "offcpu",
         "offcpu-wake",

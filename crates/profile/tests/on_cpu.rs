@@ -2,6 +2,10 @@
 
 mod common;
 
+/// One capture at a time: the programs with a known answer need the CPUs
+/// (two cores here) to themselves.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 use std::time::{Duration, Instant};
 
 use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
@@ -11,6 +15,7 @@ use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind, Tar
 #[test]
 #[ignore = "needs root"]
 fn on_cpu_shares_match_the_known_answer() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build("spin", "spin-fp", &["-g", "-O1", "-fno-omit-frame-pointer"]);
     let child = common::start(&program, &["30"]);
     let profiler = Profiler::new();
@@ -66,6 +71,7 @@ fn on_cpu_shares_match_the_known_answer() {
 #[test]
 #[ignore = "needs root"]
 fn stripped_binary_keeps_addresses() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build(
         "spin",
         "spin-stripped",
@@ -104,6 +110,7 @@ fn stripped_binary_keeps_addresses() {
 #[test]
 #[ignore = "needs root"]
 fn missing_frame_pointers_are_reported() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build("spin", "spin-nofp", &["-O2", "-fomit-frame-pointer"]);
     let child = common::start(&program, &["30"]);
     let profile = Profiler::new()
@@ -129,6 +136,7 @@ fn missing_frame_pointers_are_reported() {
 #[test]
 #[ignore = "needs root"]
 fn target_exiting_mid_capture_gives_a_partial_profile() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build(
         "spin",
         "spin-exit",
