@@ -1,25 +1,23 @@
 //! `wakemeter watch --pid`: the sidecar use.
 //!
 //! Reports come every `--every` seconds and once more at the `--seconds`
-//! deadline. Between reports the watcher wakes every [`STEP`] to check that
-//! the target still exists, so it stops at the deadline and within about a
-//! sampling interval of the target's exit, whatever `--every` is. When the
-//! target has gone, sampling is stopped first and one final report is
-//! printed (its `stats.running` is false), then "target exited" on stderr.
+//! deadline. The watcher has no clock of its own between reports: it wakes
+//! when the sampler stores a snapshot (`wait_for_sample`, every
+//! [`SAMPLE_EVERY`]) and then checks that the target still exists, so it
+//! stops at the deadline and within about a sampling interval of the
+//! target's exit, whatever `--every` is. When the target has gone, sampling
+//! is stopped first and one final report is printed (its `stats.running` is
+//! false), then "target exited" on stderr.
 
 use std::error::Error;
 use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use wakemeter::{Report, Sampler, SamplerBuilder, Target};
+use wakemeter::{Report, SampleWait, Sampler, SamplerBuilder, Target};
 
 use crate::target::{self, Liveness};
 use crate::{kernel, print};
-
-/// How often the watcher checks on the target and the sampler between
-/// reports: a fraction of the sampler's own interval, and few wakeups.
-const STEP: Duration = Duration::from_millis(250);
 
 /// The sampler's interval.
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -88,10 +86,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let mut next = start + every;
     let mut measured = false;
     let mut reported_error: Option<String> = None;
+    let mut last = None;
     let end = loop {
-        let due = deadline.map_or(next, |d| d.min(next));
         let now = Instant::now();
-        if now >= due {
+        if now >= next || deadline.is_some_and(|d| now >= d) {
             measured |= write_report(&mut out, &sampler.report(), o.json)?;
             if deadline.is_some_and(|d| now >= d) {
                 break End::Deadline;
@@ -99,9 +97,15 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             while next <= now {
                 next += every;
             }
-            continue;
         }
-        std::thread::sleep(STEP.min(due - now));
+        // Wake on the next stored snapshot, or at the deadline if sooner.
+        let until_deadline = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        // A timeout or a stopped run: `check` below says what happened.
+        if let SampleWait::Stored { seq } =
+            sampler.wait_for_sample(last, until_deadline.min(2 * SAMPLE_EVERY))
+        {
+            last = Some(seq);
+        }
         if let Some(end) = check(&sampler, pid, &mut reported_error) {
             break end;
         }

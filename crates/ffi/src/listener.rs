@@ -1,10 +1,11 @@
 //! Listeners implemented in Kotlin or Swift, and the thread that calls them.
 //!
 //! The core samples on its own thread and knows nothing about listeners. A
-//! small dispatcher thread here wakes once per sampling tick (aligned to the
-//! timestamps of the snapshots, so it costs one wakeup per tick), reads the
+//! small dispatcher thread here waits on the core's "sample stored"
+//! notification (one wakeup per sample, no clock of its own), reads the
 //! newest interval and hands it to every listener. A slow or failing listener
-//! therefore never delays sampling.
+//! therefore never delays sampling, and the dispatcher's work counts in the
+//! sampler's reported overhead.
 //!
 //! After each interval the dispatcher runs the findings engine and hands
 //! over the findings that are new (not present after the previous sample)
@@ -142,17 +143,9 @@ impl Listeners {
     }
 }
 
-/// State shared by a dispatcher thread and its handle.
-struct Shared {
-    stop: AtomicBool,
-    /// Guards nothing but the sleeps, so `stop()` can wake the thread.
-    sleep: Mutex<()>,
-    wake: Condvar,
-}
-
 /// The thread that calls listeners after each background sample.
 pub(crate) struct Dispatcher {
-    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
     listeners: Arc<Listeners>,
     handle: Option<JoinHandle<()>>,
     thread: ThreadId,
@@ -164,12 +157,8 @@ impl Dispatcher {
         core: wakemeter::Sampler,
         listeners: Arc<Listeners>,
     ) -> Result<Dispatcher, WakemeterError> {
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            sleep: Mutex::new(()),
-            wake: Condvar::new(),
-        });
-        let (s, l) = (shared.clone(), listeners.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, l) = (stop.clone(), listeners.clone());
         let handle = std::thread::Builder::new()
             .name("wakemeter-cb".to_string())
             .spawn(move || run(&core, &s, &l))
@@ -178,24 +167,23 @@ impl Dispatcher {
             })?;
         Ok(Dispatcher {
             thread: handle.thread().id(),
-            shared,
+            stop,
             listeners,
             handle: Some(handle),
         })
     }
 
-    /// Stops the thread and waits for a call in progress to return (unless
-    /// called from a listener itself, which must not wait for itself).
-    pub(crate) fn stop(mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        {
-            let _g = lock(&self.shared.sleep);
-            self.shared.wake.notify_all();
-        }
-        {
-            let _g = lock(&self.listeners.list);
-            self.listeners.added.notify_all();
-        }
+    /// Asks the thread to stop. It wakes when the sampler's background run
+    /// ends (stop it next), or from its wait for listeners.
+    pub(crate) fn signal_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _g = lock(&self.listeners.list);
+        self.listeners.added.notify_all();
+    }
+
+    /// Waits for the thread, and so for a call in progress, to return
+    /// (unless called from a listener itself, which must not wait for itself).
+    pub(crate) fn join(mut self) {
         if let Some(h) = self.handle.take()
             && std::thread::current().id() != self.thread
         {
@@ -205,71 +193,51 @@ impl Dispatcher {
     }
 }
 
-/// How long after a snapshot's timestamp the next one is expected, plus a
-/// margin for the sample itself, in nanoseconds.
-const MARGIN_NS: u64 = 2_000_000;
-/// First retry delay when the expected sample is not there yet.
-const RETRY_NS: u64 = 1_000_000;
-
-fn run(core: &wakemeter::Sampler, shared: &Shared, listeners: &Listeners) {
-    let interval_ns = u64::try_from(core.interval().as_nanos()).unwrap_or(u64::MAX);
+/// The delivery loop. It has no clock of its own: it wakes when the core
+/// stores a snapshot (`wait_for_sample`), so it costs one wakeup per sample
+/// and never samples or guesses when a sample is due.
+fn run(core: &wakemeter::Sampler, stop: &AtomicBool, listeners: &Listeners) {
+    // A bound on one wait, for a run that ended before the wait began
+    // (which `wait_for_sample` cannot report as `Stopped`).
+    let timeout = core
+        .interval()
+        .saturating_mul(2)
+        .max(Duration::from_millis(100));
     let mut last_seq: Option<u64> = None;
-    let mut deadline = wakemeter::monotonic_ns();
-    let mut retry = RETRY_NS;
     let mut known = KnownFindings::default();
-    while !shared.stop.load(Ordering::Acquire) {
+    while !stop.load(Ordering::Acquire) {
         // Sleep without waking while nobody listens.
         {
             let mut list = lock(&listeners.list);
-            while list.is_empty() && !shared.stop.load(Ordering::Acquire) {
+            while list.is_empty() && !stop.load(Ordering::Acquire) {
                 list = listeners
                     .added
                     .wait(list)
                     .unwrap_or_else(|e| e.into_inner());
             }
         }
-        // Sleep until the next sample is expected.
-        {
-            let mut g = lock(&shared.sleep);
-            loop {
-                if shared.stop.load(Ordering::Acquire) {
+        match core.wait_for_sample(last_seq, timeout) {
+            wakemeter::SampleWait::Stored { seq } => {
+                if stop.load(Ordering::Acquire) {
                     return;
                 }
-                let now = wakemeter::monotonic_ns();
-                if now >= deadline {
-                    break;
+                last_seq = Some(seq);
+                if listeners.is_empty() {
+                    continue;
                 }
-                g = match shared
-                    .wake
-                    .wait_timeout(g, Duration::from_nanos(deadline - now))
-                {
-                    Ok((g, _)) => g,
-                    Err(e) => e.into_inner().0,
-                };
-            }
-        }
-        match core.latest_interval() {
-            Some(iv) if Some(iv.to_seq) != last_seq => {
-                last_seq = Some(iv.to_seq);
-                retry = RETRY_NS;
-                deadline = iv
-                    .end_monotonic_ns
-                    .saturating_add(interval_ns)
-                    .saturating_add(MARGIN_NS)
-                    .max(wakemeter::monotonic_ns().saturating_add(RETRY_NS));
-                if !listeners.is_empty() {
+                // The interval and the findings count themselves as sampler
+                // overhead; so does the bookkeeping of what is new.
+                if let Some(iv) = core.latest_interval() {
                     listeners.deliver_interval(&iv);
-                    for finding in known.update(&core.findings()) {
-                        listeners.deliver_finding(&finding);
-                    }
+                }
+                let findings = core.findings();
+                for finding in core.account(|| known.update(&findings)) {
+                    listeners.deliver_finding(&finding);
                 }
             }
-            _ => {
-                // Not sampled yet (or the sample ran late): retry soon, backing off
-                // to a quarter of the interval.
-                deadline = wakemeter::monotonic_ns().saturating_add(retry);
-                retry = retry.saturating_mul(2).min((interval_ns / 4).max(RETRY_NS));
-            }
+            wakemeter::SampleWait::TimedOut if core.is_running() => {}
+            // The run ended (stopped, or the target exited): nothing more comes.
+            _ => return,
         }
     }
 }

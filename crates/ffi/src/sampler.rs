@@ -59,9 +59,10 @@ impl Sampler {
     fn stop_running(&self) {
         let running = lock(&self.running).take();
         if let Some(Running { guard, dispatcher }) = running {
-            // Listener delivery first, so no callback sees a half-stopped sampler.
-            dispatcher.stop();
+            // Ending the run wakes the dispatcher from its wait for a sample.
+            dispatcher.signal_stop();
             guard.stop();
+            dispatcher.join();
         }
     }
 }

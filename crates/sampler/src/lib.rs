@@ -54,7 +54,7 @@ pub use interval::{
 pub use platform::Target;
 pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats, WaitGuard};
 pub use sampler::{
-    REPORT_SCHEMA_VERSION, Report, Sampler, SamplerBuilder, SamplerStats, SamplingGuard,
+    REPORT_SCHEMA_VERSION, Report, SampleWait, Sampler, SamplerBuilder, SamplerStats, SamplingGuard,
 };
 
 /// Monotonic time now, in nanoseconds (`CLOCK_MONOTONIC`; 0 if the clock

@@ -4,7 +4,7 @@
 //!   an unpark a wakeup, so wakeups/s and parked vs busy time of each worker
 //!   appear in snapshots and findings like any [`LoopProbe`].
 //! - [`runtime_stats`] reads tokio's stable runtime metrics.
-//! - [`watch`] runs the sampler from a task and yields a [`Report`] per period.
+//! - [`watch`] yields a [`Report`] after each stored snapshot.
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::probe::LoopProbe;
 use crate::probe::duration_ns;
-use crate::{Report, Sampler};
+use crate::{Report, SampleWait, Sampler};
 
 thread_local! {
     /// The probe of the runtime worker running on this thread, created at its first park.
@@ -134,32 +134,49 @@ impl Drop for ReportStream {
     }
 }
 
-/// Samples every `period` from a task on the current runtime and yields a
-/// [`Report`] (interval and findings) each time. Sampling runs on tokio's
-/// blocking pool so it never stalls a worker. A slow consumer misses
-/// reports (at most 8 are buffered) rather than growing memory. Dropping the
-/// stream stops it. Must be called from within a tokio runtime.
-pub fn watch(sampler: &Sampler, period: Duration) -> ReportStream {
+/// A [`Report`] after each snapshot the sampler stores, as a stream. It
+/// has no clock of its own: it starts the sampler's background sampling if
+/// it is not running (and stops it when the stream is dropped), then waits
+/// on the sampler's "sample stored" notification (on tokio's blocking pool,
+/// so a worker never blocks), so reports come at the sampler's interval.
+/// Making a report counts as sampler overhead. A slow consumer misses
+/// reports (at most 8 are buffered) rather than growing memory. The stream
+/// ends when background sampling ends (the target exited, or another
+/// owner stopped it). Must be called from within a tokio runtime.
+pub fn watch(sampler: &Sampler) -> ReportStream {
     let (tx, rx) = mpsc::channel(8);
     let s = sampler.clone();
-    let period = period.max(crate::sampler::MIN_INTERVAL);
     let task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // Ours to stop when the stream goes; `None` when already running.
+        let guard = s.start().ok();
+        // A bound on one blocking wait, so a dropped stream frees its
+        // blocking thread soon.
+        let timeout = s.interval().saturating_mul(2).min(Duration::from_secs(1));
+        let mut last = None;
         loop {
-            tick.tick().await;
             let s2 = s.clone();
-            let report =
-                match tokio::task::spawn_blocking(move || s2.sample().map(|_| s2.report())).await {
-                    Ok(Ok(r)) => r,
-                    // The target is gone (or the blocking pool shut down): end the stream.
-                    _ => return,
-                };
-            if tx.is_closed() {
-                return;
+            let waited = tokio::task::spawn_blocking(move || {
+                let w = s2.wait_for_sample(last, timeout);
+                match w {
+                    SampleWait::Stored { .. } => (w, Some(s2.report())),
+                    _ => (w, None),
+                }
+            })
+            .await;
+            match waited {
+                Ok((SampleWait::Stored { seq }, Some(report))) => {
+                    last = Some(seq);
+                    if tx.is_closed() {
+                        break;
+                    }
+                    let _ = tx.try_send(report);
+                }
+                Ok((SampleWait::TimedOut, _)) if s.is_running() && !tx.is_closed() => {}
+                // Stopped, the consumer went away, or the blocking pool shut down.
+                _ => break,
             }
-            let _ = tx.try_send(report);
         }
+        drop(guard);
     });
     ReportStream { rx, task }
 }

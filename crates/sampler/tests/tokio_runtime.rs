@@ -64,14 +64,17 @@ fn workers_are_loops_and_agree_with_tokio_park_counts() {
 
 #[test]
 fn watch_streams_reports() {
-    let sampler = SamplerBuilder::new().build().unwrap();
+    let sampler = SamplerBuilder::new()
+        .with_interval(Duration::from_millis(50))
+        .build()
+        .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut reports = watch(&sampler, Duration::from_millis(50));
+        let mut reports = watch(&sampler);
         let first = reports.next().await.unwrap();
         let second = reports.next().await.unwrap();
         assert!(second.stats.total_samples > first.stats.total_samples);
@@ -82,5 +85,13 @@ fn watch_streams_reports() {
                 .iter()
                 .any(|f| f.kind == FindingKind::BusyPoller)
         );
+        // watch started background sampling; dropping the stream stops it.
+        assert!(sampler.is_running());
+        drop(reports);
     });
+    drop(rt);
+    assert!(
+        !sampler.is_running(),
+        "the stream's sampling stopped with it"
+    );
 }

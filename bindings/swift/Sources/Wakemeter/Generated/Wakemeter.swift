@@ -2667,7 +2667,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() != 41410) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_report() != 5461) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_report() != 53395) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_report_json() != 24395) {
@@ -2688,7 +2688,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_start() != 36527) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_stats() != 12770) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_stats() != 39950) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_stop() != 54208) {

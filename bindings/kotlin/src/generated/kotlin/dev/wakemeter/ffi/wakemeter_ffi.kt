@@ -1136,7 +1136,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() and 0xFFFF) != 41410) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report() and 0xFFFF) != 5461) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report() and 0xFFFF) != 53395) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report_json() and 0xFFFF) != 24395) {
@@ -1157,7 +1157,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start() and 0xFFFF) != 36527) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stats() and 0xFFFF) != 12770) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stats() and 0xFFFF) != 39950) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stop() and 0xFFFF) != 54208) {

@@ -1,159 +1,32 @@
-//! The sampler: configuration, on-demand and background sampling, history.
+//! The sampler: on-demand and background sampling into history, readers,
+//! findings and reports. `builder` configures it, `background` runs it on
+//! its own thread, `report` holds the records about it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use crate::diagnose::{self, Finding, Thresholds};
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
 use crate::interval::{Interval, between_in_history, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo, TargetIdentity};
-use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock};
+use crate::platform::{Backend, PackedThread, SampleRequest, Target, clock};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
 use crate::{Error, Result, lock};
+
+mod background;
+mod builder;
+mod report;
 
 pub use crate::config::{
     DEFAULT_HISTORY, DEFAULT_INTERVAL, DEFAULT_SWITCH_SPLIT_EVERY, MAX_HISTORY, MIN_INTERVAL,
     SamplerConfig,
 };
-
-/// Configures and builds a [`Sampler`]: a [`SamplerConfig`] plus what is not
-/// plain data (a kernel source).
-///
-/// ```
-/// # use std::time::Duration;
-/// let sampler = wakemeter::SamplerBuilder::new()
-///     .with_interval(Duration::from_millis(500))
-///     .with_history(120)
-///     .build()?;
-/// let snapshot = sampler.sample_now()?;
-/// assert!(!snapshot.threads.is_empty());
-/// # Ok::<(), wakemeter::Error>(())
-/// ```
-#[must_use]
-#[derive(Default)]
-pub struct SamplerBuilder {
-    config: SamplerConfig,
-    kernel_source: Option<Box<dyn KernelSource>>,
-}
-
-impl std::fmt::Debug for SamplerBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SamplerBuilder")
-            .field("config", &self.config)
-            .field("kernel_source", &self.kernel_source.is_some())
-            .finish()
-    }
-}
-
-impl SamplerBuilder {
-    /// The defaults of [`SamplerConfig::default`]: 1 s interval, 300
-    /// snapshots, this process, switch split every 10th sample.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Starts from a whole configuration.
-    pub fn from_config(config: SamplerConfig) -> Self {
-        SamplerBuilder {
-            config,
-            kernel_source: None,
-        }
-    }
-
-    /// Time between background samples (at least [`MIN_INTERVAL`]).
-    pub fn with_interval(mut self, interval: Duration) -> Self {
-        self.config.interval = interval;
-        self
-    }
-
-    /// Number of snapshots kept in history (1 to [`MAX_HISTORY`]).
-    pub fn with_history(mut self, snapshots: u32) -> Self {
-        self.config.history = snapshots;
-        self
-    }
-
-    /// The process to observe (default: this one).
-    pub fn with_target(mut self, target: Target) -> Self {
-        self.config.target = target;
-        self
-    }
-
-    /// Read voluntary/involuntary switch counts every `n`th sample (1 = every
-    /// sample). Total switches are read on every sample regardless.
-    pub fn with_switch_split_every(mut self, n: u32) -> Self {
-        self.config.switch_split_every = n;
-        self
-    }
-
-    /// Name of the background sampling thread (at most 15 bytes, no NUL).
-    pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
-        self.config.thread_name = name.into();
-        self
-    }
-
-    /// Thresholds of the findings engine (default: [`Thresholds::default`]).
-    pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
-        self.config.thresholds = thresholds;
-        self
-    }
-
-    /// Attaches a kernel-side source (e.g. `wakemeter-ebpf`) read with every snapshot.
-    pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {
-        self.kernel_source = Some(source);
-        self
-    }
-
-    /// Validates the configuration and opens the platform backend.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] for a zero or too-short interval, a zero or
-    /// too-large history, a zero split period or a bad thread name;
-    /// [`Error::NoSuchProcess`] for a target PID that does not exist;
-    /// [`Error::Unreadable`] when `/proc` is missing or unreadable;
-    /// [`Error::Unsupported`] on a platform without a backend.
-    pub fn build(self) -> Result<Sampler> {
-        let config = self.config;
-        config.validate()?;
-        let backend = platform::backend_for(config.target)?;
-        let identity = platform::identity(config.target);
-        Ok(Sampler {
-            inner: Arc::new(Inner {
-                system: system_info(),
-                identity,
-                state: Mutex::new(State {
-                    backend,
-                    kernel: self.kernel_source,
-                    scratch: Vec::new(),
-                    encoders: Encoders::default(),
-                    dropped_events: 0,
-                }),
-                history: Mutex::new(History::new(config.history as usize)),
-                config,
-                samples_taken: AtomicU64::new(0),
-                sampler_cpu_time_ns: AtomicU64::new(0),
-                first_monotonic_ns: AtomicU64::new(0),
-                run: AtomicU64::new(0),
-                next_run: AtomicU64::new(1),
-                last_error: Mutex::new(None),
-                probes: ProbeRegistry::default(),
-                sampler_tid: AtomicU64::new(0),
-            }),
-        })
-    }
-}
-
-fn system_info() -> SystemInfo {
-    SystemInfo {
-        total_memory_bytes: platform::total_memory_bytes(),
-        cpu_count: platform::cpu_count(),
-        os: platform::os_name().to_string(),
-    }
-}
+pub use background::SamplingGuard;
+pub use builder::SamplerBuilder;
+pub use report::{REPORT_SCHEMA_VERSION, Report, SamplerStats};
+use report::{interval_over_in, warnings_in};
 
 /// What only the sampling path touches (one sample at a time).
 struct State {
@@ -185,42 +58,27 @@ struct Inner {
     probes: ProbeRegistry,
     /// OS id of the background sampling thread while it runs (0: none).
     sampler_tid: AtomicU64,
+    /// Signalled after each stored snapshot and when a background run ends:
+    /// the one "sample stored" notification every consumer waits on.
+    stored_lock: Mutex<()>,
+    stored: Condvar,
 }
 
-/// Stops one background run: its guard sets `stop`, its thread waits on `wake`.
-#[derive(Default)]
-struct RunControl {
-    stop: Mutex<bool>,
-    wake: Condvar,
-}
-
-/// Counters about the sampler itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+/// What [`Sampler::wait_for_sample`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SamplerStats {
-    /// Snapshots taken so far (on demand and in the background).
-    pub total_samples: u64,
-    /// CPU time spent taking them, in nanoseconds.
-    pub total_sampler_cpu_time_ns: u64,
-    /// Sampler CPU time as a percentage of one core since the first snapshot.
-    pub sampler_cpu_percent: f64,
-    /// Mean CPU time per snapshot, in nanoseconds.
-    pub mean_sample_cost_ns: u64,
-    /// Snapshots currently in history.
-    pub history_len: u32,
-    /// Bytes one thread-sample occupies in history (see the README's memory table).
-    pub bytes_per_stored_thread_sample: u32,
-    /// Bytes the whole history holds: thread samples, probe and kernel
-    /// counters (packed), headers. Divide by `history_len` for the bytes
-    /// per stored snapshot.
-    pub history_bytes: u64,
-    /// Whether background sampling is running: false once the sampling
-    /// thread stopped, by its guard or on a fatal error such as the
-    /// target's exit (see `last_error`).
-    pub running: bool,
-    /// The last error of the background thread, as text, if any.
-    pub last_error: Option<String>,
+pub enum SampleWait {
+    /// A snapshot newer than the one asked about is in history; `seq` is
+    /// the newest one's (snapshots may have been stored in between).
+    Stored {
+        /// Sequence number of the newest snapshot.
+        seq: u64,
+    },
+    /// The timeout passed without a newer snapshot.
+    TimedOut,
+    /// The background run in progress when the wait began ended (its guard
+    /// was dropped, or the target exited) without a newer snapshot.
+    Stopped,
 }
 
 /// Samples a process's threads; cheap to clone (all clones share one state)
@@ -266,37 +124,55 @@ impl Sampler {
         self.inner.take_snapshot()
     }
 
-    /// Starts background sampling on a named thread every configured
-    /// interval; sampling stops when the returned guard is dropped.
-    ///
-    /// # Errors
-    /// [`Error::AlreadyRunning`] if a guard is alive; [`Error::Spawn`] if the
-    /// thread cannot be created.
-    pub fn start(&self) -> Result<SamplingGuard> {
-        let id = self.inner.next_run.fetch_add(1, Ordering::Relaxed);
-        if self
-            .inner
-            .run
-            .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(Error::AlreadyRunning);
+    /// Blocks until a snapshot newer than `after_seq` is stored (any
+    /// snapshot when `None`), the timeout passes, or the background run in
+    /// progress ends. The one clock of every consumer (listeners, streams,
+    /// the CLI): they wake when a snapshot is stored, never on a schedule of
+    /// their own.
+    pub fn wait_for_sample(&self, after_seq: Option<u64>, timeout: Duration) -> SampleWait {
+        let i = &self.inner;
+        // `samples_taken` is the newest seq + 1.
+        let newer = |taken: u64| match after_seq {
+            None => taken > 0,
+            Some(a) => taken > a.saturating_add(1),
+        };
+        let deadline = clock::monotonic_ns().saturating_add(clock::duration_ns(timeout));
+        let mut g = lock(&i.stored_lock);
+        let run = i.run.load(Ordering::Acquire);
+        loop {
+            let taken = i.samples_taken.load(Ordering::Acquire);
+            if newer(taken) {
+                return SampleWait::Stored { seq: taken - 1 };
+            }
+            if run != 0 && i.run.load(Ordering::Acquire) != run {
+                return SampleWait::Stopped;
+            }
+            let now = clock::monotonic_ns();
+            if now >= deadline {
+                return SampleWait::TimedOut;
+            }
+            g = match i
+                .stored
+                .wait_timeout(g, Duration::from_nanos(deadline - now))
+            {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
         }
-        let control = Arc::new(RunControl::default());
-        let (inner, thread_control) = (self.inner.clone(), control.clone());
-        let handle = std::thread::Builder::new()
-            .name(self.inner.config.thread_name.clone())
-            .spawn(move || inner.run(id, &thread_control))
-            .map_err(|e| {
-                self.inner.end_run(id);
-                Error::Spawn(e)
-            })?;
-        Ok(SamplingGuard {
-            inner: self.inner.clone(),
-            id,
-            control,
-            handle: Some(handle),
-        })
+    }
+
+    /// Runs `work` on the calling thread and counts the CPU time it used
+    /// as the sampler's own overhead (in [`SamplerStats`] and each
+    /// interval's `sampler_cpu_percent`). For work done on the sampler's
+    /// behalf outside it, such as a listener dispatcher's bookkeeping;
+    /// the sampler's own readers (intervals, findings, reports) count
+    /// themselves.
+    pub fn account<T>(&self, work: impl FnOnce() -> T) -> T {
+        let before = clock::current_thread_cpu_ns();
+        let out = work();
+        self.inner
+            .add_overhead(clock::current_thread_cpu_ns().saturating_sub(before));
+        out
     }
 
     /// A new [`LoopProbe`] reported in this sampler's snapshots.
@@ -335,19 +211,21 @@ impl Sampler {
 
     /// The interval between the two newest snapshots.
     pub fn latest_interval(&self) -> Option<Interval> {
-        let h = self.history();
-        let n = h.len();
-        Some(between_in_history(
-            &h,
-            h.get(n.checked_sub(2)?)?,
-            h.get(n - 1)?,
-        ))
+        self.account(|| {
+            let h = self.history();
+            let n = h.len();
+            Some(between_in_history(
+                &h,
+                h.get(n.checked_sub(2)?)?,
+                h.get(n - 1)?,
+            ))
+        })
     }
 
     /// The interval from the oldest snapshot within `window` of the newest
     /// one to the newest one; `None` with fewer than two snapshots.
     pub fn interval_over(&self, window: Duration) -> Option<Interval> {
-        interval_over_in(&self.history(), window)
+        self.account(|| interval_over_in(&self.history(), window))
     }
 
     /// Facts about the machine, read once at build.
@@ -373,6 +251,12 @@ impl Sampler {
     /// The process this sampler observes, as identified when it was built.
     pub fn target_identity(&self) -> &TargetIdentity {
         &self.inner.identity
+    }
+
+    /// Whether background sampling is running (as [`SamplerStats::running`],
+    /// without reading the other counters).
+    pub fn is_running(&self) -> bool {
+        self.inner.run.load(Ordering::Acquire) != 0
     }
 
     /// Counters about the sampler itself, including its own CPU overhead.
@@ -423,7 +307,7 @@ impl Sampler {
     }
 
     fn diagnose(&self, t: &Thresholds) -> Vec<Finding> {
-        self.diagnose_in(&self.history(), t)
+        self.account(|| self.diagnose_in(&self.history(), t))
     }
 
     fn diagnose_in(&self, h: &History, t: &Thresholds) -> Vec<Finding> {
@@ -437,6 +321,10 @@ impl Sampler {
     /// Everything in it comes from one copy of the history, taken under
     /// the lock; the work is done after releasing it.
     pub fn report(&self) -> Report {
+        self.account(|| self.report_uncounted())
+    }
+
+    fn report_uncounted(&self) -> Report {
         let h = self.history();
         let interval = interval_over_in(&h, self.inner.config.thresholds.window);
         let warnings = interval
@@ -539,13 +427,9 @@ impl Inner {
             kernel.as_ref(),
         );
         let cost = clock::current_thread_cpu_ns().saturating_sub(cpu_before);
-        let total = self
-            .sampler_cpu_time_ns
-            .load(Ordering::Relaxed)
-            .saturating_add(cost);
+        let total = self.add_overhead(cost);
         stored.header.sampler_cost_ns = cost;
         stored.header.total_sampler_cpu_time_ns = total;
-        self.sampler_cpu_time_ns.store(total, Ordering::Relaxed);
         let _ = self.first_monotonic_ns.compare_exchange(
             0,
             monotonic_ns.saturating_add(1),
@@ -555,185 +439,22 @@ impl Inner {
         let stored = Arc::new(stored);
         st.scratch = lock(&self.history).push(stored.clone());
         self.samples_taken.store(seq + 1, Ordering::Release);
+        self.notify_stored();
         Ok(stored)
     }
 
-    /// Marks background run `id` as finished, unless another run started since.
-    fn end_run(&self, id: u64) {
-        let _ = self
-            .run
-            .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Acquire);
-        let _ = self.sampler_tid.compare_exchange(
-            crate::probe::current_tid(),
-            0,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+    /// Adds CPU time to the sampler's overhead; returns the new total, in ns.
+    fn add_overhead(&self, cpu_ns: u64) -> u64 {
+        self.sampler_cpu_time_ns
+            .fetch_add(cpu_ns, Ordering::Relaxed)
+            .saturating_add(cpu_ns)
     }
 
-    /// The background loop: sample, then wait until the next tick or a stop.
-    /// Ends on a stop or a fatal error (the target exited); either way the
-    /// run is marked finished, so `stats().running` turns false and
-    /// `start()` works again.
-    fn run(&self, id: u64, control: &RunControl) {
-        self.sampler_tid
-            .store(crate::probe::current_tid(), Ordering::Relaxed);
-        self.run_loop(control);
-        self.end_run(id);
-    }
-
-    fn run_loop(&self, control: &RunControl) {
-        let interval = crate::probe::duration_ns(self.config.interval);
-        let mut next = clock::monotonic_ns();
-        loop {
-            if let Err(e) = self.take() {
-                let fatal = matches!(e, Error::NoSuchProcess { .. });
-                *lock(&self.last_error) = Some(e.to_string());
-                if fatal {
-                    return;
-                }
-            }
-            // Fixed-rate ticks; if a sample overran, skip the missed ticks.
-            let now = clock::monotonic_ns();
-            next = next.saturating_add(interval);
-            if next <= now {
-                next = now.saturating_add(interval);
-            }
-            let mut stop = lock(&control.stop);
-            loop {
-                if *stop {
-                    return;
-                }
-                let now = clock::monotonic_ns();
-                if now >= next {
-                    break;
-                }
-                stop = match control
-                    .wake
-                    .wait_timeout(stop, Duration::from_nanos(next - now))
-                {
-                    Ok((g, _)) => g,
-                    Err(e) => e.into_inner().0,
-                };
-            }
-        }
-    }
-}
-
-/// Version of the [`Report`] layout, in [`Report::schema_version`]: raised
-/// whenever a field of the report (or of a record inside it) is renamed,
-/// removed or changes meaning, so a saved report is read with the right
-/// expectations. Version 1 is the first published layout.
-pub const REPORT_SCHEMA_VERSION: u32 = 1;
-
-/// A report: what the sampler measured and what it concluded, with what a
-/// reader needs to interpret it later (schema and library version, which
-/// process, with which configuration). Round-trips through serde.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
-#[non_exhaustive]
-pub struct Report {
-    /// Layout version of this record ([`REPORT_SCHEMA_VERSION`] when made
-    /// by this library).
-    pub schema_version: u32,
-    /// Version of the wakemeter library that made the report.
-    pub library_version: String,
-    /// The process measured.
-    pub target: TargetIdentity,
-    /// The configuration it was measured with.
-    pub config: SamplerConfig,
-    /// When the report was made, in nanoseconds since the Unix epoch.
-    pub unix_time_ns: u64,
-    /// The machine.
-    pub system: SystemInfo,
-    /// The sampler's own counters and overhead.
-    pub stats: SamplerStats,
-    /// The interval over the findings window (None with fewer than two snapshots).
-    pub interval: Option<Interval>,
-    /// Findings, most severe first.
-    pub findings: Vec<Finding>,
-    /// What made the snapshots of the interval less complete than
-    /// configured, each kind once; lost kernel events are summed.
-    pub warnings: Vec<SampleWarning>,
-}
-
-/// The interval over `window` ending at the newest snapshot of `h`.
-fn interval_over_in(h: &History, window: Duration) -> Option<Interval> {
-    let to = h.latest()?;
-    let since = to
-        .header
-        .monotonic_ns
-        .saturating_sub(crate::probe::duration_ns(window));
-    let from = h.first_since(since)?;
-    if from.header.seq == to.header.seq {
-        let n = h.len();
-        return Some(between_in_history(h, h.get(n.checked_sub(2)?)?, to));
-    }
-    Some(between_in_history(h, from, to))
-}
-
-/// The warnings of the snapshots after `from_seq` up to `to_seq`, each once
-/// (the newest of its kind), with lost kernel events summed.
-fn warnings_in(h: &History, from_seq: u64, to_seq: u64) -> Vec<SampleWarning> {
-    let mut out: Vec<SampleWarning> = Vec::new();
-    let mut dropped = 0u64;
-    let within = h
-        .iter()
-        .rev()
-        .filter(|s| s.header.seq > from_seq && s.header.seq <= to_seq);
-    for w in within.flat_map(|s| &s.header.warnings) {
-        match w {
-            SampleWarning::KernelEventsDropped { dropped_events } => {
-                dropped = dropped.saturating_add(*dropped_events);
-            }
-            w if !out
-                .iter()
-                .any(|o| std::mem::discriminant(o) == std::mem::discriminant(w)) =>
-            {
-                out.push(w.clone());
-            }
-            _ => {}
-        }
-    }
-    if dropped > 0 {
-        out.push(SampleWarning::KernelEventsDropped {
-            dropped_events: dropped,
-        });
-    }
-    out
-}
-
-/// Keeps background sampling running; dropping it stops the sampling thread
-/// and waits for it to finish (at most one sample's duration).
-#[must_use = "sampling stops when the guard is dropped"]
-pub struct SamplingGuard {
-    inner: Arc<Inner>,
-    id: u64,
-    control: Arc<RunControl>,
-    handle: Option<JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for SamplingGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SamplingGuard").finish_non_exhaustive()
-    }
-}
-
-impl SamplingGuard {
-    /// Stops sampling now (same as dropping the guard).
-    pub fn stop(self) {}
-}
-
-impl Drop for SamplingGuard {
-    fn drop(&mut self) {
-        *lock(&self.control.stop) = true;
-        self.control.wake.notify_all();
-        if let Some(h) = self.handle.take() {
-            // The sampling thread never panics; if it did, there is nothing
-            // useful to propagate from a destructor.
-            let _ = h.join();
-        }
-        self.inner.end_run(self.id);
+    /// Wakes every [`Sampler::wait_for_sample`]. Taking the lock orders
+    /// this after a waiter's check, so no wakeup is lost.
+    fn notify_stored(&self) {
+        let _g = lock(&self.stored_lock);
+        self.stored.notify_all();
     }
 }
 

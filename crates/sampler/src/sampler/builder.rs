@@ -1,0 +1,151 @@
+//! Building a [`Sampler`] from a [`SamplerConfig`] and a kernel source.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::{Inner, Sampler, State};
+use crate::Result;
+use crate::config::SamplerConfig;
+use crate::diagnose::Thresholds;
+use crate::history::{Encoders, History};
+use crate::kernel::KernelSource;
+use crate::model::SystemInfo;
+use crate::platform::{self, Target};
+use crate::probe::ProbeRegistry;
+
+/// Configures and builds a [`Sampler`]: a [`SamplerConfig`] plus what is not
+/// plain data (a kernel source).
+///
+/// ```
+/// # use std::time::Duration;
+/// let sampler = wakemeter::SamplerBuilder::new()
+///     .with_interval(Duration::from_millis(500))
+///     .with_history(120)
+///     .build()?;
+/// let snapshot = sampler.sample_now()?;
+/// assert!(!snapshot.threads.is_empty());
+/// # Ok::<(), wakemeter::Error>(())
+/// ```
+#[must_use]
+#[derive(Default)]
+pub struct SamplerBuilder {
+    config: SamplerConfig,
+    kernel_source: Option<Box<dyn KernelSource>>,
+}
+
+impl std::fmt::Debug for SamplerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SamplerBuilder")
+            .field("config", &self.config)
+            .field("kernel_source", &self.kernel_source.is_some())
+            .finish()
+    }
+}
+
+impl SamplerBuilder {
+    /// The defaults of [`SamplerConfig::default`]: 1 s interval, 300
+    /// snapshots, this process, switch split every 10th sample.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts from a whole configuration.
+    pub fn from_config(config: SamplerConfig) -> Self {
+        SamplerBuilder {
+            config,
+            kernel_source: None,
+        }
+    }
+
+    /// Time between background samples (at least [`MIN_INTERVAL`]).
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.config.interval = interval;
+        self
+    }
+
+    /// Number of snapshots kept in history (1 to [`MAX_HISTORY`]).
+    pub fn with_history(mut self, snapshots: u32) -> Self {
+        self.config.history = snapshots;
+        self
+    }
+
+    /// The process to observe (default: this one).
+    pub fn with_target(mut self, target: Target) -> Self {
+        self.config.target = target;
+        self
+    }
+
+    /// Read voluntary/involuntary switch counts every `n`th sample (1 = every
+    /// sample). Total switches are read on every sample regardless.
+    pub fn with_switch_split_every(mut self, n: u32) -> Self {
+        self.config.switch_split_every = n;
+        self
+    }
+
+    /// Name of the background sampling thread (at most 15 bytes, no NUL).
+    pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
+        self.config.thread_name = name.into();
+        self
+    }
+
+    /// Thresholds of the findings engine (default: [`Thresholds::default`]).
+    pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
+        self.config.thresholds = thresholds;
+        self
+    }
+
+    /// Attaches a kernel-side source (e.g. `wakemeter-ebpf`) read with every snapshot.
+    pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {
+        self.kernel_source = Some(source);
+        self
+    }
+
+    /// Validates the configuration and opens the platform backend.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a zero or too-short interval, a zero or
+    /// too-large history, a zero split period or a bad thread name;
+    /// [`Error::NoSuchProcess`] for a target PID that does not exist;
+    /// [`Error::Unreadable`] when `/proc` is missing or unreadable;
+    /// [`Error::Unsupported`] on a platform without a backend.
+    pub fn build(self) -> Result<Sampler> {
+        let config = self.config;
+        config.validate()?;
+        let backend = platform::backend_for(config.target)?;
+        let identity = platform::identity(config.target);
+        Ok(Sampler {
+            inner: Arc::new(Inner {
+                system: system_info(),
+                identity,
+                state: Mutex::new(State {
+                    backend,
+                    kernel: self.kernel_source,
+                    scratch: Vec::new(),
+                    encoders: Encoders::default(),
+                    dropped_events: 0,
+                }),
+                history: Mutex::new(History::new(config.history as usize)),
+                config,
+                samples_taken: AtomicU64::new(0),
+                sampler_cpu_time_ns: AtomicU64::new(0),
+                first_monotonic_ns: AtomicU64::new(0),
+                run: AtomicU64::new(0),
+                next_run: AtomicU64::new(1),
+                last_error: Mutex::new(None),
+                probes: ProbeRegistry::default(),
+                sampler_tid: AtomicU64::new(0),
+                stored_lock: Mutex::new(()),
+                stored: Condvar::new(),
+            }),
+        })
+    }
+}
+
+fn system_info() -> SystemInfo {
+    SystemInfo {
+        total_memory_bytes: platform::total_memory_bytes(),
+        cpu_count: platform::cpu_count(),
+        os: platform::os_name().to_string(),
+    }
+}
