@@ -180,7 +180,7 @@ pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
         "vol/s",
         "invol/s",
         "polls/s",
-        "0-ret%",
+        "idle%",
         "nanosleep/s",
         "wakes/s",
         "in-poll%",
