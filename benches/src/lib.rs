@@ -83,3 +83,70 @@ impl Ratios {
         Some(v[v.len() / 2])
     }
 }
+
+/// `n` threads that each wake every [`ACTIVE_PERIOD`], do ~2 µs of work and
+/// sleep again, until dropped: every counter of every thread moves between
+/// two samples taken at least one period apart, so no read can be skipped.
+pub struct ActiveThreads {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// How often each of [`ActiveThreads`] wakes.
+pub const ACTIVE_PERIOD: Duration = Duration::from_millis(10);
+
+impl ActiveThreads {
+    /// Spawns `n` active threads named `active-<i>`.
+    pub fn spawn(n: usize) -> ActiveThreads {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles = (0..n)
+            .map(|i| {
+                let stop = stop.clone();
+                std::thread::Builder::new()
+                    .name(format!("active-{i}"))
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let mut x = i as u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            for _ in 0..1000 {
+                                x = std::hint::black_box(x.wrapping_mul(6364136223846793005) + 1);
+                            }
+                            std::thread::sleep(ACTIVE_PERIOD);
+                        }
+                    })
+                    .expect("spawn active thread")
+            })
+            .collect();
+        ActiveThreads { stop, handles }
+    }
+}
+
+impl Drop for ActiveThreads {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Nanoseconds of CPU the calling thread has used (its CPU clock).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Median of `v` (sorted in place); NaN when empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}

@@ -48,7 +48,10 @@ pub(crate) struct FakeSys {
     pub self_process: bool,
     /// Reads made, to check which ones are skipped.
     pub status_reads: usize,
+    pub schedstat_reads: usize,
     pub clock_reads: usize,
+    /// Samples that took the thread count from `task_count`.
+    pub process_status_reads_avoided: usize,
     /// Successful opens, to tell kept descriptors from open-read-close.
     pub opens: usize,
     next_incarnation: u64,
@@ -68,7 +71,9 @@ impl FakeSys {
             pid,
             self_process: true,
             status_reads: 0,
+            schedstat_reads: 0,
             clock_reads: 0,
+            process_status_reads_avoided: 0,
             opens: 0,
             next_incarnation: 0,
         };
@@ -211,6 +216,9 @@ impl Sys for FakeSys {
         if f.tid.is_some() && f.kind == "status" {
             self.status_reads += 1;
         }
+        if f.tid.is_some() && f.kind == "schedstat" {
+            self.schedstat_reads += 1;
+        }
         let text = match (f.tid, f.kind.as_str()) {
             (None, "statm") => format!("1000 {} 10 1 0 100 0\n", self.rss_pages),
             (None, "status") => format!(
@@ -249,6 +257,11 @@ impl Sys for FakeSys {
         out.clear();
         out.extend(self.order.iter().copied());
         if out.is_empty() { Err(esrch()) } else { Ok(()) }
+    }
+
+    fn task_count(&mut self) -> Option<u64> {
+        self.process_status_reads_avoided += 1;
+        Some(self.order.len() as u64)
     }
 
     fn thread_cpu_ns(&mut self, tid: u32) -> Option<u64> {

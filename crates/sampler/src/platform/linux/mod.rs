@@ -5,16 +5,19 @@
 //! descriptor open. A procfs descriptor is bound to the task it was opened
 //! for, so once that thread exits it returns `ESRCH` even if the TID has been
 //! reused. The CPU clock is addressed by TID, so it is checked against the
-//! descriptor: `schedstat` is read first and the clock second, and a clock
-//! behind the run time just read means the TID changed hands in between (a
-//! new thread whose CPU time already exceeds the old one's would go unseen
-//! for one sample, until its descriptor answers `ESRCH`). Without
-//! `schedstat`, the clock is read first and the `stat` descriptor second.
+//! descriptor. The first time a thread is measured, `schedstat` is read first
+//! and the clock second, and a clock behind the run time just read means the
+//! TID changed hands in between. After that the clock is read first (it is
+//! the cheaper read, and says whether `schedstat` can have changed): a clock
+//! behind the last one means a new thread, and a moved clock is followed by
+//! the `schedstat` read through the kept descriptor. Without `schedstat`,
+//! the clock is read first and the `stat` descriptor second.
 //!
-//! Reads that cannot have changed are skipped: a thread neither scheduled in
-//! nor running since the last sample keeps its CPU clock value, and one with
-//! no switch since the last `status` read keeps its switch counts. A thread
-//! renamed by another thread while it sleeps shows its new name once it runs.
+//! Reads that cannot have changed are skipped: a thread whose CPU clock has
+//! not moved since the last sample (and that was off CPU then) has not been
+//! scheduled in, so its `schedstat` is unchanged; one with no switch since
+//! its last `status` read keeps its switch counts. A thread renamed by
+//! another thread while it sleeps shows its new name once it runs.
 //!
 //! Descriptors: the sampler is a guest in the host's descriptor table and
 //! keeps at most a share of it (see [`KEPT_SHARE_DIVISOR`],
@@ -225,6 +228,7 @@ struct Tracked<F> {
 #[derive(Debug, Clone, Copy)]
 struct LastRead {
     run_ns: u64,
+    wait_ns: u64,
     timeslices: u64,
     clock_ns: u64,
 }
@@ -255,6 +259,14 @@ type Sched = (u64, u64, u64);
 /// The tracked thread has exited (or its TID now names another thread).
 struct Exited;
 
+/// What a thread's CPU clock, read before its `schedstat`, says.
+enum ClockFirst {
+    /// Not scheduled in since the last sample: `schedstat` is unchanged.
+    Unchanged,
+    /// The clock now, in ns: `schedstat` must be read.
+    Moved(u64),
+}
+
 fn is_gone(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT))
 }
@@ -283,6 +295,8 @@ struct Reader<S: Sys> {
     statm: S::File,
     status: S::File,
     fds: Descriptors,
+    /// Highest resident set seen so far, in bytes (`VmHWM` or a later RSS).
+    peak_rss_bytes: Option<u64>,
 }
 
 /// Hasher for TID keys. TIDs are small distinct integers chosen by the
@@ -344,6 +358,7 @@ impl<S: Sys> LinuxBackend<S> {
                 statm,
                 status,
                 fds: Descriptors::default(),
+                peak_rss_bytes: None,
             },
             tracked: HashMap::default(),
             tids: Vec::new(),
@@ -472,6 +487,20 @@ impl<S: Sys> Reader<S> {
         out: &mut PackedThread,
         short: &mut bool,
     ) -> Result<Option<Sched>, Exited> {
+        // The calling process's threads seen before: clock first (see
+        // [`Self::clock_first`]); `None` means schedstat must be read.
+        let clock = match (self.self_target, t.last) {
+            (true, Some(last)) => match self.clock_first(tid, last)? {
+                ClockFirst::Unchanged => {
+                    out.cpu_time_ns = last.clock_ns;
+                    out.run_queue_wait_ns = last.wait_ns;
+                    out.timeslices = last.timeslices;
+                    return Ok(Some((last.run_ns, last.wait_ns, last.timeslices)));
+                }
+                ClockFirst::Moved(clock) => Some(clock),
+            },
+            _ => None,
+        };
         let sched = self.read_schedstat(tid, t, short)?;
         if let Some((run, wait, slices)) = sched {
             out.cpu_time_ns = run;
@@ -479,11 +508,15 @@ impl<S: Sys> Reader<S> {
             out.timeslices = slices;
         }
         if self.self_target {
-            out.cpu_time_ns = self.thread_clock(tid, t.last, sched)?;
+            out.cpu_time_ns = match clock {
+                Some(clock) => clock,
+                None => self.clock_after_schedstat(tid, sched)?,
+            };
         }
-        if let Some((run, _, slices)) = sched {
+        if let Some((run, wait, slices)) = sched {
             t.last = Some(LastRead {
                 run_ns: run,
+                wait_ns: wait,
                 timeslices: slices,
                 clock_ns: out.cpu_time_ns,
             });
@@ -533,35 +566,48 @@ impl<S: Sys> Reader<S> {
         Ok(sched)
     }
 
-    /// The CPU clock of one of the calling process's threads, read after its
-    /// `schedstat` (`sched`), or skipped when it cannot have moved.
-    fn thread_clock(
-        &mut self,
-        tid: u32,
-        last: Option<LastRead>,
-        sched: Option<Sched>,
-    ) -> Result<u64, Exited> {
-        match (sched, last) {
-            // Not scheduled in since the last sample, and not on a CPU then
-            // (its clock equalled its run time): it has been blocked
-            // throughout, so its CPU clock has not moved. Skipping the clock
-            // read halves the cost of idle threads.
-            (Some((run, _, slices)), Some(last))
-                if last.run_ns == run && last.timeslices == slices && last.clock_ns == run =>
-            {
-                Ok(last.clock_ns)
-            }
-            _ => {
-                let clock = self.sys.thread_cpu_ns(tid).ok_or(Exited)?;
-                // A thread's clock never runs behind the run time read just
-                // before it; if it does, the TID now belongs to another
-                // thread (see the module docs).
-                if sched.is_some_and(|(run, _, _)| clock < run) {
-                    return Err(Exited);
-                }
-                Ok(clock)
-            }
+    /// Reads the CPU clock of one of the calling process's threads before
+    /// its `schedstat`, and says whether `schedstat` can be skipped.
+    ///
+    /// A clock that has not moved since the last sample, of a thread that
+    /// was off CPU then (its clock equalled its run time), means the thread
+    /// has not been scheduled in since: its run time, timeslices and
+    /// run-queue wait have not changed either (the wait is added when the
+    /// thread gets a CPU; a queued thread migrated to another CPU has it
+    /// added at the migration, and shows it at its next run). The clock
+    /// costs ~0.5 µs after a 1 s gap against ~1.7 µs for a `pread` of
+    /// `schedstat` (the procfs read touches the file, its seq_file buffer,
+    /// the inode and the task, all cold after a gap; BENCHMARKS.md, "cold
+    /// samples"), so an idle thread costs a third of what it did.
+    ///
+    /// The clock is addressed by TID, so it could belong to a new thread
+    /// that reused the TID: a clock behind the last one means exactly that;
+    /// a moved clock is followed by the `schedstat` read, whose kept
+    /// descriptor answers `ESRCH` for an exited thread; a new thread whose
+    /// clock equals the old one's to the nanosecond goes unseen until it
+    /// runs.
+    fn clock_first(&mut self, tid: u32, last: LastRead) -> Result<ClockFirst, Exited> {
+        let clock = self.sys.thread_cpu_ns(tid).ok_or(Exited)?;
+        if clock < last.clock_ns {
+            return Err(Exited);
         }
+        if clock == last.clock_ns && last.clock_ns == last.run_ns {
+            return Ok(ClockFirst::Unchanged);
+        }
+        Ok(ClockFirst::Moved(clock))
+    }
+
+    /// The CPU clock of one of the calling process's threads, read after its
+    /// `schedstat` (`sched`), the first time the thread is measured.
+    fn clock_after_schedstat(&mut self, tid: u32, sched: Option<Sched>) -> Result<u64, Exited> {
+        let clock = self.sys.thread_cpu_ns(tid).ok_or(Exited)?;
+        // A thread's clock never runs behind the run time read just before
+        // it; if it does, the TID now belongs to another thread (see the
+        // module docs).
+        if sched.is_some_and(|(run, _, _)| clock < run) {
+            return Err(Exited);
+        }
+        Ok(clock)
     }
 
     /// Fills CPU time from the thread clock (calling process) or `stat`
@@ -697,6 +743,23 @@ impl<S: Sys> Reader<S> {
         Ok((threads, parse::status_field(bytes, b"VmHWM")))
     }
 
+    /// The thread count and peak RSS (KiB) for this sample. The calling
+    /// process's `status` is read only on samples that read the switch
+    /// split (one in ten by default): it cannot be a zombie while it runs
+    /// this code, its thread count comes from [`Sys::task_count`], and its
+    /// peak is carried over, raised by the RSS read each sample. Another
+    /// process's `status` is read every sample, since only it tells a zombie.
+    fn process_counts(&mut self, request: SampleRequest) -> Result<(Option<u64>, Option<u64>)> {
+        if self.self_target
+            && !request.switch_split
+            && self.peak_rss_bytes.is_some()
+            && let Some(n) = self.sys.task_count()
+        {
+            return Ok((Some(n), None));
+        }
+        self.process_status()
+    }
+
     fn process_sample(
         &mut self,
         thread_count: u32,
@@ -707,10 +770,17 @@ impl<S: Sys> Reader<S> {
             Err(e) => return Err(self.process_error(e, "statm")),
         };
         let rss_pages = parse::statm_resident_pages(&self.buf[..n]).unwrap_or(0);
+        let rss_bytes = rss_pages.saturating_mul(self.sys.page_size());
+        // A peak read now, or the last one raised by the RSS seen now.
+        let peak = peak_kib
+            .map(|k| k.saturating_mul(1024))
+            .or(self.peak_rss_bytes)
+            .map(|p| p.max(rss_bytes));
+        self.peak_rss_bytes = peak;
         Ok(ProcessSample {
             pid: self.sys.pid(),
-            rss_bytes: rss_pages.saturating_mul(self.sys.page_size()),
-            peak_rss_bytes: peak_kib.map(|k| k.saturating_mul(1024)),
+            rss_bytes,
+            peak_rss_bytes: peak,
             phys_footprint_bytes: None,
             total_cpu_time_ns: self.sys.process_cpu_ns().unwrap_or(0),
             thread_count,
@@ -793,9 +863,10 @@ impl<S: Sys> LinuxBackend<S> {
 
 impl<S: Sys> Backend for LinuxBackend<S> {
     // Listing `/proc/<pid>/task` costs ~0.2-0.5 µs per thread (the kernel
-    // instantiates a dentry per entry), a third of a sample. The process
-    // `status` (read anyway, for VmHWM) says how many threads exist; when the
-    // tracked threads all answer and their number equals it, the set is
+    // instantiates a dentry per entry), a third of a sample. The thread
+    // count (`Sys::task_count`, or the process `status`) says how many
+    // threads exist; when the tracked threads all answer and their number
+    // equals it, the set is
     // unchanged and the listing is skipped. Any exit or new thread makes the
     // numbers differ, and the sample lists and discovers as usual.
     fn sample(
@@ -805,7 +876,7 @@ impl<S: Sys> Backend for LinuxBackend<S> {
         warnings: &mut Vec<SampleWarning>,
     ) -> Result<ProcessSample> {
         threads.clear();
-        let (thread_count, peak_kib) = self.reader.process_status()?;
+        let (thread_count, peak_kib) = self.reader.process_counts(request)?;
         self.generation = self.generation.wrapping_add(1);
         let limit = self.reader.sys.nofile_limit();
         let count = thread_count.unwrap_or(self.tracked.len() as u64);

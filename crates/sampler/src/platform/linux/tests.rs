@@ -215,7 +215,7 @@ fn listing_is_skipped_only_while_the_thread_set_is_unchanged() {
 }
 
 #[test]
-fn idle_threads_skip_the_clock_and_status_reads_and_stay_exact() {
+fn idle_threads_skip_the_schedstat_and_status_reads_and_stay_exact() {
     let mut sys = FakeSys::new(10);
     sys.spawn(11, "idle");
     sys.spawn(12, "busy");
@@ -225,15 +225,15 @@ fn idle_threads_skip_the_clock_and_status_reads_and_stay_exact() {
     }
     let mut b = backend(sys, Target::SelfProcess);
     sample(&mut b, true);
-    let (clock0, status0) = (b.reader.sys.clock_reads, b.reader.sys.status_reads);
+    let (sched0, status0) = (b.reader.sys.schedstat_reads, b.reader.sys.status_reads);
     // 12 runs and switches; 11 and the main thread stay blocked.
     let t = b.reader.sys.thread(12);
     (t.cpu_ns, t.slices, t.vol) = (9_000, 4, 3);
     let (threads, _, _) = sample(&mut b, true);
     assert_eq!(
-        b.reader.sys.clock_reads - clock0,
+        b.reader.sys.schedstat_reads - sched0,
         1,
-        "only the thread that ran reads its clock"
+        "only the thread whose clock moved reads schedstat"
     );
     assert_eq!(
         b.reader.sys.status_reads - status0,
@@ -362,7 +362,9 @@ fn kept_descriptors_stay_within_a_quarter_of_the_limit() {
         // The process files plus the share: the rest is the host's.
         assert_eq!(OPEN.with(|c| c.get()) - base, 2 + 100);
     }
-    // The kept ones are read in place, the others by open-read-close.
+    // The kept ones are read in place, the others by open-read-close
+    // (threads that ran: an idle thread's clock says schedstat is unchanged).
+    run_all(&mut b.reader.sys);
     let opens = b.reader.sys.opens;
     sample(&mut b, false);
     let reopened = b.reader.sys.opens - opens;
@@ -437,6 +439,7 @@ fn emfile_gives_back_kept_descriptors_and_waits_before_keeping_again() {
         assert!(threads.iter().all(|t| t.run_queue_wait_ns != ABSENT));
         assert_eq!(kept(&b), 0);
     }
+    run_all(&mut b.reader.sys);
     sample(&mut b, false);
     assert_eq!(kept(&b), 31, "schedstat kept again after the back-off");
     run_all(&mut b.reader.sys);
@@ -498,4 +501,63 @@ fn exits_close_descriptors_and_the_count_follows() {
     assert_eq!(kept(&b), 2, "status is kept again once all fit");
     drop(b);
     assert_eq!(OPEN.with(|c| c.get()), base);
+}
+
+#[test]
+fn a_thread_queued_but_not_yet_run_keeps_its_counters_until_it_runs() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "w");
+    let t = sys.thread(11);
+    (t.cpu_ns, t.wait_ns, t.slices) = (5_000, 100, 2);
+    let mut b = backend(sys, Target::SelfProcess);
+    sample(&mut b, false);
+    // Migrated while queued: the wait grows, the clock does not move.
+    b.reader.sys.thread(11).wait_ns = 150;
+    let (t, _, _) = sample(&mut b, false);
+    assert_eq!(t[1].run_queue_wait_ns, 100, "shown at its next run");
+    let w = b.reader.sys.thread(11);
+    (w.cpu_ns, w.slices) = (5_100, 3);
+    let (t, _, _) = sample(&mut b, false);
+    assert_eq!((t[1].cpu_time_ns, t[1].run_queue_wait_ns), (5_100, 150));
+}
+
+#[test]
+fn a_reused_tid_whose_clock_is_behind_is_a_new_thread() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "old");
+    sys.thread(11).cpu_ns = 9_000;
+    let mut b = backend(sys, Target::SelfProcess);
+    let (before, _, _) = sample(&mut b, false);
+    b.reader.sys.exit(11);
+    b.reader.sys.spawn(11, "new");
+    let sched0 = b.reader.sys.schedstat_reads;
+    let (after, _, _) = sample(&mut b, false);
+    assert!(
+        b.reader.sys.schedstat_reads > sched0,
+        "the new thread is read"
+    );
+    assert_ne!(after[1].ident.serial, before[1].ident.serial);
+    assert_eq!(after[1].cpu_time_ns, 1_000);
+}
+
+#[test]
+fn own_status_is_read_on_split_samples_only_and_the_peak_follows_the_rss() {
+    let mut sys = FakeSys::new(10);
+    sys.spawn(11, "w");
+    let mut b = backend(sys, Target::SelfProcess);
+    let (_, _, p) = sample(&mut b, true);
+    assert_eq!(p.peak_rss_bytes, Some(800 * 1024));
+    assert_eq!(b.reader.sys.process_status_reads_avoided, 0);
+    // The RSS grows past the last peak read: the peak follows it.
+    b.reader.sys.rss_pages = 300;
+    b.reader.sys.spawn(12, "x");
+    let (t, _, p) = sample(&mut b, false);
+    assert_eq!(b.reader.sys.process_status_reads_avoided, 1);
+    assert_eq!(p.peak_rss_bytes, Some(300 * 4096));
+    assert_eq!((t.len(), p.thread_count), (3, 3), "a new thread is found");
+    // Another process's status is read on every sample (zombie check).
+    let mut b = backend(FakeSys::new(20), Target::Pid(20));
+    sample(&mut b, false);
+    sample(&mut b, false);
+    assert_eq!(b.reader.sys.process_status_reads_avoided, 0);
 }
