@@ -125,6 +125,41 @@ fn sleep_probe_matches_an_independent_clock() {
 }
 
 #[test]
+fn sleep_cpu_measured_every_nth_call_keeps_the_other_counters_exact() {
+    let sampler = Sampler::new().unwrap();
+    let mut p = sampler.sleep_probe("poll-every-4").unwrap();
+    p.set_cpu_every(std::num::NonZeroU32::new(4).unwrap());
+    let cpu0 = thread_cpu_ns();
+    for _ in 0..40 {
+        p.sleep(Duration::from_millis(1));
+    }
+    let cpu = thread_cpu_ns() - cpu0;
+    let s = p.stats();
+    assert_eq!(s.total_calls, 40);
+    assert_eq!(s.total_requested_ns, 40_000_000);
+    assert_eq!(s.oversleep_histogram.count(), 40);
+    assert_eq!(
+        s.total_oversleep_ns,
+        s.total_actual_ns - s.total_requested_ns
+    );
+    // 10 measured sleeps, each counted 4 times: an estimate of the CPU
+    // inside the sleeps, which the thread's whole CPU bounds (with slack
+    // for sleeps that cost more than their neighbours).
+    assert!(s.total_cpu_ns > 0);
+    assert!(s.total_cpu_ns < 4 * cpu, "{} vs {cpu}", s.total_cpu_ns);
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[test]
 fn bad_use_is_defined_and_never_panics() {
     let sampler = Sampler::new().unwrap();
     let mut p = sampler.loop_probe("odd").unwrap();

@@ -159,7 +159,11 @@ impl LoopProbe {
         if timeout_ns == Some(0) {
             c.zero_timeout_waits.add(1);
         }
-        c.tid.set(current_tid());
+        // A load, and a store only when the loop moved to another thread.
+        let tid = current_tid();
+        if c.tid.get() != tid {
+            c.tid.set(tid);
+        }
         c.wait_started.set(now.saturating_add(1));
         self.timeout_ns = timeout_ns;
         self.wait_start = now;
@@ -179,10 +183,11 @@ impl LoopProbe {
         self.waiting = false;
         let waited = now.saturating_sub(self.wait_start);
         c.wakeups.add(1);
-        c.events.add(events as u64);
         c.wait_ns.add(waited);
         if events == 0 {
             c.idle_wakeups.add(1);
+        } else {
+            c.events.add(events as u64);
         }
         if let Some(t) = self.timeout_ns {
             if waited >= t {

@@ -43,7 +43,9 @@ pub struct SleepStats {
     pub total_actual_ns: u64,
     /// CPU time the thread consumed inside the sleep calls (syscall entry,
     /// timer setup, the switches out and back), in nanoseconds: the cost
-    /// of sleeping itself.
+    /// of sleeping itself. Exact by default; with
+    /// [`SleepProbe::set_cpu_every`] `n` > 1, the CPU of every `n`th sleep
+    /// times `n` (an estimate).
     pub total_cpu_ns: u64,
     /// Sum of `actual - requested` (0 when a sleep returned early), in nanoseconds.
     pub total_oversleep_ns: u64,
@@ -76,16 +78,51 @@ impl SleepCells {
 /// in [`SleepProbe::begin`] / [`SleepProbe::end`].
 ///
 /// Each call reads the monotonic clock and the thread's CPU clock before and
-/// after the sleep (~0.5 µs in all; see BENCHMARKS.md).
+/// after the sleep. The thread's CPU clock is a real system call (not
+/// vDSO): ~0.4-1 µs per pair of reads on a 2-vCPU VM; see BENCHMARKS.md,
+/// "Probes". [`SleepProbe::set_cpu_every`] reads it on every `n`th sleep only.
 #[derive(Debug)]
 pub struct SleepProbe {
     cells: Arc<SleepCells>,
-    begun: Option<(u64, u64, u64)>,
+    begun: Option<Begun>,
+    /// The CPU clocks are read on one sleep in this many (at least 1).
+    cpu_every: u32,
+    /// Sleeps left before the next one whose CPU is measured.
+    cpu_countdown: u32,
+}
+
+/// A sleep in progress.
+#[derive(Debug, Clone, Copy)]
+struct Begun {
+    start_ns: u64,
+    /// The thread's CPU clock at `begin`; `None` on a sleep whose CPU is not measured.
+    cpu_start_ns: Option<u64>,
+    requested_ns: u64,
 }
 
 impl SleepProbe {
     pub(crate) fn new(cells: Arc<SleepCells>) -> Self {
-        SleepProbe { cells, begun: None }
+        SleepProbe {
+            cells,
+            begun: None,
+            cpu_every: 1,
+            cpu_countdown: 0,
+        }
+    }
+
+    /// Measures the CPU spent inside sleeps on every `n`th sleep only, and
+    /// counts it `n` times in [`SleepStats::total_cpu_ns`]. Calls, requested,
+    /// actual and oversleep times stay exact; only the CPU becomes an
+    /// estimate, right on average for a loop whose sleeps cost alike (the
+    /// polling loops this probe is for) and off by up to `n` sleeps' CPU
+    /// over short windows. The default, 1, measures every sleep.
+    ///
+    /// Why: the CPU clock of the calling thread is a system call, two per
+    /// sleep (~0.8 µs in all on a 2-vCPU VM); with `n` = 8 a sleep costs
+    /// the probe ~150 ns on average instead (BENCHMARKS.md, "Probes").
+    pub fn set_cpu_every(&mut self, n: std::num::NonZeroU32) {
+        self.cpu_every = n.get();
+        self.cpu_countdown = 0;
     }
 
     /// Sleeps for `duration` (with `std::thread::sleep`) and records it.
@@ -99,27 +136,39 @@ impl SleepProbe {
     /// `end` replaces the first.
     #[inline]
     pub fn begin(&mut self, requested: Duration) {
-        let cpu = clock::current_thread_cpu_ns();
-        self.begun = Some((now_ns(), cpu, duration_ns(requested)));
+        let cpu_start_ns = if self.cpu_countdown == 0 {
+            self.cpu_countdown = self.cpu_every - 1;
+            Some(clock::current_thread_cpu_ns())
+        } else {
+            self.cpu_countdown -= 1;
+            None
+        };
+        self.begun = Some(Begun {
+            start_ns: now_ns(),
+            cpu_start_ns,
+            requested_ns: duration_ns(requested),
+        });
     }
 
     /// The sleep started by [`SleepProbe::begin`] returned.
     #[inline]
     pub fn end(&mut self) {
         let now = now_ns();
-        let cpu = clock::current_thread_cpu_ns();
         let c = &*self.cells;
-        let Some((start, cpu_start, requested)) = self.begun.take() else {
+        let Some(begun) = self.begun.take() else {
             c.unmatched_calls.add(1);
             return;
         };
-        let actual = now.saturating_sub(start);
-        let over = actual.saturating_sub(requested);
+        if let Some(cpu_start) = begun.cpu_start_ns {
+            let cpu = clock::current_thread_cpu_ns().saturating_sub(cpu_start);
+            c.cpu_ns.add(cpu.saturating_mul(u64::from(self.cpu_every)));
+        }
+        let actual = now.saturating_sub(begun.start_ns);
+        let over = actual.saturating_sub(begun.requested_ns);
         c.tid.set(current_tid());
         c.calls.add(1);
-        c.requested_ns.add(requested);
+        c.requested_ns.add(begun.requested_ns);
         c.actual_ns.add(actual);
-        c.cpu_ns.add(cpu.saturating_sub(cpu_start));
         c.oversleep_ns.add(over);
         c.oversleep.record(over);
     }
