@@ -171,6 +171,7 @@ pub struct StackSessionBuilder {
     pub(crate) frequency_hz: u64,
     pub(crate) max_stacks: u32,
     pub(crate) max_entries: u32,
+    pub(crate) thread: u32,
     pub(crate) attach_kind: AttachKind,
 }
 
@@ -184,8 +185,19 @@ impl StackSessionBuilder {
             frequency_hz: DEFAULT_FREQUENCY_HZ,
             max_stacks: DEFAULT_MAX_STACKS,
             max_entries: DEFAULT_MAX_ENTRIES,
+            thread: 0,
             attach_kind: AttachKind::Auto,
         }
+    }
+
+    /// Collects the stacks of one thread of the target only (its thread
+    /// id; 0, the default: every thread): its on-CPU samples, its off-CPU
+    /// spans, or the wakeups of that thread. The filter runs in the kernel,
+    /// so other threads take no room in the maps. A thread id that is not
+    /// one of the target's gives an empty capture.
+    pub fn with_thread(mut self, tid: u32) -> Self {
+        self.thread = tid;
+        self
     }
 
     /// On-CPU sampling frequency, samples per second per CPU (1 to

@@ -31,6 +31,7 @@ pub struct ProfileOptions {
     frequency_hz: u64,
     max_stacks: u32,
     max_entries: u32,
+    thread: u32,
 }
 
 impl ProfileOptions {
@@ -42,6 +43,7 @@ impl ProfileOptions {
             frequency_hz: wakemeter_ebpf::stacks::DEFAULT_FREQUENCY_HZ,
             max_stacks: wakemeter_ebpf::stacks::DEFAULT_MAX_STACKS,
             max_entries: wakemeter_ebpf::stacks::DEFAULT_MAX_ENTRIES,
+            thread: 0,
         }
     }
 
@@ -63,9 +65,27 @@ impl ProfileOptions {
         self
     }
 
+    /// Sets what is captured.
+    pub(crate) fn set_kind(&mut self, kind: StackKind) {
+        self.kind = kind;
+    }
+
+    /// Captures one thread of the target only (its thread id; 0, the
+    /// default: every thread). Filtered in the kernel (see
+    /// [`wakemeter_ebpf::StackSessionBuilder::with_thread`]).
+    pub fn with_thread(mut self, tid: u32) -> Self {
+        self.thread = tid;
+        self
+    }
+
     /// What is captured.
     pub fn kind(&self) -> StackKind {
         self.kind
+    }
+
+    /// The one thread captured, if any.
+    pub fn thread(&self) -> Option<u32> {
+        (self.thread != 0).then_some(self.thread)
     }
 }
 
@@ -144,6 +164,7 @@ impl Profiler {
             .with_frequency_hz(options.frequency_hz)
             .with_max_stacks(options.max_stacks)
             .with_max_entries(options.max_entries)
+            .with_thread(options.thread)
             .attach()?;
         let view = self.symbolizer.view(session.pid());
         let start_unix_ns = SystemTime::now()

@@ -30,6 +30,10 @@ pub enum ProfileError {
         why: &'static str,
     },
 
+    /// The continuous profiler's thread could not be started.
+    #[error("starting the profiler's thread")]
+    Thread(#[source] std::io::Error),
+
     /// Writing an output (folded stacks, SVG, pprof) failed.
     #[error("writing {what}")]
     Write {

@@ -4,8 +4,9 @@
 //! collected by wakemeter's eBPF programs ([`wakemeter_ebpf::StackSession`]),
 //! symbolized with blazesym (ELF, DWARF, JIT perf maps, kernel symbols),
 //! and written as folded stacks, an SVG flame graph (inferno) or pprof
-//! protobuf. [`trigger::AutoProfiler`] captures a profile automatically when
-//! a wakemeter finding fires or a CPU threshold is crossed.
+//! protobuf. [`AutoProfiler`] captures a profile automatically when a
+//! wakemeter finding fires or a CPU threshold is crossed, and keeps it
+//! with the finding (module [`trigger`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -47,4 +48,8 @@ pub use model::{
 pub use pprof::write_pprof;
 pub use svg::write_svg;
 pub use symbolize::Symbolizer;
+pub use trigger::{
+    AutoProfiler, AutoProfilerBuilder, AutoProfilerStats, CaptureFiles, ProfiledFinding, Trigger,
+    TriggeredProfile,
+};
 pub use wakemeter_ebpf::Target;

@@ -245,6 +245,38 @@ impl Profile {
     pub fn thread(&self, tid: u32) -> impl Iterator<Item = &StackSample> {
         self.samples.iter().filter(move |s| s.tid == tid)
     }
+
+    /// Bytes of memory the profile holds, counted from the capacities of
+    /// its vectors and strings (the allocator's own overhead is not
+    /// included). What the bound on kept captures
+    /// ([`crate::AutoProfilerBuilder::with_max_kept_bytes`]) adds up.
+    pub fn memory_bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let string = |s: &String| s.capacity();
+        let frame = |f: &Frame| {
+            f.function.as_ref().map_or(0, string)
+                + f.module.as_ref().map_or(0, string)
+                + f.source.as_ref().map_or(0, |(file, _)| string(file))
+        };
+        let sample = |s: &StackSample| {
+            size_of::<StackSample>()
+                + string(&s.thread_name)
+                + s.waker.as_ref().map_or(0, |(_, n)| string(n))
+                + s.frames.capacity() * size_of::<Frame>()
+                + s.frames.iter().map(frame).sum::<usize>()
+                + s.gaps.capacity() * size_of::<StackGap>()
+        };
+        let warning = |w: &ProfileWarning| match w {
+            ProfileWarning::NotSymbolized { reason } => string(reason),
+            _ => 0,
+        };
+        let bytes = size_of::<Profile>()
+            + (self.samples.capacity() - self.samples.len()) * size_of::<StackSample>()
+            + self.samples.iter().map(sample).sum::<usize>()
+            + self.warnings.capacity() * size_of::<ProfileWarning>()
+            + self.warnings.iter().map(warning).sum::<usize>();
+        u64::try_from(bytes).unwrap_or(u64::MAX)
+    }
 }
 
 #[cfg(test)]
@@ -315,5 +347,18 @@ pub(crate) mod tests {
             ["main", "log_request", "/usr/bin/app+0x55", "pipe_write_[k]"]
         );
         assert_eq!(Frame::unresolved(0xab, false).label(), "0xab");
+    }
+
+    #[test]
+    fn memory_bytes_grow_with_the_stacks() {
+        let p = off_cpu_profile();
+        let one_frame = std::mem::size_of::<Frame>() as u64;
+        let mut bigger = p.clone();
+        bigger.samples[0].frames.reserve_exact(100);
+        assert!(bigger.memory_bytes() >= p.memory_bytes() + 90 * one_frame);
+        let mut empty = p.clone();
+        empty.samples = Vec::new();
+        assert!(empty.memory_bytes() < p.memory_bytes());
+        assert!(empty.memory_bytes() >= std::mem::size_of::<Profile>() as u64);
     }
 }

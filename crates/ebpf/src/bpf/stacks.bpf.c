@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 /*
- * Stacks of one process (`target_tgid`), counted per distinct stack:
+ * Stacks of one process (`target_tgid`), or of one of its threads
+ * (`target_tid`), counted per distinct stack:
  *
  * - on-CPU: a perf_event program on cpu-clock samples (the loader opens one
  *   software event per CPU at the chosen frequency);
@@ -23,6 +24,14 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* Process id to observe, set by the loader before load. */
 const volatile __u32 target_tgid = 0;
+/* One thread of it to observe (0: every thread), set by the loader: on-CPU
+ * samples and off-CPU spans of that thread, wakeups of that thread. */
+const volatile __u32 target_tid = 0;
+
+static __always_inline bool other_thread(__u32 tid)
+{
+	return target_tid != 0 && tid != target_tid;
+}
 
 /* Distinct stacks; max_entries is overridden by the loader. */
 struct {
@@ -115,7 +124,7 @@ SEC("perf_event")
 int on_cpu_sample(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
+	if ((__u32)(id >> 32) != target_tgid || other_thread((__u32)id))
 		return 0;
 	struct wm_stack_key key = {};
 	key.tid = (__u32)id;
@@ -141,7 +150,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 		return 0;
 
 	__u64 now = bpf_ktime_get_ns();
-	if ((__u32)(cur >> 32) == target) {
+	if ((__u32)(cur >> 32) == target && !other_thread((__u32)cur)) {
 		__u32 tid = (__u32)cur;
 		__u32 prev_state = (__u32)ctx[3];
 		if (prev_state & TASK_DEAD) {
@@ -193,6 +202,8 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 		return 0;
 	int pid = 0;
 	WM_READ(btf, pid, p->pid);
+	if (other_thread((__u32)pid))
+		return 0;
 	bool irq = in_interrupt(btf);
 	__u32 zero = 0;
 	struct wm_stack_key *key = bpf_map_lookup_elem(&waking_key, &zero);

@@ -107,6 +107,7 @@ impl StackSession {
         let mut ebpf = EbpfLoader::new()
             .btf(Some(btf))
             .override_global("target_tgid", &pid, true)
+            .override_global("target_tid", &options.thread, true)
             .map_max_entries("stacks", options.max_stacks)
             .map_max_entries("stack_counts", options.max_entries)
             .map_max_entries("off_start", threads)
