@@ -1,5 +1,6 @@
 //! `wakemeter`: the demo and the sidecar watcher.
 
+mod autoprofile;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod demo;
 mod kernel;
@@ -75,6 +76,8 @@ enum Command {
         /// Do not try to attach the eBPF kernel source.
         #[arg(long)]
         no_ebpf: bool,
+        #[command(flatten)]
+        profile: ProfileWatchArgs,
     },
     /// Where in the code: on-CPU, off-CPU or wakeup stacks of a process
     /// (eBPF, needs root or CAP_BPF+CAP_PERFMON), as a flame graph SVG,
@@ -82,6 +85,40 @@ enum Command {
     /// heaviest stacks.
     #[cfg(feature = "ebpf")]
     Profile(ProfileArgs),
+}
+
+/// Continuous profiling options of `wakemeter watch`.
+#[derive(clap::Args, Debug)]
+struct ProfileWatchArgs {
+    /// When a finding fires (busy poller, CPU hog, sleep overhead, periodic
+    /// wakeups) or a --profile-*-cpu-percent threshold is crossed, capture
+    /// a profile (eBPF: root, or CAP_BPF+CAP_PERFMON) and write it here as
+    /// folded stacks, SVG and pprof; the SVG's path is printed under the
+    /// finding.
+    #[arg(long, value_name = "DIR")]
+    profile_dir: Option<PathBuf>,
+    /// Length of one capture, in seconds.
+    #[arg(long, default_value_t = 10.0, requires = "profile_dir")]
+    profile_seconds: f64,
+    /// Also capture when the process uses this much CPU (percent of one
+    /// core) over 10 s.
+    #[arg(long, value_name = "PERCENT", requires = "profile_dir")]
+    profile_cpu_percent: Option<f64>,
+    /// Also capture a thread that uses this much CPU (percent of one core)
+    /// over 10 s.
+    #[arg(long, value_name = "PERCENT", requires = "profile_dir")]
+    profile_thread_cpu_percent: Option<f64>,
+}
+
+impl ProfileWatchArgs {
+    fn options(self) -> Option<autoprofile::Options> {
+        Some(autoprofile::Options {
+            dir: self.profile_dir?,
+            seconds: self.profile_seconds,
+            process_cpu_percent: self.profile_cpu_percent,
+            thread_cpu_percent: self.profile_thread_cpu_percent,
+        })
+    }
 }
 
 /// Arguments of `wakemeter profile`.
@@ -132,7 +169,8 @@ Exit status:
      or stdout was closed (e.g. piped into `head`)
   1  the process exited before a first measurement; or sampling failed
   2  bad arguments; no such process; the process is a zombie (exited, not
-     yet reaped by its parent); the sampler could not start";
+     yet reaped by its parent); the sampler could not start; --profile-dir
+     without eBPF (no privilege, no BTF)";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -148,12 +186,14 @@ fn main() -> ExitCode {
             seconds,
             json,
             no_ebpf,
+            profile,
         } => watch::run(&watch::Options {
             pid,
             every,
             seconds,
             json,
             ebpf: !no_ebpf,
+            profile: profile.options(),
         }),
         #[cfg(feature = "ebpf")]
         Command::Profile(a) => profile::run(&profile::Options {

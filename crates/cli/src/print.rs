@@ -250,6 +250,16 @@ pub fn warnings(out: &mut impl Write, w: &[SampleWarning]) -> io::Result<()> {
 /// Findings, most severe first, with their advice. Summaries and advice
 /// quote thread and loop names, so they are escaped like the tables.
 pub fn findings(out: &mut impl Write, f: &[Finding]) -> io::Result<()> {
+    findings_with(out, f, |_| None)
+}
+
+/// The findings, each followed by the path of its profile when `profile`
+/// gives one.
+pub fn findings_with(
+    out: &mut impl Write,
+    f: &[Finding],
+    profile: impl Fn(&Finding) -> Option<String>,
+) -> io::Result<()> {
     writeln!(out, "\nfindings ({}):", f.len())?;
     if f.is_empty() {
         writeln!(out, "  none: nothing wastes CPU or wakeups here")?;
@@ -266,6 +276,9 @@ pub fn findings(out: &mut impl Write, f: &[Finding]) -> io::Result<()> {
             .unwrap_or_default();
         writeln!(out, "  [{sev}] {}: {}", safe(&kind), safe(&x.summary))?;
         writeln!(out, "             advice: {}", safe(&x.advice))?;
+        if let Some(path) = profile(x) {
+            writeln!(out, "             profile: {}", safe(&path))?;
+        }
     }
     Ok(())
 }

@@ -35,6 +35,8 @@ pub struct Options {
     pub json: bool,
     /// Try to attach the eBPF kernel source.
     pub ebpf: bool,
+    /// Capture profiles when findings fire (`--profile-dir`).
+    pub profile: Option<crate::autoprofile::Options>,
 }
 
 /// Why watching stopped.
@@ -75,10 +77,16 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         .with_thresholds(thresholds);
     match kernel::attach(Target::Pid(pid), o.ebpf) {
         Ok(src) => builder = builder.with_kernel_source(src),
+        // Profiles need what the kernel source needs: say so now, not at
+        // the first finding.
+        Err(why) if o.ebpf && o.profile.is_some() => {
+            return Err(format!("--profile-dir needs eBPF, which did not attach: {why}").into());
+        }
         Err(why) => print::note(&format!("eBPF: not attached ({why}); /proc sampling only")),
     }
     let sampler = builder.build()?;
     let guard = sampler.start()?;
+    let mut auto = crate::autoprofile::start(&sampler, o.profile.as_ref())?;
     let mut out = io::stdout().lock();
     let every = Duration::from_secs(o.every);
     let start = Instant::now();
@@ -90,7 +98,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let end = loop {
         let now = Instant::now();
         if now >= next || deadline.is_some_and(|d| now >= d) {
-            measured |= write_report(&mut out, &sampler.report(), o.json)?;
+            measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
             if deadline.is_some_and(|d| now >= d) {
                 break End::Deadline;
             }
@@ -106,6 +114,9 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         {
             last = Some(seq);
         }
+        if let Some(a) = &mut auto {
+            a.note_new();
+        }
         if let Some(end) = check(&sampler, pid, &mut reported_error) {
             break end;
         }
@@ -115,7 +126,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     match end {
         End::Deadline => Ok(ExitCode::SUCCESS),
         End::TargetGone(how) => {
-            measured |= write_report(&mut out, &sampler.report(), o.json)?;
+            measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
             let how = match how {
                 Liveness::Zombie => "exited (a zombie until its parent reaps it)",
                 _ => "exited",
@@ -166,15 +177,21 @@ fn check(sampler: &Sampler, pid: u32, reported: &mut Option<String>) -> Option<E
     None
 }
 
-/// Writes one report; returns whether it had a measured interval.
-fn write_report(out: &mut impl Write, report: &Report, json: bool) -> io::Result<bool> {
+/// Writes one report, with the profile captured for each finding when
+/// there is one; returns whether it had a measured interval.
+fn write_report(
+    out: &mut impl Write,
+    report: &Report,
+    json: bool,
+    auto: Option<&crate::autoprofile::Watcher>,
+) -> io::Result<bool> {
     if json {
         let line = print::json(report).map_err(io::Error::other)?;
         writeln!(out, "{line}")?;
     } else if let Some(i) = &report.interval {
         print::threads(out, i)?;
         print::kernel(out, i)?;
-        print::findings(out, &report.findings)?;
+        print::findings_with(out, &report.findings, |f| auto.and_then(|a| a.path_for(f)))?;
         print::warnings(out, &report.warnings)?;
     }
     out.flush()?;

@@ -1,0 +1,149 @@
+//! `wakemeter profile` and `wakemeter watch --profile-dir` end to end
+//! (root: eBPF; the no-privilege case drops root with setpriv).
+#![cfg(target_os = "linux")]
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{Sleeper, run, watch};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The busy poller of the profile tests (`epoll_wait(…, 0)` in
+/// `poll_forever`, thread "poller"), built with frame pointers.
+fn busy_poller() -> Child {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profile/tests/programs/busypoll.c");
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("busypoll-cli");
+    let built = Command::new("cc")
+        .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lpthread")
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc busypoll.c");
+    let mut child = Command::new(&exe)
+        .arg("60")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    child
+}
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+#[ignore = "needs root"]
+fn watch_profile_dir_writes_the_busy_pollers_stacks_and_names_them_under_the_finding() {
+    let mut child = busy_poller();
+    let dir = fresh_dir("watch-profiles");
+    let r = run(
+        &mut watch(
+            child.id(),
+            &[
+                "--every",
+                "2",
+                "--seconds",
+                "12",
+                "--profile-dir",
+                dir.to_str().unwrap(),
+                "--profile-seconds",
+                "3",
+            ],
+        ),
+        LIMIT,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    let out = r.stdout();
+    // The path is printed on the line after the finding's advice.
+    let lines: Vec<&str> = out.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("busy_poller: thread") && l.contains("\"poller\""))
+        .unwrap_or_else(|| panic!("no busy_poller finding\n{}", r.said()));
+    let path = lines[at..]
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("profile: "))
+        .unwrap_or_else(|| panic!("no profile path under the finding\n{}", r.said()));
+    assert!(path.ends_with("-on_cpu.svg"), "{path}");
+    assert!(
+        r.stderr()
+            .contains("wakemeter: profiled busy_poller of thread")
+    );
+    let svg = PathBuf::from(path);
+    let folded = std::fs::read_to_string(svg.with_extension("folded")).unwrap();
+    let pprof = svg.with_extension("pb.gz");
+    assert!(svg.exists() && pprof.exists(), "{}", r.said());
+    assert!(
+        folded.contains("poll_forever") && folded.contains("epoll_wait"),
+        "{folded}"
+    );
+    // Only the poller thread's stacks: every line starts with its name.
+    assert!(folded.lines().all(|l| l.starts_with("poller;")), "{folded}");
+}
+
+/// Without privilege, `profile` fails with the typed reason and status 2,
+/// and `watch --profile-dir` refuses to start rather than fail later.
+#[test]
+#[ignore = "needs root"]
+fn without_privilege_profiles_fail_with_the_reason() {
+    let sleeper = Sleeper::new("30");
+    let pid = sleeper.pid().to_string();
+    let nobody = || {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_wakemeter"),
+        ]);
+        c
+    };
+    let r = run(
+        nobody().args(["profile", "--pid", &pid, "--on-cpu", "--seconds", "1"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.said());
+    assert!(
+        r.stderr().contains("missing privilege") && r.stderr().contains("CAP_BPF"),
+        "{}",
+        r.said()
+    );
+    assert!(r.stdout.is_empty(), "{}", r.said());
+    let dir = fresh_dir("nobody-profiles");
+    let r = run(
+        nobody().args([
+            "watch",
+            "--pid",
+            &pid,
+            "--seconds",
+            "1",
+            "--profile-dir",
+            dir.to_str().unwrap(),
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.said());
+    assert!(
+        r.stderr().contains("--profile-dir needs eBPF") && r.stderr().contains("missing privilege"),
+        "{}",
+        r.said()
+    );
+}
