@@ -4,6 +4,7 @@ mod autoprofile;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod demo;
 mod kernel;
+mod metrics;
 mod print;
 #[cfg(feature = "ebpf")]
 mod profile;
@@ -78,6 +79,14 @@ enum Command {
         no_ebpf: bool,
         #[command(flatten)]
         profile: ProfileWatchArgs,
+        /// Serve Prometheus / OpenMetrics metrics at http://ADDR/metrics
+        /// (ADDR: PORT, HOST:PORT or [IPv6]:PORT; a bare port is on 127.0.0.1).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Allow --listen on an address other than loopback (the metrics
+        /// are then reachable from other hosts).
+        #[arg(long, requires = "listen")]
+        allow_non_loopback: bool,
     },
     /// Where in the code: on-CPU, off-CPU or wakeup stacks of a process
     /// (eBPF, needs root or CAP_BPF+CAP_PERFMON), as a flame graph SVG,
@@ -187,6 +196,8 @@ fn main() -> ExitCode {
             json,
             no_ebpf,
             profile,
+            listen,
+            allow_non_loopback,
         } => watch::run(&watch::Options {
             pid,
             every,
@@ -194,6 +205,8 @@ fn main() -> ExitCode {
             json,
             ebpf: !no_ebpf,
             profile: profile.options(),
+            listen,
+            allow_non_loopback,
         }),
         #[cfg(feature = "ebpf")]
         Command::Profile(a) => profile::run(&profile::Options {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use wakemeter::{Report, SampleWait, Sampler, SamplerBuilder, Target};
 
 use crate::target::{self, Liveness};
-use crate::{kernel, print};
+use crate::{kernel, metrics, print};
 
 /// The sampler's interval.
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -37,6 +37,10 @@ pub struct Options {
     pub ebpf: bool,
     /// Capture profiles when findings fire (`--profile-dir`).
     pub profile: Option<crate::autoprofile::Options>,
+    /// Serve metrics on this address (`--listen`).
+    pub listen: Option<String>,
+    /// Allow a non-loopback `--listen` address.
+    pub allow_non_loopback: bool,
 }
 
 /// Why watching stopped.
@@ -66,6 +70,12 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             target.name
         ));
     }
+    // Bound before anything is measured or printed: a bad or busy
+    // address is one clear error, with nothing half-started.
+    let endpoint = match &o.listen {
+        Some(addr) => Some(metrics::serve(addr, o.allow_non_loopback)?),
+        None => None,
+    };
     let window = Duration::from_secs(o.every.max(2));
     let thresholds = wakemeter::Thresholds::default()
         .with_window(window)
@@ -87,6 +97,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let sampler = builder.build()?;
     let guard = sampler.start()?;
     let mut auto = crate::autoprofile::start(&sampler, o.profile.as_ref())?;
+    let _updates = match &endpoint {
+        Some(e) => Some(e.follow(&sampler)?),
+        None => None,
+    };
     let mut out = io::stdout().lock();
     let every = Duration::from_secs(o.every);
     let start = Instant::now();

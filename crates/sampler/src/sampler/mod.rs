@@ -228,6 +228,22 @@ impl Sampler {
         self.account(|| interval_over_in(&self.history(), window))
     }
 
+    /// The interval from snapshot `from_seq` to snapshot `to_seq`, both
+    /// still in history (`from_seq < to_seq`); `None` otherwise. For
+    /// consumers that add up consecutive intervals (an exporter's
+    /// counters, a recording), so that no stored snapshot is skipped.
+    pub fn interval_between(&self, from_seq: u64, to_seq: u64) -> Option<Interval> {
+        if from_seq >= to_seq {
+            return None;
+        }
+        self.account(|| {
+            let h = self.history();
+            let from = h.iter().find(|s| s.header.seq == from_seq)?;
+            let to = h.iter().rev().find(|s| s.header.seq == to_seq)?;
+            Some(between_in_history(&h, from, to))
+        })
+    }
+
     /// Facts about the machine, read once at build.
     pub fn system(&self) -> &SystemInfo {
         &self.inner.system
@@ -488,6 +504,29 @@ mod tests {
         assert_eq!(
             field(SamplerBuilder::new().with_thread_name("a-name-longer-than-15")),
             "thread_name"
+        );
+    }
+
+    #[test]
+    fn interval_between_adds_up_to_the_whole_span() {
+        let s = SamplerBuilder::new().with_history(3).build().unwrap();
+        for _ in 0..4 {
+            s.sample().unwrap();
+        }
+        // Snapshot 0 was evicted; a reversed or equal pair is no interval.
+        assert!(s.interval_between(0, 3).is_none());
+        assert!(s.interval_between(2, 2).is_none());
+        assert!(s.interval_between(3, 2).is_none());
+        let (a, b) = (
+            s.interval_between(1, 2).unwrap(),
+            s.interval_between(2, 3).unwrap(),
+        );
+        let whole = s.interval_between(1, 3).unwrap();
+        assert_eq!((whole.from_seq, whole.to_seq), (1, 3));
+        assert_eq!(a.duration_ns + b.duration_ns, whole.duration_ns);
+        assert_eq!(
+            a.process.cpu_time_ns + b.process.cpu_time_ns,
+            whole.process.cpu_time_ns
         );
     }
 

@@ -1,0 +1,81 @@
+//! `--listen`: the Prometheus / OpenMetrics endpoint of `watch`.
+
+use std::error::Error;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+
+use wakemeter::Sampler;
+use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer, Updater};
+
+use crate::print;
+
+/// A bound endpoint, serving nothing but `# EOF` until it follows a sampler.
+pub struct Endpoint {
+    exporter: Exporter,
+    _server: MetricsServer,
+}
+
+impl Endpoint {
+    /// Updates the exposition on each snapshot `sampler` stores, until
+    /// the returned guard is dropped.
+    pub fn follow(&self, sampler: &Sampler) -> Result<Updater, Box<dyn Error>> {
+        Ok(self.exporter.spawn_updater(sampler.clone())?)
+    }
+}
+
+/// `PORT`, `:PORT`, `HOST:PORT`, `[V6]:PORT` → one socket address.
+fn parse(addr: &str) -> Result<SocketAddr, String> {
+    let bad = || {
+        format!("--listen {addr:?}: expected PORT, HOST:PORT or [IPv6]:PORT, e.g. 127.0.0.1:9464")
+    };
+    let port_only = addr.strip_prefix(':').unwrap_or(addr);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(SocketAddr::from((IpAddr::V4(Ipv4Addr::LOCALHOST), port)));
+    }
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    // A host name (localhost): the first address it resolves to.
+    let mut found = addr.to_socket_addrs().map_err(|_| bad())?;
+    found.next().ok_or_else(bad)
+}
+
+/// Binds the endpoint: loopback only unless `allow_non_loopback`.
+pub fn serve(addr: &str, allow_non_loopback: bool) -> Result<Endpoint, Box<dyn Error>> {
+    let addr = parse(addr)?;
+    let exporter = Exporter::new(ExporterConfig::default())?;
+    let server = if allow_non_loopback {
+        MetricsServer::bind_any_address(addr, exporter.clone())
+    } else {
+        MetricsServer::bind(addr, exporter.clone())
+    };
+    let server = server.map_err(|e| match e {
+        wakemeter_prometheus::Error::NotLoopback { addr } => format!(
+            "--listen {addr}: not a loopback address; the metrics would be reachable from \
+             other hosts. Add --allow-non-loopback to mean it"
+        ),
+        other => other.to_string(),
+    })?;
+    print::note(&format!(
+        "wakemeter: serving metrics at http://{}/metrics",
+        server.local_addr()
+    ));
+    Ok(Endpoint {
+        exporter,
+        _server: server,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(parse("9464").unwrap().to_string(), "127.0.0.1:9464");
+        assert_eq!(parse(":9464").unwrap().to_string(), "127.0.0.1:9464");
+        assert_eq!(parse("[::1]:9").unwrap().to_string(), "[::1]:9");
+        assert_eq!(parse("0.0.0.0:80").unwrap().to_string(), "0.0.0.0:80");
+        assert!(parse("nonsense:port").is_err());
+        assert!(parse("70000").is_err());
+    }
+}

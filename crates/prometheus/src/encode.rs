@@ -1,0 +1,617 @@
+//! One exposition: what fits under the series cap, encoded with
+//! prometheus-client's OpenMetrics text encoder.
+//!
+//! Names follow the Prometheus conventions: base units (seconds, bytes)
+//! in the name and in `# UNIT`, `_total` on counters, histograms with
+//! `le` bounds that are the log2 bucket bounds of the core
+//! (`2^k` ns, written in seconds).
+
+use std::fmt;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+use crate::exporter::{ExporterConfig, State};
+use crate::groups::{Groups, Totals};
+use crate::names::OTHER;
+use crate::totals::{LoopTotals, OFF_CPU_CAUSES, SleepTotals, ThreadTotals};
+
+/// Smallest finite histogram bound: `2^10` ns (about 1 µs); faster
+/// observations all fall in this first bucket.
+pub const HISTOGRAM_LOW_POW2: u32 = 10;
+/// Largest finite histogram bound: `2^33` ns (about 8.6 s); slower
+/// observations fall in `+Inf`.
+pub const HISTOGRAM_HIGH_POW2: u32 = 33;
+/// Series of one histogram: the finite buckets, `+Inf`, `_sum`, `_count`.
+const HISTOGRAM_SERIES: usize = (HISTOGRAM_HIGH_POW2 - HISTOGRAM_LOW_POW2 + 1) as usize + 3;
+
+/// Finding kinds and severities, each always exposed (0 when absent),
+/// so that an alert can tell "none" from "no data".
+const KINDS: [&str; 7] = [
+    "busy_poller",
+    "sleep_overhead",
+    "periodic_wakeups",
+    "cpu_hog",
+    "run_queue_contention",
+    "wakeups_budget",
+    "memory_growth",
+];
+const SEVERITIES: [&str; 3] = ["info", "warning", "critical"];
+
+/// A log2 histogram (core bucket layout) as Prometheus buckets: the
+/// count of each `(le, count)` bucket alone, as prometheus-client wants.
+/// Core bucket `i` holds `[2^(i-1), 2^i)` ns, so everything up to bucket
+/// `k` is `< 2^k` ns, within `le = 2^k` ns.
+fn prometheus_buckets(log2: &[u64]) -> (Vec<(f64, u64)>, u64) {
+    let mut out = Vec::with_capacity(HISTOGRAM_SERIES);
+    let mut taken = 0usize;
+    for k in HISTOGRAM_LOW_POW2..=HISTOGRAM_HIGH_POW2 {
+        let upto = (k as usize + 1).min(log2.len());
+        let n = log2
+            .get(taken..upto)
+            .map_or(0, |b| b.iter().fold(0u64, |a, v| a.saturating_add(*v)));
+        taken = taken.max(upto);
+        out.push(((1u64 << k) as f64 / 1e9, n));
+    }
+    let rest = log2
+        .get(taken..)
+        .map_or(0, |b| b.iter().fold(0u64, |a, v| a.saturating_add(*v)));
+    out.push((f64::INFINITY, rest));
+    let count = out.iter().fold(0u64, |a, (_, n)| a.saturating_add(*n));
+    (out, count)
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// What one exposition holds: everything that fits under the cap.
+#[derive(Debug, Clone)]
+pub(crate) struct Exposed {
+    target_pid: String,
+    target_name: String,
+    process_cpu_ns: u64,
+    rss_bytes: u64,
+    peak_rss_bytes: Option<u64>,
+    thread_count: u32,
+    threads: Vec<(String, ThreadTotals, u32)>,
+    switches: bool,
+    kernel: bool,
+    loops: Vec<(String, LoopTotals)>,
+    sleeps: Vec<(String, SleepTotals)>,
+    findings: Vec<((String, String), u64)>,
+    sampler_cpu_ns: u64,
+    samples: u64,
+    history_bytes: u64,
+    series: usize,
+    dropped_total: u64,
+}
+
+/// The labelled groups heaviest first, then `other` if it ever counted anything.
+fn with_other<T: Totals + PartialEq>(g: &Groups<T>) -> Vec<(String, T, u32)> {
+    let mut v: Vec<(String, T, u32)> = g
+        .labelled()
+        .iter()
+        .map(|g| (g.name.clone(), g.totals.clone(), g.members))
+        .collect();
+    if g.other != T::default() || g.other_members > 0 {
+        // `other` first: it stands for everything else and is never dropped
+        // before a single group.
+        v.insert(0, (OTHER.to_string(), g.other.clone(), g.other_members));
+    }
+    v
+}
+
+/// Keeps the items that fit in `left` series, `cost` each; returns the
+/// series left out.
+fn fit<T>(items: &mut Vec<T>, cost: usize, left: &mut usize) -> u64 {
+    let fits = (*left / cost.max(1)).min(items.len());
+    let dropped = (items.len() - fits) * cost;
+    items.truncate(fits);
+    *left -= fits * cost;
+    dropped as u64
+}
+
+impl Exposed {
+    /// What of `s` fits under `config.max_series`; returns it and the
+    /// number of series left out.
+    pub(crate) fn plan(s: &State, config: &ExporterConfig) -> (Exposed, u64) {
+        let mut findings: Vec<((String, String), u64)> = Vec::new();
+        for k in KINDS {
+            for sev in SEVERITIES {
+                let key = (k.to_string(), sev.to_string());
+                let n = s
+                    .findings
+                    .iter()
+                    .find(|(f, _)| *f == key)
+                    .map_or(0, |(_, n)| *n);
+                findings.push((key, n));
+            }
+        }
+        for (key, n) in &s.findings {
+            if !findings.iter().any(|(k, _)| k == key) {
+                findings.push((key.clone(), *n));
+            }
+        }
+        // info, process (cpu, rss, threads, peak rss), sampler (cpu,
+        // samples, history), exporter (series, dropped), findings.
+        let fixed = 1 + 3 + usize::from(s.peak_rss_bytes.is_some()) + 3 + 2 + findings.len();
+        let mut left = config.max_series.saturating_sub(fixed);
+        let thread_cost = 3 + usize::from(s.switches_seen) + if s.kernel_seen { 7 } else { 0 };
+        let mut threads = with_other(&s.threads);
+        let mut dropped = fit(&mut threads, thread_cost, &mut left);
+        let mut loops: Vec<(String, LoopTotals)> = with_other(&s.loops)
+            .into_iter()
+            .map(|(n, t, _)| (n, t))
+            .collect();
+        dropped += fit(&mut loops, 6 + HISTOGRAM_SERIES, &mut left);
+        let mut sleeps: Vec<(String, SleepTotals)> = with_other(&s.sleeps)
+            .into_iter()
+            .map(|(n, t, _)| (n, t))
+            .collect();
+        dropped += fit(&mut sleeps, 4 + HISTOGRAM_SERIES, &mut left);
+        let exposed = Exposed {
+            target_pid: s.target.pid.to_string(),
+            target_name: s.target.name.clone(),
+            process_cpu_ns: s.process_cpu_ns,
+            rss_bytes: s.rss_bytes,
+            peak_rss_bytes: s.peak_rss_bytes,
+            thread_count: s.thread_count,
+            threads,
+            switches: s.switches_seen,
+            kernel: s.kernel_seen,
+            loops,
+            sleeps,
+            findings,
+            sampler_cpu_ns: s.sampler_cpu_ns,
+            samples: s.samples,
+            history_bytes: s.history_bytes,
+            series: config.max_series.saturating_sub(left),
+            dropped_total: 0,
+        };
+        (exposed, dropped)
+    }
+
+    /// With the exporter's running count of series left out.
+    pub(crate) fn with_dropped(mut self, total: u64) -> Self {
+        self.dropped_total = total;
+        self
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// One family: its descriptor, then one sample (or histogram) per row.
+fn family<V>(
+    enc: &mut DescriptorEncoder,
+    (name, help, unit, ty): (&str, &str, Option<&Unit>, MetricType),
+    rows: &[(Labels, V)],
+    write: impl Fn(&mut MetricEncoder, &V) -> fmt::Result,
+) -> fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(name, help, unit, ty)?;
+    for (labels, v) in rows {
+        if labels.is_empty() {
+            write(&mut m, v)?;
+        } else {
+            write(&mut m.encode_family(labels)?, v)?;
+        }
+    }
+    Ok(())
+}
+
+fn counter_u64(m: &mut MetricEncoder, v: &u64) -> fmt::Result {
+    m.encode_counter::<NoLabelSet, u64, u64>(v, None)
+}
+
+fn counter_secs(m: &mut MetricEncoder, ns: &u64) -> fmt::Result {
+    m.encode_counter::<NoLabelSet, f64, f64>(&secs(*ns), None)
+}
+
+fn gauge_u64(m: &mut MetricEncoder, v: &u64) -> fmt::Result {
+    m.encode_gauge(v)
+}
+
+fn histogram(m: &mut MetricEncoder, (log2, sum_ns): &(Vec<u64>, u64)) -> fmt::Result {
+    let (buckets, count) = prometheus_buckets(log2);
+    m.encode_histogram::<NoLabelSet>(secs(*sum_ns), count, &buckets, None)
+}
+
+const SECONDS: Option<&Unit> = Some(&Unit::Seconds);
+const BYTES: Option<&Unit> = Some(&Unit::Bytes);
+
+impl Collector for Exposed {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        use MetricType::{Counter, Gauge, Histogram, Info};
+        let e = &mut enc;
+        let none: Labels = Vec::new();
+        let info: Labels = vec![
+            ("pid", self.target_pid.clone()),
+            ("name", self.target_name.clone()),
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ];
+        let mut m = e.encode_descriptor(
+            "wakemeter_target",
+            "The process observed, and the wakemeter version observing it.",
+            None,
+            Info,
+        )?;
+        m.encode_info(&info)?;
+
+        let one = |v: u64| vec![(none.clone(), v)];
+        family(
+            e,
+            (
+                "wakemeter_process_cpu",
+                "CPU time of the whole process (exited threads included).",
+                SECONDS,
+                Counter,
+            ),
+            &one(self.process_cpu_ns),
+            counter_secs,
+        )?;
+        family(
+            e,
+            (
+                "wakemeter_process_resident_memory",
+                "Resident set size.",
+                BYTES,
+                Gauge,
+            ),
+            &one(self.rss_bytes),
+            gauge_u64,
+        )?;
+        if let Some(peak) = self.peak_rss_bytes {
+            family(
+                e,
+                (
+                    "wakemeter_process_peak_resident_memory",
+                    "Peak resident set size (VmHWM).",
+                    BYTES,
+                    Gauge,
+                ),
+                &one(peak),
+                gauge_u64,
+            )?;
+        }
+        family(
+            e,
+            (
+                "wakemeter_process_threads",
+                "Threads of the process.",
+                None,
+                Gauge,
+            ),
+            &one(u64::from(self.thread_count)),
+            gauge_u64,
+        )?;
+
+        let by_thread = |f: &dyn Fn(&ThreadTotals) -> u64| -> Vec<(Labels, u64)> {
+            self.threads
+                .iter()
+                .map(|(n, t, _)| (vec![("thread", n.clone())], f(t)))
+                .collect()
+        };
+        family(
+            e,
+            (
+                "wakemeter_thread_cpu",
+                "CPU time of the threads of this name (numbers collapsed to {n}; \"other\": threads outside the top N).",
+                SECONDS,
+                Counter,
+            ),
+            &by_thread(&|t| t.cpu_ns),
+            counter_secs,
+        )?;
+        if self.switches {
+            family(
+                e,
+                (
+                    "wakemeter_thread_switches",
+                    "Context switches (times scheduled onto a CPU) of the threads of this name.",
+                    None,
+                    Counter,
+                ),
+                &by_thread(&|t| t.switches),
+                counter_u64,
+            )?;
+        }
+        family(
+            e,
+            (
+                "wakemeter_thread_run_queue_wait",
+                "Time the threads of this name were runnable but waiting for a CPU.",
+                SECONDS,
+                Counter,
+            ),
+            &by_thread(&|t| t.run_queue_wait_ns),
+            counter_secs,
+        )?;
+        let members: Vec<(Labels, u64)> = self
+            .threads
+            .iter()
+            .map(|(n, _, m)| (vec![("thread", n.clone())], u64::from(*m)))
+            .collect();
+        family(
+            e,
+            (
+                "wakemeter_thread_group_threads",
+                "Live threads of this name in the latest sample.",
+                None,
+                Gauge,
+            ),
+            &members,
+            gauge_u64,
+        )?;
+        if self.kernel {
+            family(
+                e,
+                (
+                    "wakemeter_thread_wakes",
+                    "Times the threads of this name were made runnable (eBPF sched_waking).",
+                    None,
+                    Counter,
+                ),
+                &by_thread(&|t| t.wakes),
+                counter_u64,
+            )?;
+            let rows: Vec<(Labels, u64)> =
+                self.threads
+                    .iter()
+                    .flat_map(|(n, t, _)| {
+                        OFF_CPU_CAUSES.iter().zip(t.off_cpu_ns).map(|(c, v)| {
+                            (vec![("thread", n.clone()), ("cause", (*c).to_string())], v)
+                        })
+                    })
+                    .collect();
+            family(
+                e,
+                (
+                    "wakemeter_thread_off_cpu",
+                    "Time the threads of this name spent off CPU, by cause (eBPF).",
+                    SECONDS,
+                    Counter,
+                ),
+                &rows,
+                counter_secs,
+            )?;
+        }
+
+        let by_loop = |f: &dyn Fn(&LoopTotals) -> u64| -> Vec<(Labels, u64)> {
+            self.loops
+                .iter()
+                .map(|(n, t)| (vec![("loop", n.clone())], f(t)))
+                .collect()
+        };
+        for (name, help, f) in [
+            (
+                "wakemeter_loop_wakeups",
+                "Returns from the loop's wait.",
+                (|t: &LoopTotals| t.wakeups) as fn(&LoopTotals) -> u64,
+            ),
+            (
+                "wakemeter_loop_idle_wakeups",
+                "Wakeups that found no event.",
+                |t| t.idle_wakeups,
+            ),
+            (
+                "wakemeter_loop_zero_timeout_waits",
+                "Waits with a zero timeout (non-blocking polls).",
+                |t| t.zero_timeout_waits,
+            ),
+            (
+                "wakemeter_loop_events",
+                "Ready events the waits reported.",
+                |t| t.events,
+            ),
+        ] {
+            family(e, (name, help, None, Counter), &by_loop(&f), counter_u64)?;
+        }
+        family(
+            e,
+            (
+                "wakemeter_loop_wait",
+                "Time inside the loop's waits.",
+                SECONDS,
+                Counter,
+            ),
+            &by_loop(&|t| t.wait_ns),
+            counter_secs,
+        )?;
+        family(
+            e,
+            (
+                "wakemeter_loop_busy",
+                "Time between the loop's waits (doing work).",
+                SECONDS,
+                Counter,
+            ),
+            &by_loop(&|t| t.busy_ns),
+            counter_secs,
+        )?;
+        let delays: Vec<(Labels, (Vec<u64>, u64))> = self
+            .loops
+            .iter()
+            .map(|(n, t)| {
+                (
+                    vec![("loop", n.clone())],
+                    (t.poll_delay_buckets.clone(), t.poll_delay_ns),
+                )
+            })
+            .collect();
+        family(
+            e,
+            (
+                "wakemeter_loop_poll_delay",
+                "How late timed-out waits returned after their timeout (Envoy's poll_delay).",
+                SECONDS,
+                Histogram,
+            ),
+            &delays,
+            histogram,
+        )?;
+
+        let by_site = |f: &dyn Fn(&SleepTotals) -> u64| -> Vec<(Labels, u64)> {
+            self.sleeps
+                .iter()
+                .map(|(n, t)| (vec![("sleep_site", n.clone())], f(t)))
+                .collect()
+        };
+        family(
+            e,
+            ("wakemeter_sleep_calls", "Completed sleeps.", None, Counter),
+            &by_site(&|t| t.calls),
+            counter_u64,
+        )?;
+        for (name, help, f) in [
+            (
+                "wakemeter_sleep_requested",
+                "Sleep time asked for.",
+                (|t: &SleepTotals| t.requested_ns) as fn(&SleepTotals) -> u64,
+            ),
+            (
+                "wakemeter_sleep_actual",
+                "Sleep time got (monotonic clock).",
+                |t| t.actual_ns,
+            ),
+            (
+                "wakemeter_sleep_cpu",
+                "CPU time spent inside the sleep calls.",
+                |t| t.cpu_ns,
+            ),
+        ] {
+            family(
+                e,
+                (name, help, SECONDS, Counter),
+                &by_site(&f),
+                counter_secs,
+            )?;
+        }
+        let overs: Vec<(Labels, (Vec<u64>, u64))> = self
+            .sleeps
+            .iter()
+            .map(|(n, t)| {
+                (
+                    vec![("sleep_site", n.clone())],
+                    (t.oversleep_buckets.clone(), t.oversleep_ns),
+                )
+            })
+            .collect();
+        family(
+            e,
+            (
+                "wakemeter_sleep_oversleep",
+                "Actual minus requested sleep time.",
+                SECONDS,
+                Histogram,
+            ),
+            &overs,
+            histogram,
+        )?;
+
+        let findings: Vec<(Labels, u64)> = self
+            .findings
+            .iter()
+            .map(|((k, s), n)| (vec![("kind", k.clone()), ("severity", s.clone())], *n))
+            .collect();
+        family(
+            e,
+            (
+                "wakemeter_findings",
+                "Current findings by kind and severity (over each rule's window).",
+                None,
+                Gauge,
+            ),
+            &findings,
+            gauge_u64,
+        )?;
+
+        family(
+            e,
+            (
+                "wakemeter_sampler_cpu",
+                "CPU time wakemeter spent sampling, diagnosing and exporting: the overhead paid.",
+                SECONDS,
+                Counter,
+            ),
+            &one(self.sampler_cpu_ns),
+            counter_secs,
+        )?;
+        family(
+            e,
+            (
+                "wakemeter_sampler_samples",
+                "Snapshots taken.",
+                None,
+                Counter,
+            ),
+            &one(self.samples),
+            counter_u64,
+        )?;
+        family(
+            e,
+            (
+                "wakemeter_sampler_history",
+                "Memory the sampler's history holds.",
+                BYTES,
+                Gauge,
+            ),
+            &one(self.history_bytes),
+            gauge_u64,
+        )?;
+        family(
+            e,
+            (
+                "wakemeter_exporter_series",
+                "Series in this exposition (at most the configured cap).",
+                None,
+                Gauge,
+            ),
+            &one(self.series as u64),
+            gauge_u64,
+        )?;
+        family(
+            e,
+            (
+                "wakemeter_exporter_dropped_series",
+                "Series left out of expositions because of the series cap, summed over every exposition built.",
+                None,
+                Counter,
+            ),
+            &one(self.dropped_total),
+            counter_u64,
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_buckets_become_cumulative_power_of_two_bounds() {
+        // 3 values of 0 ns, one of 1000 ns (bucket 10), one of 2^20 ns
+        // (bucket 21), one of 2^40 ns (beyond the last bound).
+        let mut log2 = vec![0u64; 42];
+        log2[0] = 3;
+        log2[10] = 1;
+        log2[21] = 1;
+        log2[41] = 1;
+        let (b, count) = prometheus_buckets(&log2);
+        assert_eq!(count, 6);
+        assert_eq!(b.len(), HISTOGRAM_SERIES - 2);
+        assert_eq!(b[0], (1024.0 / 1e9, 4));
+        // 2^20 ns is in bucket 21 = [2^20, 2^21): within le = 2^21 ns.
+        assert_eq!(
+            b[(21 - HISTOGRAM_LOW_POW2) as usize],
+            ((1u64 << 21) as f64 / 1e9, 1)
+        );
+        assert_eq!(b.last(), Some(&(f64::INFINITY, 1)));
+        assert_eq!(prometheus_buckets(&[]).1, 0);
+    }
+}

@@ -1,0 +1,389 @@
+//! The exporter: adds up every stored interval of a sampler into grouped
+//! counters, and keeps the exposition text of the latest update ready for
+//! scrapes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use wakemeter::{Interval, SampleWait, Sampler, Snapshot, TargetIdentity};
+
+use crate::encode::Exposed;
+use crate::groups::Groups;
+use crate::names::collapse;
+use crate::totals::{LoopTotals, SleepTotals, ThreadTotals};
+use crate::{Error, text};
+
+/// Default number of labelled thread groups.
+pub const DEFAULT_TOP_THREADS: usize = 20;
+/// Default number of labelled loop groups and of labelled sleep-site groups.
+pub const DEFAULT_TOP_PROBES: usize = 20;
+/// Default hard cap on the series of one exposition.
+pub const DEFAULT_MAX_SERIES: usize = 2_000;
+/// Smallest accepted series cap: the process, sampler, findings and
+/// exporter series always fit.
+pub const MIN_MAX_SERIES: usize = 64;
+/// Largest accepted top N (for threads, loops and sleep sites each).
+pub const MAX_TOP_N: usize = 1_000;
+
+/// How an [`Exporter`] bounds what it exposes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExporterConfig {
+    /// Thread groups (threads by name, numbers collapsed) with a label of
+    /// their own; the others are added to the `thread="other"` series.
+    /// Default [`DEFAULT_TOP_THREADS`].
+    pub top_threads: usize,
+    /// Loop groups and sleep-site groups with a label of their own (each).
+    /// Default [`DEFAULT_TOP_PROBES`].
+    pub top_probes: usize,
+    /// Hard cap on the series of one exposition (every sample line
+    /// counts, histogram buckets included). Groups that do not fit are
+    /// left out, lightest first, and counted in
+    /// `wakemeter_exporter_dropped_series_total`. Default [`DEFAULT_MAX_SERIES`].
+    pub max_series: usize,
+}
+
+impl Default for ExporterConfig {
+    fn default() -> Self {
+        ExporterConfig {
+            top_threads: DEFAULT_TOP_THREADS,
+            top_probes: DEFAULT_TOP_PROBES,
+            max_series: DEFAULT_MAX_SERIES,
+        }
+    }
+}
+
+impl ExporterConfig {
+    /// Sets [`ExporterConfig::top_threads`].
+    #[must_use]
+    pub fn with_top_threads(mut self, n: usize) -> Self {
+        self.top_threads = n;
+        self
+    }
+
+    /// Sets [`ExporterConfig::top_probes`].
+    #[must_use]
+    pub fn with_top_probes(mut self, n: usize) -> Self {
+        self.top_probes = n;
+        self
+    }
+
+    /// Sets [`ExporterConfig::max_series`].
+    #[must_use]
+    pub fn with_max_series(mut self, n: usize) -> Self {
+        self.max_series = n;
+        self
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
+        if !(1..=MAX_TOP_N).contains(&self.top_threads) {
+            return bad("top_threads", format!("must be 1 to {MAX_TOP_N}"));
+        }
+        if !(1..=MAX_TOP_N).contains(&self.top_probes) {
+            return bad("top_probes", format!("must be 1 to {MAX_TOP_N}"));
+        }
+        if self.max_series < MIN_MAX_SERIES {
+            return bad("max_series", format!("must be at least {MIN_MAX_SERIES}"));
+        }
+        Ok(())
+    }
+}
+
+/// Everything added up so far (only the updater writes it).
+#[derive(Debug)]
+pub(crate) struct State {
+    pub last_seq: Option<u64>,
+    pub target: TargetIdentity,
+    pub process_cpu_ns: u64,
+    pub rss_bytes: u64,
+    pub peak_rss_bytes: Option<u64>,
+    pub thread_count: u32,
+    pub threads: Groups<ThreadTotals>,
+    pub loops: Groups<LoopTotals>,
+    pub sleeps: Groups<SleepTotals>,
+    /// Whether any thread had switch counts / a kernel (eBPF) view.
+    pub switches_seen: bool,
+    pub kernel_seen: bool,
+    /// (kind, severity) → current findings.
+    pub findings: Vec<((String, String), u64)>,
+    pub sampler_cpu_ns: u64,
+    pub samples: u64,
+    pub history_bytes: u64,
+    pub dropped_series: u64,
+}
+
+impl State {
+    fn new(config: &ExporterConfig, target: TargetIdentity) -> Self {
+        State {
+            last_seq: None,
+            target,
+            process_cpu_ns: 0,
+            rss_bytes: 0,
+            peak_rss_bytes: None,
+            thread_count: 0,
+            threads: Groups::new(config.top_threads),
+            loops: Groups::new(config.top_probes),
+            sleeps: Groups::new(config.top_probes),
+            switches_seen: false,
+            kernel_seen: false,
+            findings: Vec::new(),
+            sampler_cpu_ns: 0,
+            samples: 0,
+            history_bytes: 0,
+            dropped_series: 0,
+        }
+    }
+
+    /// The first update: counters since each thread or probe started.
+    fn start_from(&mut self, s: &Snapshot) {
+        self.process_cpu_ns = s.process.total_cpu_time_ns;
+        self.rss_bytes = s.process.rss_bytes;
+        self.peak_rss_bytes = s.process.peak_rss_bytes;
+        self.thread_count = s.process.thread_count;
+        self.switches_seen |= s.threads.iter().any(|t| t.total_switches.is_some());
+        self.threads.add(s.threads.iter().map(|t| {
+            let d = ThreadTotals::from_sample(t);
+            let w = d.cpu_ns as f64;
+            (collapse(&t.name), d, w)
+        }));
+        self.loops.add(s.loops.iter().map(|l| {
+            let d = LoopTotals::from_stats(l);
+            let w = d.wakeups as f64;
+            (collapse(&l.name), d, w)
+        }));
+        self.sleeps.add(s.sleeps.iter().map(|l| {
+            let d = SleepTotals::from_stats(l);
+            let w = d.calls as f64;
+            (collapse(&l.name), d, w)
+        }));
+        self.last_seq = Some(s.seq);
+    }
+
+    /// Every later update: the interval since the previous one.
+    fn add(&mut self, i: &Interval) {
+        self.process_cpu_ns = self.process_cpu_ns.saturating_add(i.process.cpu_time_ns);
+        self.rss_bytes = i.process.rss_bytes;
+        self.peak_rss_bytes = i.process.peak_rss_bytes;
+        self.thread_count = i.process.thread_count;
+        self.switches_seen |= i.threads.iter().any(|t| t.switches.is_some());
+        self.kernel_seen |= i.threads.iter().any(|t| t.kernel.is_some());
+        let d = i.duration_ns;
+        // Ranked by CPU in this interval: the top N are today's busiest.
+        self.threads.add(i.threads.iter().map(|t| {
+            (
+                collapse(&t.name),
+                ThreadTotals::from_interval(t, d),
+                t.cpu_percent,
+            )
+        }));
+        self.loops.add(i.loops.iter().map(|l| {
+            (
+                collapse(&l.name),
+                LoopTotals::from_interval(l),
+                l.wakeups as f64,
+            )
+        }));
+        self.sleeps.add(i.sleeps.iter().map(|s| {
+            (
+                collapse(&s.name),
+                SleepTotals::from_interval(s),
+                s.calls as f64,
+            )
+        }));
+        self.last_seq = Some(i.to_seq);
+    }
+}
+
+struct Inner {
+    config: ExporterConfig,
+    state: Mutex<Option<State>>,
+    /// The OpenMetrics text of the latest update; a scrape clones the
+    /// pointer under this lock and nothing else.
+    exposition: Mutex<Arc<str>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Turns a [`Sampler`]'s snapshots into an OpenMetrics / Prometheus
+/// exposition with bounded cardinality. Cheap to clone (clones share it).
+///
+/// Scrapes never touch the sampler: the text is rebuilt by
+/// [`Exporter::update`] (on each stored snapshot, by the thread of
+/// [`Exporter::spawn_updater`]) and a scrape only copies a pointer to it.
+#[derive(Clone)]
+pub struct Exporter {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exporter")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl Exporter {
+    /// An exporter with `config`; it exposes nothing but `# EOF` until its
+    /// first [`Exporter::update`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the field out of range.
+    pub fn new(config: ExporterConfig) -> Result<Exporter, Error> {
+        config.validate()?;
+        Ok(Exporter {
+            inner: Arc::new(Inner {
+                config,
+                state: Mutex::new(None),
+                exposition: Mutex::new(Arc::from("# EOF\n")),
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ExporterConfig {
+        &self.inner.config
+    }
+
+    /// Adds what `sampler` stored since the previous update and rebuilds
+    /// the exposition; returns whether there was anything new. Its CPU
+    /// time counts as the sampler's overhead ([`Sampler::account`]).
+    ///
+    /// One exporter follows one sampler: the first sampler it is updated
+    /// from is the one it follows, and others are ignored (returns false).
+    pub fn update(&self, sampler: &Sampler) -> bool {
+        sampler.account(|| self.update_uncounted(sampler))
+    }
+
+    fn update_uncounted(&self, sampler: &Sampler) -> bool {
+        let mut guard = lock(&self.inner.state);
+        let state = guard.get_or_insert_with(|| {
+            State::new(&self.inner.config, sampler.target_identity().clone())
+        });
+        if state.target != *sampler.target_identity() {
+            return false;
+        }
+        let stats = sampler.stats();
+        let Some(newest) = stats.total_samples.checked_sub(1) else {
+            return false;
+        };
+        match state.last_seq {
+            Some(last) if last >= newest => return false,
+            Some(last) => match sampler
+                .interval_between(last, newest)
+                .or_else(|| sampler.latest_interval())
+            {
+                Some(i) => state.add(&i),
+                None => return false,
+            },
+            None => match sampler.latest() {
+                Some(s) => state.start_from(&s),
+                None => return false,
+            },
+        }
+        let mut findings: Vec<((String, String), u64)> = Vec::new();
+        for f in sampler.findings() {
+            let key = (snake(&f.kind), snake(&f.severity));
+            match findings.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += 1,
+                None => findings.push((key, 1)),
+            }
+        }
+        state.findings = findings;
+        state.sampler_cpu_ns = stats.total_sampler_cpu_time_ns;
+        state.samples = stats.total_samples;
+        state.history_bytes = stats.history_bytes;
+        let (exposed, dropped) = Exposed::plan(state, &self.inner.config);
+        state.dropped_series = state.dropped_series.saturating_add(dropped);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(exposed.with_dropped(state.dropped_series)));
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+            // Writing to a String cannot fail; the encoder fails only on
+            // an invalid family, which `Exposed` never builds.
+            return false;
+        }
+        drop(guard);
+        *lock(&self.inner.exposition) = Arc::from(out);
+        true
+    }
+
+    /// The OpenMetrics 1.0 text of the latest update (ends in `# EOF`).
+    pub fn openmetrics(&self) -> Arc<str> {
+        lock(&self.inner.exposition).clone()
+    }
+
+    /// The latest update in the Prometheus text format 0.0.4 (for
+    /// `promtool check metrics`, curl and scrapers that do not ask for
+    /// OpenMetrics): the same series, without `# UNIT` and `# EOF`, with
+    /// counter and info families named after their samples.
+    pub fn prometheus_text(&self) -> String {
+        text::openmetrics_to_prometheus(&self.openmetrics())
+    }
+
+    /// Starts a thread that calls [`Exporter::update`] each time `sampler`
+    /// stores a snapshot ([`Sampler::wait_for_sample`]); it stops when the
+    /// returned guard is dropped.
+    ///
+    /// # Errors
+    /// [`Error::Spawn`] when the thread cannot be started.
+    pub fn spawn_updater(&self, sampler: Sampler) -> Result<Updater, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (exporter, flag) = (self.clone(), stop.clone());
+        let handle = std::thread::Builder::new()
+            .name("wakemeter-prom".to_string())
+            .spawn(move || {
+                let mut last = None;
+                exporter.update(&sampler);
+                while !flag.load(Ordering::Acquire) {
+                    // The timeout only bounds how long a dropped guard
+                    // waits for this thread; updates follow the sampler.
+                    if let SampleWait::Stored { seq } =
+                        sampler.wait_for_sample(last, STOP_CHECK_EVERY)
+                    {
+                        last = Some(seq);
+                        exporter.update(&sampler);
+                    }
+                }
+            })
+            .map_err(Error::Spawn)?;
+        Ok(Updater {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+/// How often the updater thread looks at its stop flag while no snapshot comes.
+const STOP_CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// Keeps an [`Exporter::spawn_updater`] thread running; stops and joins it on drop.
+#[derive(Debug)]
+pub struct Updater {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Drop for Updater {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The JSON name of a unit enum of the core (`busy_poller`, `warning`):
+/// the one name of the glossary.
+fn snake<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "unknown".to_string(),
+    }
+}

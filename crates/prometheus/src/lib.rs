@@ -1,0 +1,86 @@
+//! # wakemeter-prometheus
+//!
+//! Exports a [`wakemeter::Sampler`] to Prometheus (or an OpenTelemetry
+//! collector scraping Prometheus): the fleet's metrics system aggregates,
+//! wakemeter measures.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer};
+//!
+//! let sampler = wakemeter::SamplerBuilder::new().with_interval(Duration::from_secs(1)).build()?;
+//! let _sampling = sampler.start()?;
+//! let exporter = Exporter::new(ExporterConfig::default())?;
+//! let _updates = exporter.spawn_updater(sampler.clone())?;      // on each stored snapshot
+//! let server = MetricsServer::bind("127.0.0.1:9464".parse()?, exporter.clone())?;
+//! println!("scrape http://{}/metrics", server.local_addr());
+//! // Or mount `exporter.openmetrics()` on the host's own admin endpoint.
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Why a crate and not a feature of the core: the core is built for
+//! Android and iOS and into the Kotlin/Swift library, which never need
+//! an exporter; a crate of its own keeps prometheus-client, sockets and
+//! threads out of every build that does not ask for them, including
+//! `--all-features` builds of the core.
+//!
+//! Cardinality is bounded: threads are grouped by name with numbers
+//! collapsed (`worker-{n}`), the top N groups get a label and the rest
+//! are one `other` series, and a hard cap on series drops what does not
+//! fit and counts it in `wakemeter_exporter_dropped_series_total`. The
+//! metric names are listed in the README ("Prometheus").
+
+mod encode;
+mod exporter;
+mod groups;
+mod names;
+mod server;
+mod text;
+mod totals;
+
+use std::net::SocketAddr;
+
+pub use encode::{HISTOGRAM_HIGH_POW2, HISTOGRAM_LOW_POW2};
+pub use exporter::{
+    DEFAULT_MAX_SERIES, DEFAULT_TOP_PROBES, DEFAULT_TOP_THREADS, Exporter, ExporterConfig,
+    MAX_TOP_N, MIN_MAX_SERIES, Updater,
+};
+pub use groups::EVICT_AFTER_UPDATES;
+pub use names::{OTHER, collapse};
+pub use server::MetricsServer;
+pub use text::openmetrics_to_prometheus;
+
+/// What can go wrong when exporting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration field is out of range.
+    #[error("invalid exporter config: {field} {reason}")]
+    InvalidConfig {
+        /// The field.
+        field: &'static str,
+        /// Its allowed range.
+        reason: String,
+    },
+    /// [`MetricsServer::bind`] was given an address other than loopback.
+    #[error(
+        "{addr} is not a loopback address: metrics would be reachable from other hosts \
+         (bind it explicitly to allow that)"
+    )]
+    NotLoopback {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error (in use, not an address of this host, …).
+        #[source]
+        source: std::io::Error,
+    },
+    /// A thread could not be started.
+    #[error("cannot start a thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}

@@ -1,0 +1,200 @@
+//! What the exporter adds up per group, from snapshots (the first update)
+//! and from intervals (every later one).
+
+use wakemeter::histogram::LOG2_BUCKETS;
+use wakemeter::{
+    Log2Histogram, LoopInterval, LoopStats, SleepInterval, SleepStats, ThreadInterval, ThreadSample,
+};
+
+use crate::groups::Totals;
+
+/// Off-CPU causes, in the order of [`ThreadTotals::off_cpu_ns`] (the
+/// names of `wakemeter::OffCpuTime`'s fields, without `_ns`).
+pub const OFF_CPU_CAUSES: [&str; 6] = ["sleep", "lock", "poll", "io", "preempted", "other"];
+
+fn add_buckets(into: &mut Vec<u64>, h: &Log2Histogram) {
+    if into.len() < h.buckets.len() {
+        into.resize(h.buckets.len().min(LOG2_BUCKETS), 0);
+    }
+    for (a, b) in into.iter_mut().zip(&h.buckets) {
+        *a = a.saturating_add(*b);
+    }
+}
+
+/// Counters of a group of threads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ThreadTotals {
+    pub cpu_ns: u64,
+    pub switches: u64,
+    pub run_queue_wait_ns: u64,
+    /// eBPF `sched_waking` count.
+    pub wakes: u64,
+    /// eBPF off-CPU time by cause ([`OFF_CPU_CAUSES`]).
+    pub off_cpu_ns: [u64; 6],
+}
+
+impl Totals for ThreadTotals {
+    fn add(&mut self, o: &Self) {
+        self.cpu_ns = self.cpu_ns.saturating_add(o.cpu_ns);
+        self.switches = self.switches.saturating_add(o.switches);
+        self.run_queue_wait_ns = self.run_queue_wait_ns.saturating_add(o.run_queue_wait_ns);
+        self.wakes = self.wakes.saturating_add(o.wakes);
+        for (a, b) in self.off_cpu_ns.iter_mut().zip(o.off_cpu_ns) {
+            *a = a.saturating_add(b);
+        }
+    }
+}
+
+impl ThreadTotals {
+    /// Since the thread started.
+    pub fn from_sample(t: &ThreadSample) -> Self {
+        ThreadTotals {
+            cpu_ns: t.total_cpu_time_ns,
+            switches: t.total_switches.unwrap_or(0),
+            run_queue_wait_ns: t.total_run_queue_wait_ns.unwrap_or(0),
+            ..Default::default()
+        }
+    }
+
+    /// Over one interval of `duration_ns`.
+    pub fn from_interval(t: &ThreadInterval, duration_ns: u64) -> Self {
+        let mut out = ThreadTotals {
+            cpu_ns: t.cpu_time_ns,
+            switches: t.switches.unwrap_or(0),
+            run_queue_wait_ns: t.run_queue_wait_ns.unwrap_or(0),
+            ..Default::default()
+        };
+        if let Some(k) = &t.kernel {
+            // The interval keeps a rate; the count it came from is exact
+            // up to float rounding.
+            out.wakes = (k.wakes_per_sec * duration_ns as f64 / 1e9).round() as u64;
+            let o = &k.off_cpu;
+            out.off_cpu_ns = [
+                o.sleep_ns,
+                o.lock_ns,
+                o.poll_ns,
+                o.io_ns,
+                o.preempted_ns,
+                o.other_ns,
+            ];
+        }
+        out
+    }
+}
+
+/// Counters of a group of loop probes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoopTotals {
+    pub wakeups: u64,
+    pub idle_wakeups: u64,
+    pub zero_timeout_waits: u64,
+    pub events: u64,
+    pub wait_ns: u64,
+    pub busy_ns: u64,
+    /// Sum of the poll delays counted in `poll_delay_buckets`, in ns.
+    pub poll_delay_ns: u64,
+    /// Log2 buckets, as [`Log2Histogram::buckets`].
+    pub poll_delay_buckets: Vec<u64>,
+}
+
+impl Totals for LoopTotals {
+    fn add(&mut self, o: &Self) {
+        self.wakeups = self.wakeups.saturating_add(o.wakeups);
+        self.idle_wakeups = self.idle_wakeups.saturating_add(o.idle_wakeups);
+        self.zero_timeout_waits = self.zero_timeout_waits.saturating_add(o.zero_timeout_waits);
+        self.events = self.events.saturating_add(o.events);
+        self.wait_ns = self.wait_ns.saturating_add(o.wait_ns);
+        self.busy_ns = self.busy_ns.saturating_add(o.busy_ns);
+        self.poll_delay_ns = self.poll_delay_ns.saturating_add(o.poll_delay_ns);
+        add_buckets(
+            &mut self.poll_delay_buckets,
+            &Log2Histogram::from_buckets(&o.poll_delay_buckets),
+        );
+    }
+}
+
+impl LoopTotals {
+    /// Since the probe was created.
+    pub fn from_stats(l: &LoopStats) -> Self {
+        LoopTotals {
+            wakeups: l.total_wakeups,
+            idle_wakeups: l.total_idle_wakeups,
+            zero_timeout_waits: l.total_zero_timeout_waits,
+            events: l.total_events,
+            wait_ns: l.total_wait_ns,
+            busy_ns: l.total_busy_ns,
+            poll_delay_ns: l.total_poll_delay_ns,
+            poll_delay_buckets: l.poll_delay_histogram.buckets.clone(),
+        }
+    }
+
+    /// Over one interval.
+    pub fn from_interval(l: &LoopInterval) -> Self {
+        LoopTotals {
+            wakeups: l.wakeups,
+            idle_wakeups: l.idle_wakeups,
+            zero_timeout_waits: l.zero_timeout_waits,
+            events: l.events,
+            wait_ns: l.wait_ns,
+            busy_ns: l.busy_ns,
+            // The mean is the integer quotient: low by less than 1 ns a delay.
+            poll_delay_ns: l
+                .mean_poll_delay_ns
+                .saturating_mul(l.poll_delay_histogram.count()),
+            poll_delay_buckets: l.poll_delay_histogram.buckets.clone(),
+        }
+    }
+}
+
+/// Counters of a group of sleep probes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SleepTotals {
+    pub calls: u64,
+    pub requested_ns: u64,
+    pub actual_ns: u64,
+    pub cpu_ns: u64,
+    pub oversleep_ns: u64,
+    /// Log2 buckets of oversleeps, as [`Log2Histogram::buckets`].
+    pub oversleep_buckets: Vec<u64>,
+}
+
+impl Totals for SleepTotals {
+    fn add(&mut self, o: &Self) {
+        self.calls = self.calls.saturating_add(o.calls);
+        self.requested_ns = self.requested_ns.saturating_add(o.requested_ns);
+        self.actual_ns = self.actual_ns.saturating_add(o.actual_ns);
+        self.cpu_ns = self.cpu_ns.saturating_add(o.cpu_ns);
+        self.oversleep_ns = self.oversleep_ns.saturating_add(o.oversleep_ns);
+        add_buckets(
+            &mut self.oversleep_buckets,
+            &Log2Histogram::from_buckets(&o.oversleep_buckets),
+        );
+    }
+}
+
+impl SleepTotals {
+    /// Since the probe was created.
+    pub fn from_stats(s: &SleepStats) -> Self {
+        SleepTotals {
+            calls: s.total_calls,
+            requested_ns: s.total_requested_ns,
+            actual_ns: s.total_actual_ns,
+            cpu_ns: s.total_cpu_ns,
+            oversleep_ns: s.total_oversleep_ns,
+            oversleep_buckets: s.oversleep_histogram.buckets.clone(),
+        }
+    }
+
+    /// Over one interval (sums from the interval's integer means: low by
+    /// less than 1 ns a call).
+    pub fn from_interval(s: &SleepInterval) -> Self {
+        SleepTotals {
+            calls: s.calls,
+            requested_ns: s.mean_requested_ns.saturating_mul(s.calls),
+            actual_ns: s.mean_actual_ns.saturating_mul(s.calls),
+            cpu_ns: s.cpu_ns,
+            oversleep_ns: s.mean_oversleep_ns.saturating_mul(s.calls),
+            oversleep_buckets: s.oversleep_histogram.buckets.clone(),
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Against the real Prometheus server (Debian package `prometheus`,
+//! installed through `scripts/prereqs.sh` when missing): it scrapes the
+//! endpoint on loopback, and PromQL through its HTTP API returns the
+//! series and values this test made. `promtool check metrics` lints the
+//! text format. No timing is asserted; waits are bounded.
+#![cfg(target_os = "linux")]
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wakemeter::SamplerBuilder;
+use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer};
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Installs the Debian package through the project's own script when
+/// the tools are missing.
+fn ensure_prometheus() {
+    if have("prometheus") && have("promtool") {
+        return;
+    }
+    let prereqs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/prereqs.sh");
+    let ok = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source '{}' && apt_install prometheus",
+            prereqs.display()
+        ))
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok && have("prometheus") && have("promtool"),
+        "MISSING: prometheus (Debian package)"
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A GET over HTTP/1.0; returns the body, or `None` if not reachable.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut out = String::new();
+    c.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    head.split(' ')
+        .nth(1)
+        .is_some_and(|code| code == "200")
+        .then(|| body.to_string())
+}
+
+fn encode_query(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The Prometheus server, killed and its data removed on drop.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Server {
+    fn start(target: SocketAddr) -> Server {
+        let dir = std::env::temp_dir().join(format!("wakemeter-prom-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+                 scrape_configs:\n  - job_name: wakemeter\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .unwrap();
+        Server { child, dir, addr }
+    }
+
+    /// The result vector of an instant query.
+    fn query(&self, q: &str) -> Vec<serde_json::Value> {
+        let Some(body) = http_get(
+            self.addr,
+            &format!("/api/v1/query?query={}", encode_query(q)),
+        ) else {
+            return Vec::new();
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits (bounded) until `q` returns exactly the one value `want`.
+    fn wait_for(&self, q: &str, want: f64) -> Vec<serde_json::Value> {
+        let start = Instant::now();
+        loop {
+            let r = self.query(q);
+            let got: Vec<f64> = r
+                .iter()
+                .filter_map(|s| s["value"][1].as_str()?.parse().ok())
+                .collect();
+            if got == [want] {
+                return r;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+                panic!("`{q}` never returned [{want}]: last {r:?}\nprometheus log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+#[test]
+fn prometheus_scrapes_the_endpoint_and_promql_sees_the_values() {
+    ensure_prometheus();
+    let s = SamplerBuilder::new()
+        .with_interval(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    // Known counts: 7 wakeups of a loop probe (3 with a zero timeout),
+    // 4 sleeps of 1 ms.
+    let mut io = s.loop_probe("io-12").unwrap();
+    for i in 0..7 {
+        io.before_wait(Some(if i < 3 {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        }));
+        std::thread::sleep(Duration::from_millis(if i < 3 { 0 } else { 2 }));
+        io.after_wait(1);
+    }
+    let mut nap = s.sleep_probe("nap").unwrap();
+    for _ in 0..4 {
+        nap.sleep(Duration::from_millis(1));
+    }
+    let gate = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let g = gate.clone();
+            std::thread::Builder::new()
+                .name(format!("worker-{i}"))
+                .spawn(move || {
+                    g.wait();
+                })
+                .unwrap()
+        })
+        .collect();
+    let _sampling = s.start().unwrap();
+    let exporter = Exporter::new(ExporterConfig::default()).unwrap();
+    let _updates = exporter.spawn_updater(s.clone()).unwrap();
+    let endpoint = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), exporter.clone()).unwrap();
+    let prom = Server::start(endpoint.local_addr());
+
+    prom.wait_for("up{job=\"wakemeter\"}", 1.0);
+    prom.wait_for("wakemeter_loop_wakeups_total{loop=\"io-{n}\"}", 7.0);
+    prom.wait_for(
+        "wakemeter_loop_zero_timeout_waits_total{loop=\"io-{n}\"}",
+        3.0,
+    );
+    prom.wait_for("wakemeter_loop_events_total{loop=\"io-{n}\"}", 7.0);
+    prom.wait_for("wakemeter_sleep_calls_total{sleep_site=\"nap\"}", 4.0);
+    prom.wait_for("wakemeter_thread_group_threads{thread=\"worker-{n}\"}", 3.0);
+    prom.wait_for("count(wakemeter_findings)", 21.0);
+    prom.wait_for(
+        &format!(
+            "count(wakemeter_target_info{{pid=\"{}\"}})",
+            std::process::id()
+        ),
+        1.0,
+    );
+    // A histogram PromQL can take quantiles of: the 4 timed-out waits
+    // returned late by 1 ms or so, well under 1 s.
+    prom.wait_for(
+        "wakemeter_loop_poll_delay_seconds_count{loop=\"io-{n}\"}",
+        7.0,
+    );
+    prom.wait_for("histogram_quantile(0.5, wakemeter_loop_poll_delay_seconds_bucket{loop=\"io-{n}\"}) < 1", {
+        let r = prom.query("histogram_quantile(0.5, wakemeter_loop_poll_delay_seconds_bucket{loop=\"io-{n}\"})");
+        r.first().and_then(|s| s["value"][1].as_str()?.parse().ok()).unwrap_or(f64::NAN)
+    });
+    // The scrape itself was clean: Prometheus parsed the OpenMetrics text.
+    let targets = http_get(prom.addr, "/api/v1/targets").unwrap();
+    let t: serde_json::Value = serde_json::from_str(&targets).unwrap();
+    let active = &t["data"]["activeTargets"][0];
+    assert_eq!(active["health"], "up", "{active}");
+    assert_eq!(active["lastError"], "", "{active}");
+
+    // promtool lints the text format the endpoint serves to plain clients.
+    let text = http_get(endpoint.local_addr(), "/metrics").unwrap();
+    let mut lint = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = lint.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    gate.wait();
+    workers.into_iter().for_each(|w| w.join().unwrap());
+}
