@@ -189,3 +189,24 @@ proptest! {
         prop_assert!(out.len() <= entries.len());
     }
 }
+
+#[test]
+fn schedstat_edge_cases() {
+    assert_eq!(schedstat(b"1 2 3\n"), Some((1, 2, 3)));
+    assert_eq!(
+        schedstat(b"  1\t 2\n3"),
+        Some((1, 2, 3)),
+        "a tab after digits is tail"
+    );
+    assert_eq!(schedstat(b"1 \t2 3"), Some((1, 2, 3)));
+    assert_eq!(
+        schedstat(b"1x 2 3"),
+        Some((1, 2, 3)),
+        "the tail of a field is ignored"
+    );
+    assert_eq!(schedstat(b"1 2"), None);
+    assert_eq!(schedstat(b"1 x2 3"), None);
+    assert_eq!(schedstat(b"18446744073709551616 1 1"), None, "overflow");
+    assert_eq!(schedstat(b"1 2 3 4\n"), Some((1, 2, 3)));
+    assert_eq!(schedstat(b""), None);
+}
