@@ -353,7 +353,7 @@ fn background(length: Duration, active: bool) {
         pct(thread_ns)
     );
     println!(
-        "  of which samples (sampler's own report): {:>6.0} µs/tick = {:.4}%",
+        "  sampler's own report (samples + its readers' CPU): {:>6.0} µs/tick = {:.4}%",
         own_ns / samples as f64 / 1e3,
         pct(own_ns)
     );
@@ -365,6 +365,12 @@ fn background(length: Duration, active: bool) {
     println!(
         "  all together: {:.4}% of a core",
         pct(thread_ns) + (listener_ns + json_ns) as f64 / ticks as f64 / 1e9 * 100.0
+    );
+    println!(
+        "  history: {} bytes per stored thread-sample; 300 snapshots x {threads} threads = {:.2} MiB",
+        stats1.bytes_per_stored_thread_sample,
+        300.0 * threads as f64 * f64::from(stats1.bytes_per_stored_thread_sample)
+            / f64::from(1 << 20)
     );
 }
 
