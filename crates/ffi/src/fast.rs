@@ -1,42 +1,60 @@
-//! A plain C entry point for the probes' hot path, for the JVM.
+//! Plain C entry points for the JVM: the probes' hot path and every
+//! record the Kotlin layer reads.
 //!
-//! Every uniffi call from Kotlin allocates a JNA `Structure` for its call
-//! status (native memory tracked by JNA until the garbage collector frees
-//! it); on this kind of machine that costs 25–60 µs per call, far above the
-//! 2 µs budget of a wait pair. These functions take and return only
-//! integers, so JNA's direct mapping calls them without allocating.
-//! Swift calls the uniffi functions directly (its call status lives on the
-//! stack) and does not need them.
+//! Every uniffi call from Kotlin allocates JNA `Structure`s for its call
+//! status and its returned buffer (native memory tracked by JNA until the
+//! garbage collector frees it), and a method call makes two native calls
+//! (clone the object's handle, then call); on this kind of machine that
+//! costs 20–60 µs per call and, in a call loop, long GC pauses. These
+//! functions take and return only integers and addresses, so JNA's direct
+//! mapping calls them without allocating. Swift calls the uniffi functions
+//! directly (its call status lives on the stack) and does not need them.
 //!
 //! # Handles
 //!
-//! A handle is the address of a small box made by `LoopProbe.raw_handle()` /
-//! `SleepProbe.raw_handle()`: a kind tag saying which probe type it holds,
-//! then a strong reference to the probe. Every function checks the tag
-//! before it touches the probe, so a loop handle given to a sleep function
-//! returns [`WRONG_KIND`] instead of reading a `LoopProbe` as a
-//! `SleepProbe`, and 0 (or an address no box can have) returns
-//! [`BAD_HANDLE`]. The check costs one relaxed atomic load and a compare:
-//! the hot path takes no lock and allocates nothing.
+//! A handle is the address of a small box made by `Sampler.raw_handle()`,
+//! `LoopProbe.raw_handle()` or `SleepProbe.raw_handle()`: a kind tag saying
+//! which object type it holds, then a strong reference to the object. Every
+//! function checks the tag before it touches the object, so a loop handle
+//! given to a sleep function returns [`WRONG_KIND`] instead of reading a
+//! `LoopProbe` as a `SleepProbe`, and 0 (or an address no box can have)
+//! returns [`BAD_HANDLE`]. The check costs one relaxed atomic load and a
+//! compare: the hot path takes no lock and allocates nothing.
 //!
 //! The tag cannot make a released handle safe: the matching `*_release`
 //! function frees the box, and anything may live at that address
 //! afterwards. Release overwrites the tag first, so a stale handle whose
 //! memory has not been reused yet is refused with [`BAD_HANDLE`], but that
 //! is a diagnostic, not a guarantee. The guarantee comes from the owner:
-//! the Kotlin layer (`dev.wakemeter.LoopInstrument`/`SleepInstrument`)
-//! counts the calls in flight on a handle, releases it exactly once, after
-//! the last of them, and refuses calls once it is closed.
+//! the Kotlin layer (`dev.wakemeter.RawHandle`) counts the calls in flight
+//! on a handle, releases it exactly once, after the last of them, and
+//! refuses calls once it is closed.
+//!
+//! # Records
+//!
+//! Records cross in a buffer the caller owns (a direct `ByteBuffer` reused
+//! per thread in Kotlin), in uniffi's own serialization: Rust writes them
+//! with `uniffi::Lower::write` and Kotlin reads them with the generated
+//! converters (`FfiConverterTypeReport.read` …), so no record is described
+//! twice. See [`answer`] for the layout and the return value.
 //!
 //! Return codes: [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`PANICKED`],
-//! [`WRONG_KIND`].
+//! [`WRONG_KIND`], [`BAD_INPUT`] (the record calls return them negated).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use uniffi::Lower;
+
+use crate::UniFfiTag;
 use crate::error::WakemeterError;
 use crate::probe::{LoopProbe, SleepProbe};
+use crate::sampler::Sampler;
+
+mod sampler;
+
+pub use sampler::*;
 
 /// The call succeeded.
 pub const OK: i32 = 0;
@@ -47,18 +65,29 @@ pub const SAMPLER_GONE: i32 = 1;
 pub const BAD_HANDLE: i32 = 2;
 /// The call panicked (a bug); nothing was recorded.
 pub const PANICKED: i32 = 3;
-/// The handle is of the other probe type (a loop handle given to a sleep
-/// function or the reverse); nothing was read or recorded.
+/// The handle is of another object type (a loop handle given to a sleep
+/// function or the reverse, a probe handle given to a sampler function…);
+/// nothing was read or recorded.
 pub const WRONG_KIND: i32 = 4;
+/// A record call's input could not be read, its operation is unknown, or
+/// its buffer is invalid (null, or shorter than the input); nothing was done.
+pub const BAD_INPUT: i32 = 5;
+
+/// The smallest buffer a record call accepts: below it the call returns
+/// this size and does nothing, so an answer holding a new handle always
+/// fits and is never dropped (leaking the handle).
+pub const MIN_CAPACITY: u64 = 64;
 
 /// Tag of a box holding a `LoopProbe` ("wmloop" in ASCII, then 1).
 const LOOP_KIND: u64 = 0x776d_6c6f_6f70_0001;
 /// Tag of a box holding a `SleepProbe` ("wmslep" in ASCII, then 2).
 const SLEEP_KIND: u64 = 0x776d_736c_6570_0002;
+/// Tag of a box holding a `Sampler` ("wmsamp" in ASCII, then 3).
+const SAMPLER_KIND: u64 = 0x776d_7361_6d70_0003;
 /// Tag written by the release functions just before the box is freed.
 const RELEASED: u64 = 0x776d_6465_6164_0000;
 
-/// A probe type that can be behind a handle, with the tag of its boxes.
+/// An object type that can be behind a handle, with the tag of its boxes.
 pub(crate) trait Kind {
     /// The tag stored at the start of this type's boxes.
     const KIND: u64;
@@ -72,6 +101,10 @@ impl Kind for SleepProbe {
     const KIND: u64 = SLEEP_KIND;
 }
 
+impl Kind for Sampler {
+    const KIND: u64 = SAMPLER_KIND;
+}
+
 /// What a handle points at.
 ///
 /// `repr(C)` puts `kind` first for every `T`, so the tag of any handle can
@@ -80,14 +113,14 @@ impl Kind for SleepProbe {
 struct Handle<T> {
     /// [`Kind::KIND`] of `T` while the handle is live, [`RELEASED`] after.
     kind: AtomicU64,
-    probe: Arc<T>,
+    object: Arc<T>,
 }
 
 /// A new handle owning a strong reference to `object` (see the module docs).
 pub(crate) fn into_handle<T: Kind>(object: Arc<T>) -> u64 {
     let boxed = Box::new(Handle {
         kind: AtomicU64::new(T::KIND),
-        probe: object,
+        object,
     });
     // Non-zero: a box's address is never null. On 32-bit targets the
     // address fits, and `tagged` refuses anything above `usize::MAX`.
@@ -98,7 +131,7 @@ pub(crate) fn into_handle<T: Kind>(object: Arc<T>) -> u64 {
 /// return.
 ///
 /// # Safety
-/// `handle` is 0, or was returned by `into_handle` (for any probe type) and
+/// `handle` is 0, or was returned by `into_handle` (for any object type) and
 /// not yet released; the box stays live for `'a`.
 unsafe fn tagged<'a, T: Kind>(handle: u64) -> Result<&'a Handle<T>, i32> {
     let Ok(address) = usize::try_from(handle) else {
@@ -118,7 +151,7 @@ unsafe fn tagged<'a, T: Kind>(handle: u64) -> Result<&'a Handle<T>, i32> {
         // SAFETY: live box (contract) whose tag says it was made as a
         // `Handle<T>`; only shared references to it are ever created.
         Ok(unsafe { &*tag.cast::<Handle<T>>() })
-    } else if kind == LOOP_KIND || kind == SLEEP_KIND {
+    } else if kind == LOOP_KIND || kind == SLEEP_KIND || kind == SAMPLER_KIND {
         Err(WRONG_KIND)
     } else {
         Err(BAD_HANDLE)
@@ -133,7 +166,7 @@ fn code(r: std::thread::Result<Result<(), WakemeterError>>) -> i32 {
     }
 }
 
-/// Runs `f` on the probe behind `handle` if it is a `T`.
+/// Runs `f` on the object behind `handle` if it is a `T`.
 ///
 /// # Safety
 /// As [`tagged`]; the handle is not released while this runs.
@@ -141,7 +174,7 @@ unsafe fn with<T: Kind>(handle: u64, f: impl FnOnce(&T) -> Result<(), WakemeterE
     // SAFETY: forwarded from this function's contract; the box outlives
     // this call because the caller does not release it meanwhile.
     match unsafe { tagged::<T>(handle) } {
-        Ok(h) => code(catch_unwind(AssertUnwindSafe(|| f(&h.probe)))),
+        Ok(h) => code(catch_unwind(AssertUnwindSafe(|| f(&h.object)))),
         Err(code) => code,
     }
 }
@@ -159,7 +192,7 @@ unsafe fn release<T: Kind>(handle: u64) -> i32 {
     };
     h.kind.store(RELEASED, Ordering::Relaxed);
     let boxed = std::ptr::from_ref(h).cast_mut();
-    // Dropping the probe's last reference runs its destructor; a panic there
+    // Dropping the object's last reference runs its destructor; a panic there
     // must not cross the C boundary.
     let dropped = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the box was made by `Box::into_raw` as a `Handle<T>` (its
@@ -168,6 +201,84 @@ unsafe fn release<T: Kind>(handle: u64) -> i32 {
         drop(unsafe { Box::from_raw(boxed) });
     }));
     if dropped.is_ok() { OK } else { PANICKED }
+}
+
+/// A record call's answer, before it is copied into the caller's buffer,
+/// or the code to return instead.
+type Answer = Result<Vec<u8>, i32>;
+
+/// Writes `result` as a record call's answer: a tag byte (0 = `Ok`, 1 =
+/// `Err`), then the value or the `WakemeterError`, each as uniffi writes it.
+fn put<R: Lower<UniFfiTag>>(result: Result<R, WakemeterError>) -> Answer {
+    let mut out = Vec::new();
+    match result {
+        Ok(value) => {
+            out.push(0);
+            R::write(value, &mut out);
+        }
+        Err(error) => {
+            out.push(1);
+            <WakemeterError as Lower<UniFfiTag>>::write(error, &mut out);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs a record call: `f` gets the object behind `handle` and the first
+/// `in_len` bytes of `buf` (the call's input, written by the generated
+/// converters), and its answer is copied into `buf`.
+///
+/// Returns the answer's length. When that is more than `cap`, nothing was
+/// copied: the caller calls again with a buffer of at least that size (the
+/// answer is computed again, and may have grown meanwhile). Below
+/// [`MIN_CAPACITY`] the call returns [`MIN_CAPACITY`] without running `f`.
+/// Errors are negative: `-BAD_HANDLE`, `-WRONG_KIND`, `-BAD_INPUT`,
+/// `-PANICKED`; a `WakemeterError` is an answer (tag 1), not a code.
+///
+/// # Safety
+/// As [`tagged`]; `buf` is valid for reads and writes of `cap` bytes and
+/// nothing else reads or writes it during the call.
+unsafe fn answer<T: Kind>(
+    handle: u64,
+    buf: *mut u8,
+    cap: u64,
+    in_len: u64,
+    f: impl FnOnce(&T, &[u8]) -> Answer,
+) -> i64 {
+    // SAFETY: forwarded from this function's contract; the box outlives
+    // this call because the caller does not release it meanwhile.
+    let h = match unsafe { tagged::<T>(handle) } {
+        Ok(h) => h,
+        Err(code) => return -i64::from(code),
+    };
+    if buf.is_null() || in_len > cap {
+        return -i64::from(BAD_INPUT);
+    }
+    if cap < MIN_CAPACITY {
+        return MIN_CAPACITY as i64;
+    }
+    let (Ok(cap), Ok(in_len)) = (usize::try_from(cap), usize::try_from(in_len)) else {
+        return -i64::from(BAD_INPUT);
+    };
+    let answered = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `buf` is non-null and valid for reads of `cap >= in_len`
+        // bytes that nothing writes during the call (contract); the slice
+        // is dropped before the answer is copied into `buf`.
+        let input = unsafe { std::slice::from_raw_parts(buf, in_len) };
+        f(&h.object, input)
+    }));
+    match answered {
+        Ok(Ok(out)) => {
+            if out.len() <= cap {
+                // SAFETY: `buf` is valid for writes of `cap >= out.len()`
+                // bytes (contract) and cannot overlap the fresh `out`.
+                unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), buf, out.len()) };
+            }
+            i64::try_from(out.len()).unwrap_or(i64::MAX)
+        }
+        Ok(Err(code)) => -i64::from(code),
+        Err(_) => -i64::from(PANICKED),
+    }
 }
 
 /// `LoopProbe.before_wait(timeout_ns)` on a raw handle.
@@ -242,6 +353,29 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_end(handle: u64) -> i32 {
 pub unsafe extern "C" fn wakemeter_sleep_probe_release(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
     unsafe { release::<SleepProbe>(handle) }
+}
+
+/// `LoopProbe.stats()` on a raw handle, as a record call (see [`answer`]):
+/// the answer is a `Result<LoopStats, WakemeterError>`.
+///
+/// # Safety
+/// `handle` is 0 or a live handle from `raw_handle()`, not released during
+/// the call; `buf` is valid for reads and writes of `cap` bytes, used by
+/// nothing else during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wakemeter_loop_probe_stats(handle: u64, buf: *mut u8, cap: u64) -> i64 {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { answer(handle, buf, cap, 0, |p: &LoopProbe, _| put(p.stats())) }
+}
+
+/// `SleepProbe.stats()` on a raw handle, as [`wakemeter_loop_probe_stats`].
+///
+/// # Safety
+/// As [`wakemeter_loop_probe_stats`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wakemeter_sleep_probe_stats(handle: u64, buf: *mut u8, cap: u64) -> i64 {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { answer(handle, buf, cap, 0, |p: &SleepProbe, _| put(p.stats())) }
 }
 
 #[cfg(test)]

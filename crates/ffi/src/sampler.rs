@@ -127,6 +127,14 @@ impl Sampler {
         Ok(())
     }
 
+    /// For the Kotlin layer's fast path only (Swift does not need it): a new
+    /// strong reference to this sampler as an opaque number, for the plain C
+    /// functions `wakemeter_sampler_*`. It must be released exactly once
+    /// with `wakemeter_sampler_release`.
+    pub fn raw_handle(self: Arc<Self>) -> u64 {
+        crate::fast::into_handle(self)
+    }
+
     /// Whether background sampling is running.
     pub fn is_running(&self) -> bool {
         lock(&self.running).is_some()

@@ -787,6 +787,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe(
     ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sampler_raw_handle(
+    ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_report(
@@ -906,6 +908,8 @@ internal object UniffiLib {
     external fun uniffi_wakemeter_ffi_fn_method_sampler_listener_stats(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_loop_probe(`ptr`: Long,`name`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_raw_handle(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_method_sampler_remove_listener(`ptr`: Long,`id`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Byte
@@ -1131,6 +1135,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe() and 0xFFFF) != 54179) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_raw_handle() and 0xFFFF) != 48326) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() and 0xFFFF) != 41410) {
@@ -2154,6 +2161,14 @@ public interface SamplerInterface {
     fun `loopProbe`(`name`: kotlin.String): LoopProbe
     
     /**
+     * For the Kotlin layer's fast path only (Swift does not need it): a new
+     * strong reference to this sampler as an opaque number, for the plain C
+     * functions `wakemeter_sampler_*`. It must be released exactly once
+     * with `wakemeter_sampler_release`.
+     */
+    fun `rawHandle`(): kotlin.ULong
+    
+    /**
      * Unregisters a listener; `false` if the id was not registered. The
      * listener may still receive a call already in progress.
      */
@@ -2583,6 +2598,25 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
         it,
         
         FfiConverterString.lower(`name`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * For the Kotlin layer's fast path only (Swift does not need it): a new
+     * strong reference to this sampler as an opaque number, for the plain C
+     * functions `wakemeter_sampler_*`. It must be released exactly once
+     * with `wakemeter_sampler_release`.
+     */override fun `rawHandle`(): kotlin.ULong {
+            return FfiConverterULong.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_raw_handle(
+        it,
+        _status)
 }
     }
     )
