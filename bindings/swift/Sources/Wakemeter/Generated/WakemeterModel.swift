@@ -3075,7 +3075,9 @@ public struct SleepStats: Equatable, Hashable {
     /**
      * CPU time the thread consumed inside the sleep calls (syscall entry,
      * timer setup, the switches out and back), in nanoseconds: the cost
-     * of sleeping itself.
+     * of sleeping itself. Exact by default; with
+     * [`SleepProbe::set_cpu_every`] `n` > 1, the CPU of every `n`th sleep
+     * times `n` (an estimate).
      */
     public var totalCpuNs: UInt64
     /**
@@ -3115,7 +3117,9 @@ public struct SleepStats: Equatable, Hashable {
         /**
          * CPU time the thread consumed inside the sleep calls (syscall entry,
          * timer setup, the switches out and back), in nanoseconds: the cost
-         * of sleeping itself.
+         * of sleeping itself. Exact by default; with
+         * [`SleepProbe::set_cpu_every`] `n` > 1, the CPU of every `n`th sleep
+         * times `n` (an estimate).
          */totalCpuNs: UInt64, 
         /**
          * Sum of `actual - requested` (0 when a sleep returned early), in nanoseconds.

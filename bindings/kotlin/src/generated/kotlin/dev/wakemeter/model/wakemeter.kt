@@ -2952,7 +2952,9 @@ data class SleepStats (
     /**
      * CPU time the thread consumed inside the sleep calls (syscall entry,
      * timer setup, the switches out and back), in nanoseconds: the cost
-     * of sleeping itself.
+     * of sleeping itself. Exact by default; with
+     * [`SleepProbe::set_cpu_every`] `n` > 1, the CPU of every `n`th sleep
+     * times `n` (an estimate).
      */
     val `totalCpuNs`: kotlin.ULong
     , 
