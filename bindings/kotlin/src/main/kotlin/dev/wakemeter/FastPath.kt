@@ -87,7 +87,10 @@ internal object FastPath {
     /** Larger buffers are used for one call and not kept by the thread. */
     private const val MAX_KEPT_BYTES = 1024 * 1024
 
-    private val scratch = ThreadLocal.withInitial { Scratch(INITIAL_BYTES) }
+    // Not ThreadLocal.withInitial, which Android has only from API 26.
+    private val scratch = object : ThreadLocal<Scratch>() {
+        override fun initialValue() = Scratch(INITIAL_BYTES)
+    }
 
     /** A buffer of at least [bytes] for this thread's next call. */
     fun scratchFor(bytes: Long): Scratch {
