@@ -8,6 +8,7 @@ mod metrics;
 mod print;
 #[cfg(feature = "ebpf")]
 mod profile;
+mod record;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod scenarios;
 mod target;
@@ -88,7 +89,41 @@ enum Command {
         #[arg(long, requires = "listen")]
         allow_non_loopback: bool,
     },
-    /// Where in the code: on-CPU, off-CPU or wakeup stacks of a process
+    /// Records a process for A/B comparison: NDJSON, the versioned header
+    /// (target, configuration, library) on the first line, then one line
+    /// per sampling interval (threads grouped by name).
+    Record {
+        /// Process to record (a thread id works too).
+        #[arg(long)]
+        pid: u32,
+        /// How long to record, in seconds.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Seconds between samples (0.01 to 60).
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Where to write the recording (written whole at the end).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Do not try to attach the eBPF kernel source.
+        #[arg(long)]
+        no_ebpf: bool,
+    },
+    /// Compares recordings: `diff CONTROL VARIANT`, or repeated runs
+    /// `diff a1 a2 a3 -- b1 b2 b3` with their spread, so noise is not
+    /// mistaken for a change.
+    Diff {
+        /// The control recording(s); with `--`, every file before it.
+        #[arg(required = true)]
+        control: Vec<PathBuf>,
+        /// The variant recordings, after `--`.
+        #[arg(last = true)]
+        variant: Vec<PathBuf>,
+        /// One JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Where in the code, off-CPU or wakeup stacks of a process
     /// (eBPF, needs root or CAP_BPF+CAP_PERFMON), as a flame graph SVG,
     /// folded stacks or pprof. Without an output file, prints the
     /// heaviest stacks.
@@ -208,6 +243,24 @@ fn main() -> ExitCode {
             listen,
             allow_non_loopback,
         }),
+        Command::Record {
+            pid,
+            seconds,
+            interval,
+            output,
+            no_ebpf,
+        } => record::record(&record::RecordOptions {
+            pid,
+            seconds,
+            interval_secs: interval,
+            output,
+            ebpf: !no_ebpf,
+        }),
+        Command::Diff {
+            control,
+            variant,
+            json,
+        } => record::diff(&control, &variant, json),
         #[cfg(feature = "ebpf")]
         Command::Profile(a) => profile::run(&profile::Options {
             pid: a.pid,

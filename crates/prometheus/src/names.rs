@@ -1,5 +1,6 @@
-//! Label values for thread, loop and sleep-site names: numbers collapsed,
-//! so that `worker-0` … `worker-999` are one series, not a thousand.
+//! Label values for thread, loop and sleep-site names: numbers collapsed
+//! ([`wakemeter::compare::group_name`], the groups of `wakemeter diff`
+//! too), so that `worker-0` … `worker-999` are one series, not a thousand.
 
 /// The label of the bucket that holds every group outside the top N.
 pub const OTHER: &str = "other";
@@ -9,22 +10,7 @@ pub const OTHER: &str = "other";
 /// `{unnamed}`; a name that collapses to [`OTHER`] becomes `other_`, so
 /// that a real thread never shares the bucket's series.
 pub fn collapse(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    let mut in_digits = false;
-    for c in name.chars() {
-        if c.is_ascii_digit() {
-            if !in_digits {
-                out.push_str("{n}");
-            }
-            in_digits = true;
-        } else {
-            out.push(c);
-            in_digits = false;
-        }
-    }
-    if out.is_empty() {
-        return "{unnamed}".to_string();
-    }
+    let mut out = wakemeter::compare::group_name(name);
     if out == OTHER {
         out.push('_');
     }

@@ -19,6 +19,7 @@
 //! # Ok::<(), wakemeter::Error>(())
 //! ```
 
+pub mod compare;
 pub mod config;
 #[cfg(feature = "uniffi")]
 uniffi::setup_scaffolding!();
