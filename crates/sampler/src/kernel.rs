@@ -59,6 +59,90 @@ pub struct Waker {
     pub total_wakes: u64,
 }
 
+/// A poll-family or sleep syscall, as counted one by one
+/// ([`KernelThreadStats::calls_by_syscall`]). The list is bounded: these
+/// nine are all the kernel source tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Enum))]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Syscall {
+    /// `poll(2)` (x86_64 only; aarch64 libcs call `ppoll`).
+    Poll,
+    /// `ppoll(2)`.
+    Ppoll,
+    /// `select(2)` (x86_64 only; aarch64 libcs call `pselect6`).
+    Select,
+    /// `pselect6(2)`, behind `pselect(3)` (and `select(3)` on aarch64).
+    Pselect6,
+    /// `epoll_wait(2)` (x86_64 only; aarch64 libcs call `epoll_pwait`).
+    EpollWait,
+    /// `epoll_pwait(2)`.
+    EpollPwait,
+    /// `epoll_pwait2(2)` (timeout as a timespec).
+    EpollPwait2,
+    /// `nanosleep(2)`, behind `usleep(3)` and `sleep(3)` in some libcs.
+    Nanosleep,
+    /// `clock_nanosleep(2)`, behind `nanosleep(3)` in glibc.
+    ClockNanosleep,
+}
+
+impl Syscall {
+    /// Every syscall, in the order of the kernel side's counters.
+    pub const ALL: [Syscall; 9] = [
+        Syscall::Poll,
+        Syscall::Ppoll,
+        Syscall::Select,
+        Syscall::Pselect6,
+        Syscall::EpollWait,
+        Syscall::EpollPwait,
+        Syscall::EpollPwait2,
+        Syscall::Nanosleep,
+        Syscall::ClockNanosleep,
+    ];
+
+    /// Its name as in the man pages, e.g. `"epoll_pwait"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Syscall::Poll => "poll",
+            Syscall::Ppoll => "ppoll",
+            Syscall::Select => "select",
+            Syscall::Pselect6 => "pselect6",
+            Syscall::EpollWait => "epoll_wait",
+            Syscall::EpollPwait => "epoll_pwait",
+            Syscall::EpollPwait2 => "epoll_pwait2",
+            Syscall::Nanosleep => "nanosleep",
+            Syscall::ClockNanosleep => "clock_nanosleep",
+        }
+    }
+
+    /// Whether it is of the poll family (else a sleep).
+    pub fn is_poll(self) -> bool {
+        !matches!(self, Syscall::Nanosleep | Syscall::ClockNanosleep)
+    }
+}
+
+/// Returns of one syscall, cumulative since the source attached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct SyscallCalls {
+    /// Which syscall.
+    pub syscall: Syscall,
+    /// Calls of it that returned.
+    pub total_calls: u64,
+}
+
+impl SyscallCalls {
+    /// `total_calls` returns of `syscall`.
+    pub fn new(syscall: Syscall, total_calls: u64) -> SyscallCalls {
+        SyscallCalls {
+            syscall,
+            total_calls,
+        }
+    }
+}
+
 /// Poll-family syscalls of one thread (poll, ppoll, select, pselect6,
 /// epoll_wait, epoll_pwait, epoll_pwait2), cumulative since attach.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,6 +162,12 @@ pub struct PollSyscallStats {
     /// Time spent blocked in the calls, from each call's first block to its
     /// return, in nanoseconds (calls that never block add 0).
     pub total_blocked_ns: u64,
+    /// Calls that blocked (the thread left the CPU in them): each return is
+    /// a wakeup that ended a blocking wait.
+    pub total_blocked_calls: u64,
+    /// Idle calls that never blocked: returned 0 (nothing ready) without
+    /// the thread leaving the CPU. What a busy poller makes.
+    pub total_idle_nonblocking_calls: u64,
 }
 
 /// `nanosleep`/`clock_nanosleep` calls of one thread, cumulative since attach.
@@ -87,11 +177,23 @@ pub struct PollSyscallStats {
 pub struct SleepSyscallStats {
     /// Calls that returned.
     pub total_calls: u64,
-    /// Sum of requested durations (relative sleeps), in nanoseconds.
+    /// Sum of requested durations of the calls whose request is known, in
+    /// nanoseconds: relative sleeps, and absolute ones (`TIMER_ABSTIME`) on
+    /// `CLOCK_MONOTONIC`, `CLOCK_BOOTTIME` or `CLOCK_REALTIME`, whose length
+    /// counts from the clock's value when the call blocked.
     pub total_requested_ns: u64,
+    /// Calls whose requested duration is known (the calls
+    /// `total_requested_ns` sums); the others slept on another clock or
+    /// passed an unreadable request.
+    pub total_known_request_calls: u64,
     /// Sum of actual durations, from each call's first block to its
     /// return, in nanoseconds.
     pub total_actual_ns: u64,
+    /// Calls ended early by a signal (`EINTR`, or a restart after a stop).
+    pub total_interrupted_calls: u64,
+    /// Time blocked in the interrupted calls, in nanoseconds (part of
+    /// `total_actual_ns`).
+    pub total_interrupted_ns: u64,
 }
 
 /// What the kernel saw of one thread, cumulative since the source attached.
@@ -118,12 +220,22 @@ pub struct KernelThreadStats {
     /// Wakes: times this thread was made runnable by another thread or an
     /// interrupt (`sched_waking`).
     pub total_wakes: u64,
+    /// Wakes from interrupt context: a timer (hrtimer, the tick) or an I/O
+    /// completion (network, disk), not a thread.
+    pub total_interrupt_wakes: u64,
+    /// Wakes by other threads of the same process.
+    pub total_process_thread_wakes: u64,
+    /// Wakes by threads of other processes.
+    pub total_other_process_wakes: u64,
     /// The threads that woke it most, most frequent first (bounded list).
     pub top_wakers: Vec<Waker>,
     /// Poll-family syscalls.
     pub poll: PollSyscallStats,
     /// Sleep syscalls.
     pub sleep: SleepSyscallStats,
+    /// Returns of each poll-family and sleep syscall the thread made, in
+    /// [`Syscall::ALL`] order, zero counts left out (at most nine entries).
+    pub calls_by_syscall: Vec<SyscallCalls>,
 }
 
 /// One read of a kernel source.

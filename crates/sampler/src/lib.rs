@@ -37,7 +37,7 @@ pub use config::{SamplerConfig, default_sampler_config, default_thresholds};
 pub use error::{Error, Result};
 pub use histogram::Log2Histogram;
 pub use kernel::{KernelSample, KernelSource, KernelSourceError, KernelThreadStats};
-pub use kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Waker};
+pub use kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Syscall, SyscallCalls, Waker};
 pub use model::{
     CpuTimeSource, ProcessSample, SampleWarning, Snapshot, SystemInfo, TargetIdentity, ThreadSample,
 };
@@ -50,7 +50,8 @@ mod platform;
 pub use diagnose::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 pub use history::BYTES_PER_STORED_THREAD_SAMPLE;
 pub use interval::{
-    Interval, KernelThreadInterval, LoopInterval, ProcessInterval, SleepInterval, ThreadInterval,
+    Interval, KernelThreadInterval, LoopInterval, ProcessInterval, SleepInterval, SyscallRate,
+    ThreadInterval,
 };
 pub use platform::Target;
 pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats, WaitGuard};

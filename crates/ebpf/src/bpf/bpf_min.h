@@ -39,6 +39,7 @@ static long (*bpf_map_update_elem)(void *map, const void *key, const void *value
 static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+static __u64 (*bpf_ktime_get_boot_ns)(void) = (void *)125;
 static long (*bpf_get_stackid)(void *ctx, void *map, __u64 flags) = (void *)27;
 static long (*bpf_get_current_comm)(void *buf, __u32 size) = (void *)16;
 static __u64 (*bpf_get_current_task)(void) = (void *)35;

@@ -55,8 +55,28 @@ struct {
 	__type(value, struct wm_thread);
 } zero_thread SEC(".maps");
 
+/* CLOCK_REALTIME minus CLOCK_MONOTONIC in ns, written by the loader when it
+ * attaches and at every read (0 = not known yet): what turns an absolute
+ * CLOCK_REALTIME sleep deadline into a length. A clock step between two
+ * reads makes the lengths of the sleeps in between off by the step. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} realtime_offset SEC(".maps");
+
 #define TIMER_ABSTIME 1
+#define CLOCK_REALTIME 0
 #define CLOCK_MONOTONIC 1
+#define CLOCK_BOOTTIME 7
+/* Syscall results that mean "interrupted by a signal": -EINTR, and the
+ * restart codes the kernel turns into -EINTR or a restart after sys_exit
+ * (ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK). */
+#define WM_EINTR 4
+#define WM_ERESTARTSYS 512
+#define WM_ERESTARTNOHAND 514
+#define WM_ERESTART_RESTARTBLOCK 516
 #define NSEC_PER_SEC 1000000000ULL
 #define NSEC_PER_USEC 1000ULL
 #define NSEC_PER_MSEC 1000000ULL
@@ -183,12 +203,24 @@ static __always_inline __u64 syscall_arg_ns(long nr, struct pt_regs *regs, const
 		__u64 arg = user_timespec_ns(a);
 		if (!(flags & TIMER_ABSTIME) || arg >= WM_ARG_UNKNOWN)
 			return arg;
-		/* Absolute deadline: only CLOCK_MONOTONIC is comparable here. */
-		if ((int)clock != CLOCK_MONOTONIC)
+		/* Absolute deadline: its length counts from the clock's value
+		 * now (the call's first block, or its return when it never
+		 * blocked). Other clocks (TAI, the CPU-time clocks) are unknown. */
+		__u64 clock_now;
+		if ((int)clock == CLOCK_MONOTONIC) {
+			clock_now = now ? now : bpf_ktime_get_ns();
+		} else if ((int)clock == CLOCK_BOOTTIME) {
+			clock_now = bpf_ktime_get_boot_ns();
+		} else if ((int)clock == CLOCK_REALTIME) {
+			__u32 zero = 0;
+			__s64 *offset = bpf_map_lookup_elem(&realtime_offset, &zero);
+			if (!offset || *offset == 0)
+				return WM_ARG_UNKNOWN;
+			clock_now = (now ? now : bpf_ktime_get_ns()) + (__u64)*offset;
+		} else {
 			return WM_ARG_UNKNOWN;
-		if (!now)
-			now = bpf_ktime_get_ns();
-		return arg > now ? arg - now : 0;
+		}
+		return arg > clock_now ? arg - clock_now : 0;
 	}
 #ifdef NR_POLL
 	case NR_POLL:
@@ -326,11 +358,10 @@ static __always_inline bool waker_exited(struct wm_thread *st, __u32 i)
  * itself is still counted in `wakeups`, and the slots keep the most
  * frequent wakers; counting it as a drop would raise a "counters are low"
  * warning for any thread woken by more than 16 threads of other processes. */
-static __always_inline void note_waker(struct wm_thread *st, bool irq)
+static __always_inline void note_waker(struct wm_thread *st, bool irq, bool of_target)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 waker = irq ? 0 : (__u32)id;
-	bool of_target = !irq && (__u32)(id >> 32) == target_tgid;
 	__u32 free_slot = WM_WAKER_SLOTS, min_slot = 0;
 	__u64 min_count = ~0ULL; /* only to find the smallest slot */
 	for (__u32 i = 0; i < WM_WAKER_SLOTS; i++) {
@@ -395,7 +426,12 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
-	note_waker(st, in_interrupt(btf));
+	bool irq = in_interrupt(btf);
+	bool of_target = !irq && (__u32)(bpf_get_current_pid_tgid() >> 32) == target_tgid;
+	__u32 source = irq ? WM_WAKE_INTERRUPT : of_target ? WM_WAKE_TARGET : WM_WAKE_OTHER;
+	if (source < WM_WAKE_SOURCES) /* always true; bounds the index for the verifier */
+		__sync_fetch_and_add(&st->wakes_by[source], 1);
+	note_waker(st, irq, of_target);
 	return 0;
 }
 
@@ -504,6 +540,35 @@ int rawtp_sched_process_exec(__u64 *ctx) { return on_exec(ctx); }
  * the arguments are still in the saved registers at exit, and the moment a
  * poll or sleep call blocks is its first switch-out (on_switch). */
 
+/* The WM_SYS_* index of a poll or sleep syscall, WM_SYSCALLS for others. */
+static __always_inline __u32 syscall_index(long nr)
+{
+	switch (nr) {
+#ifdef NR_POLL
+	case NR_POLL: return WM_SYS_POLL;
+#endif
+#ifdef NR_SELECT
+	case NR_SELECT: return WM_SYS_SELECT;
+#endif
+#ifdef NR_EPOLL_WAIT
+	case NR_EPOLL_WAIT: return WM_SYS_EPOLL_WAIT;
+#endif
+	case NR_PPOLL: return WM_SYS_PPOLL;
+	case NR_PSELECT6: return WM_SYS_PSELECT6;
+	case NR_EPOLL_PWAIT: return WM_SYS_EPOLL_PWAIT;
+	case NR_EPOLL_PWAIT2: return WM_SYS_EPOLL_PWAIT2;
+	case NR_NANOSLEEP: return WM_SYS_NANOSLEEP;
+	case NR_CLOCK_NANOSLEEP: return WM_SYS_CLOCK_NANOSLEEP;
+	default: return WM_SYSCALLS;
+	}
+}
+
+static __always_inline bool interrupted(long ret)
+{
+	return ret == -WM_EINTR || ret == -WM_ERESTART_RESTARTBLOCK ||
+	       (ret <= -WM_ERESTARTSYS && ret >= -WM_ERESTARTNOHAND);
+}
+
 /* Counts the return of syscall `nr` (result `ret`, saved registers `regs`)
  * by thread `id` (pid_tgid) of the target. */
 static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct pt_regs *regs,
@@ -532,7 +597,8 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 	__u64 took = 0;
 	__u64 arg;
 	__u64 blocked = st->sc_block_ns;
-	if (blocked && st->sc_block_nr == (__u64)nr) {
+	bool did_block = blocked && st->sc_block_nr == (__u64)nr;
+	if (did_block) {
 		__u64 now = bpf_ktime_get_ns();
 		took = now > blocked ? now - blocked : 0;
 		arg = st->sc_arg_ns;
@@ -542,10 +608,18 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 	if (blocked)
 		st->sc_block_ns = 0;
 
+	__u32 index = syscall_index(nr);
+	if (index < WM_SYSCALLS)
+		st->calls_by_syscall[index] += 1;
 	if (cls == WM_SC_POLL) {
 		st->poll_calls += 1;
-		if (ret == 0)
+		if (did_block)
+			st->poll_blocked_calls += 1;
+		if (ret == 0) {
 			st->poll_zero_returns += 1;
+			if (!did_block)
+				st->poll_idle_nonblocking += 1;
+		}
 		if (arg == WM_ARG_INFINITE)
 			st->poll_infinite_timeouts += 1;
 		else if (arg != WM_ARG_UNKNOWN) {
@@ -556,9 +630,15 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 		st->poll_time_ns += took;
 	} else {
 		st->sleep_calls += 1;
-		if (arg < WM_ARG_UNKNOWN)
+		if (arg < WM_ARG_UNKNOWN) {
 			st->sleep_requested_ns += arg;
+			st->sleep_known_requests += 1;
+		}
 		st->sleep_actual_ns += took;
+		if (interrupted(ret)) {
+			st->sleep_interrupted += 1;
+			st->sleep_interrupted_ns += took;
+		}
 	}
 	return 0;
 }
@@ -613,20 +693,22 @@ int tpbtf_calibrate(__u64 *ctx) { return 0; }
 SEC("raw_tp/sched_switch")
 int rawtp_calibrate(__u64 *ctx) { return 0; }
 
-_Static_assert(sizeof(struct wm_thread) == 2232, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_thread) == 2368, "wm_thread layout changed: update abi.rs");
 /* The same offsets are asserted in abi.rs. */
 _Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) == 24, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, wakeups) == 32, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, involuntary) == 56, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, sc_block_nr) == 112, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, sleep_actual_ns) == 192, "abi.rs");
-_Static_assert(__builtin_offsetof(struct wm_thread, off_hist) == 200, "abi.rs");
-_Static_assert(__builtin_offsetof(struct wm_thread, poll_timeout_hist) == 1240, "abi.rs");
-_Static_assert(__builtin_offsetof(struct wm_thread, comm) == 1760, "abi.rs");
-_Static_assert(__builtin_offsetof(struct wm_thread, waker_tid) == 1776, "abi.rs");
-_Static_assert(__builtin_offsetof(struct wm_thread, waker_count) == 1840, "abi.rs");
-_Static_assert(__builtin_offsetof(struct wm_thread, waker_of_target) == 1968, "abi.rs");
-_Static_assert(__builtin_offsetof(struct wm_thread, waker_comm) == 1976, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, wakes_by) == 240, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, calls_by_syscall) == 264, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, off_hist) == 336, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, poll_timeout_hist) == 1376, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, comm) == 1896, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_tid) == 1912, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_count) == 1976, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_of_target) == 2104, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_comm) == 2112, "abi.rs");
 /* on_exec's word ranges: counters, state, counters, then comm. */
 _Static_assert(__builtin_offsetof(struct wm_thread, sc_arg_ns) / 8 + 1 == WM_W_SYSCALL, "on_exec");
 _Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) / 8 + 1 == WM_W_SCHED, "on_exec");

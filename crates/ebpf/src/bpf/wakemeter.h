@@ -30,6 +30,25 @@
 #define WM_SC_POLL 4
 #define WM_SC_RENAME 5 /* prctl, execve, execveat: comm may change */
 
+/* Who made a thread runnable (index into wm_thread.wakes_by). */
+#define WM_WAKE_INTERRUPT 0 /* interrupt context: a timer or an I/O completion */
+#define WM_WAKE_TARGET 1    /* another thread of the target */
+#define WM_WAKE_OTHER 2     /* a thread of another process */
+#define WM_WAKE_SOURCES 3
+
+/* The poll and sleep syscalls counted one by one (index into
+ * wm_thread.calls_by_syscall); the Rust side's Syscall enum has the same order. */
+#define WM_SYS_POLL 0
+#define WM_SYS_PPOLL 1
+#define WM_SYS_SELECT 2
+#define WM_SYS_PSELECT6 3
+#define WM_SYS_EPOLL_WAIT 4
+#define WM_SYS_EPOLL_PWAIT 5
+#define WM_SYS_EPOLL_PWAIT2 6
+#define WM_SYS_NANOSLEEP 7
+#define WM_SYS_CLOCK_NANOSLEEP 8
+#define WM_SYSCALLS 9
+
 /* Timeout or sleep request sentinels (wm_thread.sc_arg_ns). */
 #define WM_ARG_INFINITE (~0ULL)
 #define WM_ARG_UNKNOWN (~0ULL - 1)
@@ -69,6 +88,21 @@ struct wm_thread {
 	__u64 sleep_calls;
 	__u64 sleep_requested_ns;
 	__u64 sleep_actual_ns;
+	/* Poll-family calls that blocked at least once (their return is a
+	 * wakeup ending a blocking wait), and calls that returned 0 without
+	 * ever blocking (a poll that found nothing and did not wait). */
+	__u64 poll_blocked_calls;
+	__u64 poll_idle_nonblocking;
+	/* Sleep calls whose request is known (sleep_requested_ns sums those),
+	 * sleep calls ended by a signal (EINTR or a restart code) and the time
+	 * they were blocked. */
+	__u64 sleep_known_requests;
+	__u64 sleep_interrupted;
+	__u64 sleep_interrupted_ns;
+	/* Wakes by source (WM_WAKE_*); they sum to `wakeups`. */
+	__u64 wakes_by[WM_WAKE_SOURCES];
+	/* Returns of each poll and sleep syscall (WM_SYS_*). */
+	__u64 calls_by_syscall[WM_SYSCALLS];
 	__u64 off_hist[WM_BUCKETS];
 	__u64 runq_hist[WM_BUCKETS];
 	__u64 poll_timeout_hist[WM_BUCKETS];

@@ -17,6 +17,16 @@ pub(crate) const OFF_PREEMPTED: usize = 4;
 pub(crate) const OFF_OTHER: usize = 5;
 pub(crate) const OFF_CAUSES: usize = 6;
 
+/// Indexes of `WmThread::wakes_by` (`WM_WAKE_*`).
+pub(crate) const WAKE_INTERRUPT: usize = 0;
+pub(crate) const WAKE_TARGET: usize = 1;
+pub(crate) const WAKE_OTHER: usize = 2;
+pub(crate) const WAKE_SOURCES: usize = 3;
+
+/// Length of `WmThread::calls_by_syscall` (`WM_SYSCALLS`); index `i` is
+/// the `i`-th variant of [`wakemeter::kernel::Syscall::ALL`].
+pub(crate) const SYSCALLS: usize = 9;
+
 /// `struct wm_thread`: per-thread state and counters (see the C header).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +51,13 @@ pub(crate) struct WmThread {
     pub sleep_calls: u64,
     pub sleep_requested_ns: u64,
     pub sleep_actual_ns: u64,
+    pub poll_blocked_calls: u64,
+    pub poll_idle_nonblocking: u64,
+    pub sleep_known_requests: u64,
+    pub sleep_interrupted: u64,
+    pub sleep_interrupted_ns: u64,
+    pub wakes_by: [u64; WAKE_SOURCES],
+    pub calls_by_syscall: [u64; SYSCALLS],
     pub off_hist: [u64; BUCKETS],
     pub runq_hist: [u64; BUCKETS],
     pub poll_timeout_hist: [u64; BUCKETS],
@@ -77,6 +94,13 @@ impl WmThread {
         sleep_calls: 0,
         sleep_requested_ns: 0,
         sleep_actual_ns: 0,
+        poll_blocked_calls: 0,
+        poll_idle_nonblocking: 0,
+        sleep_known_requests: 0,
+        sleep_interrupted: 0,
+        sleep_interrupted_ns: 0,
+        wakes_by: [0; WAKE_SOURCES],
+        calls_by_syscall: [0; SYSCALLS],
         off_hist: [0; BUCKETS],
         runq_hist: [0; BUCKETS],
         poll_timeout_hist: [0; BUCKETS],
@@ -93,7 +117,7 @@ impl WmThread {
     }
 }
 
-const _: () = assert!(size_of::<WmThread>() == 2232);
+const _: () = assert!(size_of::<WmThread>() == 2368);
 // Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
 // side only fails the build instead of reading garbage.
 const _: () = assert!(std::mem::offset_of!(WmThread, woken_at_ns) == 24);
@@ -101,15 +125,18 @@ const _: () = assert!(std::mem::offset_of!(WmThread, wakeups) == 32);
 const _: () = assert!(std::mem::offset_of!(WmThread, involuntary) == 56);
 const _: () = assert!(std::mem::offset_of!(WmThread, sc_block_nr) == 112);
 const _: () = assert!(std::mem::offset_of!(WmThread, sleep_actual_ns) == 192);
-const _: () = assert!(std::mem::offset_of!(WmThread, off_hist) == 200);
-const _: () = assert!(std::mem::offset_of!(WmThread, poll_timeout_hist) == 1240);
-const _: () = assert!(std::mem::offset_of!(WmThread, comm) == 1760);
-const _: () = assert!(std::mem::offset_of!(WmThread, waker_tid) == 1776);
-const _: () = assert!(std::mem::offset_of!(WmThread, waker_count) == 1840);
-const _: () = assert!(std::mem::offset_of!(WmThread, waker_of_target) == 1968);
-const _: () = assert!(std::mem::offset_of!(WmThread, waker_comm) == 1976);
+const _: () = assert!(std::mem::offset_of!(WmThread, wakes_by) == 240);
+const _: () = assert!(std::mem::offset_of!(WmThread, calls_by_syscall) == 264);
+const _: () = assert!(std::mem::offset_of!(WmThread, off_hist) == 336);
+const _: () = assert!(std::mem::offset_of!(WmThread, poll_timeout_hist) == 1376);
+const _: () = assert!(std::mem::offset_of!(WmThread, comm) == 1896);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_tid) == 1912);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_count) == 1976);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_of_target) == 2104);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_comm) == 2112);
 const _: () = assert!(BUCKETS == wakemeter::histogram::LOG2_BUCKETS);
 const _: () = assert!(WAKER_SLOTS == crate::WAKER_SLOTS);
+const _: () = assert!(SYSCALLS == wakemeter::kernel::Syscall::ALL.len());
 
 // SAFETY: plain-old-data record: `repr(C)`, only integers and arrays of
 // them, no padding (size and offsets asserted above), every bit pattern valid.

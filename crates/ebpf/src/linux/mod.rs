@@ -10,11 +10,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use aya::maps::{HashMap, Map, MapData, MapError, PerCpuArray};
+use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray};
 use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use wakemeter::histogram::Log2Histogram;
-use wakemeter::kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Waker};
+use wakemeter::kernel::{
+    OffCpuTime, PollSyscallStats, SleepSyscallStats, Syscall, SyscallCalls, Waker,
+};
 use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
 
 use self::abi::WmThread;
@@ -146,6 +148,9 @@ struct Live {
     /// The per-thread map (a `BPF_MAP_TYPE_HASH` of u32 to [`WmThread`]).
     threads: Map,
     dropped: PerCpuArray<MapData, u64>,
+    /// `CLOCK_REALTIME - CLOCK_MONOTONIC` for the kernel side (see
+    /// [`realtime_offset_ns`]), refreshed at every read.
+    realtime_offset: Array<MapData, i64>,
     /// Names of the programs that are attached.
     programs: Vec<&'static str>,
     /// Capacity of the per-thread map, in entries.
@@ -306,6 +311,19 @@ impl Session {
             .load(object)
             .map_err(|source| EbpfError::Load { source })?;
 
+        // Before any program runs: absolute CLOCK_REALTIME sleeps need it.
+        let mut realtime_offset = Array::try_from(take_map(&mut ebpf, "realtime_offset")?)
+            .map_err(|source| EbpfError::Map {
+                map: "realtime_offset",
+                source,
+            })?;
+        realtime_offset
+            .set(0, realtime_offset_ns(), 0)
+            .map_err(|source| EbpfError::Map {
+                map: "realtime_offset",
+                source,
+            })?;
+
         let mut programs = Vec::with_capacity(HOOKS.len());
         let (mut on_btf, mut on_raw) = (0usize, 0usize);
         let calibration = options.calibration.then_some(&CALIBRATION);
@@ -370,6 +388,7 @@ impl Session {
                 ebpf,
                 threads,
                 dropped,
+                realtime_offset,
                 programs,
                 max_threads: usize::try_from(max_threads).unwrap_or(usize::MAX),
                 keys: Vec::new(),
@@ -459,6 +478,11 @@ impl Session {
         let pid = self.pid;
         let top_wakers = self.top_wakers;
         let live = self.live()?;
+        // A clock step (settimeofday, an NTP step) since the last read
+        // reaches the kernel side here.
+        live.realtime_offset
+            .set(0, realtime_offset_ns(), 0)
+            .map_err(read_error("realtime_offset"))?;
         let now = wakemeter::monotonic_ns();
 
         let mut threads = Vec::new();
@@ -482,6 +506,21 @@ impl Session {
         sample.total_dropped_events = dropped_events;
         Ok(sample)
     }
+}
+
+/// `CLOCK_REALTIME - CLOCK_MONOTONIC` now, in nanoseconds: the monotonic
+/// clock read on both sides of the real-time one, so the error is half the
+/// time between the two monotonic reads (well under a microsecond). 1 when
+/// the two clocks happen to agree, since the kernel side reads 0 as unknown.
+fn realtime_offset_ns() -> i64 {
+    let before = wakemeter::monotonic_ns();
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
+    let after = wakemeter::monotonic_ns();
+    let mono = (i128::from(before) + i128::from(after)) / 2;
+    let offset = i64::try_from(real - mono).unwrap_or(0);
+    if offset == 0 { 1 } else { offset }
 }
 
 fn read_error(map: &'static str) -> impl Fn(MapError) -> KernelSourceError {
@@ -602,11 +641,16 @@ fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64, top_wakers: usize) -> Ker
     poll.total_infinite_timeout_calls = raw.poll_infinite_timeouts;
     poll.timeout_histogram = Log2Histogram::from_buckets(&raw.poll_timeout_hist);
     poll.total_blocked_ns = raw.poll_time_ns;
+    poll.total_blocked_calls = raw.poll_blocked_calls;
+    poll.total_idle_nonblocking_calls = raw.poll_idle_nonblocking;
 
     let mut sleep = SleepSyscallStats::default();
     sleep.total_calls = raw.sleep_calls;
     sleep.total_requested_ns = raw.sleep_requested_ns;
     sleep.total_actual_ns = raw.sleep_actual_ns;
+    sleep.total_known_request_calls = raw.sleep_known_requests;
+    sleep.total_interrupted_calls = raw.sleep_interrupted;
+    sleep.total_interrupted_ns = raw.sleep_interrupted_ns;
 
     let mut t = KernelThreadStats::default();
     t.tid = u64::from(tid);
@@ -618,6 +662,15 @@ fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64, top_wakers: usize) -> Ker
     t.off_cpu_histogram = Log2Histogram::from_buckets(&raw.off_hist);
     t.run_queue_latency_histogram = Log2Histogram::from_buckets(&raw.runq_hist);
     t.total_wakes = raw.wakeups;
+    t.total_interrupt_wakes = raw.wakes_by[abi::WAKE_INTERRUPT];
+    t.total_process_thread_wakes = raw.wakes_by[abi::WAKE_TARGET];
+    t.total_other_process_wakes = raw.wakes_by[abi::WAKE_OTHER];
+    t.calls_by_syscall = Syscall::ALL
+        .iter()
+        .zip(raw.calls_by_syscall)
+        .filter(|(_, n)| *n > 0)
+        .map(|(sc, n)| SyscallCalls::new(*sc, n))
+        .collect();
     t.poll = poll;
     t.sleep = sleep;
     t.top_wakers = wakers_of(raw, top_wakers);

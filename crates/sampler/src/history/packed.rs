@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::codec::{self, Fields, push_str};
 use crate::histogram::{LOG2_BUCKETS, Log2Histogram};
-use crate::kernel::{KernelSample, KernelThreadStats, Waker};
+use crate::kernel::{KernelSample, KernelThreadStats, Syscall, SyscallCalls, Waker};
 use crate::probe::{LoopStats, SleepStats};
 
 /// A new key frame is written every this many snapshots (at most): a
@@ -160,6 +160,23 @@ impl Record for KernelThreadStats {
             f.extend([w.tid, w.total_wakes]);
             push_str(f, &w.name);
         }
+        f.extend([
+            p.total_blocked_calls,
+            p.total_idle_nonblocking_calls,
+            s.total_known_request_calls,
+            s.total_interrupted_calls,
+            s.total_interrupted_ns,
+            self.total_interrupt_wakes,
+            self.total_process_thread_wakes,
+            self.total_other_process_wakes,
+        ]);
+        // One count per syscall of Syscall::ALL: fixed width, no tags.
+        f.extend(Syscall::ALL.iter().map(|sc| {
+            self.calls_by_syscall
+                .iter()
+                .find(|c| c.syscall == *sc)
+                .map_or(0, |c| c.total_calls)
+        }));
     }
     fn unpack(tid: u64, fields: &[u64]) -> Self {
         let mut f = Fields::new(fields);
@@ -200,6 +217,19 @@ impl Record for KernelThreadStats {
                 total_wakes: f.next(),
                 name: f.string(),
             })
+            .collect();
+        t.poll.total_blocked_calls = f.next();
+        t.poll.total_idle_nonblocking_calls = f.next();
+        t.sleep.total_known_request_calls = f.next();
+        t.sleep.total_interrupted_calls = f.next();
+        t.sleep.total_interrupted_ns = f.next();
+        t.total_interrupt_wakes = f.next();
+        t.total_process_thread_wakes = f.next();
+        t.total_other_process_wakes = f.next();
+        t.calls_by_syscall = Syscall::ALL
+            .iter()
+            .map(|sc| SyscallCalls::new(*sc, f.next()))
+            .filter(|c| c.total_calls > 0)
             .collect();
         t
     }
@@ -396,7 +426,7 @@ pub(crate) fn unpack_kernel(p: &Packed) -> KernelSample {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::OffCpuTime;
+    use crate::kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats};
 
     fn kernel_thread(tid: u64, n: u64) -> KernelThreadStats {
         let mut h = Log2Histogram::default();
@@ -429,6 +459,31 @@ mod tests {
                     total_wakes: n / 2,
                 },
             ],
+            poll: PollSyscallStats {
+                total_calls: 3 * n,
+                total_blocked_calls: n,
+                total_idle_nonblocking_calls: 2 * n,
+                ..Default::default()
+            },
+            sleep: SleepSyscallStats {
+                total_calls: n,
+                total_known_request_calls: n / 2,
+                total_interrupted_calls: n / 4,
+                total_interrupted_ns: n * 13,
+                ..Default::default()
+            },
+            total_interrupt_wakes: n / 5,
+            total_process_thread_wakes: n / 6,
+            total_other_process_wakes: n / 7,
+            // Zero counts are left out, as the kernel source does.
+            calls_by_syscall: [
+                SyscallCalls::new(Syscall::Poll, 2 * n + 1),
+                SyscallCalls::new(Syscall::EpollPwait, n),
+                SyscallCalls::new(Syscall::ClockNanosleep, n + 2),
+            ]
+            .into_iter()
+            .filter(|c| c.total_calls > 0)
+            .collect(),
             ..Default::default()
         }
     }

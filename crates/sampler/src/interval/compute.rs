@@ -5,10 +5,11 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::{
-    Interval, KernelThreadInterval, LoopInterval, ProcessInterval, SleepInterval, ThreadInterval,
+    Interval, KernelThreadInterval, LoopInterval, ProcessInterval, SleepInterval, SyscallRate,
+    ThreadInterval,
 };
 use crate::history::Stored;
-use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime};
+use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime, Syscall};
 use crate::model::{Snapshot, ThreadSample};
 use crate::platform::{PackedThread, present};
 use crate::probe::{LoopStats, SleepStats};
@@ -24,6 +25,36 @@ fn kernel_interval(
     let calls = sub(k.poll.total_calls, e.poll.total_calls);
     let sleeps = sub(k.sleep.total_calls, e.sleep.total_calls);
     let (o, p) = (&k.total_off_cpu, &e.total_off_cpu);
+    let off_cpu = OffCpuTime {
+        sleep_ns: sub(o.sleep_ns, p.sleep_ns),
+        lock_ns: sub(o.lock_ns, p.lock_ns),
+        poll_ns: sub(o.poll_ns, p.poll_ns),
+        io_ns: sub(o.io_ns, p.io_ns),
+        preempted_ns: sub(o.preempted_ns, p.preempted_ns),
+        other_ns: sub(o.other_ns, p.other_ns),
+    };
+    let blocked_ns = off_cpu.total_ns().saturating_sub(off_cpu.preempted_ns);
+    let known_requests = sub(
+        k.sleep.total_known_request_calls,
+        e.sleep.total_known_request_calls,
+    );
+    let earlier_calls = |s: Syscall| {
+        e.calls_by_syscall
+            .iter()
+            .find(|c| c.syscall == s)
+            .map_or(0, |c| c.total_calls)
+    };
+    let calls_by_syscall = k
+        .calls_by_syscall
+        .iter()
+        .filter_map(|c| {
+            let n = sub(c.total_calls, earlier_calls(c.syscall));
+            (n > 0).then(|| SyscallRate {
+                syscall: c.syscall,
+                calls_per_sec: per_sec(n, d),
+            })
+        })
+        .collect();
     KernelThreadInterval {
         on_cpu_percent: percent(sub(k.total_on_cpu_ns, e.total_on_cpu_ns), d),
         voluntary_switches_per_sec: per_sec(
@@ -34,16 +65,30 @@ fn kernel_interval(
             sub(k.total_involuntary_switches, e.total_involuntary_switches),
             d,
         ),
-        off_cpu: OffCpuTime {
-            sleep_ns: sub(o.sleep_ns, p.sleep_ns),
-            lock_ns: sub(o.lock_ns, p.lock_ns),
-            poll_ns: sub(o.poll_ns, p.poll_ns),
-            io_ns: sub(o.io_ns, p.io_ns),
-            preempted_ns: sub(o.preempted_ns, p.preempted_ns),
-            other_ns: sub(o.other_ns, p.other_ns),
-        },
+        off_cpu,
+        blocked_percent: percent(blocked_ns, d),
         wakes_per_sec: per_sec(sub(k.total_wakes, e.total_wakes), d),
+        interrupt_wakes_per_sec: per_sec(sub(k.total_interrupt_wakes, e.total_interrupt_wakes), d),
+        process_thread_wakes_per_sec: per_sec(
+            sub(k.total_process_thread_wakes, e.total_process_thread_wakes),
+            d,
+        ),
+        other_process_wakes_per_sec: per_sec(
+            sub(k.total_other_process_wakes, e.total_other_process_wakes),
+            d,
+        ),
         poll_calls_per_sec: per_sec(calls, d),
+        blocking_polls_per_sec: per_sec(
+            sub(k.poll.total_blocked_calls, e.poll.total_blocked_calls),
+            d,
+        ),
+        idle_nonblocking_polls_per_sec: per_sec(
+            sub(
+                k.poll.total_idle_nonblocking_calls,
+                e.poll.total_idle_nonblocking_calls,
+            ),
+            d,
+        ),
         idle_poll_ratio: ratio(sub(k.poll.total_idle_calls, e.poll.total_idle_calls), calls),
         zero_timeout_poll_ratio: ratio(
             sub(
@@ -53,13 +98,22 @@ fn kernel_interval(
             calls,
         ),
         sleeps_per_sec: per_sec(sleeps, d),
+        interrupted_sleeps_per_sec: per_sec(
+            sub(
+                k.sleep.total_interrupted_calls,
+                e.sleep.total_interrupted_calls,
+            ),
+            d,
+        ),
         mean_sleep_requested_ns: sub(k.sleep.total_requested_ns, e.sleep.total_requested_ns)
-            .checked_div(sleeps)
+            .checked_div(known_requests)
             .unwrap_or(0),
+        unknown_request_sleeps: sleeps.saturating_sub(known_requests),
         mean_sleep_actual_ns: sub(k.sleep.total_actual_ns, e.sleep.total_actual_ns)
             .checked_div(sleeps)
             .unwrap_or(0),
         top_wakers: k.top_wakers.clone(),
+        calls_by_syscall,
     }
 }
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::histogram::Log2Histogram;
-use crate::kernel::{OffCpuTime, Waker};
+use crate::kernel::{OffCpuTime, Syscall, Waker};
 use crate::model::Snapshot;
 
 mod compute;
@@ -66,22 +66,60 @@ pub struct KernelThreadInterval {
     pub involuntary_switches_per_sec: f64,
     /// Off-CPU time during the interval by cause, in nanoseconds.
     pub off_cpu: OffCpuTime,
+    /// Time blocked (off CPU for any cause but preemption), in percent of
+    /// the interval: 95 for a loop that waits 95% of the time, near 0 for
+    /// a thread that spins.
+    pub blocked_percent: f64,
     /// Wakes per second: times the thread was made runnable (`sched_waking`).
     pub wakes_per_sec: f64,
+    /// Wakes per second from interrupt context (a timer or an I/O completion).
+    pub interrupt_wakes_per_sec: f64,
+    /// Wakes per second by other threads of the same process.
+    pub process_thread_wakes_per_sec: f64,
+    /// Wakes per second by threads of other processes.
+    pub other_process_wakes_per_sec: f64,
     /// Poll-family syscalls per second.
     pub poll_calls_per_sec: f64,
+    /// Poll-family calls per second that blocked: each return is a wakeup
+    /// that ended a blocking wait.
+    pub blocking_polls_per_sec: f64,
+    /// Poll-family calls per second that returned nothing without blocking:
+    /// polls that neither found work nor waited for it.
+    pub idle_nonblocking_polls_per_sec: f64,
     /// Share of those calls that were idle (returned 0: nothing ready), 0 to 1.
     pub idle_poll_ratio: f64,
     /// Share of those calls made with a zero timeout (they never wait), 0 to 1.
     pub zero_timeout_poll_ratio: f64,
     /// `nanosleep`/`clock_nanosleep` calls per second.
     pub sleeps_per_sec: f64,
-    /// Mean requested sleep, in nanoseconds.
+    /// Sleep calls per second ended early by a signal (`EINTR`).
+    pub interrupted_sleeps_per_sec: f64,
+    /// Mean requested sleep of the calls whose request is known (see
+    /// [`crate::SleepSyscallStats::total_requested_ns`]), in nanoseconds;
+    /// 0 when none is known (`unknown_request_sleeps` then equals the calls).
     pub mean_sleep_requested_ns: u64,
-    /// Mean actual sleep, in nanoseconds.
+    /// Sleep calls during the interval whose requested duration is unknown
+    /// (an absolute deadline on a clock such as `CLOCK_TAI`).
+    pub unknown_request_sleeps: u64,
+    /// Mean actual sleep (from the call's first block to its return), in
+    /// nanoseconds, over all calls, interrupted ones included.
     pub mean_sleep_actual_ns: u64,
+    /// Calls per second of each poll-family and sleep syscall, in
+    /// [`Syscall::ALL`] order, syscalls without calls left out.
+    pub calls_by_syscall: Vec<SyscallRate>,
     /// The threads that woke it most since the source attached, most first.
     pub top_wakers: Vec<Waker>,
+}
+
+/// How often one syscall returned over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct SyscallRate {
+    /// Which syscall.
+    pub syscall: Syscall,
+    /// Its returns per second.
+    pub calls_per_sec: f64,
 }
 
 /// Process-wide rates over an interval.
