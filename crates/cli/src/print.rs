@@ -167,6 +167,14 @@ pub fn threads(out: &mut impl Write, i: &Interval) -> io::Result<()> {
 }
 
 /// The kernel's view (eBPF) of each thread over the interval, when attached.
+///
+/// `blocked%` is time off CPU for any cause but preemption; `polls/s` with
+/// `idle%` (returned nothing), the most called poll-family syscall, and
+/// `idle-nb/s`, the idle polls that did not block (what a busy poller makes); `sleeps/s`
+/// with `intr/s`, the sleeps a signal cut short; `wakes/s` with its
+/// sources (interrupts / threads of this process / other processes, in
+/// percent); `top waker` is the thread that woke it most (who did the
+/// waking, `[interrupt]` for interrupt context).
 pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
     if i.threads.iter().all(|t| t.kernel.is_none()) {
         return Ok(());
@@ -174,16 +182,20 @@ pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
     writeln!(out, "\nkernel view (eBPF) over {:.1} s:", i.duration_secs())?;
     writeln!(
         out,
-        "{:>8} {:<16} {:>8} {:>8} {:>9} {:>7} {:>11} {:>10} {:>9} {:<20}",
+        "{:>8} {:<16} {:>7} {:>7} {:>8} {:>9} {:>6} {:<13} {:>9} {:>8} {:>6} {:>8} {:>11} {:<20}",
         "TID",
         "THREAD",
         "vol/s",
         "invol/s",
+        "blocked%",
         "polls/s",
         "idle%",
-        "nanosleep/s",
+        "poll syscall",
+        "idle-nb/s",
+        "sleeps/s",
+        "intr/s",
         "wakes/s",
-        "in-poll%",
+        "irq/thr/oth",
         "top waker"
     )?;
     for t in &i.threads {
@@ -195,22 +207,46 @@ pub fn kernel(out: &mut impl Write, i: &Interval) -> io::Result<()> {
             .first()
             .map(|w| format!("{} ({})", safe(&w.name), w.tid))
             .unwrap_or_default();
+        let top_poll = k
+            .calls_by_syscall
+            .iter()
+            .filter(|c| c.syscall.is_poll())
+            .max_by(|a, b| a.calls_per_sec.total_cmp(&b.calls_per_sec))
+            .map(|c| c.syscall.name())
+            .unwrap_or("-");
+        let sources = k.interrupt_wakes_per_sec
+            + k.process_thread_wakes_per_sec
+            + k.other_process_wakes_per_sec;
+        let shares = if sources > 0.0 {
+            format!(
+                "{:.0}/{:.0}/{:.0}",
+                k.interrupt_wakes_per_sec * 100.0 / sources,
+                k.process_thread_wakes_per_sec * 100.0 / sources,
+                k.other_process_wakes_per_sec * 100.0 / sources
+            )
+        } else {
+            "-".to_string()
+        };
         writeln!(
             out,
-            "{:>8} {:<16} {:>8.0} {:>8.0} {:>9.0} {:>7} {:>11.0} {:>10.0} {:>9.1} {:<20}",
+            "{:>8} {:<16} {:>7.0} {:>7.0} {:>8.1} {:>9.0} {:>6} {:<13} {:>9.0} {:>8.0} {:>6.0} {:>8.0} {:>11} {:<20}",
             t.tid,
             safe(&t.name),
             k.voluntary_switches_per_sec,
             k.involuntary_switches_per_sec,
+            k.blocked_percent,
             k.poll_calls_per_sec,
             if k.poll_calls_per_sec == 0.0 {
                 "-".to_string()
             } else {
                 format!("{:.1}", k.idle_poll_ratio * 100.0)
             },
+            top_poll,
+            k.idle_nonblocking_polls_per_sec,
             k.sleeps_per_sec,
+            k.interrupted_sleeps_per_sec,
             k.wakes_per_sec,
-            k.off_cpu.poll_ns as f64 * 100.0 / i.duration_ns.max(1) as f64,
+            shares,
             waker
         )?;
     }

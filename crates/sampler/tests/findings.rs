@@ -8,9 +8,10 @@ use std::time::Duration;
 use common::workloads::*;
 use wakemeter::{Finding, FindingKind, Severity, Subject};
 
+/// The findings of `kind` about thread `tid`, alone or in a group of alike threads.
 fn about(f: &[Finding], kind: FindingKind, tid: u64) -> Vec<Finding> {
     f.iter()
-        .filter(|x| x.kind == kind && x.subject.tid() == Some(tid))
+        .filter(|x| x.kind == kind && x.subject.tids().contains(&tid))
         .cloned()
         .collect()
 }

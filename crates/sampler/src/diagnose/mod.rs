@@ -6,6 +6,8 @@
 //! memory), so a finding speaks about a sustained behaviour, not one noisy
 //! sample. A thread explained by a more specific finding (a busy-polling
 //! loop, a sleep loop) is not reported again as a CPU hog or periodic waker.
+//! Threads with the same name pattern and the same finding (twenty
+//! `worker-N` threads sleeping 5 ms each) are reported once, as a group.
 
 mod rules;
 mod thresholds;
@@ -37,6 +39,10 @@ pub enum FindingKind {
     WakeupsBudget,
     /// Resident memory growing across the history.
     MemoryGrowth,
+    /// A thread's sleeps are cut short by signals many times per second:
+    /// its wakeups come from the signals (an interval timer, a profiler),
+    /// not from its own sleep loop.
+    SignalWakeups,
 }
 
 /// How urgent a finding is.
@@ -85,6 +91,14 @@ pub enum Subject {
         /// Thread that sleeps there, if known.
         tid: Option<u64>,
     },
+    /// Threads with the same name pattern and the same finding, reported once.
+    Threads {
+        /// Their name pattern: the names with each run of digits as `*`
+        /// (`worker-*` for `worker-1`, `worker-2`, ...).
+        name: String,
+        /// Their OS thread ids, in the order the rule found them.
+        tids: Vec<u64>,
+    },
 }
 
 impl Subject {
@@ -94,6 +108,16 @@ impl Subject {
             Subject::Process { .. } => None,
             Subject::Thread { tid, .. } => Some(*tid),
             Subject::Loop { tid, .. } | Subject::SleepSite { tid, .. } => *tid,
+            Subject::Threads { .. } => None,
+        }
+    }
+
+    /// Every thread this subject is about: one for a thread (or a probe
+    /// whose thread is known), all of a group, none for the process.
+    pub fn tids(&self) -> Vec<u64> {
+        match self {
+            Subject::Threads { tids, .. } => tids.clone(),
+            other => other.tid().into_iter().collect(),
         }
     }
 
@@ -104,6 +128,7 @@ impl Subject {
             Subject::Thread { tid, name } => format!("thread {tid} \"{name}\""),
             Subject::Loop { name, .. } => format!("loop \"{name}\""),
             Subject::SleepSite { name, .. } => format!("sleep site \"{name}\""),
+            Subject::Threads { name, tids } => format!("{} threads \"{name}\"", tids.len()),
         }
     }
 }

@@ -5,7 +5,11 @@ use std::time::Duration;
 
 use super::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 use crate::history::{History, Stored};
-use crate::interval::{Interval, between_in_history, between_stored, per_sec};
+use crate::interval::{
+    Interval, KernelThreadInterval, SyscallRate, ThreadInterval, between_in_history,
+    between_stored, per_sec,
+};
+use crate::kernel::Syscall;
 use crate::model::SystemInfo;
 
 use crate::probe::duration_ns as ns;
@@ -74,18 +78,174 @@ fn thread_cpu(i: &Interval, tid: Option<u64>) -> Option<f64> {
         .map(|t| t.cpu_percent)
 }
 
+/// Percent of the interval thread `tid` spent blocked (off CPU and not
+/// waiting for one): from the kernel view when there is one, else from
+/// `/proc` as what is left of 100% after CPU and run-queue wait. `None`
+/// for an unknown thread.
+fn blocked_percent(i: &Interval, tid: Option<u64>) -> Option<f64> {
+    let tid = tid?;
+    let th = i.threads.iter().find(|t| t.tid == tid)?;
+    if let Some(k) = &th.kernel {
+        return Some(k.blocked_percent);
+    }
+    let running = th.cpu_percent + th.run_queue_wait_percent.unwrap_or(0.0);
+    Some((100.0 - running).clamp(0.0, 100.0))
+}
+
 const BUSY_POLL_ADVICE: &str = "Block in the wait until an event arrives or the next timer is due instead of polling: \
 pass a real timeout (not 0) to poll/epoll_wait/kevent and make sure the loop is not re-armed by a timer of 0. \
 With libevent, check the backend it chose (event_base_get_method): 'poll' or 'select' where 'epoll' or 'kqueue' \
 is available is a known cause (Envoy Mobile on iOS burned >=100% CPU while idle until kqueue was forced; ~3% after).";
 
+const BUSY_POLL_ADVICE_POLL: &str = "Block in the wait until an event arrives or the next timer is due instead of \
+polling: pass a real timeout (not 0). This thread polls with poll(2)/select(2): if it is a portable event loop \
+(libevent, libuv, a runtime), check the backend it chose (libevent: event_base_get_method) — 'poll' or 'select' \
+where 'epoll' or 'kqueue' is available is a known cause (Envoy Mobile on iOS burned >=100% CPU while idle until \
+kqueue was forced; ~3% after).";
+
+const BUSY_POLL_ADVICE_EPOLL: &str = "This thread already uses epoll, but with a zero (or tiny) timeout, so it never \
+waits: pass -1 or the time until its next timer is due, and make sure the loop is not re-armed by a timer of 0 or \
+a callback that always queues more work.";
+
 const SLEEP_ADVICE: &str = "Replace the sleep-and-check loop with a blocking wait that is signalled when work arrives \
 (condition variable, semaphore, eventfd/pipe, a dispatch source). If a period is really needed, sleep longer or use a \
 coalescing timer. On Apple platforms, lowering the polling thread's priority/QoS also cut this cost (8% -> 0.8% in an audio engine).";
 
+const SIGNAL_ADVICE: &str = "Find what sends the signals: an interval timer (setitimer, timer_create with SIGALRM), \
+a profiler's SIGPROF, or another process calling kill(). Lower its frequency, block the signal in threads that need \
+not handle it (pthread_sigmask) or send a timer's signal to one thread (SIGEV_THREAD_ID). A sleep restarted with its \
+full length after every signal never ends on time: pass the remaining time, or sleep to an absolute deadline \
+(clock_nanosleep with TIMER_ABSTIME).";
+
 const PERIODIC_ADVICE: &str = "Each wakeup takes the CPU out of idle. Make the timer fire only when there is work \
 (arm it on demand), lengthen its period, or let the OS coalesce it (timer slack/leeway, Android WorkManager, \
 DispatchSource leeway).";
+
+const THREADS_ADVICE: &str = "Other threads of this process wake it, one small handoff at a time. Hand work over \
+in batches (one notification per batch, not per item), reuse threads from a pool instead of starting and joining \
+short-lived ones, and check for condition variables signalled (or futexes woken) when nothing changed.";
+
+const OTHER_PROCESS_ADVICE: &str = "Another process wakes it (through a pipe, socket, signal or shared futex): \
+check how often that process notifies this one, and batch its messages.";
+
+const IO_ADVICE: &str = "Interrupts of I/O completions (network or disk) wake it with little work each: read and \
+write in larger batches, let the device coalesce interrupts (ethtool -C), or raise the socket's receive low-water \
+mark (SO_RCVLOWAT) so that a wakeup finds more to do.";
+
+const UNKNOWN_SOURCE_ADVICE: &str = "Find what wakes it: a timer of its own, another thread handing it work, or I/O. \
+With the kernel view attached (eBPF, as root) wakemeter names the source. Then make the wakeups fewer: timers armed \
+on demand or coalesced, work handed over in batches.";
+
+/// What makes a thread runnable, as far as the kernel view tells.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum WakeSource {
+    /// Interrupts, with its waits ending on their timeout: a timer.
+    Timer,
+    /// Interrupts, with its waits ending on I/O (poll calls returning
+    /// events, uninterruptible I/O): network or disk completions.
+    Io,
+    /// Interrupts, with nothing to tell a timer from I/O.
+    Interrupt,
+    /// Other threads of this process.
+    ProcessThreads,
+    /// Threads of other processes.
+    OtherProcesses,
+    /// No source has a clear majority.
+    Mixed,
+    /// No kernel view, or no wake seen.
+    Unknown,
+}
+
+impl WakeSource {
+    fn of(k: Option<&KernelThreadInterval>, t: &Thresholds) -> WakeSource {
+        let Some(k) = k else {
+            return WakeSource::Unknown;
+        };
+        let irq = k.interrupt_wakes_per_sec;
+        let total = irq + k.process_thread_wakes_per_sec + k.other_process_wakes_per_sec;
+        if total <= 0.0 {
+            return WakeSource::Unknown;
+        }
+        if irq / total >= t.wake_source_ratio {
+            // Waits that ended on their timeout: sleeps, and blocking polls
+            // that returned nothing. Waits that ended on I/O: polls with
+            // events, uninterruptible I/O.
+            let idle_polls = k.idle_poll_ratio * k.poll_calls_per_sec;
+            let timed_out_polls = (idle_polls - k.idle_nonblocking_polls_per_sec).max(0.0);
+            let polls_with_events = (k.blocking_polls_per_sec - timed_out_polls).max(0.0);
+            let timer = k.sleeps_per_sec + timed_out_polls;
+            let io_time = k.off_cpu.io_ns as f64;
+            let wait_time = (k.off_cpu.sleep_ns + k.off_cpu.poll_ns) as f64;
+            return if timer > 0.0 && timer >= t.wake_source_ratio * (timer + polls_with_events) {
+                WakeSource::Timer
+            } else if polls_with_events > timer || io_time > wait_time {
+                WakeSource::Io
+            } else {
+                WakeSource::Interrupt
+            };
+        }
+        if k.process_thread_wakes_per_sec / total >= t.wake_source_ratio {
+            WakeSource::ProcessThreads
+        } else if k.other_process_wakes_per_sec / total >= t.wake_source_ratio {
+            WakeSource::OtherProcesses
+        } else {
+            WakeSource::Mixed
+        }
+    }
+
+    /// The end of a periodic-wakeups summary, and the advice.
+    fn words(self, k: Option<&KernelThreadInterval>) -> (String, &'static str) {
+        let shares = k
+            .map(|k| {
+                let total = (k.interrupt_wakes_per_sec
+                    + k.process_thread_wakes_per_sec
+                    + k.other_process_wakes_per_sec)
+                    .max(f64::MIN_POSITIVE);
+                format!(
+                    "{:.0}% of its wakes by interrupts, {:.0}% by threads of this process, {:.0}% by other processes",
+                    k.interrupt_wakes_per_sec * 100.0 / total,
+                    k.process_thread_wakes_per_sec * 100.0 / total,
+                    k.other_process_wakes_per_sec * 100.0 / total
+                )
+            })
+            .unwrap_or_default();
+        let top_thread = k
+            .and_then(|k| k.top_wakers.iter().find(|w| w.tid != 0))
+            .map(|w| format!(" (top waker: {} \"{}\")", w.tid, w.name))
+            .unwrap_or_default();
+        match self {
+            WakeSource::Timer => (
+                format!("a periodic timer with little work ({shares})"),
+                PERIODIC_ADVICE,
+            ),
+            WakeSource::Io => (
+                format!("woken by I/O interrupts with little work each ({shares})"),
+                IO_ADVICE,
+            ),
+            WakeSource::Interrupt => (
+                format!("woken by interrupts, a timer or I/O, with little work each ({shares})"),
+                PERIODIC_ADVICE,
+            ),
+            WakeSource::ProcessThreads => (
+                format!("woken by other threads of this process{top_thread}, not by a timer ({shares})"),
+                THREADS_ADVICE,
+            ),
+            WakeSource::OtherProcesses => (
+                format!("woken by another process{top_thread}, not by a timer ({shares})"),
+                OTHER_PROCESS_ADVICE,
+            ),
+            WakeSource::Mixed => (
+                format!("woken by several sources ({shares})"),
+                UNKNOWN_SOURCE_ADVICE,
+            ),
+            WakeSource::Unknown => (
+                "woken by a timer, another thread or I/O (without the kernel view, which one is unknown)"
+                    .to_string(),
+                UNKNOWN_SOURCE_ADVICE,
+            ),
+        }
+    }
+}
 
 pub(super) fn run(
     h: &History,
@@ -117,7 +277,7 @@ pub(super) fn run(
         wakeups_budget(&mut cx, h, from, to, &i);
     }
     memory_growth(&mut cx, h);
-    let mut out = cx.out;
+    let mut out = group_alike_threads(cx.out, t);
     out.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.kind.cmp(&b.kind)));
     out
 }
@@ -130,9 +290,16 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
         if l.wakeups_per_sec < t.busy_poll_wakeups_per_sec || !(idle || zero) {
             continue;
         }
+        // A loop whose thread blocks most of the time waits: its
+        // zero-timeout waits are pre-polls before blocking ones (libuv
+        // does one before each wait when a timer is due), not spinning.
+        let blocked = blocked_percent(i, l.tid);
+        if blocked.is_some_and(|b| b > t.busy_poll_max_blocked_percent) {
+            continue;
+        }
         let cpu = thread_cpu(i, l.tid);
-        let severity = if cpu.unwrap_or(0.0) >= 50.0
-            || l.wakeups_per_sec >= 10.0 * t.busy_poll_wakeups_per_sec
+        let severity = if cpu.unwrap_or(0.0) >= t.busy_poll_critical_cpu_percent
+            || l.wakeups_per_sec >= t.busy_poll_critical_wakeups_per_sec
         {
             Severity::Critical
         } else {
@@ -140,6 +307,9 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
         };
         let cpu_text = cpu
             .map(|c| format!("; its thread uses {c:.0}% of a core"))
+            .unwrap_or_default();
+        let blocked_text = blocked
+            .map(|b| format!(" and is blocked {b:.0}% of the time"))
             .unwrap_or_default();
         let why = if zero {
             format!(
@@ -162,6 +332,9 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
         if let Some(c) = cpu {
             evidence.push(ev("thread_cpu_percent", c, "%"));
         }
+        if let Some(b) = blocked {
+            evidence.push(ev("blocked_percent", b, "%"));
+        }
         if let Some(tid) = l.tid {
             cx.explained.insert(tid);
         }
@@ -181,7 +354,7 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
                 tid: l.tid,
             },
             format!(
-                "loop \"{}\" wakes {:.0} times/s and {why}: it is busy-polling{cpu_text}",
+                "loop \"{}\" wakes {:.0} times/s and {why}: it is busy-polling{cpu_text}{blocked_text}",
                 l.name, l.wakeups_per_sec
             ),
             evidence,
@@ -190,66 +363,215 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
     }
 }
 
-/// Busy pollers and sleep loops seen by a kernel source (eBPF) in threads
-/// that no probe instruments, e.g. an unmodified proxy.
+/// The syscalls of one family, most called first, as "poll(2) 41000/s".
+fn syscall_mix(k: &KernelThreadInterval, poll: bool) -> (Vec<&SyscallRate>, String) {
+    let mut calls: Vec<&SyscallRate> = k
+        .calls_by_syscall
+        .iter()
+        .filter(|c| c.syscall.is_poll() == poll)
+        .collect();
+    calls.sort_by(|a, b| b.calls_per_sec.total_cmp(&a.calls_per_sec));
+    let text = calls
+        .iter()
+        .map(|c| format!("{}(2) {:.0}/s", c.syscall.name(), c.calls_per_sec))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (calls, text)
+}
+
+/// Busy pollers, sleep loops and signal-interrupted sleeps seen by a
+/// kernel source (eBPF) in threads that no probe instruments, e.g. an
+/// unmodified proxy.
 fn kernel_threads(cx: &mut Ctx<'_>, i: &Interval) {
-    let t = cx.t;
     for th in &i.threads {
         let Some(k) = &th.kernel else { continue };
         if cx.explained.contains(&th.tid) {
             continue;
         }
-        let (rate, idle, zt) = (
-            k.poll_calls_per_sec,
-            k.idle_poll_ratio,
-            k.zero_timeout_poll_ratio,
-        );
-        if rate >= t.busy_poll_wakeups_per_sec
-            && (idle >= t.busy_poll_idle_ratio || zt >= t.busy_poll_zero_timeout_ratio)
-        {
+        if kernel_busy_poller(cx, th, k) || kernel_signal_wakeups(cx, th, k) {
             cx.explained.insert(th.tid);
-            cx.push(
-                FindingKind::BusyPoller,
-                if th.cpu_percent >= 50.0 { Severity::Critical } else { Severity::Warning },
-                Subject::Thread { tid: th.tid, name: th.name.clone() },
-                format!(
-                    "thread {} \"{}\" makes {rate:.0} poll-family calls/s and {:.1}% return nothing (kernel view): it is busy-polling",
-                    th.tid,
-                    th.name,
-                    idle * 100.0
-                ),
-                vec![
-                    ev("poll_calls_per_sec", rate, "1/s"),
-                    ev("idle_poll_ratio", idle, "ratio"),
-                    ev("zero_timeout_poll_ratio", zt, "ratio"),
-                    ev("thread_cpu_percent", th.cpu_percent, "%"),
-                ],
-                BUSY_POLL_ADVICE,
-            );
             continue;
         }
-        if k.sleeps_per_sec >= t.sleep_calls_per_sec {
+        if kernel_sleep_loop(cx, th, k) {
             cx.explained.insert(th.tid);
-            cx.push(
-                FindingKind::SleepOverhead,
-                if k.sleeps_per_sec >= 5.0 * t.sleep_calls_per_sec { Severity::Warning } else { Severity::Info },
-                Subject::Thread { tid: th.tid, name: th.name.clone() },
-                format!(
-                    "thread {} \"{}\" sleeps {:.0} times/s for {:.2} ms each (kernel view): a sleep-and-check polling loop",
-                    th.tid,
-                    th.name,
-                    k.sleeps_per_sec,
-                    k.mean_sleep_requested_ns as f64 / 1e6
-                ),
-                vec![
-                    ev("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
-                    ev("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
-                    ev("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
-                ],
-                SLEEP_ADVICE,
-            );
         }
     }
+}
+
+/// Busy-polling from the kernel view: many polls that find nothing while
+/// the thread hardly ever blocks. Counting calls alone is wrong: a
+/// libuv-style loop makes a zero-timeout poll before each blocking one, so
+/// a 1 ms timer doubles its calls and every one of them "finds nothing",
+/// yet the thread is blocked 95% of the time.
+fn kernel_busy_poller(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInterval) -> bool {
+    let t = cx.t;
+    let idle_polls = k.idle_poll_ratio * k.poll_calls_per_sec;
+    if idle_polls < t.busy_poll_wakeups_per_sec
+        || k.blocked_percent > t.busy_poll_max_blocked_percent
+    {
+        return false;
+    }
+    let (calls, mix) = syscall_mix(k, true);
+    let advice = match calls.first().map(|c| c.syscall) {
+        Some(Syscall::Poll | Syscall::Ppoll | Syscall::Select | Syscall::Pselect6) => {
+            BUSY_POLL_ADVICE_POLL
+        }
+        Some(Syscall::EpollWait | Syscall::EpollPwait | Syscall::EpollPwait2) => {
+            BUSY_POLL_ADVICE_EPOLL
+        }
+        _ => BUSY_POLL_ADVICE,
+    };
+    let mix = if mix.is_empty() {
+        String::new()
+    } else {
+        format!(" ({mix})")
+    };
+    let severity = if th.cpu_percent >= t.busy_poll_critical_cpu_percent
+        || idle_polls >= t.busy_poll_critical_wakeups_per_sec
+    {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    cx.push(
+        FindingKind::BusyPoller,
+        severity,
+        Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        },
+        format!(
+            "thread {} \"{}\" polls {:.0} times/s{mix}, {:.0} of them find nothing without waiting, \
+             and it is blocked only {:.0}% of the time (kernel view): it is busy-polling, using {:.0}% of a core",
+            th.tid,
+            th.name,
+            k.poll_calls_per_sec,
+            k.idle_nonblocking_polls_per_sec,
+            k.blocked_percent,
+            th.cpu_percent
+        ),
+        vec![
+            ev("poll_calls_per_sec", k.poll_calls_per_sec, "1/s"),
+            ev("idle_polls_per_sec", idle_polls, "1/s"),
+            ev(
+                "idle_nonblocking_polls_per_sec",
+                k.idle_nonblocking_polls_per_sec,
+                "1/s",
+            ),
+            ev("blocking_polls_per_sec", k.blocking_polls_per_sec, "1/s"),
+            ev("zero_timeout_poll_ratio", k.zero_timeout_poll_ratio, "ratio"),
+            ev("blocked_percent", k.blocked_percent, "%"),
+            ev("thread_cpu_percent", th.cpu_percent, "%"),
+        ],
+        advice,
+    );
+    true
+}
+
+/// Sleeps cut short by signals: the thread wakes because of the signals.
+/// Its "sleep rate" is the signal rate, and its requested length says
+/// nothing about how long it slept.
+fn kernel_signal_wakeups(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInterval) -> bool {
+    let t = cx.t;
+    if k.sleeps_per_sec < t.sleep_calls_per_sec
+        || k.interrupted_sleeps_per_sec < t.sleep_interrupted_ratio * k.sleeps_per_sec
+    {
+        return false;
+    }
+    let asked = requested_text(k);
+    cx.push(
+        FindingKind::SignalWakeups,
+        if k.interrupted_sleeps_per_sec >= t.sleep_warning_calls_per_sec {
+            Severity::Warning
+        } else {
+            Severity::Info
+        },
+        Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        },
+        format!(
+            "thread {} \"{}\" is interrupted by signals {:.0} times/s while sleeping: its sleeps ask for {asked} \
+             but last {:.2} ms on average ({:.0}% end early, kernel view); the wakeups come from the signals, \
+             not from a sleep loop",
+            th.tid,
+            th.name,
+            k.interrupted_sleeps_per_sec,
+            k.mean_sleep_actual_ns as f64 / 1e6,
+            k.interrupted_sleeps_per_sec * 100.0 / k.sleeps_per_sec
+        ),
+        vec![
+            ev("interrupted_sleeps_per_sec", k.interrupted_sleeps_per_sec, "1/s"),
+            ev("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
+            ev("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
+            ev("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
+            ev("interrupt_wakes_per_sec", k.interrupt_wakes_per_sec, "1/s"),
+        ],
+        SIGNAL_ADVICE,
+    );
+    true
+}
+
+/// The requested length of a thread's sleeps in words: "10.00 ms each",
+/// or that it is unknown (an absolute deadline on a clock the kernel side
+/// cannot read), never a made-up 0.
+fn requested_text(k: &KernelThreadInterval) -> String {
+    if k.mean_sleep_requested_ns == 0 && k.unknown_request_sleeps > 0 {
+        "an unknown length (absolute deadlines on a clock the kernel view cannot read)".to_string()
+    } else {
+        format!("{:.2} ms", k.mean_sleep_requested_ns as f64 / 1e6)
+    }
+}
+
+fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInterval) -> bool {
+    let t = cx.t;
+    let completed = (k.sleeps_per_sec - k.interrupted_sleeps_per_sec).max(0.0);
+    if completed < t.sleep_calls_per_sec {
+        return false;
+    }
+    let interrupted = if k.interrupted_sleeps_per_sec > 0.0 {
+        format!(
+            " ({:.0}/s more were cut short by signals)",
+            k.interrupted_sleeps_per_sec
+        )
+    } else {
+        String::new()
+    };
+    let (_, mix) = syscall_mix(k, false);
+    let mix = if mix.is_empty() {
+        String::new()
+    } else {
+        format!(" with {mix}")
+    };
+    cx.push(
+        FindingKind::SleepOverhead,
+        if completed >= t.sleep_warning_calls_per_sec {
+            Severity::Warning
+        } else {
+            Severity::Info
+        },
+        Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        },
+        format!(
+            "thread {} \"{}\" sleeps {completed:.0} times/s{mix}, asking for {} and sleeping {:.2} ms each{interrupted} \
+             (kernel view): a sleep-and-check polling loop",
+            th.tid,
+            th.name,
+            requested_text(k),
+            k.mean_sleep_actual_ns as f64 / 1e6
+        ),
+        vec![
+            ev("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
+            ev("completed_sleeps_per_sec", completed, "1/s"),
+            ev("interrupted_sleeps_per_sec", k.interrupted_sleeps_per_sec, "1/s"),
+            ev("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
+            ev("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
+        ],
+        SLEEP_ADVICE,
+    );
+    true
 }
 
 fn sleep_sites(cx: &mut Ctx<'_>, i: &Interval) {
@@ -258,10 +580,10 @@ fn sleep_sites(cx: &mut Ctx<'_>, i: &Interval) {
         if s.sleeps_per_sec < t.sleep_calls_per_sec {
             continue;
         }
-        let severity = if s.cpu_percent >= 5.0 * t.sleep_cpu_percent {
+        let severity = if s.cpu_percent >= t.sleep_critical_cpu_percent {
             Severity::Critical
         } else if s.cpu_percent >= t.sleep_cpu_percent
-            || s.sleeps_per_sec >= 5.0 * t.sleep_calls_per_sec
+            || s.sleeps_per_sec >= t.sleep_warning_calls_per_sec
         {
             Severity::Warning
         } else {
@@ -309,8 +631,8 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
         }
         let timed_out = l.timed_out_wakeups as f64 / l.wakeups as f64;
         if l.wakeups_per_sec < t.periodic_wakeups_per_sec
-            || timed_out < 0.8
-            || l.events_per_wakeup >= 0.1
+            || timed_out < t.periodic_min_timed_out_ratio
+            || l.events_per_wakeup >= t.periodic_max_events_per_wakeup
         {
             continue;
         }
@@ -320,7 +642,7 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
         let period_ms = 1e3 / l.wakeups_per_sec;
         cx.push(
             FindingKind::PeriodicWakeups,
-            if l.wakeups_per_sec >= 5.0 * t.periodic_wakeups_per_sec { Severity::Warning } else { Severity::Info },
+            if l.wakeups_per_sec >= t.periodic_warning_wakeups_per_sec { Severity::Warning } else { Severity::Info },
             Subject::Loop { name: l.name.clone(), tid: l.tid },
             format!(
                 "loop \"{}\" wakes every {period_ms:.1} ms on its timeout ({:.0}/s) and {:.0}% of those wakeups find nothing",
@@ -339,8 +661,10 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
     }
 }
 
-/// Threads with a steady switch rate and little CPU: a timer, found from
-/// the per-sample series of their context switches.
+/// Threads with a steady switch rate and little CPU, found from the
+/// per-sample series of their context switches. What wakes them (a timer,
+/// I/O, other threads) comes from the kernel view's wake sources; without
+/// it the finding does not guess.
 fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: &Interval) {
     let t = cx.t;
     let candidates: HashMap<u64, usize> = i
@@ -380,7 +704,7 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
             .windows(2)
             .map(|w| per_sec(w[1].1.saturating_sub(w[0].1), w[1].0.saturating_sub(w[0].0)))
             .collect();
-        if rates.len() < 3 {
+        if rates.len() < t.periodic_min_samples as usize {
             continue;
         }
         let mean = rates.iter().sum::<f64>() / rates.len() as f64;
@@ -394,22 +718,41 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
             continue;
         }
         let period_ms = 1e3 / mean;
+        let source = WakeSource::of(th.kernel.as_ref(), t);
+        let (cause, advice) = source.words(th.kernel.as_ref());
+        let mut evidence = vec![
+            ev("switches_per_sec", mean, "1/s"),
+            ev("period_ms", period_ms, "ms"),
+            ev("rate_variation", cv, "ratio"),
+            ev("thread_cpu_percent", th.cpu_percent, "%"),
+        ];
+        if let Some(k) = &th.kernel {
+            evidence.extend([
+                ev("interrupt_wakes_per_sec", k.interrupt_wakes_per_sec, "1/s"),
+                ev(
+                    "process_thread_wakes_per_sec",
+                    k.process_thread_wakes_per_sec,
+                    "1/s",
+                ),
+                ev(
+                    "other_process_wakes_per_sec",
+                    k.other_process_wakes_per_sec,
+                    "1/s",
+                ),
+                ev("blocked_percent", k.blocked_percent, "%"),
+            ]);
+        }
         cx.explained.insert(th.tid);
         cx.push(
             FindingKind::PeriodicWakeups,
-            if mean >= 5.0 * t.periodic_wakeups_per_sec { Severity::Warning } else { Severity::Info },
+            if mean >= t.periodic_warning_wakeups_per_sec { Severity::Warning } else { Severity::Info },
             Subject::Thread { tid: th.tid, name: th.name.clone() },
             format!(
-                "thread {} \"{}\" wakes every {period_ms:.1} ms ({mean:.0}/s, steady) and uses {:.2}% CPU: a periodic timer with little work",
+                "thread {} \"{}\" wakes every {period_ms:.1} ms ({mean:.0}/s, steady) and uses {:.2}% CPU: {cause}",
                 th.tid, th.name, th.cpu_percent
             ),
-            vec![
-                ev("switches_per_sec", mean, "1/s"),
-                ev("period_ms", period_ms, "ms"),
-                ev("rate_variation", cv, "ratio"),
-                ev("thread_cpu_percent", th.cpu_percent, "%"),
-            ],
-            PERIODIC_ADVICE,
+            evidence,
+            advice,
         );
     }
 }
@@ -420,7 +763,9 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
         let Some(wait) = th.run_queue_wait_percent else {
             continue;
         };
-        if wait < t.run_queue_wait_percent || th.cpu_percent < 5.0 || cx.explained.contains(&th.tid)
+        if wait < t.run_queue_wait_percent
+            || th.cpu_percent < t.run_queue_min_cpu_percent
+            || cx.explained.contains(&th.tid)
         {
             continue;
         }
@@ -431,7 +776,7 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             .sum();
         cx.push(
             FindingKind::RunQueueContention,
-            if wait >= 50.0 { Severity::Critical } else { Severity::Warning },
+            if wait >= t.run_queue_critical_wait_percent { Severity::Critical } else { Severity::Warning },
             Subject::Thread { tid: th.tid, name: th.name.clone() },
             format!(
                 "thread {} \"{}\" waited for a CPU {wait:.0}% of the time while running {:.0}%: \
@@ -458,7 +803,7 @@ fn cpu_hogs(cx: &mut Ctx<'_>, i: &Interval) {
         }
         cx.push(
             FindingKind::CpuHog,
-            if th.cpu_percent >= 95.0 { Severity::Critical } else { Severity::Warning },
+            if th.cpu_percent >= t.cpu_hog_critical_percent { Severity::Critical } else { Severity::Warning },
             Subject::Thread { tid: th.tid, name: th.name.clone() },
             format!(
                 "thread {} \"{}\" used {:.0}% of a core for {:.0} s",
@@ -521,7 +866,7 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
     let wakers = if wakers.is_empty() {
         String::new()
     } else {
-        format!("; top wakers: {}", wakers.join(", "))
+        format!("; most woken threads: {}", wakers.join(", "))
     };
     let limit_total = budget * ns(t.wakeups_window) as f64 / 1e9;
     cx.push(
@@ -542,7 +887,8 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
             ev("seconds_to_limit", limit_total / rate, "s"),
         ],
         "iOS raises EXC_RESOURCE WAKEUPS (and Android vitals flags excessive wakeups) for processes that wake this \
-         often. Find the top wakers above and remove polling and short timers.",
+         often. Start with the most woken threads above (the kernel view, with eBPF, names who wakes them) and remove \
+         polling and short timers.",
     );
 }
 
@@ -555,6 +901,7 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
         .header
         .monotonic_ns
         .saturating_sub(first.header.monotonic_ns);
+    // Growth needs two steps at least: one step is not a trend.
     if d < ns(t.min_window) || h.len() < 3 {
         return;
     }
@@ -572,7 +919,7 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
         .map(|(x, y)| y.header.process.rss_bytes >= x.header.process.rss_bytes)
         .collect();
     let rising = steps.iter().filter(|s| **s).count() as f64 / steps.len().max(1) as f64;
-    if rising < 0.7 {
+    if rising < t.memory_growth_rising_ratio {
         return;
     }
     let mib = |v: u64| v as f64 / (1u64 << 20) as f64;
@@ -580,7 +927,7 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
     cx.window_ns = d;
     cx.push(
         FindingKind::MemoryGrowth,
-        if growth >= a { Severity::Critical } else { Severity::Warning },
+        if growth as f64 >= t.memory_growth_critical_ratio * a as f64 { Severity::Critical } else { Severity::Warning },
         Subject::Process { pid: last.header.process.pid },
         format!(
             "resident memory grew from {:.1} MiB to {:.1} MiB over {:.0} s ({:.1} MiB/min), rising in {:.0}% of samples",
@@ -599,4 +946,185 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
         "Steady growth across the whole history looks like a leak or an unbounded cache/queue. Compare heap \
          profiles at two points (heaptrack, Instruments Allocations, Android Studio) or bound the cache.",
     );
+}
+
+/// A thread name with each run of digits as `*`: `worker-12` → `worker-*`.
+fn name_pattern(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_digits = false;
+    for c in name.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('*');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
+/// Whether two findings' numbers tell the same behaviour: every evidence
+/// value within `tolerance` of the other's, relative to the larger, with
+/// a floor for percentages (1 point) and ratios (0.05) so that 0.1% and
+/// 0.15% CPU count as alike.
+fn alike(a: &Finding, b: &Finding, tolerance: f64) -> bool {
+    a.evidence.len() == b.evidence.len()
+        && a.evidence.iter().zip(&b.evidence).all(|(x, y)| {
+            let floor = match x.unit.as_str() {
+                "%" => 1.0,
+                "ratio" => 0.05,
+                _ => 0.0,
+            };
+            x.name == y.name
+                && (x.value - y.value).abs()
+                    <= (tolerance * x.value.abs().max(y.value.abs())).max(floor)
+        })
+}
+
+/// At most this many TIDs are spelled out in a group's summary (all are in
+/// its subject).
+const GROUP_TIDS_SHOWN: usize = 8;
+
+/// One finding for threads with the same kind, severity, name pattern and
+/// behaviour: twenty `worker-N` threads sleeping 5 ms each are one cause.
+/// The group keeps the first thread's summary, evidence and advice, with
+/// the subject listing every TID and an evidence `threads` count.
+fn group_alike_threads(findings: Vec<Finding>, t: &Thresholds) -> Vec<Finding> {
+    // Members of each group, as indexes into `findings`.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut out_order: Vec<Result<usize, usize>> = Vec::new(); // Ok(finding) or Err(group)
+    for (n, f) in findings.iter().enumerate() {
+        let Subject::Thread { name, .. } = &f.subject else {
+            out_order.push(Ok(n));
+            continue;
+        };
+        let pattern = name_pattern(name);
+        let found = groups.iter().position(|g| {
+            let first = &findings[g[0]];
+            matches!(&first.subject, Subject::Thread { name, .. } if name_pattern(name) == pattern)
+                && first.kind == f.kind
+                && first.severity == f.severity
+                && alike(first, f, t.group_max_difference)
+        });
+        match found {
+            Some(g) => groups[g].push(n),
+            None => {
+                groups.push(vec![n]);
+                out_order.push(Err(groups.len() - 1));
+            }
+        }
+    }
+    let mut slots: Vec<Option<Finding>> = findings.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(out_order.len());
+    for o in out_order {
+        match o {
+            Ok(n) => out.extend(slots[n].take()),
+            Err(g) => {
+                let members = &groups[g];
+                if members.len() == 1 {
+                    out.extend(slots[members[0]].take());
+                    continue;
+                }
+                let tids: Vec<u64> = members
+                    .iter()
+                    .filter_map(|m| slots[*m].as_ref().and_then(|f| f.subject.tid()))
+                    .collect();
+                let Some(mut first) = slots[members[0]].take() else {
+                    continue;
+                };
+                let Subject::Thread { tid, name } = first.subject.clone() else {
+                    continue;
+                };
+                let pattern = name_pattern(&name);
+                let mut shown: Vec<String> = tids
+                    .iter()
+                    .take(GROUP_TIDS_SHOWN)
+                    .map(u64::to_string)
+                    .collect();
+                if tids.len() > GROUP_TIDS_SHOWN {
+                    shown.push(format!("and {} more", tids.len() - GROUP_TIDS_SHOWN));
+                }
+                // The rules start a thread's summary with its label.
+                let own = format!("thread {tid} \"{name}\" ");
+                let rest = first.summary.strip_prefix(&own).unwrap_or(&first.summary);
+                first.summary = format!(
+                    "{} threads \"{pattern}\" behave alike (TIDs {}); each {rest} (figures of TID {tid}, \
+                     the others within {:.0}%)",
+                    tids.len(),
+                    shown.join(", "),
+                    t.group_max_difference * 100.0
+                );
+                first
+                    .evidence
+                    .push(ev("threads", tids.len() as f64, "threads"));
+                first.subject = Subject::Threads {
+                    name: pattern,
+                    tids,
+                };
+                out.push(first);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finding(tid: u64, name: &str, rate: f64, cpu: f64) -> Finding {
+        Finding {
+            kind: FindingKind::SleepOverhead,
+            severity: Severity::Info,
+            subject: Subject::Thread {
+                tid,
+                name: name.to_string(),
+            },
+            summary: format!("thread {tid} \"{name}\" sleeps {rate:.0} times/s"),
+            evidence: vec![ev("sleeps_per_sec", rate, "1/s"), ev("cpu", cpu, "%")],
+            advice: String::new(),
+            window_ns: 1,
+        }
+    }
+
+    #[test]
+    fn patterns_replace_digit_runs() {
+        assert_eq!(name_pattern("worker-12"), "worker-*");
+        assert_eq!(name_pattern("w1x22"), "w*x*");
+        assert_eq!(name_pattern("node"), "node");
+    }
+
+    #[test]
+    fn alike_threads_become_one_finding_others_stay() {
+        let t = Thresholds::default();
+        let mut f: Vec<Finding> = (0..20)
+            .map(|n| finding(100 + n, &format!("worker-{n}"), 190.0 + n as f64, 0.1))
+            .collect();
+        f.push(finding(200, "worker-99", 20.0, 0.1)); // another behaviour
+        f.push(finding(300, "io", 190.0, 0.1)); // another name
+        let out = group_alike_threads(f, &t);
+        assert_eq!(out.len(), 3, "{out:#?}");
+        let g = &out[0];
+        assert!(
+            matches!(&g.subject, Subject::Threads { name, tids } if name == "worker-*" && tids.len() == 20),
+            "{g:#?}"
+        );
+        assert_eq!(g.evidence("threads"), Some(20.0));
+        assert!(
+            g.summary
+                .starts_with("20 threads \"worker-*\" behave alike (TIDs 100, 101"),
+            "{}",
+            g.summary
+        );
+        assert!(
+            g.summary.contains("and 12 more); each sleeps 190 times/s"),
+            "{}",
+            g.summary
+        );
+        assert_eq!(out[1].subject.tid(), Some(200));
+        assert_eq!(out[2].subject.tid(), Some(300));
+    }
 }

@@ -26,12 +26,41 @@ pub struct Thresholds {
     /// Busy poller: share of waits with a zero timeout (0–1); either this or
     /// the idle ratio suffices. Default 0.5.
     pub busy_poll_zero_timeout_ratio: f64,
+    /// Busy poller: a thread blocked (off CPU, not preempted) for more than
+    /// this percent of the window does not busy-poll, whatever its call
+    /// counts say: it waits. Default 50%: measured here, a zero-timeout
+    /// `epoll_wait` loop is blocked 0%, a libuv-style 1 ms timer loop (Node
+    /// `setInterval(…, 1)`, a zero-timeout pre-poll before each blocking
+    /// wait) 95–99% (ACCURACY.md).
+    pub busy_poll_max_blocked_percent: f64,
+    /// Busy poller: CPU of its thread (percent of one core) that makes the
+    /// finding critical. Default 50% (iOS energy logs record 50% CPU over
+    /// 180 s; the Envoy Mobile poll-backend case burned >= 100% while idle).
+    pub busy_poll_critical_cpu_percent: f64,
+    /// Busy poller: wakeups (or idle non-blocking polls) per second that
+    /// make the finding critical. Default 10,000/s (the Envoy Mobile case:
+    /// "your loop wakes 10,000 times a second and finds nothing").
+    pub busy_poll_critical_wakeups_per_sec: f64,
     /// Sleep overhead: sleeps per second of one sleep site. Default 100/s
     /// (powertop shows a 100 ms usleep loop at ~212 events/s as a top waker).
     pub sleep_calls_per_sec: f64,
     /// Sleep overhead: CPU inside sleeps, percent of one core, that makes the
-    /// finding a warning (5× this: critical; the iOS audio case was 8%). Default 1%.
+    /// finding a warning. Default 1%.
     pub sleep_cpu_percent: f64,
+    /// Sleep overhead: CPU inside sleeps, percent of one core, that makes the
+    /// finding critical. Default 5% (the iOS audio engine's `usleep` loop
+    /// cost 8%; lowering its priority brought it to 0.8%).
+    pub sleep_critical_cpu_percent: f64,
+    /// Sleep overhead: sleeps per second that make the finding a warning
+    /// even at low CPU. Default 500/s: a 2 ms sleep-and-check period, five
+    /// times [`Thresholds::sleep_calls_per_sec`] (a judgement of this
+    /// project, not an external limit).
+    pub sleep_warning_calls_per_sec: f64,
+    /// Share of a thread's sleeps ended early by a signal (0–1) above which
+    /// its wakeups are attributed to the signals, not to a sleep loop.
+    /// Default 0.5: a majority (a 10 ms sleep under a 1 kHz timer signal
+    /// is interrupted ~99% of the time; an undisturbed sleep loop 0%).
+    pub sleep_interrupted_ratio: f64,
     /// Periodic wakeups: wakeups per second of a thread or loop that does
     /// little per wakeup. Default 20/s (a 50 ms timer).
     pub periodic_wakeups_per_sec: f64,
@@ -40,14 +69,42 @@ pub struct Thresholds {
     /// Periodic wakeups: largest coefficient of variation of the per-sample
     /// wakeup rate that still counts as periodic. Default 0.25.
     pub periodic_max_variation: f64,
+    /// Periodic wakeups: wakeups per second that make the finding a warning.
+    /// Default 100/s (a 10 ms timer: two thirds of iOS's 150/s wakeups
+    /// budget by itself).
+    pub periodic_warning_wakeups_per_sec: f64,
+    /// Periodic wakeups of a loop: least share of its wakeups that ended on
+    /// their timeout (0–1). Default 0.8 (a timer-driven loop; a loop woken
+    /// by work ends its waits early).
+    pub periodic_min_timed_out_ratio: f64,
+    /// Periodic wakeups of a loop: most events per wakeup (a loop with work
+    /// on one wakeup in ten or more is not idle-periodic). Default 0.1.
+    pub periodic_max_events_per_wakeup: f64,
+    /// Periodic wakeups of a thread: least number of per-sample rates the
+    /// steadiness is judged on. Default 3 (a variation needs a few points).
+    pub periodic_min_samples: u32,
+    /// Share of a thread's wakes (0–1) one source must have for a finding
+    /// to name it (a timer or I/O interrupt, other threads of the process,
+    /// other processes); below it the finding says the sources are mixed.
+    /// Default 0.6 (a clear majority).
+    pub wake_source_ratio: f64,
     /// CPU hog: percent of one core over [`Thresholds::cpu_window`]. Default 80%
     /// (iOS kills background apps above 80% CPU over 60 s).
     pub cpu_hog_percent: f64,
+    /// CPU hog: percent of one core that makes the finding critical.
+    /// Default 95% (a thread that never yields its core).
+    pub cpu_hog_critical_percent: f64,
     /// Window of the CPU hog finding. Default 60 s (the iOS rule's window).
     pub cpu_window: Duration,
     /// Run-queue contention: percent of time a thread waited runnable for a
     /// CPU. Default 20%.
     pub run_queue_wait_percent: f64,
+    /// Run-queue contention: wait percent that makes the finding critical.
+    /// Default 50% (the thread waits for a CPU as long as it could run).
+    pub run_queue_critical_wait_percent: f64,
+    /// Run-queue contention: least CPU of the thread, percent of one core;
+    /// an almost idle thread's waits say nothing about contention. Default 5%.
+    pub run_queue_min_cpu_percent: f64,
     /// Wakeups budget: average wakeups per second allowed over
     /// [`Thresholds::wakeups_window`]. Default 150/s (iOS EXC_RESOURCE WAKEUPS:
     /// 45,000 per 300 s).
@@ -60,6 +117,18 @@ pub struct Thresholds {
     pub memory_growth_bytes: u64,
     /// Memory growth: growth relative to the start (0–10). Default 0.10.
     pub memory_growth_ratio: f64,
+    /// Memory growth: growth relative to the start that makes the finding
+    /// critical (0–10). Default 1.0 (the resident size doubled).
+    pub memory_growth_critical_ratio: f64,
+    /// Memory growth: least share of consecutive samples in which RSS did
+    /// not shrink (0–1), so that a one-off allocation is not called a
+    /// leak. Default 0.7.
+    pub memory_growth_rising_ratio: f64,
+    /// Grouping: threads whose findings have the same kind, severity and
+    /// name pattern (digits aside: `worker-1`, `worker-2`) become one
+    /// finding when every number of their evidence is within this relative
+    /// difference of the group's first (0–1). Default 0.25.
+    pub group_max_difference: f64,
 }
 
 impl Default for Thresholds {
@@ -70,19 +139,36 @@ impl Default for Thresholds {
             busy_poll_wakeups_per_sec: 1000.0,
             busy_poll_idle_ratio: 0.9,
             busy_poll_zero_timeout_ratio: 0.5,
+            busy_poll_max_blocked_percent: 50.0,
+            busy_poll_critical_cpu_percent: 50.0,
+            busy_poll_critical_wakeups_per_sec: 10_000.0,
             sleep_calls_per_sec: 100.0,
             sleep_cpu_percent: 1.0,
+            sleep_critical_cpu_percent: 5.0,
+            sleep_warning_calls_per_sec: 500.0,
+            sleep_interrupted_ratio: 0.5,
             periodic_wakeups_per_sec: 20.0,
             periodic_max_cpu_percent: 5.0,
             periodic_max_variation: 0.25,
+            periodic_warning_wakeups_per_sec: 100.0,
+            periodic_min_timed_out_ratio: 0.8,
+            periodic_max_events_per_wakeup: 0.1,
+            periodic_min_samples: 3,
+            wake_source_ratio: 0.6,
             cpu_hog_percent: 80.0,
+            cpu_hog_critical_percent: 95.0,
             cpu_window: Duration::from_secs(60),
             run_queue_wait_percent: 20.0,
+            run_queue_critical_wait_percent: 50.0,
+            run_queue_min_cpu_percent: 5.0,
             wakeups_budget_per_sec: 150.0,
             wakeups_warn_fraction: 0.8,
             wakeups_window: Duration::from_secs(300),
             memory_growth_bytes: 32 << 20,
             memory_growth_ratio: 0.10,
+            memory_growth_critical_ratio: 1.0,
+            memory_growth_rising_ratio: 0.7,
+            group_max_difference: 0.25,
         }
     }
 }
@@ -106,6 +192,40 @@ setters! {
     with_busy_poll_idle_ratio: busy_poll_idle_ratio: f64;
     /// Sets [`Thresholds::busy_poll_zero_timeout_ratio`].
     with_busy_poll_zero_timeout_ratio: busy_poll_zero_timeout_ratio: f64;
+    /// Sets [`Thresholds::busy_poll_max_blocked_percent`].
+    with_busy_poll_max_blocked_percent: busy_poll_max_blocked_percent: f64;
+    /// Sets [`Thresholds::busy_poll_critical_cpu_percent`].
+    with_busy_poll_critical_cpu_percent: busy_poll_critical_cpu_percent: f64;
+    /// Sets [`Thresholds::busy_poll_critical_wakeups_per_sec`].
+    with_busy_poll_critical_wakeups_per_sec: busy_poll_critical_wakeups_per_sec: f64;
+    /// Sets [`Thresholds::sleep_critical_cpu_percent`].
+    with_sleep_critical_cpu_percent: sleep_critical_cpu_percent: f64;
+    /// Sets [`Thresholds::sleep_warning_calls_per_sec`].
+    with_sleep_warning_calls_per_sec: sleep_warning_calls_per_sec: f64;
+    /// Sets [`Thresholds::sleep_interrupted_ratio`].
+    with_sleep_interrupted_ratio: sleep_interrupted_ratio: f64;
+    /// Sets [`Thresholds::periodic_warning_wakeups_per_sec`].
+    with_periodic_warning_wakeups_per_sec: periodic_warning_wakeups_per_sec: f64;
+    /// Sets [`Thresholds::periodic_min_timed_out_ratio`].
+    with_periodic_min_timed_out_ratio: periodic_min_timed_out_ratio: f64;
+    /// Sets [`Thresholds::periodic_max_events_per_wakeup`].
+    with_periodic_max_events_per_wakeup: periodic_max_events_per_wakeup: f64;
+    /// Sets [`Thresholds::periodic_min_samples`].
+    with_periodic_min_samples: periodic_min_samples: u32;
+    /// Sets [`Thresholds::wake_source_ratio`].
+    with_wake_source_ratio: wake_source_ratio: f64;
+    /// Sets [`Thresholds::cpu_hog_critical_percent`].
+    with_cpu_hog_critical_percent: cpu_hog_critical_percent: f64;
+    /// Sets [`Thresholds::run_queue_critical_wait_percent`].
+    with_run_queue_critical_wait_percent: run_queue_critical_wait_percent: f64;
+    /// Sets [`Thresholds::run_queue_min_cpu_percent`].
+    with_run_queue_min_cpu_percent: run_queue_min_cpu_percent: f64;
+    /// Sets [`Thresholds::memory_growth_critical_ratio`].
+    with_memory_growth_critical_ratio: memory_growth_critical_ratio: f64;
+    /// Sets [`Thresholds::memory_growth_rising_ratio`].
+    with_memory_growth_rising_ratio: memory_growth_rising_ratio: f64;
+    /// Sets [`Thresholds::group_max_difference`].
+    with_group_max_difference: group_max_difference: f64;
     /// Sets [`Thresholds::sleep_calls_per_sec`].
     with_sleep_calls_per_sec: sleep_calls_per_sec: f64;
     /// Sets [`Thresholds::sleep_cpu_percent`].
@@ -167,6 +287,18 @@ impl Thresholds {
             ("periodic_wakeups_per_sec", self.periodic_wakeups_per_sec),
             ("wakeups_budget_per_sec", self.wakeups_budget_per_sec),
             ("periodic_max_variation", self.periodic_max_variation),
+            (
+                "busy_poll_critical_wakeups_per_sec",
+                self.busy_poll_critical_wakeups_per_sec,
+            ),
+            (
+                "sleep_warning_calls_per_sec",
+                self.sleep_warning_calls_per_sec,
+            ),
+            (
+                "periodic_warning_wakeups_per_sec",
+                self.periodic_warning_wakeups_per_sec,
+            ),
         ] {
             if !rate(v) {
                 return bad(f, "must be a finite number greater than zero");
@@ -179,6 +311,17 @@ impl Thresholds {
                 self.busy_poll_zero_timeout_ratio,
             ),
             ("wakeups_warn_fraction", self.wakeups_warn_fraction),
+            ("sleep_interrupted_ratio", self.sleep_interrupted_ratio),
+            (
+                "periodic_min_timed_out_ratio",
+                self.periodic_min_timed_out_ratio,
+            ),
+            ("wake_source_ratio", self.wake_source_ratio),
+            (
+                "memory_growth_rising_ratio",
+                self.memory_growth_rising_ratio,
+            ),
+            ("group_max_difference", self.group_max_difference),
         ] {
             if !unit(v) {
                 return bad(f, "must be between 0 and 1");
@@ -189,16 +332,50 @@ impl Thresholds {
             ("periodic_max_cpu_percent", self.periodic_max_cpu_percent),
             ("cpu_hog_percent", self.cpu_hog_percent),
             ("run_queue_wait_percent", self.run_queue_wait_percent),
+            (
+                "busy_poll_max_blocked_percent",
+                self.busy_poll_max_blocked_percent,
+            ),
+            (
+                "busy_poll_critical_cpu_percent",
+                self.busy_poll_critical_cpu_percent,
+            ),
+            (
+                "sleep_critical_cpu_percent",
+                self.sleep_critical_cpu_percent,
+            ),
+            ("cpu_hog_critical_percent", self.cpu_hog_critical_percent),
+            (
+                "run_queue_critical_wait_percent",
+                self.run_queue_critical_wait_percent,
+            ),
+            ("run_queue_min_cpu_percent", self.run_queue_min_cpu_percent),
         ] {
             if !pct(v) {
                 return bad(f, "must be a percentage above 0 and at most 100");
             }
         }
-        if !(self.memory_growth_ratio.is_finite()
-            && self.memory_growth_ratio >= 0.0
-            && self.memory_growth_ratio <= 10.0)
+        for (f, v) in [
+            ("memory_growth_ratio", self.memory_growth_ratio),
+            (
+                "memory_growth_critical_ratio",
+                self.memory_growth_critical_ratio,
+            ),
+        ] {
+            if !(v.is_finite() && (0.0..=10.0).contains(&v)) {
+                return bad(f, "must be between 0 and 10");
+            }
+        }
+        if !(self.periodic_max_events_per_wakeup.is_finite()
+            && self.periodic_max_events_per_wakeup >= 0.0)
         {
-            return bad("memory_growth_ratio", "must be between 0 and 10");
+            return bad(
+                "periodic_max_events_per_wakeup",
+                "must be a finite number of at least zero",
+            );
+        }
+        if self.periodic_min_samples < 2 {
+            return bad("periodic_min_samples", "must be at least 2");
         }
         if self.memory_growth_bytes == 0 {
             return bad("memory_growth_bytes", "must be greater than zero");

@@ -1108,13 +1108,41 @@ public struct KernelThreadInterval: Equatable, Hashable {
      */
     public var offCpu: OffCpuTime
     /**
+     * Time blocked (off CPU for any cause but preemption), in percent of
+     * the interval: 95 for a loop that waits 95% of the time, near 0 for
+     * a thread that spins.
+     */
+    public var blockedPercent: Double
+    /**
      * Wakes per second: times the thread was made runnable (`sched_waking`).
      */
     public var wakesPerSec: Double
     /**
+     * Wakes per second from interrupt context (a timer or an I/O completion).
+     */
+    public var interruptWakesPerSec: Double
+    /**
+     * Wakes per second by other threads of the same process.
+     */
+    public var processThreadWakesPerSec: Double
+    /**
+     * Wakes per second by threads of other processes.
+     */
+    public var otherProcessWakesPerSec: Double
+    /**
      * Poll-family syscalls per second.
      */
     public var pollCallsPerSec: Double
+    /**
+     * Poll-family calls per second that blocked: each return is a wakeup
+     * that ended a blocking wait.
+     */
+    public var blockingPollsPerSec: Double
+    /**
+     * Poll-family calls per second that returned nothing without blocking:
+     * polls that neither found work nor waited for it.
+     */
+    public var idleNonblockingPollsPerSec: Double
     /**
      * Share of those calls that were idle (returned 0: nothing ready), 0 to 1.
      */
@@ -1128,13 +1156,30 @@ public struct KernelThreadInterval: Equatable, Hashable {
      */
     public var sleepsPerSec: Double
     /**
-     * Mean requested sleep, in nanoseconds.
+     * Sleep calls per second ended early by a signal (`EINTR`).
+     */
+    public var interruptedSleepsPerSec: Double
+    /**
+     * Mean requested sleep of the calls whose request is known (see
+     * [`crate::SleepSyscallStats::total_requested_ns`]), in nanoseconds;
+     * 0 when none is known (`unknown_request_sleeps` then equals the calls).
      */
     public var meanSleepRequestedNs: UInt64
     /**
-     * Mean actual sleep, in nanoseconds.
+     * Sleep calls during the interval whose requested duration is unknown
+     * (an absolute deadline on a clock such as `CLOCK_TAI`).
+     */
+    public var unknownRequestSleeps: UInt64
+    /**
+     * Mean actual sleep (from the call's first block to its return), in
+     * nanoseconds, over all calls, interrupted ones included.
      */
     public var meanSleepActualNs: UInt64
+    /**
+     * Calls per second of each poll-family and sleep syscall, in
+     * [`Syscall::ALL`] order, syscalls without calls left out.
+     */
+    public var callsBySyscall: [SyscallRate]
     /**
      * The threads that woke it most since the source attached, most first.
      */
@@ -1156,11 +1201,33 @@ public struct KernelThreadInterval: Equatable, Hashable {
          * Off-CPU time during the interval by cause, in nanoseconds.
          */offCpu: OffCpuTime, 
         /**
+         * Time blocked (off CPU for any cause but preemption), in percent of
+         * the interval: 95 for a loop that waits 95% of the time, near 0 for
+         * a thread that spins.
+         */blockedPercent: Double, 
+        /**
          * Wakes per second: times the thread was made runnable (`sched_waking`).
          */wakesPerSec: Double, 
         /**
+         * Wakes per second from interrupt context (a timer or an I/O completion).
+         */interruptWakesPerSec: Double, 
+        /**
+         * Wakes per second by other threads of the same process.
+         */processThreadWakesPerSec: Double, 
+        /**
+         * Wakes per second by threads of other processes.
+         */otherProcessWakesPerSec: Double, 
+        /**
          * Poll-family syscalls per second.
          */pollCallsPerSec: Double, 
+        /**
+         * Poll-family calls per second that blocked: each return is a wakeup
+         * that ended a blocking wait.
+         */blockingPollsPerSec: Double, 
+        /**
+         * Poll-family calls per second that returned nothing without blocking:
+         * polls that neither found work nor waited for it.
+         */idleNonblockingPollsPerSec: Double, 
         /**
          * Share of those calls that were idle (returned 0: nothing ready), 0 to 1.
          */idlePollRatio: Double, 
@@ -1171,11 +1238,25 @@ public struct KernelThreadInterval: Equatable, Hashable {
          * `nanosleep`/`clock_nanosleep` calls per second.
          */sleepsPerSec: Double, 
         /**
-         * Mean requested sleep, in nanoseconds.
+         * Sleep calls per second ended early by a signal (`EINTR`).
+         */interruptedSleepsPerSec: Double, 
+        /**
+         * Mean requested sleep of the calls whose request is known (see
+         * [`crate::SleepSyscallStats::total_requested_ns`]), in nanoseconds;
+         * 0 when none is known (`unknown_request_sleeps` then equals the calls).
          */meanSleepRequestedNs: UInt64, 
         /**
-         * Mean actual sleep, in nanoseconds.
+         * Sleep calls during the interval whose requested duration is unknown
+         * (an absolute deadline on a clock such as `CLOCK_TAI`).
+         */unknownRequestSleeps: UInt64, 
+        /**
+         * Mean actual sleep (from the call's first block to its return), in
+         * nanoseconds, over all calls, interrupted ones included.
          */meanSleepActualNs: UInt64, 
+        /**
+         * Calls per second of each poll-family and sleep syscall, in
+         * [`Syscall::ALL`] order, syscalls without calls left out.
+         */callsBySyscall: [SyscallRate], 
         /**
          * The threads that woke it most since the source attached, most first.
          */topWakers: [Waker]) {
@@ -1183,13 +1264,22 @@ public struct KernelThreadInterval: Equatable, Hashable {
         self.voluntarySwitchesPerSec = voluntarySwitchesPerSec
         self.involuntarySwitchesPerSec = involuntarySwitchesPerSec
         self.offCpu = offCpu
+        self.blockedPercent = blockedPercent
         self.wakesPerSec = wakesPerSec
+        self.interruptWakesPerSec = interruptWakesPerSec
+        self.processThreadWakesPerSec = processThreadWakesPerSec
+        self.otherProcessWakesPerSec = otherProcessWakesPerSec
         self.pollCallsPerSec = pollCallsPerSec
+        self.blockingPollsPerSec = blockingPollsPerSec
+        self.idleNonblockingPollsPerSec = idleNonblockingPollsPerSec
         self.idlePollRatio = idlePollRatio
         self.zeroTimeoutPollRatio = zeroTimeoutPollRatio
         self.sleepsPerSec = sleepsPerSec
+        self.interruptedSleepsPerSec = interruptedSleepsPerSec
         self.meanSleepRequestedNs = meanSleepRequestedNs
+        self.unknownRequestSleeps = unknownRequestSleeps
         self.meanSleepActualNs = meanSleepActualNs
+        self.callsBySyscall = callsBySyscall
         self.topWakers = topWakers
     }
 
@@ -1213,13 +1303,22 @@ public struct FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer {
                 voluntarySwitchesPerSec: FfiConverterDouble.read(from: &buf), 
                 involuntarySwitchesPerSec: FfiConverterDouble.read(from: &buf), 
                 offCpu: FfiConverterTypeOffCpuTime.read(from: &buf), 
+                blockedPercent: FfiConverterDouble.read(from: &buf), 
                 wakesPerSec: FfiConverterDouble.read(from: &buf), 
+                interruptWakesPerSec: FfiConverterDouble.read(from: &buf), 
+                processThreadWakesPerSec: FfiConverterDouble.read(from: &buf), 
+                otherProcessWakesPerSec: FfiConverterDouble.read(from: &buf), 
                 pollCallsPerSec: FfiConverterDouble.read(from: &buf), 
+                blockingPollsPerSec: FfiConverterDouble.read(from: &buf), 
+                idleNonblockingPollsPerSec: FfiConverterDouble.read(from: &buf), 
                 idlePollRatio: FfiConverterDouble.read(from: &buf), 
                 zeroTimeoutPollRatio: FfiConverterDouble.read(from: &buf), 
                 sleepsPerSec: FfiConverterDouble.read(from: &buf), 
+                interruptedSleepsPerSec: FfiConverterDouble.read(from: &buf), 
                 meanSleepRequestedNs: FfiConverterUInt64.read(from: &buf), 
+                unknownRequestSleeps: FfiConverterUInt64.read(from: &buf), 
                 meanSleepActualNs: FfiConverterUInt64.read(from: &buf), 
+                callsBySyscall: FfiConverterSequenceTypeSyscallRate.read(from: &buf), 
                 topWakers: FfiConverterSequenceTypeWaker.read(from: &buf)
         )
     }
@@ -1229,13 +1328,22 @@ public struct FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer {
         FfiConverterDouble.write(value.voluntarySwitchesPerSec, into: &buf)
         FfiConverterDouble.write(value.involuntarySwitchesPerSec, into: &buf)
         FfiConverterTypeOffCpuTime.write(value.offCpu, into: &buf)
+        FfiConverterDouble.write(value.blockedPercent, into: &buf)
         FfiConverterDouble.write(value.wakesPerSec, into: &buf)
+        FfiConverterDouble.write(value.interruptWakesPerSec, into: &buf)
+        FfiConverterDouble.write(value.processThreadWakesPerSec, into: &buf)
+        FfiConverterDouble.write(value.otherProcessWakesPerSec, into: &buf)
         FfiConverterDouble.write(value.pollCallsPerSec, into: &buf)
+        FfiConverterDouble.write(value.blockingPollsPerSec, into: &buf)
+        FfiConverterDouble.write(value.idleNonblockingPollsPerSec, into: &buf)
         FfiConverterDouble.write(value.idlePollRatio, into: &buf)
         FfiConverterDouble.write(value.zeroTimeoutPollRatio, into: &buf)
         FfiConverterDouble.write(value.sleepsPerSec, into: &buf)
+        FfiConverterDouble.write(value.interruptedSleepsPerSec, into: &buf)
         FfiConverterUInt64.write(value.meanSleepRequestedNs, into: &buf)
+        FfiConverterUInt64.write(value.unknownRequestSleeps, into: &buf)
         FfiConverterUInt64.write(value.meanSleepActualNs, into: &buf)
+        FfiConverterSequenceTypeSyscallRate.write(value.callsBySyscall, into: &buf)
         FfiConverterSequenceTypeWaker.write(value.topWakers, into: &buf)
     }
 }
@@ -1298,6 +1406,19 @@ public struct KernelThreadStats: Equatable, Hashable {
      */
     public var totalWakes: UInt64
     /**
+     * Wakes from interrupt context: a timer (hrtimer, the tick) or an I/O
+     * completion (network, disk), not a thread.
+     */
+    public var totalInterruptWakes: UInt64
+    /**
+     * Wakes by other threads of the same process.
+     */
+    public var totalProcessThreadWakes: UInt64
+    /**
+     * Wakes by threads of other processes.
+     */
+    public var totalOtherProcessWakes: UInt64
+    /**
      * The threads that woke it most, most frequent first (bounded list).
      */
     public var topWakers: [Waker]
@@ -1309,6 +1430,11 @@ public struct KernelThreadStats: Equatable, Hashable {
      * Sleep syscalls.
      */
     public var sleep: SleepSyscallStats
+    /**
+     * Returns of each poll-family and sleep syscall the thread made, in
+     * [`Syscall::ALL`] order, zero counts left out (at most nine entries).
+     */
+    public var callsBySyscall: [SyscallCalls]
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1342,6 +1468,16 @@ public struct KernelThreadStats: Equatable, Hashable {
          * interrupt (`sched_waking`).
          */totalWakes: UInt64, 
         /**
+         * Wakes from interrupt context: a timer (hrtimer, the tick) or an I/O
+         * completion (network, disk), not a thread.
+         */totalInterruptWakes: UInt64, 
+        /**
+         * Wakes by other threads of the same process.
+         */totalProcessThreadWakes: UInt64, 
+        /**
+         * Wakes by threads of other processes.
+         */totalOtherProcessWakes: UInt64, 
+        /**
          * The threads that woke it most, most frequent first (bounded list).
          */topWakers: [Waker], 
         /**
@@ -1349,7 +1485,11 @@ public struct KernelThreadStats: Equatable, Hashable {
          */poll: PollSyscallStats, 
         /**
          * Sleep syscalls.
-         */sleep: SleepSyscallStats) {
+         */sleep: SleepSyscallStats, 
+        /**
+         * Returns of each poll-family and sleep syscall the thread made, in
+         * [`Syscall::ALL`] order, zero counts left out (at most nine entries).
+         */callsBySyscall: [SyscallCalls]) {
         self.tid = tid
         self.name = name
         self.totalOnCpuNs = totalOnCpuNs
@@ -1359,9 +1499,13 @@ public struct KernelThreadStats: Equatable, Hashable {
         self.offCpuHistogram = offCpuHistogram
         self.runQueueLatencyHistogram = runQueueLatencyHistogram
         self.totalWakes = totalWakes
+        self.totalInterruptWakes = totalInterruptWakes
+        self.totalProcessThreadWakes = totalProcessThreadWakes
+        self.totalOtherProcessWakes = totalOtherProcessWakes
         self.topWakers = topWakers
         self.poll = poll
         self.sleep = sleep
+        self.callsBySyscall = callsBySyscall
     }
 
     
@@ -1389,9 +1533,13 @@ public struct FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer {
                 offCpuHistogram: FfiConverterTypeLog2Histogram.read(from: &buf), 
                 runQueueLatencyHistogram: FfiConverterTypeLog2Histogram.read(from: &buf), 
                 totalWakes: FfiConverterUInt64.read(from: &buf), 
+                totalInterruptWakes: FfiConverterUInt64.read(from: &buf), 
+                totalProcessThreadWakes: FfiConverterUInt64.read(from: &buf), 
+                totalOtherProcessWakes: FfiConverterUInt64.read(from: &buf), 
                 topWakers: FfiConverterSequenceTypeWaker.read(from: &buf), 
                 poll: FfiConverterTypePollSyscallStats.read(from: &buf), 
-                sleep: FfiConverterTypeSleepSyscallStats.read(from: &buf)
+                sleep: FfiConverterTypeSleepSyscallStats.read(from: &buf), 
+                callsBySyscall: FfiConverterSequenceTypeSyscallCalls.read(from: &buf)
         )
     }
 
@@ -1405,9 +1553,13 @@ public struct FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer {
         FfiConverterTypeLog2Histogram.write(value.offCpuHistogram, into: &buf)
         FfiConverterTypeLog2Histogram.write(value.runQueueLatencyHistogram, into: &buf)
         FfiConverterUInt64.write(value.totalWakes, into: &buf)
+        FfiConverterUInt64.write(value.totalInterruptWakes, into: &buf)
+        FfiConverterUInt64.write(value.totalProcessThreadWakes, into: &buf)
+        FfiConverterUInt64.write(value.totalOtherProcessWakes, into: &buf)
         FfiConverterSequenceTypeWaker.write(value.topWakers, into: &buf)
         FfiConverterTypePollSyscallStats.write(value.poll, into: &buf)
         FfiConverterTypeSleepSyscallStats.write(value.sleep, into: &buf)
+        FfiConverterSequenceTypeSyscallCalls.write(value.callsBySyscall, into: &buf)
     }
 }
 
@@ -2089,6 +2241,16 @@ public struct PollSyscallStats: Equatable, Hashable {
      * return, in nanoseconds (calls that never block add 0).
      */
     public var totalBlockedNs: UInt64
+    /**
+     * Calls that blocked (the thread left the CPU in them): each return is
+     * a wakeup that ended a blocking wait.
+     */
+    public var totalBlockedCalls: UInt64
+    /**
+     * Idle calls that never blocked: returned 0 (nothing ready) without
+     * the thread leaving the CPU. What a busy poller makes.
+     */
+    public var totalIdleNonblockingCalls: UInt64
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2111,13 +2273,23 @@ public struct PollSyscallStats: Equatable, Hashable {
         /**
          * Time spent blocked in the calls, from each call's first block to its
          * return, in nanoseconds (calls that never block add 0).
-         */totalBlockedNs: UInt64) {
+         */totalBlockedNs: UInt64, 
+        /**
+         * Calls that blocked (the thread left the CPU in them): each return is
+         * a wakeup that ended a blocking wait.
+         */totalBlockedCalls: UInt64, 
+        /**
+         * Idle calls that never blocked: returned 0 (nothing ready) without
+         * the thread leaving the CPU. What a busy poller makes.
+         */totalIdleNonblockingCalls: UInt64) {
         self.totalCalls = totalCalls
         self.totalIdleCalls = totalIdleCalls
         self.totalZeroTimeoutCalls = totalZeroTimeoutCalls
         self.totalInfiniteTimeoutCalls = totalInfiniteTimeoutCalls
         self.timeoutHistogram = timeoutHistogram
         self.totalBlockedNs = totalBlockedNs
+        self.totalBlockedCalls = totalBlockedCalls
+        self.totalIdleNonblockingCalls = totalIdleNonblockingCalls
     }
 
     
@@ -2141,7 +2313,9 @@ public struct FfiConverterTypePollSyscallStats: FfiConverterRustBuffer {
                 totalZeroTimeoutCalls: FfiConverterUInt64.read(from: &buf), 
                 totalInfiniteTimeoutCalls: FfiConverterUInt64.read(from: &buf), 
                 timeoutHistogram: FfiConverterTypeLog2Histogram.read(from: &buf), 
-                totalBlockedNs: FfiConverterUInt64.read(from: &buf)
+                totalBlockedNs: FfiConverterUInt64.read(from: &buf), 
+                totalBlockedCalls: FfiConverterUInt64.read(from: &buf), 
+                totalIdleNonblockingCalls: FfiConverterUInt64.read(from: &buf)
         )
     }
 
@@ -2152,6 +2326,8 @@ public struct FfiConverterTypePollSyscallStats: FfiConverterRustBuffer {
         FfiConverterUInt64.write(value.totalInfiniteTimeoutCalls, into: &buf)
         FfiConverterTypeLog2Histogram.write(value.timeoutHistogram, into: &buf)
         FfiConverterUInt64.write(value.totalBlockedNs, into: &buf)
+        FfiConverterUInt64.write(value.totalBlockedCalls, into: &buf)
+        FfiConverterUInt64.write(value.totalIdleNonblockingCalls, into: &buf)
     }
 }
 
@@ -3210,14 +3386,32 @@ public struct SleepSyscallStats: Equatable, Hashable {
      */
     public var totalCalls: UInt64
     /**
-     * Sum of requested durations (relative sleeps), in nanoseconds.
+     * Sum of requested durations of the calls whose request is known, in
+     * nanoseconds: relative sleeps, and absolute ones (`TIMER_ABSTIME`) on
+     * `CLOCK_MONOTONIC`, `CLOCK_BOOTTIME` or `CLOCK_REALTIME`, whose length
+     * counts from the clock's value when the call blocked.
      */
     public var totalRequestedNs: UInt64
+    /**
+     * Calls whose requested duration is known (the calls
+     * `total_requested_ns` sums); the others slept on another clock or
+     * passed an unreadable request.
+     */
+    public var totalKnownRequestCalls: UInt64
     /**
      * Sum of actual durations, from each call's first block to its
      * return, in nanoseconds.
      */
     public var totalActualNs: UInt64
+    /**
+     * Calls ended early by a signal (`EINTR`, or a restart after a stop).
+     */
+    public var totalInterruptedCalls: UInt64
+    /**
+     * Time blocked in the interrupted calls, in nanoseconds (part of
+     * `total_actual_ns`).
+     */
+    public var totalInterruptedNs: UInt64
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -3226,15 +3420,33 @@ public struct SleepSyscallStats: Equatable, Hashable {
          * Calls that returned.
          */totalCalls: UInt64, 
         /**
-         * Sum of requested durations (relative sleeps), in nanoseconds.
+         * Sum of requested durations of the calls whose request is known, in
+         * nanoseconds: relative sleeps, and absolute ones (`TIMER_ABSTIME`) on
+         * `CLOCK_MONOTONIC`, `CLOCK_BOOTTIME` or `CLOCK_REALTIME`, whose length
+         * counts from the clock's value when the call blocked.
          */totalRequestedNs: UInt64, 
+        /**
+         * Calls whose requested duration is known (the calls
+         * `total_requested_ns` sums); the others slept on another clock or
+         * passed an unreadable request.
+         */totalKnownRequestCalls: UInt64, 
         /**
          * Sum of actual durations, from each call's first block to its
          * return, in nanoseconds.
-         */totalActualNs: UInt64) {
+         */totalActualNs: UInt64, 
+        /**
+         * Calls ended early by a signal (`EINTR`, or a restart after a stop).
+         */totalInterruptedCalls: UInt64, 
+        /**
+         * Time blocked in the interrupted calls, in nanoseconds (part of
+         * `total_actual_ns`).
+         */totalInterruptedNs: UInt64) {
         self.totalCalls = totalCalls
         self.totalRequestedNs = totalRequestedNs
+        self.totalKnownRequestCalls = totalKnownRequestCalls
         self.totalActualNs = totalActualNs
+        self.totalInterruptedCalls = totalInterruptedCalls
+        self.totalInterruptedNs = totalInterruptedNs
     }
 
     
@@ -3255,14 +3467,20 @@ public struct FfiConverterTypeSleepSyscallStats: FfiConverterRustBuffer {
             try SleepSyscallStats(
                 totalCalls: FfiConverterUInt64.read(from: &buf), 
                 totalRequestedNs: FfiConverterUInt64.read(from: &buf), 
-                totalActualNs: FfiConverterUInt64.read(from: &buf)
+                totalKnownRequestCalls: FfiConverterUInt64.read(from: &buf), 
+                totalActualNs: FfiConverterUInt64.read(from: &buf), 
+                totalInterruptedCalls: FfiConverterUInt64.read(from: &buf), 
+                totalInterruptedNs: FfiConverterUInt64.read(from: &buf)
         )
     }
 
     public static func write(_ value: SleepSyscallStats, into buf: inout [UInt8]) {
         FfiConverterUInt64.write(value.totalCalls, into: &buf)
         FfiConverterUInt64.write(value.totalRequestedNs, into: &buf)
+        FfiConverterUInt64.write(value.totalKnownRequestCalls, into: &buf)
         FfiConverterUInt64.write(value.totalActualNs, into: &buf)
+        FfiConverterUInt64.write(value.totalInterruptedCalls, into: &buf)
+        FfiConverterUInt64.write(value.totalInterruptedNs, into: &buf)
     }
 }
 
@@ -3456,6 +3674,144 @@ public func FfiConverterTypeSnapshot_lift(_ buf: RustBuffer) throws -> Snapshot 
 #endif
 public func FfiConverterTypeSnapshot_lower(_ value: Snapshot) -> RustBuffer {
     return FfiConverterTypeSnapshot.lower(value)
+}
+
+
+/**
+ * Returns of one syscall, cumulative since the source attached.
+ */
+public struct SyscallCalls: Equatable, Hashable {
+    /**
+     * Which syscall.
+     */
+    public var syscall: Syscall
+    /**
+     * Calls of it that returned.
+     */
+    public var totalCalls: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Which syscall.
+         */syscall: Syscall, 
+        /**
+         * Calls of it that returned.
+         */totalCalls: UInt64) {
+        self.syscall = syscall
+        self.totalCalls = totalCalls
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension SyscallCalls: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSyscallCalls: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SyscallCalls {
+        return
+            try SyscallCalls(
+                syscall: FfiConverterTypeSyscall.read(from: &buf), 
+                totalCalls: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: SyscallCalls, into buf: inout [UInt8]) {
+        FfiConverterTypeSyscall.write(value.syscall, into: &buf)
+        FfiConverterUInt64.write(value.totalCalls, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSyscallCalls_lift(_ buf: RustBuffer) throws -> SyscallCalls {
+    return try FfiConverterTypeSyscallCalls.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSyscallCalls_lower(_ value: SyscallCalls) -> RustBuffer {
+    return FfiConverterTypeSyscallCalls.lower(value)
+}
+
+
+/**
+ * How often one syscall returned over an interval.
+ */
+public struct SyscallRate: Equatable, Hashable {
+    /**
+     * Which syscall.
+     */
+    public var syscall: Syscall
+    /**
+     * Its returns per second.
+     */
+    public var callsPerSec: Double
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Which syscall.
+         */syscall: Syscall, 
+        /**
+         * Its returns per second.
+         */callsPerSec: Double) {
+        self.syscall = syscall
+        self.callsPerSec = callsPerSec
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension SyscallRate: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSyscallRate: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SyscallRate {
+        return
+            try SyscallRate(
+                syscall: FfiConverterTypeSyscall.read(from: &buf), 
+                callsPerSec: FfiConverterDouble.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: SyscallRate, into buf: inout [UInt8]) {
+        FfiConverterTypeSyscall.write(value.syscall, into: &buf)
+        FfiConverterDouble.write(value.callsPerSec, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSyscallRate_lift(_ buf: RustBuffer) throws -> SyscallRate {
+    return try FfiConverterTypeSyscallRate.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSyscallRate_lower(_ value: SyscallRate) -> RustBuffer {
+    return FfiConverterTypeSyscallRate.lower(value)
 }
 
 
@@ -4022,15 +4378,56 @@ public struct Thresholds: Equatable, Hashable {
      */
     public var busyPollZeroTimeoutRatio: Double
     /**
+     * Busy poller: a thread blocked (off CPU, not preempted) for more than
+     * this percent of the window does not busy-poll, whatever its call
+     * counts say: it waits. Default 50%: measured here, a zero-timeout
+     * `epoll_wait` loop is blocked 0%, a libuv-style 1 ms timer loop (Node
+     * `setInterval(…, 1)`, a zero-timeout pre-poll before each blocking
+     * wait) 95–99% (ACCURACY.md).
+     */
+    public var busyPollMaxBlockedPercent: Double
+    /**
+     * Busy poller: CPU of its thread (percent of one core) that makes the
+     * finding critical. Default 50% (iOS energy logs record 50% CPU over
+     * 180 s; the Envoy Mobile poll-backend case burned >= 100% while idle).
+     */
+    public var busyPollCriticalCpuPercent: Double
+    /**
+     * Busy poller: wakeups (or idle non-blocking polls) per second that
+     * make the finding critical. Default 10,000/s (the Envoy Mobile case:
+     * "your loop wakes 10,000 times a second and finds nothing").
+     */
+    public var busyPollCriticalWakeupsPerSec: Double
+    /**
      * Sleep overhead: sleeps per second of one sleep site. Default 100/s
      * (powertop shows a 100 ms usleep loop at ~212 events/s as a top waker).
      */
     public var sleepCallsPerSec: Double
     /**
      * Sleep overhead: CPU inside sleeps, percent of one core, that makes the
-     * finding a warning (5× this: critical; the iOS audio case was 8%). Default 1%.
+     * finding a warning. Default 1%.
      */
     public var sleepCpuPercent: Double
+    /**
+     * Sleep overhead: CPU inside sleeps, percent of one core, that makes the
+     * finding critical. Default 5% (the iOS audio engine's `usleep` loop
+     * cost 8%; lowering its priority brought it to 0.8%).
+     */
+    public var sleepCriticalCpuPercent: Double
+    /**
+     * Sleep overhead: sleeps per second that make the finding a warning
+     * even at low CPU. Default 500/s: a 2 ms sleep-and-check period, five
+     * times [`Thresholds::sleep_calls_per_sec`] (a judgement of this
+     * project, not an external limit).
+     */
+    public var sleepWarningCallsPerSec: Double
+    /**
+     * Share of a thread's sleeps ended early by a signal (0–1) above which
+     * its wakeups are attributed to the signals, not to a sleep loop.
+     * Default 0.5: a majority (a 10 ms sleep under a 1 kHz timer signal
+     * is interrupted ~99% of the time; an undisturbed sleep loop 0%).
+     */
+    public var sleepInterruptedRatio: Double
     /**
      * Periodic wakeups: wakeups per second of a thread or loop that does
      * little per wakeup. Default 20/s (a 50 ms timer).
@@ -4046,10 +4443,44 @@ public struct Thresholds: Equatable, Hashable {
      */
     public var periodicMaxVariation: Double
     /**
+     * Periodic wakeups: wakeups per second that make the finding a warning.
+     * Default 100/s (a 10 ms timer: two thirds of iOS's 150/s wakeups
+     * budget by itself).
+     */
+    public var periodicWarningWakeupsPerSec: Double
+    /**
+     * Periodic wakeups of a loop: least share of its wakeups that ended on
+     * their timeout (0–1). Default 0.8 (a timer-driven loop; a loop woken
+     * by work ends its waits early).
+     */
+    public var periodicMinTimedOutRatio: Double
+    /**
+     * Periodic wakeups of a loop: most events per wakeup (a loop with work
+     * on one wakeup in ten or more is not idle-periodic). Default 0.1.
+     */
+    public var periodicMaxEventsPerWakeup: Double
+    /**
+     * Periodic wakeups of a thread: least number of per-sample rates the
+     * steadiness is judged on. Default 3 (a variation needs a few points).
+     */
+    public var periodicMinSamples: UInt32
+    /**
+     * Share of a thread's wakes (0–1) one source must have for a finding
+     * to name it (a timer or I/O interrupt, other threads of the process,
+     * other processes); below it the finding says the sources are mixed.
+     * Default 0.6 (a clear majority).
+     */
+    public var wakeSourceRatio: Double
+    /**
      * CPU hog: percent of one core over [`Thresholds::cpu_window`]. Default 80%
      * (iOS kills background apps above 80% CPU over 60 s).
      */
     public var cpuHogPercent: Double
+    /**
+     * CPU hog: percent of one core that makes the finding critical.
+     * Default 95% (a thread that never yields its core).
+     */
+    public var cpuHogCriticalPercent: Double
     /**
      * Window of the CPU hog finding. Default 60 s (the iOS rule's window).
      */
@@ -4059,6 +4490,16 @@ public struct Thresholds: Equatable, Hashable {
      * CPU. Default 20%.
      */
     public var runQueueWaitPercent: Double
+    /**
+     * Run-queue contention: wait percent that makes the finding critical.
+     * Default 50% (the thread waits for a CPU as long as it could run).
+     */
+    public var runQueueCriticalWaitPercent: Double
+    /**
+     * Run-queue contention: least CPU of the thread, percent of one core;
+     * an almost idle thread's waits say nothing about contention. Default 5%.
+     */
+    public var runQueueMinCpuPercent: Double
     /**
      * Wakeups budget: average wakeups per second allowed over
      * [`Thresholds::wakeups_window`]. Default 150/s (iOS EXC_RESOURCE WAKEUPS:
@@ -4081,6 +4522,24 @@ public struct Thresholds: Equatable, Hashable {
      * Memory growth: growth relative to the start (0–10). Default 0.10.
      */
     public var memoryGrowthRatio: Double
+    /**
+     * Memory growth: growth relative to the start that makes the finding
+     * critical (0–10). Default 1.0 (the resident size doubled).
+     */
+    public var memoryGrowthCriticalRatio: Double
+    /**
+     * Memory growth: least share of consecutive samples in which RSS did
+     * not shrink (0–1), so that a one-off allocation is not called a
+     * leak. Default 0.7.
+     */
+    public var memoryGrowthRisingRatio: Double
+    /**
+     * Grouping: threads whose findings have the same kind, severity and
+     * name pattern (digits aside: `worker-1`, `worker-2`) become one
+     * finding when every number of their evidence is within this relative
+     * difference of the group's first (0–1). Default 0.25.
+     */
+    public var groupMaxDifference: Double
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -4105,13 +4564,48 @@ public struct Thresholds: Equatable, Hashable {
          * the idle ratio suffices. Default 0.5.
          */busyPollZeroTimeoutRatio: Double, 
         /**
+         * Busy poller: a thread blocked (off CPU, not preempted) for more than
+         * this percent of the window does not busy-poll, whatever its call
+         * counts say: it waits. Default 50%: measured here, a zero-timeout
+         * `epoll_wait` loop is blocked 0%, a libuv-style 1 ms timer loop (Node
+         * `setInterval(…, 1)`, a zero-timeout pre-poll before each blocking
+         * wait) 95–99% (ACCURACY.md).
+         */busyPollMaxBlockedPercent: Double, 
+        /**
+         * Busy poller: CPU of its thread (percent of one core) that makes the
+         * finding critical. Default 50% (iOS energy logs record 50% CPU over
+         * 180 s; the Envoy Mobile poll-backend case burned >= 100% while idle).
+         */busyPollCriticalCpuPercent: Double, 
+        /**
+         * Busy poller: wakeups (or idle non-blocking polls) per second that
+         * make the finding critical. Default 10,000/s (the Envoy Mobile case:
+         * "your loop wakes 10,000 times a second and finds nothing").
+         */busyPollCriticalWakeupsPerSec: Double, 
+        /**
          * Sleep overhead: sleeps per second of one sleep site. Default 100/s
          * (powertop shows a 100 ms usleep loop at ~212 events/s as a top waker).
          */sleepCallsPerSec: Double, 
         /**
          * Sleep overhead: CPU inside sleeps, percent of one core, that makes the
-         * finding a warning (5× this: critical; the iOS audio case was 8%). Default 1%.
+         * finding a warning. Default 1%.
          */sleepCpuPercent: Double, 
+        /**
+         * Sleep overhead: CPU inside sleeps, percent of one core, that makes the
+         * finding critical. Default 5% (the iOS audio engine's `usleep` loop
+         * cost 8%; lowering its priority brought it to 0.8%).
+         */sleepCriticalCpuPercent: Double, 
+        /**
+         * Sleep overhead: sleeps per second that make the finding a warning
+         * even at low CPU. Default 500/s: a 2 ms sleep-and-check period, five
+         * times [`Thresholds::sleep_calls_per_sec`] (a judgement of this
+         * project, not an external limit).
+         */sleepWarningCallsPerSec: Double, 
+        /**
+         * Share of a thread's sleeps ended early by a signal (0–1) above which
+         * its wakeups are attributed to the signals, not to a sleep loop.
+         * Default 0.5: a majority (a 10 ms sleep under a 1 kHz timer signal
+         * is interrupted ~99% of the time; an undisturbed sleep loop 0%).
+         */sleepInterruptedRatio: Double, 
         /**
          * Periodic wakeups: wakeups per second of a thread or loop that does
          * little per wakeup. Default 20/s (a 50 ms timer).
@@ -4124,9 +4618,37 @@ public struct Thresholds: Equatable, Hashable {
          * wakeup rate that still counts as periodic. Default 0.25.
          */periodicMaxVariation: Double, 
         /**
+         * Periodic wakeups: wakeups per second that make the finding a warning.
+         * Default 100/s (a 10 ms timer: two thirds of iOS's 150/s wakeups
+         * budget by itself).
+         */periodicWarningWakeupsPerSec: Double, 
+        /**
+         * Periodic wakeups of a loop: least share of its wakeups that ended on
+         * their timeout (0–1). Default 0.8 (a timer-driven loop; a loop woken
+         * by work ends its waits early).
+         */periodicMinTimedOutRatio: Double, 
+        /**
+         * Periodic wakeups of a loop: most events per wakeup (a loop with work
+         * on one wakeup in ten or more is not idle-periodic). Default 0.1.
+         */periodicMaxEventsPerWakeup: Double, 
+        /**
+         * Periodic wakeups of a thread: least number of per-sample rates the
+         * steadiness is judged on. Default 3 (a variation needs a few points).
+         */periodicMinSamples: UInt32, 
+        /**
+         * Share of a thread's wakes (0–1) one source must have for a finding
+         * to name it (a timer or I/O interrupt, other threads of the process,
+         * other processes); below it the finding says the sources are mixed.
+         * Default 0.6 (a clear majority).
+         */wakeSourceRatio: Double, 
+        /**
          * CPU hog: percent of one core over [`Thresholds::cpu_window`]. Default 80%
          * (iOS kills background apps above 80% CPU over 60 s).
          */cpuHogPercent: Double, 
+        /**
+         * CPU hog: percent of one core that makes the finding critical.
+         * Default 95% (a thread that never yields its core).
+         */cpuHogCriticalPercent: Double, 
         /**
          * Window of the CPU hog finding. Default 60 s (the iOS rule's window).
          */cpuWindow: TimeInterval, 
@@ -4134,6 +4656,14 @@ public struct Thresholds: Equatable, Hashable {
          * Run-queue contention: percent of time a thread waited runnable for a
          * CPU. Default 20%.
          */runQueueWaitPercent: Double, 
+        /**
+         * Run-queue contention: wait percent that makes the finding critical.
+         * Default 50% (the thread waits for a CPU as long as it could run).
+         */runQueueCriticalWaitPercent: Double, 
+        /**
+         * Run-queue contention: least CPU of the thread, percent of one core;
+         * an almost idle thread's waits say nothing about contention. Default 5%.
+         */runQueueMinCpuPercent: Double, 
         /**
          * Wakeups budget: average wakeups per second allowed over
          * [`Thresholds::wakeups_window`]. Default 150/s (iOS EXC_RESOURCE WAKEUPS:
@@ -4150,25 +4680,57 @@ public struct Thresholds: Equatable, Hashable {
          */memoryGrowthBytes: UInt64, 
         /**
          * Memory growth: growth relative to the start (0–10). Default 0.10.
-         */memoryGrowthRatio: Double) {
+         */memoryGrowthRatio: Double, 
+        /**
+         * Memory growth: growth relative to the start that makes the finding
+         * critical (0–10). Default 1.0 (the resident size doubled).
+         */memoryGrowthCriticalRatio: Double, 
+        /**
+         * Memory growth: least share of consecutive samples in which RSS did
+         * not shrink (0–1), so that a one-off allocation is not called a
+         * leak. Default 0.7.
+         */memoryGrowthRisingRatio: Double, 
+        /**
+         * Grouping: threads whose findings have the same kind, severity and
+         * name pattern (digits aside: `worker-1`, `worker-2`) become one
+         * finding when every number of their evidence is within this relative
+         * difference of the group's first (0–1). Default 0.25.
+         */groupMaxDifference: Double) {
         self.window = window
         self.minWindow = minWindow
         self.busyPollWakeupsPerSec = busyPollWakeupsPerSec
         self.busyPollIdleRatio = busyPollIdleRatio
         self.busyPollZeroTimeoutRatio = busyPollZeroTimeoutRatio
+        self.busyPollMaxBlockedPercent = busyPollMaxBlockedPercent
+        self.busyPollCriticalCpuPercent = busyPollCriticalCpuPercent
+        self.busyPollCriticalWakeupsPerSec = busyPollCriticalWakeupsPerSec
         self.sleepCallsPerSec = sleepCallsPerSec
         self.sleepCpuPercent = sleepCpuPercent
+        self.sleepCriticalCpuPercent = sleepCriticalCpuPercent
+        self.sleepWarningCallsPerSec = sleepWarningCallsPerSec
+        self.sleepInterruptedRatio = sleepInterruptedRatio
         self.periodicWakeupsPerSec = periodicWakeupsPerSec
         self.periodicMaxCpuPercent = periodicMaxCpuPercent
         self.periodicMaxVariation = periodicMaxVariation
+        self.periodicWarningWakeupsPerSec = periodicWarningWakeupsPerSec
+        self.periodicMinTimedOutRatio = periodicMinTimedOutRatio
+        self.periodicMaxEventsPerWakeup = periodicMaxEventsPerWakeup
+        self.periodicMinSamples = periodicMinSamples
+        self.wakeSourceRatio = wakeSourceRatio
         self.cpuHogPercent = cpuHogPercent
+        self.cpuHogCriticalPercent = cpuHogCriticalPercent
         self.cpuWindow = cpuWindow
         self.runQueueWaitPercent = runQueueWaitPercent
+        self.runQueueCriticalWaitPercent = runQueueCriticalWaitPercent
+        self.runQueueMinCpuPercent = runQueueMinCpuPercent
         self.wakeupsBudgetPerSec = wakeupsBudgetPerSec
         self.wakeupsWarnFraction = wakeupsWarnFraction
         self.wakeupsWindow = wakeupsWindow
         self.memoryGrowthBytes = memoryGrowthBytes
         self.memoryGrowthRatio = memoryGrowthRatio
+        self.memoryGrowthCriticalRatio = memoryGrowthCriticalRatio
+        self.memoryGrowthRisingRatio = memoryGrowthRisingRatio
+        self.groupMaxDifference = groupMaxDifference
     }
 
     
@@ -4192,19 +4754,36 @@ public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
                 busyPollWakeupsPerSec: FfiConverterDouble.read(from: &buf), 
                 busyPollIdleRatio: FfiConverterDouble.read(from: &buf), 
                 busyPollZeroTimeoutRatio: FfiConverterDouble.read(from: &buf), 
+                busyPollMaxBlockedPercent: FfiConverterDouble.read(from: &buf), 
+                busyPollCriticalCpuPercent: FfiConverterDouble.read(from: &buf), 
+                busyPollCriticalWakeupsPerSec: FfiConverterDouble.read(from: &buf), 
                 sleepCallsPerSec: FfiConverterDouble.read(from: &buf), 
                 sleepCpuPercent: FfiConverterDouble.read(from: &buf), 
+                sleepCriticalCpuPercent: FfiConverterDouble.read(from: &buf), 
+                sleepWarningCallsPerSec: FfiConverterDouble.read(from: &buf), 
+                sleepInterruptedRatio: FfiConverterDouble.read(from: &buf), 
                 periodicWakeupsPerSec: FfiConverterDouble.read(from: &buf), 
                 periodicMaxCpuPercent: FfiConverterDouble.read(from: &buf), 
                 periodicMaxVariation: FfiConverterDouble.read(from: &buf), 
+                periodicWarningWakeupsPerSec: FfiConverterDouble.read(from: &buf), 
+                periodicMinTimedOutRatio: FfiConverterDouble.read(from: &buf), 
+                periodicMaxEventsPerWakeup: FfiConverterDouble.read(from: &buf), 
+                periodicMinSamples: FfiConverterUInt32.read(from: &buf), 
+                wakeSourceRatio: FfiConverterDouble.read(from: &buf), 
                 cpuHogPercent: FfiConverterDouble.read(from: &buf), 
+                cpuHogCriticalPercent: FfiConverterDouble.read(from: &buf), 
                 cpuWindow: FfiConverterDuration.read(from: &buf), 
                 runQueueWaitPercent: FfiConverterDouble.read(from: &buf), 
+                runQueueCriticalWaitPercent: FfiConverterDouble.read(from: &buf), 
+                runQueueMinCpuPercent: FfiConverterDouble.read(from: &buf), 
                 wakeupsBudgetPerSec: FfiConverterDouble.read(from: &buf), 
                 wakeupsWarnFraction: FfiConverterDouble.read(from: &buf), 
                 wakeupsWindow: FfiConverterDuration.read(from: &buf), 
                 memoryGrowthBytes: FfiConverterUInt64.read(from: &buf), 
-                memoryGrowthRatio: FfiConverterDouble.read(from: &buf)
+                memoryGrowthRatio: FfiConverterDouble.read(from: &buf), 
+                memoryGrowthCriticalRatio: FfiConverterDouble.read(from: &buf), 
+                memoryGrowthRisingRatio: FfiConverterDouble.read(from: &buf), 
+                groupMaxDifference: FfiConverterDouble.read(from: &buf)
         )
     }
 
@@ -4214,19 +4793,36 @@ public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
         FfiConverterDouble.write(value.busyPollWakeupsPerSec, into: &buf)
         FfiConverterDouble.write(value.busyPollIdleRatio, into: &buf)
         FfiConverterDouble.write(value.busyPollZeroTimeoutRatio, into: &buf)
+        FfiConverterDouble.write(value.busyPollMaxBlockedPercent, into: &buf)
+        FfiConverterDouble.write(value.busyPollCriticalCpuPercent, into: &buf)
+        FfiConverterDouble.write(value.busyPollCriticalWakeupsPerSec, into: &buf)
         FfiConverterDouble.write(value.sleepCallsPerSec, into: &buf)
         FfiConverterDouble.write(value.sleepCpuPercent, into: &buf)
+        FfiConverterDouble.write(value.sleepCriticalCpuPercent, into: &buf)
+        FfiConverterDouble.write(value.sleepWarningCallsPerSec, into: &buf)
+        FfiConverterDouble.write(value.sleepInterruptedRatio, into: &buf)
         FfiConverterDouble.write(value.periodicWakeupsPerSec, into: &buf)
         FfiConverterDouble.write(value.periodicMaxCpuPercent, into: &buf)
         FfiConverterDouble.write(value.periodicMaxVariation, into: &buf)
+        FfiConverterDouble.write(value.periodicWarningWakeupsPerSec, into: &buf)
+        FfiConverterDouble.write(value.periodicMinTimedOutRatio, into: &buf)
+        FfiConverterDouble.write(value.periodicMaxEventsPerWakeup, into: &buf)
+        FfiConverterUInt32.write(value.periodicMinSamples, into: &buf)
+        FfiConverterDouble.write(value.wakeSourceRatio, into: &buf)
         FfiConverterDouble.write(value.cpuHogPercent, into: &buf)
+        FfiConverterDouble.write(value.cpuHogCriticalPercent, into: &buf)
         FfiConverterDuration.write(value.cpuWindow, into: &buf)
         FfiConverterDouble.write(value.runQueueWaitPercent, into: &buf)
+        FfiConverterDouble.write(value.runQueueCriticalWaitPercent, into: &buf)
+        FfiConverterDouble.write(value.runQueueMinCpuPercent, into: &buf)
         FfiConverterDouble.write(value.wakeupsBudgetPerSec, into: &buf)
         FfiConverterDouble.write(value.wakeupsWarnFraction, into: &buf)
         FfiConverterDuration.write(value.wakeupsWindow, into: &buf)
         FfiConverterUInt64.write(value.memoryGrowthBytes, into: &buf)
         FfiConverterDouble.write(value.memoryGrowthRatio, into: &buf)
+        FfiConverterDouble.write(value.memoryGrowthCriticalRatio, into: &buf)
+        FfiConverterDouble.write(value.memoryGrowthRisingRatio, into: &buf)
+        FfiConverterDouble.write(value.groupMaxDifference, into: &buf)
     }
 }
 
@@ -4457,6 +5053,12 @@ public enum FindingKind: Equatable, Hashable {
      * Resident memory growing across the history.
      */
     case memoryGrowth
+    /**
+     * A thread's sleeps are cut short by signals many times per second:
+     * its wakeups come from the signals (an interval timer, a profiler),
+     * not from its own sleep loop.
+     */
+    case signalWakeups
 
 
 
@@ -4492,6 +5094,8 @@ public struct FfiConverterTypeFindingKind: FfiConverterRustBuffer {
         
         case 7: return .memoryGrowth
         
+        case 8: return .signalWakeups
+        
         default: throw UniffiInternalError.unexpectedEnumCase
         }
     }
@@ -4526,6 +5130,10 @@ public struct FfiConverterTypeFindingKind: FfiConverterRustBuffer {
         
         case .memoryGrowth:
             writeInt(&buf, Int32(7))
+        
+        
+        case .signalWakeups:
+            writeInt(&buf, Int32(8))
         
         }
     }
@@ -4787,6 +5395,18 @@ public enum Subject: Equatable, Hashable {
          * Thread that sleeps there, if known.
          */tid: UInt64?
     )
+    /**
+     * Threads with the same name pattern and the same finding, reported once.
+     */
+    case threads(
+        /**
+         * Their name pattern: the names with each run of digits as `*`
+         * (`worker-*` for `worker-1`, `worker-2`, ...).
+         */name: String, 
+        /**
+         * Their OS thread ids, in the order the rule found them.
+         */tids: [UInt64]
+    )
 
 
 
@@ -4820,6 +5440,9 @@ public struct FfiConverterTypeSubject: FfiConverterRustBuffer {
         case 4: return .sleepSite(name: try FfiConverterString.read(from: &buf), tid: try FfiConverterOptionUInt64.read(from: &buf)
         )
         
+        case 5: return .threads(name: try FfiConverterString.read(from: &buf), tids: try FfiConverterSequenceUInt64.read(from: &buf)
+        )
+        
         default: throw UniffiInternalError.unexpectedEnumCase
         }
     }
@@ -4850,6 +5473,12 @@ public struct FfiConverterTypeSubject: FfiConverterRustBuffer {
             FfiConverterString.write(name, into: &buf)
             FfiConverterOptionUInt64.write(tid, into: &buf)
             
+        
+        case let .threads(name,tids):
+            writeInt(&buf, Int32(5))
+            FfiConverterString.write(name, into: &buf)
+            FfiConverterSequenceUInt64.write(tids, into: &buf)
+            
         }
     }
 }
@@ -4867,6 +5496,153 @@ public func FfiConverterTypeSubject_lift(_ buf: RustBuffer) throws -> Subject {
 #endif
 public func FfiConverterTypeSubject_lower(_ value: Subject) -> RustBuffer {
     return FfiConverterTypeSubject.lower(value)
+}
+
+
+
+/**
+ * A poll-family or sleep syscall, as counted one by one
+ * ([`KernelThreadStats::calls_by_syscall`]). The list is bounded: these
+ * nine are all the kernel source tells apart.
+ */
+
+public enum Syscall: Equatable, Hashable {
+    
+    /**
+     * `poll(2)` (x86_64 only; aarch64 libcs call `ppoll`).
+     */
+    case poll
+    /**
+     * `ppoll(2)`.
+     */
+    case ppoll
+    /**
+     * `select(2)` (x86_64 only; aarch64 libcs call `pselect6`).
+     */
+    case select
+    /**
+     * `pselect6(2)`, behind `pselect(3)` (and `select(3)` on aarch64).
+     */
+    case pselect6
+    /**
+     * `epoll_wait(2)` (x86_64 only; aarch64 libcs call `epoll_pwait`).
+     */
+    case epollWait
+    /**
+     * `epoll_pwait(2)`.
+     */
+    case epollPwait
+    /**
+     * `epoll_pwait2(2)` (timeout as a timespec).
+     */
+    case epollPwait2
+    /**
+     * `nanosleep(2)`, behind `usleep(3)` and `sleep(3)` in some libcs.
+     */
+    case nanosleep
+    /**
+     * `clock_nanosleep(2)`, behind `nanosleep(3)` in glibc.
+     */
+    case clockNanosleep
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension Syscall: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSyscall: FfiConverterRustBuffer {
+    typealias SwiftType = Syscall
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Syscall {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .poll
+        
+        case 2: return .ppoll
+        
+        case 3: return .select
+        
+        case 4: return .pselect6
+        
+        case 5: return .epollWait
+        
+        case 6: return .epollPwait
+        
+        case 7: return .epollPwait2
+        
+        case 8: return .nanosleep
+        
+        case 9: return .clockNanosleep
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: Syscall, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .poll:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .ppoll:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .select:
+            writeInt(&buf, Int32(3))
+        
+        
+        case .pselect6:
+            writeInt(&buf, Int32(4))
+        
+        
+        case .epollWait:
+            writeInt(&buf, Int32(5))
+        
+        
+        case .epollPwait:
+            writeInt(&buf, Int32(6))
+        
+        
+        case .epollPwait2:
+            writeInt(&buf, Int32(7))
+        
+        
+        case .nanosleep:
+            writeInt(&buf, Int32(8))
+        
+        
+        case .clockNanosleep:
+            writeInt(&buf, Int32(9))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSyscall_lift(_ buf: RustBuffer) throws -> Syscall {
+    return try FfiConverterTypeSyscall.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSyscall_lower(_ value: Syscall) -> RustBuffer {
+    return FfiConverterTypeSyscall.lower(value)
 }
 
 
@@ -5315,6 +6091,56 @@ fileprivate struct FfiConverterSequenceTypeSleepStats: FfiConverterRustBuffer {
         seq.reserveCapacity(Int(len))
         for _ in 0 ..< len {
             seq.append(try FfiConverterTypeSleepStats.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeSyscallCalls: FfiConverterRustBuffer {
+    typealias SwiftType = [SyscallCalls]
+
+    public static func write(_ value: [SyscallCalls], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeSyscallCalls.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [SyscallCalls] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [SyscallCalls]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeSyscallCalls.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeSyscallRate: FfiConverterRustBuffer {
+    typealias SwiftType = [SyscallRate]
+
+    public static func write(_ value: [SyscallRate], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeSyscallRate.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [SyscallRate] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [SyscallRate]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeSyscallRate.read(from: &buf))
         }
         return seq
     }

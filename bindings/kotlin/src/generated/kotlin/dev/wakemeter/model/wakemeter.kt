@@ -1490,14 +1490,48 @@ data class KernelThreadInterval (
     val `offCpu`: OffCpuTime
     , 
     /**
+     * Time blocked (off CPU for any cause but preemption), in percent of
+     * the interval: 95 for a loop that waits 95% of the time, near 0 for
+     * a thread that spins.
+     */
+    val `blockedPercent`: kotlin.Double
+    , 
+    /**
      * Wakes per second: times the thread was made runnable (`sched_waking`).
      */
     val `wakesPerSec`: kotlin.Double
     , 
     /**
+     * Wakes per second from interrupt context (a timer or an I/O completion).
+     */
+    val `interruptWakesPerSec`: kotlin.Double
+    , 
+    /**
+     * Wakes per second by other threads of the same process.
+     */
+    val `processThreadWakesPerSec`: kotlin.Double
+    , 
+    /**
+     * Wakes per second by threads of other processes.
+     */
+    val `otherProcessWakesPerSec`: kotlin.Double
+    , 
+    /**
      * Poll-family syscalls per second.
      */
     val `pollCallsPerSec`: kotlin.Double
+    , 
+    /**
+     * Poll-family calls per second that blocked: each return is a wakeup
+     * that ended a blocking wait.
+     */
+    val `blockingPollsPerSec`: kotlin.Double
+    , 
+    /**
+     * Poll-family calls per second that returned nothing without blocking:
+     * polls that neither found work nor waited for it.
+     */
+    val `idleNonblockingPollsPerSec`: kotlin.Double
     , 
     /**
      * Share of those calls that were idle (returned 0: nothing ready), 0 to 1.
@@ -1515,14 +1549,34 @@ data class KernelThreadInterval (
     val `sleepsPerSec`: kotlin.Double
     , 
     /**
-     * Mean requested sleep, in nanoseconds.
+     * Sleep calls per second ended early by a signal (`EINTR`).
+     */
+    val `interruptedSleepsPerSec`: kotlin.Double
+    , 
+    /**
+     * Mean requested sleep of the calls whose request is known (see
+     * [`crate::SleepSyscallStats::total_requested_ns`]), in nanoseconds;
+     * 0 when none is known (`unknown_request_sleeps` then equals the calls).
      */
     val `meanSleepRequestedNs`: kotlin.ULong
     , 
     /**
-     * Mean actual sleep, in nanoseconds.
+     * Sleep calls during the interval whose requested duration is unknown
+     * (an absolute deadline on a clock such as `CLOCK_TAI`).
+     */
+    val `unknownRequestSleeps`: kotlin.ULong
+    , 
+    /**
+     * Mean actual sleep (from the call's first block to its return), in
+     * nanoseconds, over all calls, interrupted ones included.
      */
     val `meanSleepActualNs`: kotlin.ULong
+    , 
+    /**
+     * Calls per second of each poll-family and sleep syscall, in
+     * [`Syscall::ALL`] order, syscalls without calls left out.
+     */
+    val `callsBySyscall`: List<SyscallRate>
     , 
     /**
      * The threads that woke it most since the source attached, most first.
@@ -1553,8 +1607,17 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterSequenceTypeSyscallRate.read(buf),
             FfiConverterSequenceTypeWaker.read(buf),
         )
     }
@@ -1564,13 +1627,22 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterDouble.allocationSize(value.`voluntarySwitchesPerSec`) +
             FfiConverterDouble.allocationSize(value.`involuntarySwitchesPerSec`) +
             FfiConverterTypeOffCpuTime.allocationSize(value.`offCpu`) +
+            FfiConverterDouble.allocationSize(value.`blockedPercent`) +
             FfiConverterDouble.allocationSize(value.`wakesPerSec`) +
+            FfiConverterDouble.allocationSize(value.`interruptWakesPerSec`) +
+            FfiConverterDouble.allocationSize(value.`processThreadWakesPerSec`) +
+            FfiConverterDouble.allocationSize(value.`otherProcessWakesPerSec`) +
             FfiConverterDouble.allocationSize(value.`pollCallsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`blockingPollsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`idleNonblockingPollsPerSec`) +
             FfiConverterDouble.allocationSize(value.`idlePollRatio`) +
             FfiConverterDouble.allocationSize(value.`zeroTimeoutPollRatio`) +
             FfiConverterDouble.allocationSize(value.`sleepsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`interruptedSleepsPerSec`) +
             FfiConverterULong.allocationSize(value.`meanSleepRequestedNs`) +
+            FfiConverterULong.allocationSize(value.`unknownRequestSleeps`) +
             FfiConverterULong.allocationSize(value.`meanSleepActualNs`) +
+            FfiConverterSequenceTypeSyscallRate.allocationSize(value.`callsBySyscall`) +
             FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`)
     )
 
@@ -1579,13 +1651,22 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterDouble.write(value.`voluntarySwitchesPerSec`, buf)
             FfiConverterDouble.write(value.`involuntarySwitchesPerSec`, buf)
             FfiConverterTypeOffCpuTime.write(value.`offCpu`, buf)
+            FfiConverterDouble.write(value.`blockedPercent`, buf)
             FfiConverterDouble.write(value.`wakesPerSec`, buf)
+            FfiConverterDouble.write(value.`interruptWakesPerSec`, buf)
+            FfiConverterDouble.write(value.`processThreadWakesPerSec`, buf)
+            FfiConverterDouble.write(value.`otherProcessWakesPerSec`, buf)
             FfiConverterDouble.write(value.`pollCallsPerSec`, buf)
+            FfiConverterDouble.write(value.`blockingPollsPerSec`, buf)
+            FfiConverterDouble.write(value.`idleNonblockingPollsPerSec`, buf)
             FfiConverterDouble.write(value.`idlePollRatio`, buf)
             FfiConverterDouble.write(value.`zeroTimeoutPollRatio`, buf)
             FfiConverterDouble.write(value.`sleepsPerSec`, buf)
+            FfiConverterDouble.write(value.`interruptedSleepsPerSec`, buf)
             FfiConverterULong.write(value.`meanSleepRequestedNs`, buf)
+            FfiConverterULong.write(value.`unknownRequestSleeps`, buf)
             FfiConverterULong.write(value.`meanSleepActualNs`, buf)
+            FfiConverterSequenceTypeSyscallRate.write(value.`callsBySyscall`, buf)
             FfiConverterSequenceTypeWaker.write(value.`topWakers`, buf)
     }
 }
@@ -1643,6 +1724,22 @@ data class KernelThreadStats (
     val `totalWakes`: kotlin.ULong
     , 
     /**
+     * Wakes from interrupt context: a timer (hrtimer, the tick) or an I/O
+     * completion (network, disk), not a thread.
+     */
+    val `totalInterruptWakes`: kotlin.ULong
+    , 
+    /**
+     * Wakes by other threads of the same process.
+     */
+    val `totalProcessThreadWakes`: kotlin.ULong
+    , 
+    /**
+     * Wakes by threads of other processes.
+     */
+    val `totalOtherProcessWakes`: kotlin.ULong
+    , 
+    /**
      * The threads that woke it most, most frequent first (bounded list).
      */
     val `topWakers`: List<Waker>
@@ -1656,6 +1753,12 @@ data class KernelThreadStats (
      * Sleep syscalls.
      */
     val `sleep`: SleepSyscallStats
+    , 
+    /**
+     * Returns of each poll-family and sleep syscall the thread made, in
+     * [`Syscall::ALL`] order, zero counts left out (at most nine entries).
+     */
+    val `callsBySyscall`: List<SyscallCalls>
     
 ){
     
@@ -1681,9 +1784,13 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterTypeLog2Histogram.read(buf),
             FfiConverterTypeLog2Histogram.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
             FfiConverterSequenceTypeWaker.read(buf),
             FfiConverterTypePollSyscallStats.read(buf),
             FfiConverterTypeSleepSyscallStats.read(buf),
+            FfiConverterSequenceTypeSyscallCalls.read(buf),
         )
     }
 
@@ -1697,9 +1804,13 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterTypeLog2Histogram.allocationSize(value.`offCpuHistogram`) +
             FfiConverterTypeLog2Histogram.allocationSize(value.`runQueueLatencyHistogram`) +
             FfiConverterULong.allocationSize(value.`totalWakes`) +
+            FfiConverterULong.allocationSize(value.`totalInterruptWakes`) +
+            FfiConverterULong.allocationSize(value.`totalProcessThreadWakes`) +
+            FfiConverterULong.allocationSize(value.`totalOtherProcessWakes`) +
             FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`) +
             FfiConverterTypePollSyscallStats.allocationSize(value.`poll`) +
-            FfiConverterTypeSleepSyscallStats.allocationSize(value.`sleep`)
+            FfiConverterTypeSleepSyscallStats.allocationSize(value.`sleep`) +
+            FfiConverterSequenceTypeSyscallCalls.allocationSize(value.`callsBySyscall`)
     )
 
     override fun write(value: KernelThreadStats, buf: ByteBuffer) {
@@ -1712,9 +1823,13 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterTypeLog2Histogram.write(value.`offCpuHistogram`, buf)
             FfiConverterTypeLog2Histogram.write(value.`runQueueLatencyHistogram`, buf)
             FfiConverterULong.write(value.`totalWakes`, buf)
+            FfiConverterULong.write(value.`totalInterruptWakes`, buf)
+            FfiConverterULong.write(value.`totalProcessThreadWakes`, buf)
+            FfiConverterULong.write(value.`totalOtherProcessWakes`, buf)
             FfiConverterSequenceTypeWaker.write(value.`topWakers`, buf)
             FfiConverterTypePollSyscallStats.write(value.`poll`, buf)
             FfiConverterTypeSleepSyscallStats.write(value.`sleep`, buf)
+            FfiConverterSequenceTypeSyscallCalls.write(value.`callsBySyscall`, buf)
     }
 }
 
@@ -2227,6 +2342,18 @@ data class PollSyscallStats (
      * return, in nanoseconds (calls that never block add 0).
      */
     val `totalBlockedNs`: kotlin.ULong
+    , 
+    /**
+     * Calls that blocked (the thread left the CPU in them): each return is
+     * a wakeup that ended a blocking wait.
+     */
+    val `totalBlockedCalls`: kotlin.ULong
+    , 
+    /**
+     * Idle calls that never blocked: returned 0 (nothing ready) without
+     * the thread leaving the CPU. What a busy poller makes.
+     */
+    val `totalIdleNonblockingCalls`: kotlin.ULong
     
 ){
     
@@ -2249,6 +2376,8 @@ public object FfiConverterTypePollSyscallStats: FfiConverterRustBuffer<PollSysca
             FfiConverterULong.read(buf),
             FfiConverterTypeLog2Histogram.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
         )
     }
 
@@ -2258,7 +2387,9 @@ public object FfiConverterTypePollSyscallStats: FfiConverterRustBuffer<PollSysca
             FfiConverterULong.allocationSize(value.`totalZeroTimeoutCalls`) +
             FfiConverterULong.allocationSize(value.`totalInfiniteTimeoutCalls`) +
             FfiConverterTypeLog2Histogram.allocationSize(value.`timeoutHistogram`) +
-            FfiConverterULong.allocationSize(value.`totalBlockedNs`)
+            FfiConverterULong.allocationSize(value.`totalBlockedNs`) +
+            FfiConverterULong.allocationSize(value.`totalBlockedCalls`) +
+            FfiConverterULong.allocationSize(value.`totalIdleNonblockingCalls`)
     )
 
     override fun write(value: PollSyscallStats, buf: ByteBuffer) {
@@ -2268,6 +2399,8 @@ public object FfiConverterTypePollSyscallStats: FfiConverterRustBuffer<PollSysca
             FfiConverterULong.write(value.`totalInfiniteTimeoutCalls`, buf)
             FfiConverterTypeLog2Histogram.write(value.`timeoutHistogram`, buf)
             FfiConverterULong.write(value.`totalBlockedNs`, buf)
+            FfiConverterULong.write(value.`totalBlockedCalls`, buf)
+            FfiConverterULong.write(value.`totalIdleNonblockingCalls`, buf)
     }
 }
 
@@ -3040,15 +3173,36 @@ data class SleepSyscallStats (
     val `totalCalls`: kotlin.ULong
     , 
     /**
-     * Sum of requested durations (relative sleeps), in nanoseconds.
+     * Sum of requested durations of the calls whose request is known, in
+     * nanoseconds: relative sleeps, and absolute ones (`TIMER_ABSTIME`) on
+     * `CLOCK_MONOTONIC`, `CLOCK_BOOTTIME` or `CLOCK_REALTIME`, whose length
+     * counts from the clock's value when the call blocked.
      */
     val `totalRequestedNs`: kotlin.ULong
+    , 
+    /**
+     * Calls whose requested duration is known (the calls
+     * `total_requested_ns` sums); the others slept on another clock or
+     * passed an unreadable request.
+     */
+    val `totalKnownRequestCalls`: kotlin.ULong
     , 
     /**
      * Sum of actual durations, from each call's first block to its
      * return, in nanoseconds.
      */
     val `totalActualNs`: kotlin.ULong
+    , 
+    /**
+     * Calls ended early by a signal (`EINTR`, or a restart after a stop).
+     */
+    val `totalInterruptedCalls`: kotlin.ULong
+    , 
+    /**
+     * Time blocked in the interrupted calls, in nanoseconds (part of
+     * `total_actual_ns`).
+     */
+    val `totalInterruptedNs`: kotlin.ULong
     
 ){
     
@@ -3068,19 +3222,28 @@ public object FfiConverterTypeSleepSyscallStats: FfiConverterRustBuffer<SleepSys
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
         )
     }
 
     override fun allocationSize(value: SleepSyscallStats) = (
             FfiConverterULong.allocationSize(value.`totalCalls`) +
             FfiConverterULong.allocationSize(value.`totalRequestedNs`) +
-            FfiConverterULong.allocationSize(value.`totalActualNs`)
+            FfiConverterULong.allocationSize(value.`totalKnownRequestCalls`) +
+            FfiConverterULong.allocationSize(value.`totalActualNs`) +
+            FfiConverterULong.allocationSize(value.`totalInterruptedCalls`) +
+            FfiConverterULong.allocationSize(value.`totalInterruptedNs`)
     )
 
     override fun write(value: SleepSyscallStats, buf: ByteBuffer) {
             FfiConverterULong.write(value.`totalCalls`, buf)
             FfiConverterULong.write(value.`totalRequestedNs`, buf)
+            FfiConverterULong.write(value.`totalKnownRequestCalls`, buf)
             FfiConverterULong.write(value.`totalActualNs`, buf)
+            FfiConverterULong.write(value.`totalInterruptedCalls`, buf)
+            FfiConverterULong.write(value.`totalInterruptedNs`, buf)
     }
 }
 
@@ -3212,6 +3375,100 @@ public object FfiConverterTypeSnapshot: FfiConverterRustBuffer<Snapshot> {
             FfiConverterSequenceTypeSleepStats.write(value.`sleeps`, buf)
             FfiConverterOptionalTypeKernelSample.write(value.`kernel`, buf)
             FfiConverterSequenceTypeSampleWarning.write(value.`warnings`, buf)
+    }
+}
+
+
+
+/**
+ * Returns of one syscall, cumulative since the source attached.
+ */
+data class SyscallCalls (
+    /**
+     * Which syscall.
+     */
+    val `syscall`: Syscall
+    , 
+    /**
+     * Calls of it that returned.
+     */
+    val `totalCalls`: kotlin.ULong
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSyscallCalls: FfiConverterRustBuffer<SyscallCalls> {
+    override fun read(buf: ByteBuffer): SyscallCalls {
+        return SyscallCalls(
+            FfiConverterTypeSyscall.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: SyscallCalls) = (
+            FfiConverterTypeSyscall.allocationSize(value.`syscall`) +
+            FfiConverterULong.allocationSize(value.`totalCalls`)
+    )
+
+    override fun write(value: SyscallCalls, buf: ByteBuffer) {
+            FfiConverterTypeSyscall.write(value.`syscall`, buf)
+            FfiConverterULong.write(value.`totalCalls`, buf)
+    }
+}
+
+
+
+/**
+ * How often one syscall returned over an interval.
+ */
+data class SyscallRate (
+    /**
+     * Which syscall.
+     */
+    val `syscall`: Syscall
+    , 
+    /**
+     * Its returns per second.
+     */
+    val `callsPerSec`: kotlin.Double
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSyscallRate: FfiConverterRustBuffer<SyscallRate> {
+    override fun read(buf: ByteBuffer): SyscallRate {
+        return SyscallRate(
+            FfiConverterTypeSyscall.read(buf),
+            FfiConverterDouble.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: SyscallRate) = (
+            FfiConverterTypeSyscall.allocationSize(value.`syscall`) +
+            FfiConverterDouble.allocationSize(value.`callsPerSec`)
+    )
+
+    override fun write(value: SyscallRate, buf: ByteBuffer) {
+            FfiConverterTypeSyscall.write(value.`syscall`, buf)
+            FfiConverterDouble.write(value.`callsPerSec`, buf)
     }
 }
 
@@ -3635,6 +3892,30 @@ data class Thresholds (
     val `busyPollZeroTimeoutRatio`: kotlin.Double
     , 
     /**
+     * Busy poller: a thread blocked (off CPU, not preempted) for more than
+     * this percent of the window does not busy-poll, whatever its call
+     * counts say: it waits. Default 50%: measured here, a zero-timeout
+     * `epoll_wait` loop is blocked 0%, a libuv-style 1 ms timer loop (Node
+     * `setInterval(…, 1)`, a zero-timeout pre-poll before each blocking
+     * wait) 95–99% (ACCURACY.md).
+     */
+    val `busyPollMaxBlockedPercent`: kotlin.Double
+    , 
+    /**
+     * Busy poller: CPU of its thread (percent of one core) that makes the
+     * finding critical. Default 50% (iOS energy logs record 50% CPU over
+     * 180 s; the Envoy Mobile poll-backend case burned >= 100% while idle).
+     */
+    val `busyPollCriticalCpuPercent`: kotlin.Double
+    , 
+    /**
+     * Busy poller: wakeups (or idle non-blocking polls) per second that
+     * make the finding critical. Default 10,000/s (the Envoy Mobile case:
+     * "your loop wakes 10,000 times a second and finds nothing").
+     */
+    val `busyPollCriticalWakeupsPerSec`: kotlin.Double
+    , 
+    /**
      * Sleep overhead: sleeps per second of one sleep site. Default 100/s
      * (powertop shows a 100 ms usleep loop at ~212 events/s as a top waker).
      */
@@ -3642,9 +3923,32 @@ data class Thresholds (
     , 
     /**
      * Sleep overhead: CPU inside sleeps, percent of one core, that makes the
-     * finding a warning (5× this: critical; the iOS audio case was 8%). Default 1%.
+     * finding a warning. Default 1%.
      */
     val `sleepCpuPercent`: kotlin.Double
+    , 
+    /**
+     * Sleep overhead: CPU inside sleeps, percent of one core, that makes the
+     * finding critical. Default 5% (the iOS audio engine's `usleep` loop
+     * cost 8%; lowering its priority brought it to 0.8%).
+     */
+    val `sleepCriticalCpuPercent`: kotlin.Double
+    , 
+    /**
+     * Sleep overhead: sleeps per second that make the finding a warning
+     * even at low CPU. Default 500/s: a 2 ms sleep-and-check period, five
+     * times [`Thresholds::sleep_calls_per_sec`] (a judgement of this
+     * project, not an external limit).
+     */
+    val `sleepWarningCallsPerSec`: kotlin.Double
+    , 
+    /**
+     * Share of a thread's sleeps ended early by a signal (0–1) above which
+     * its wakeups are attributed to the signals, not to a sleep loop.
+     * Default 0.5: a majority (a 10 ms sleep under a 1 kHz timer signal
+     * is interrupted ~99% of the time; an undisturbed sleep loop 0%).
+     */
+    val `sleepInterruptedRatio`: kotlin.Double
     , 
     /**
      * Periodic wakeups: wakeups per second of a thread or loop that does
@@ -3664,10 +3968,50 @@ data class Thresholds (
     val `periodicMaxVariation`: kotlin.Double
     , 
     /**
+     * Periodic wakeups: wakeups per second that make the finding a warning.
+     * Default 100/s (a 10 ms timer: two thirds of iOS's 150/s wakeups
+     * budget by itself).
+     */
+    val `periodicWarningWakeupsPerSec`: kotlin.Double
+    , 
+    /**
+     * Periodic wakeups of a loop: least share of its wakeups that ended on
+     * their timeout (0–1). Default 0.8 (a timer-driven loop; a loop woken
+     * by work ends its waits early).
+     */
+    val `periodicMinTimedOutRatio`: kotlin.Double
+    , 
+    /**
+     * Periodic wakeups of a loop: most events per wakeup (a loop with work
+     * on one wakeup in ten or more is not idle-periodic). Default 0.1.
+     */
+    val `periodicMaxEventsPerWakeup`: kotlin.Double
+    , 
+    /**
+     * Periodic wakeups of a thread: least number of per-sample rates the
+     * steadiness is judged on. Default 3 (a variation needs a few points).
+     */
+    val `periodicMinSamples`: kotlin.UInt
+    , 
+    /**
+     * Share of a thread's wakes (0–1) one source must have for a finding
+     * to name it (a timer or I/O interrupt, other threads of the process,
+     * other processes); below it the finding says the sources are mixed.
+     * Default 0.6 (a clear majority).
+     */
+    val `wakeSourceRatio`: kotlin.Double
+    , 
+    /**
      * CPU hog: percent of one core over [`Thresholds::cpu_window`]. Default 80%
      * (iOS kills background apps above 80% CPU over 60 s).
      */
     val `cpuHogPercent`: kotlin.Double
+    , 
+    /**
+     * CPU hog: percent of one core that makes the finding critical.
+     * Default 95% (a thread that never yields its core).
+     */
+    val `cpuHogCriticalPercent`: kotlin.Double
     , 
     /**
      * Window of the CPU hog finding. Default 60 s (the iOS rule's window).
@@ -3679,6 +4023,18 @@ data class Thresholds (
      * CPU. Default 20%.
      */
     val `runQueueWaitPercent`: kotlin.Double
+    , 
+    /**
+     * Run-queue contention: wait percent that makes the finding critical.
+     * Default 50% (the thread waits for a CPU as long as it could run).
+     */
+    val `runQueueCriticalWaitPercent`: kotlin.Double
+    , 
+    /**
+     * Run-queue contention: least CPU of the thread, percent of one core;
+     * an almost idle thread's waits say nothing about contention. Default 5%.
+     */
+    val `runQueueMinCpuPercent`: kotlin.Double
     , 
     /**
      * Wakeups budget: average wakeups per second allowed over
@@ -3706,6 +4062,27 @@ data class Thresholds (
      * Memory growth: growth relative to the start (0–10). Default 0.10.
      */
     val `memoryGrowthRatio`: kotlin.Double
+    , 
+    /**
+     * Memory growth: growth relative to the start that makes the finding
+     * critical (0–10). Default 1.0 (the resident size doubled).
+     */
+    val `memoryGrowthCriticalRatio`: kotlin.Double
+    , 
+    /**
+     * Memory growth: least share of consecutive samples in which RSS did
+     * not shrink (0–1), so that a one-off allocation is not called a
+     * leak. Default 0.7.
+     */
+    val `memoryGrowthRisingRatio`: kotlin.Double
+    , 
+    /**
+     * Grouping: threads whose findings have the same kind, severity and
+     * name pattern (digits aside: `worker-1`, `worker-2`) become one
+     * finding when every number of their evidence is within this relative
+     * difference of the group's first (0–1). Default 0.25.
+     */
+    val `groupMaxDifference`: kotlin.Double
     
 ){
     
@@ -3733,12 +4110,29 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterUInt.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
             FfiConverterDuration.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDuration.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
         )
     }
@@ -3749,19 +4143,36 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.allocationSize(value.`busyPollWakeupsPerSec`) +
             FfiConverterDouble.allocationSize(value.`busyPollIdleRatio`) +
             FfiConverterDouble.allocationSize(value.`busyPollZeroTimeoutRatio`) +
+            FfiConverterDouble.allocationSize(value.`busyPollMaxBlockedPercent`) +
+            FfiConverterDouble.allocationSize(value.`busyPollCriticalCpuPercent`) +
+            FfiConverterDouble.allocationSize(value.`busyPollCriticalWakeupsPerSec`) +
             FfiConverterDouble.allocationSize(value.`sleepCallsPerSec`) +
             FfiConverterDouble.allocationSize(value.`sleepCpuPercent`) +
+            FfiConverterDouble.allocationSize(value.`sleepCriticalCpuPercent`) +
+            FfiConverterDouble.allocationSize(value.`sleepWarningCallsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`sleepInterruptedRatio`) +
             FfiConverterDouble.allocationSize(value.`periodicWakeupsPerSec`) +
             FfiConverterDouble.allocationSize(value.`periodicMaxCpuPercent`) +
             FfiConverterDouble.allocationSize(value.`periodicMaxVariation`) +
+            FfiConverterDouble.allocationSize(value.`periodicWarningWakeupsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`periodicMinTimedOutRatio`) +
+            FfiConverterDouble.allocationSize(value.`periodicMaxEventsPerWakeup`) +
+            FfiConverterUInt.allocationSize(value.`periodicMinSamples`) +
+            FfiConverterDouble.allocationSize(value.`wakeSourceRatio`) +
             FfiConverterDouble.allocationSize(value.`cpuHogPercent`) +
+            FfiConverterDouble.allocationSize(value.`cpuHogCriticalPercent`) +
             FfiConverterDuration.allocationSize(value.`cpuWindow`) +
             FfiConverterDouble.allocationSize(value.`runQueueWaitPercent`) +
+            FfiConverterDouble.allocationSize(value.`runQueueCriticalWaitPercent`) +
+            FfiConverterDouble.allocationSize(value.`runQueueMinCpuPercent`) +
             FfiConverterDouble.allocationSize(value.`wakeupsBudgetPerSec`) +
             FfiConverterDouble.allocationSize(value.`wakeupsWarnFraction`) +
             FfiConverterDuration.allocationSize(value.`wakeupsWindow`) +
             FfiConverterULong.allocationSize(value.`memoryGrowthBytes`) +
-            FfiConverterDouble.allocationSize(value.`memoryGrowthRatio`)
+            FfiConverterDouble.allocationSize(value.`memoryGrowthRatio`) +
+            FfiConverterDouble.allocationSize(value.`memoryGrowthCriticalRatio`) +
+            FfiConverterDouble.allocationSize(value.`memoryGrowthRisingRatio`) +
+            FfiConverterDouble.allocationSize(value.`groupMaxDifference`)
     )
 
     override fun write(value: Thresholds, buf: ByteBuffer) {
@@ -3770,19 +4181,36 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.write(value.`busyPollWakeupsPerSec`, buf)
             FfiConverterDouble.write(value.`busyPollIdleRatio`, buf)
             FfiConverterDouble.write(value.`busyPollZeroTimeoutRatio`, buf)
+            FfiConverterDouble.write(value.`busyPollMaxBlockedPercent`, buf)
+            FfiConverterDouble.write(value.`busyPollCriticalCpuPercent`, buf)
+            FfiConverterDouble.write(value.`busyPollCriticalWakeupsPerSec`, buf)
             FfiConverterDouble.write(value.`sleepCallsPerSec`, buf)
             FfiConverterDouble.write(value.`sleepCpuPercent`, buf)
+            FfiConverterDouble.write(value.`sleepCriticalCpuPercent`, buf)
+            FfiConverterDouble.write(value.`sleepWarningCallsPerSec`, buf)
+            FfiConverterDouble.write(value.`sleepInterruptedRatio`, buf)
             FfiConverterDouble.write(value.`periodicWakeupsPerSec`, buf)
             FfiConverterDouble.write(value.`periodicMaxCpuPercent`, buf)
             FfiConverterDouble.write(value.`periodicMaxVariation`, buf)
+            FfiConverterDouble.write(value.`periodicWarningWakeupsPerSec`, buf)
+            FfiConverterDouble.write(value.`periodicMinTimedOutRatio`, buf)
+            FfiConverterDouble.write(value.`periodicMaxEventsPerWakeup`, buf)
+            FfiConverterUInt.write(value.`periodicMinSamples`, buf)
+            FfiConverterDouble.write(value.`wakeSourceRatio`, buf)
             FfiConverterDouble.write(value.`cpuHogPercent`, buf)
+            FfiConverterDouble.write(value.`cpuHogCriticalPercent`, buf)
             FfiConverterDuration.write(value.`cpuWindow`, buf)
             FfiConverterDouble.write(value.`runQueueWaitPercent`, buf)
+            FfiConverterDouble.write(value.`runQueueCriticalWaitPercent`, buf)
+            FfiConverterDouble.write(value.`runQueueMinCpuPercent`, buf)
             FfiConverterDouble.write(value.`wakeupsBudgetPerSec`, buf)
             FfiConverterDouble.write(value.`wakeupsWarnFraction`, buf)
             FfiConverterDuration.write(value.`wakeupsWindow`, buf)
             FfiConverterULong.write(value.`memoryGrowthBytes`, buf)
             FfiConverterDouble.write(value.`memoryGrowthRatio`, buf)
+            FfiConverterDouble.write(value.`memoryGrowthCriticalRatio`, buf)
+            FfiConverterDouble.write(value.`memoryGrowthRisingRatio`, buf)
+            FfiConverterDouble.write(value.`groupMaxDifference`, buf)
     }
 }
 
@@ -3930,7 +4358,13 @@ enum class FindingKind {
     /**
      * Resident memory growing across the history.
      */
-    MEMORY_GROWTH;
+    MEMORY_GROWTH,
+    /**
+     * A thread's sleeps are cut short by signals many times per second:
+     * its wakeups come from the signals (an interval timer, a profiler),
+     * not from its own sleep loop.
+     */
+    SIGNAL_WAKEUPS;
 
     
 
@@ -4216,6 +4650,26 @@ sealed class Subject {
         companion object
     }
     
+    /**
+     * Threads with the same name pattern and the same finding, reported once.
+     */
+    data class Threads(
+        /**
+         * Their name pattern: the names with each run of digits as `*`
+         * (`worker-*` for `worker-1`, `worker-2`, ...).
+         */
+        val `name`: kotlin.String, 
+        /**
+         * Their OS thread ids, in the order the rule found them.
+         */
+        val `tids`: List<kotlin.ULong>) : Subject()
+        
+    {
+        
+
+        companion object
+    }
+    
 
     
 
@@ -4246,6 +4700,10 @@ public object FfiConverterTypeSubject : FfiConverterRustBuffer<Subject>{
             4 -> Subject.SleepSite(
                 FfiConverterString.read(buf),
                 FfiConverterOptionalULong.read(buf),
+                )
+            5 -> Subject.Threads(
+                FfiConverterString.read(buf),
+                FfiConverterSequenceULong.read(buf),
                 )
             else -> throw RuntimeException("invalid enum value, something is very wrong!!")
         }
@@ -4283,6 +4741,14 @@ public object FfiConverterTypeSubject : FfiConverterRustBuffer<Subject>{
                 + FfiConverterOptionalULong.allocationSize(value.`tid`)
             )
         }
+        is Subject.Threads -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterString.allocationSize(value.`name`)
+                + FfiConverterSequenceULong.allocationSize(value.`tids`)
+            )
+        }
     }
 
     override fun write(value: Subject, buf: ByteBuffer) {
@@ -4310,7 +4776,86 @@ public object FfiConverterTypeSubject : FfiConverterRustBuffer<Subject>{
                 FfiConverterOptionalULong.write(value.`tid`, buf)
                 Unit
             }
+            is Subject.Threads -> {
+                buf.putInt(5)
+                FfiConverterString.write(value.`name`, buf)
+                FfiConverterSequenceULong.write(value.`tids`, buf)
+                Unit
+            }
         }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
+    }
+}
+
+
+
+
+
+/**
+ * A poll-family or sleep syscall, as counted one by one
+ * ([`KernelThreadStats::calls_by_syscall`]). The list is bounded: these
+ * nine are all the kernel source tells apart.
+ */
+
+enum class Syscall {
+    
+    /**
+     * `poll(2)` (x86_64 only; aarch64 libcs call `ppoll`).
+     */
+    POLL,
+    /**
+     * `ppoll(2)`.
+     */
+    PPOLL,
+    /**
+     * `select(2)` (x86_64 only; aarch64 libcs call `pselect6`).
+     */
+    SELECT,
+    /**
+     * `pselect6(2)`, behind `pselect(3)` (and `select(3)` on aarch64).
+     */
+    PSELECT6,
+    /**
+     * `epoll_wait(2)` (x86_64 only; aarch64 libcs call `epoll_pwait`).
+     */
+    EPOLL_WAIT,
+    /**
+     * `epoll_pwait(2)`.
+     */
+    EPOLL_PWAIT,
+    /**
+     * `epoll_pwait2(2)` (timeout as a timespec).
+     */
+    EPOLL_PWAIT2,
+    /**
+     * `nanosleep(2)`, behind `usleep(3)` and `sleep(3)` in some libcs.
+     */
+    NANOSLEEP,
+    /**
+     * `clock_nanosleep(2)`, behind `nanosleep(3)` in glibc.
+     */
+    CLOCK_NANOSLEEP;
+
+    
+
+
+    companion object
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSyscall: FfiConverterRustBuffer<Syscall> {
+    override fun read(buf: ByteBuffer) = try {
+        Syscall.values()[buf.getInt() - 1]
+    } catch (e: IndexOutOfBoundsException) {
+        throw RuntimeException("invalid enum value, something is very wrong!!", e)
+    }
+
+    override fun allocationSize(value: Syscall) = 4UL
+
+    override fun write(value: Syscall, buf: ByteBuffer) {
+        buf.putInt(value.ordinal + 1)
     }
 }
 
@@ -4846,6 +5391,62 @@ public object FfiConverterSequenceTypeSleepStats: FfiConverterRustBuffer<List<Sl
         buf.putInt(value.size)
         value.iterator().forEach {
             FfiConverterTypeSleepStats.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeSyscallCalls: FfiConverterRustBuffer<List<SyscallCalls>> {
+    override fun read(buf: ByteBuffer): List<SyscallCalls> {
+        val len = buf.getInt()
+        return List<SyscallCalls>(len) {
+            FfiConverterTypeSyscallCalls.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<SyscallCalls>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeSyscallCalls.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<SyscallCalls>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeSyscallCalls.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeSyscallRate: FfiConverterRustBuffer<List<SyscallRate>> {
+    override fun read(buf: ByteBuffer): List<SyscallRate> {
+        val len = buf.getInt()
+        return List<SyscallRate>(len) {
+            FfiConverterTypeSyscallRate.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<SyscallRate>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeSyscallRate.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<SyscallRate>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeSyscallRate.write(it, buf)
         }
     }
 }
