@@ -153,6 +153,7 @@ impl Trigger {
                     Subject::Thread { tid, .. } => format!("tid{tid}"),
                     Subject::Loop { name, .. } => format!("loop-{name}"),
                     Subject::SleepSite { name, .. } => format!("sleep-{name}"),
+                    Subject::Threads { name, .. } => format!("threads-{name}"),
                     _ => "subject".to_owned(),
                 };
                 format!("{}-{who}", finding_kind_name(f.kind))
@@ -183,6 +184,7 @@ pub fn finding_kind_name(kind: FindingKind) -> &'static str {
         FindingKind::RunQueueContention => "run_queue_contention",
         FindingKind::WakeupsBudget => "wakeups_budget",
         FindingKind::MemoryGrowth => "memory_growth",
+        FindingKind::SignalWakeups => "signal_wakeups",
         _ => "finding",
     }
 }
