@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of wakemeter on a fresh Debian/Ubuntu machine: format,
-# lints, Rust tests (eBPF ones for real when run as root), cross-target
-# compile checks for iOS/macOS/Android, the Kotlin tests on the JVM and the
-# Swift syntax check. Installs what it needs and names what is missing.
+# lints, rustdoc (warnings are errors), Rust tests (eBPF ones for real when
+# run as root), cross-target compile checks for iOS/macOS/Android, the
+# Kotlin tests on the JVM and the Swift syntax check. Installs what it
+# needs and names what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,9 @@ cargo fmt --all -- --check
 
 step "cargo clippy (workspace, all targets and features, -D warnings)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+step "cargo doc (workspace, all features, rustdoc warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
 # Tests that need root (eBPF) are `#[ignore = "needs root"]`: as root they
 # run for real, otherwise they are counted as ignored, never as passed.

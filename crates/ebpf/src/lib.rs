@@ -148,7 +148,7 @@ impl EbpfSourceBuilder {
     /// [`DEFAULT_MAX_THREADS`] and at most [`MAX_THREADS_LIMIT`]. Threads
     /// beyond the capacity are not tracked (absent from the sample), and
     /// every event of theirs counts in
-    /// [`KernelSample::dropped_events`](wakemeter::KernelSample::dropped_events).
+    /// [`KernelSample::total_dropped_events`](wakemeter::KernelSample::total_dropped_events).
     pub fn with_max_threads(mut self, threads: u32) -> Self {
         self.max_threads = Some(threads);
         self

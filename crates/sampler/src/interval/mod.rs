@@ -1,5 +1,5 @@
 //! Intervals: the difference of two snapshots, with derived rates. This
-//! module holds the records; [`compute`] derives them from two snapshots.
+//! module holds the records; `compute` derives them from two snapshots.
 
 use serde::{Deserialize, Serialize};
 
@@ -16,9 +16,9 @@ pub(crate) use compute::{between_in_history, between_stored, per_sec, percent};
 #[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct ThreadInterval {
-    /// OS thread id (see [`ThreadSample::tid`]).
+    /// OS thread id (see [`ThreadSample::tid`](crate::ThreadSample::tid)).
     pub tid: u64,
-    /// Sampler-assigned identity (see [`ThreadSample::serial`]).
+    /// Sampler-assigned identity (see [`ThreadSample::serial`](crate::ThreadSample::serial)).
     pub serial: u64,
     /// Thread name at the end of the interval.
     pub name: String,
@@ -141,7 +141,7 @@ pub struct ProcessInterval {
     pub peak_rss_bytes: Option<u64>,
     /// Threads at the end of the interval.
     pub thread_count: u32,
-    /// Apple interrupt wakeups per second (see [`crate::ProcessSample::interrupt_wakeups`]).
+    /// Apple interrupt wakeups per second (see [`ProcessSample::total_interrupt_wakeups`](crate::ProcessSample::total_interrupt_wakeups)).
     pub interrupt_wakeups_per_sec: Option<f64>,
     /// Apple platform-idle wakeups per second ("Idle Wake Ups").
     pub platform_idle_wakeups_per_sec: Option<f64>,
@@ -152,7 +152,7 @@ pub struct ProcessInterval {
 #[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct LoopInterval {
-    /// Probe id (see [`LoopStats::id`]).
+    /// Probe id (see [`LoopStats::id`](crate::LoopStats::id)).
     pub id: u64,
     /// Probe name.
     pub name: String,
@@ -199,7 +199,7 @@ pub struct LoopInterval {
 #[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct SleepInterval {
-    /// Probe id (see [`SleepStats::id`]).
+    /// Probe id (see [`SleepStats::id`](crate::SleepStats::id)).
     pub id: u64,
     /// Probe name.
     pub name: String,
