@@ -51,6 +51,8 @@
 //! perf counters return [`Error::Unsupported`] (CPU clocks and process
 //! switch counts work on every Unix).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 /// The `add`, `zero` and `to_f64` of a `Measurement` whose value is a
 /// `u64` count (the same for every measurement of this crate): saturating
 /// sums, and [`count_to_f64`] for criterion's statistics.

@@ -29,6 +29,8 @@
 //! read, one [`StackSample`] per distinct (thread, cause, stack) — at most
 //! the count map's capacity — with at most 254 frames each.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod capture;
 mod error;
 pub mod folded;

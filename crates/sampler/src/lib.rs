@@ -1,23 +1,5 @@
-//! # wakemeter
-//!
-//! An in-process sampler of a process's own threads — CPU time, context
-//! switches, run-queue wait, memory — cheap enough to run continuously in
-//! production apps and sidecars.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! let sampler = wakemeter::SamplerBuilder::new()
-//!     .with_interval(Duration::from_secs(1))
-//!     .build()?;
-//! let _guard = sampler.start()?; // background sampling until the guard drops
-//! std::thread::sleep(Duration::from_secs(3));
-//! if let Some(interval) = sampler.latest_interval() {
-//!     for t in &interval.threads {
-//!         println!("{:>6} {:<16} {:5.1}% cpu", t.tid, t.name, t.cpu_percent);
-//!     }
-//! }
-//! # Ok::<(), wakemeter::Error>(())
-//! ```
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod compare;
 pub mod config;
