@@ -10,7 +10,9 @@ use crate::sys;
 /// slept or waited for a CPU. Values are ns of CPU per sample; the report
 /// shows `µs cpu` per iteration.
 ///
-/// A read costs about 0.2-0.65 µs on a Linux VM (a system call, no vDSO).
+/// A read is a system call on Linux (no vDSO); its cost, and the overhead
+/// per sample, are in BENCHMARKS.md ("Per-thread reads", "criterion
+/// measurements").
 ///
 /// # Panics
 /// `end` panics if it runs on a different thread from `start` (the

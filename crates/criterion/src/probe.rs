@@ -24,8 +24,9 @@ pub enum LoopCount {
 /// The benchmark drives work through an event loop that runs elsewhere (a
 /// tokio runtime, a hand-written `epoll` thread) and criterion counts how
 /// often the loop woke, and woke for nothing, per operation. Each `start`
-/// and `end` takes one snapshot of the sampler (`Sampler::sample_now`, about
-/// 1 µs per thread of the process plus the probes), which is paid per
+/// and `end` takes one snapshot of the sampler (`Sampler::sample_now`, a
+/// cost per thread of the process plus the probes: BENCHMARKS.md, "One
+/// sample at the cadence users sample" and "History"), which is paid per
 /// criterion sample, not per iteration, and is stored in the sampler's
 /// history like any other snapshot.
 ///

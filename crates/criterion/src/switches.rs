@@ -21,7 +21,7 @@ pub enum SwitchKind {
 
 /// Context switches per iteration, from `getrusage` (`ru_nvcsw`,
 /// `ru_nivcsw`): exact counts kept by the kernel, one system call per read
-/// (about 0.3 µs).
+/// (overhead per sample: BENCHMARKS.md, "criterion measurements").
 ///
 /// By default the benchmark's thread is measured (`RUSAGE_THREAD`, Linux and
 /// Android); [`ContextSwitches::process`] counts every thread of the

@@ -167,8 +167,8 @@ impl EbpfSourceBuilder {
     /// It gives the poll-family and sleep statistics (calls, zero returns,
     /// timeouts, requested and actual sleep). Enabling a syscall tracepoint
     /// moves every syscall of every process onto the kernel's traced path
-    /// while attached, about 75 ns more per syscall on the project's test
-    /// machine (see BENCHMARKS.md). Without it, `poll` and `sleep` stay
+    /// while attached (cost per syscall, by hook: BENCHMARKS.md, "Syscall
+    /// cost for every other process"). Without it, `poll` and `sleep` stay
     /// zero; off-CPU time is still split into sleep / lock / poll / I/O /
     /// preempted / other, since the cause is read from the thread's saved
     /// registers when it switches out.

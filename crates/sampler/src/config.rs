@@ -17,8 +17,9 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// matching the 300 s window of iOS's wakeups limit).
 pub const DEFAULT_HISTORY: u32 = 300;
 /// Default: read voluntary/involuntary switch counts every 10th sample
-/// (`status` is the costliest file of a sample; BENCHMARKS.md, "Sampling
-/// cost", gives its cost per thread).
+/// (`status` is the costliest file of a sample; BENCHMARKS.md, "Per-thread
+/// reads", gives its cost, and "One sample at the cadence users sample" the
+/// cost with and without it).
 pub const DEFAULT_SWITCH_SPLIT_EVERY: u32 = 10;
 /// Default name of the background sampling thread.
 pub const DEFAULT_THREAD_NAME: &str = "wakemeter";

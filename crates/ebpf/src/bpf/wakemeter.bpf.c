@@ -535,8 +535,8 @@ int rawtp_sched_process_exec(__u64 *ctx) { return on_exec(ctx); }
  *
  * There is deliberately no sys_enter program. Enabling a raw syscall
  * tracepoint puts every syscall of every process on the machine on the
- * traced path, at about 75 ns per syscall and tracepoint here; one instead
- * of two halves that. What sys_enter would have told is found elsewhere:
+ * traced path (cost per syscall: BENCHMARKS.md, "Syscall cost for every
+ * other process"); one program instead of two halves that. What sys_enter would have told is found elsewhere:
  * the arguments are still in the saved registers at exit, and the moment a
  * poll or sleep call blocks is its first switch-out (on_switch). */
 

@@ -118,7 +118,8 @@ fn object() -> Result<&'static [u8], EbpfError> {
     Err(EbpfError::BuiltWithoutClang)
 }
 
-/// The kernel's BTF, parsed once per process (40-110 ms) and reused.
+/// The kernel's BTF, parsed once per process and reused (parsing is most of
+/// the first attach: BENCHMARKS.md, eBPF section, "Against the targets").
 fn kernel_btf() -> Result<&'static Btf, EbpfError> {
     static KERNEL_BTF: OnceLock<Btf> = OnceLock::new();
     if let Some(btf) = KERNEL_BTF.get() {

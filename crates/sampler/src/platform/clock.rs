@@ -63,11 +63,11 @@ pub(crate) fn thread_cpu_ns(tid: u32) -> Option<u64> {
 /// (the clock `Instant::now()` reads) with the nanoseconds computed in
 /// 64-bit integers. `Instant` adds a validity check of the timespec, the
 /// subtraction of an origin into a `Duration` and a 128-bit `as_nanos`;
-/// dropping them brought a LoopProbe wait pair (two reads) from 1.12x to
-/// 1.03x two `Instant::now()` here (BENCHMARKS.md, "Probes").
+/// dropping them brings a LoopProbe wait pair (two reads) close to two
+/// `Instant::now()` (BENCHMARKS.md, "Probes and findings").
 /// CLOCK_MONOTONIC_COARSE would be cheaper still, but it advances once per
 /// tick (1-4 ms), too coarse for poll delays of a few hundred µs. A TSC
-/// clock (quanta, 0.42x) needs calibration and falls back to the OS clock
+/// clock (quanta; same section) needs calibration and falls back to the OS clock
 /// off x86. Other platforms use `Instant` (not measured here).
 #[inline]
 pub(crate) fn now_ns() -> u64 {

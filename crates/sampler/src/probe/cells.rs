@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::histogram::{LOG2_BUCKETS, Log2Histogram, log2_bucket};
 
 /// A counter with one writer: `add` is a relaxed load and store (no
-/// read-modify-write instruction, ~1 ns), correct because only the probe's
+/// read-modify-write instruction), correct because only the probe's
 /// owner writes it.
 #[derive(Debug, Default)]
 pub(crate) struct Counter(AtomicU64);

@@ -79,8 +79,8 @@ impl SleepCells {
 ///
 /// Each call reads the monotonic clock and the thread's CPU clock before and
 /// after the sleep. The thread's CPU clock is a real system call (not
-/// vDSO): ~0.4-1 µs per pair of reads on a 2-vCPU VM; see BENCHMARKS.md,
-/// "Probes". [`SleepProbe::set_cpu_every`] reads it on every `n`th sleep only.
+/// vDSO), most of the probe's cost; see BENCHMARKS.md, "Probes and
+/// findings". [`SleepProbe::set_cpu_every`] reads it on every `n`th sleep only.
 #[derive(Debug)]
 pub struct SleepProbe {
     cells: Arc<SleepCells>,
@@ -118,8 +118,9 @@ impl SleepProbe {
     /// over short windows. The default, 1, measures every sleep.
     ///
     /// Why: the CPU clock of the calling thread is a system call, two per
-    /// sleep (~0.8 µs in all on a 2-vCPU VM); with `n` = 8 a sleep costs
-    /// the probe ~150 ns on average instead (BENCHMARKS.md, "Probes").
+    /// sleep, most of what a sleep costs the probe; with `n` = 8 those
+    /// reads are paid on one sleep in eight (BENCHMARKS.md, "Probes and
+    /// findings").
     pub fn set_cpu_every(&mut self, n: std::num::NonZeroU32) {
         self.cpu_every = n.get();
         self.cpu_countdown = 0;

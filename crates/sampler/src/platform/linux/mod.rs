@@ -23,8 +23,8 @@
 //! keeps at most a share of it (see [`KEPT_SHARE_DIVISOR`],
 //! [`HEADROOM_DESCRIPTORS`] and [`EXHAUSTION_BACKOFF_SAMPLES`]). Threads
 //! beyond that share are read by open-read-close: the same counters, at
-//! ~2.4 µs per file instead of ~0.47 µs for a `pread` on a kept `schedstat`
-//! descriptor (measured on a 2-vCPU VM, kernel 6.18). Such a thread's TID
+//! up to several times the cost of a `pread` on a kept descriptor
+//! (BENCHMARKS.md, "Per-thread reads"). Such a thread's TID
 //! is checked against its previous counters instead of a kept descriptor:
 //! counters that went backwards mean a new thread, but a reused TID whose
 //! new thread already has more run time and timeslices goes unseen.
@@ -69,7 +69,7 @@ const READ_BUF: usize = 8 * 1024;
 /// Why: a kept descriptor lives as long as its thread, so without a cap a
 /// process with many threads would hand most of its table to the sampler
 /// and the host's own `open()` would fail with `EMFILE`. Threads beyond the
-/// share are read by open-read-close (~2.4 µs instead of ~0.47 µs per file).
+/// share are read by open-read-close (costlier per file; see the module docs).
 /// The limit is re-read (`getrlimit`, no allocation) on every sample, so a
 /// host that raises or lowers it is followed; descriptors kept beyond a
 /// lowered share are closed on the next sample.
@@ -123,7 +123,7 @@ struct Descriptors {
     /// No descriptor is kept before this generation.
     backoff_until: u64,
     /// An open failed with `EMFILE`/`ENFILE` in this pass: no more opens in it
-    /// (each would fail too, at ~1 µs apiece).
+    /// (each would fail too, after walking its path).
     exhausted: bool,
 }
 
@@ -300,8 +300,9 @@ struct Reader<S: Sys> {
 }
 
 /// Hasher for TID keys. TIDs are small distinct integers chosen by the
-/// kernel, not by an attacker, so a multiplicative hash is enough; SipHash
-/// cost ~25 ns of a ~600 ns per-thread budget (two lookups per thread).
+/// kernel, not by an attacker, so a multiplicative hash is enough, and
+/// several times cheaper than SipHash per lookup (two lookups per thread;
+/// BENCHMARKS.md, "Per-thread reads").
 #[derive(Default)]
 pub(crate) struct TidHasher(u64);
 
@@ -574,11 +575,11 @@ impl<S: Sys> Reader<S> {
     /// has not been scheduled in since: its run time, timeslices and
     /// run-queue wait have not changed either (the wait is added when the
     /// thread gets a CPU; a queued thread migrated to another CPU has it
-    /// added at the migration, and shows it at its next run). The clock
-    /// costs ~0.5 µs after a 1 s gap against ~1.7 µs for a `pread` of
-    /// `schedstat` (the procfs read touches the file, its seq_file buffer,
-    /// the inode and the task, all cold after a gap; BENCHMARKS.md, "cold
-    /// samples"), so an idle thread costs a third of what it did.
+    /// added at the migration, and shows it at its next run). After a gap
+    /// the clock costs a fraction of a `pread` of `schedstat` (the procfs
+    /// read touches the file, its seq_file buffer, the inode and the task,
+    /// all cold after a gap; BENCHMARKS.md, "Cold samples: where the time
+    /// goes"), so an idle thread costs a fraction of what it did.
     ///
     /// The clock is addressed by TID, so it could belong to a new thread
     /// that reused the TID: a clock behind the last one means exactly that;
@@ -660,7 +661,8 @@ impl<S: Sys> Reader<S> {
     ) -> Result<(), Exited> {
         // No switch since the last status read: every switch-out adds to the
         // run time, so unchanged (run, timeslices) means unchanged switch
-        // counts. Idle threads skip the ~5-10 µs read.
+        // counts. Idle threads skip the read, the costliest of a sample
+        // (BENCHMARKS.md, "Per-thread reads").
         if let (Some((run, _, slices)), Some(sp)) = (sched, t.split)
             && run != 0
             && sp.run_ns == run
@@ -862,8 +864,9 @@ impl<S: Sys> LinuxBackend<S> {
 }
 
 impl<S: Sys> Backend for LinuxBackend<S> {
-    // Listing `/proc/<pid>/task` costs ~0.2-0.5 µs per thread (the kernel
-    // instantiates a dentry per entry), a third of a sample. The thread
+    // Listing `/proc/<pid>/task` costs more per thread than the thread's CPU
+    // clock read (the kernel instantiates a dentry per entry; BENCHMARKS.md,
+    // "Per-thread reads"), a large share of a sample. The thread
     // count (`Sys::task_count`, or the process `status`) says how many
     // threads exist; when the tracked threads all answer and their number
     // equals it, the set is

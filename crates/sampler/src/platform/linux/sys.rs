@@ -250,7 +250,7 @@ impl Sys for LinuxSys {
     // Hand-written rather than `std::fs::read_dir`: read_dir re-opens the
     // directory and allocates an entry (with an OsString name) per thread on
     // every sample; rewinding a kept fd and parsing getdents64 in a reused
-    // buffer costs ~0.2 µs per thread and allocates nothing (see BENCHMARKS.md).
+    // buffer allocates nothing (cost per thread: BENCHMARKS.md, "Per-thread reads").
     fn list_tasks(&mut self, out: &mut Vec<u32>) -> io::Result<()> {
         out.clear();
         let fd = self.task_dir.as_raw_fd();
@@ -279,8 +279,9 @@ impl Sys for LinuxSys {
 
     // `fstat` of the kept task directory: procfs reports 2 + the number of
     // threads as its link count (proc_task_getattr, since Linux 2.6.x), with
-    // no text to format: ~1 µs against ~12 µs warm and ~33 µs after a 1 s
-    // gap for the process `status` (BENCHMARKS.md, "cold samples").
+    // no text to format: a fraction of the process `status` read, warm or
+    // after a 1 s gap (BENCHMARKS.md, "Per-thread reads" and "Cold samples:
+    // where the time goes").
     fn task_count(&mut self) -> Option<u64> {
         // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };

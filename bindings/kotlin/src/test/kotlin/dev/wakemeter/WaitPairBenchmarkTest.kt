@@ -7,8 +7,9 @@ import org.junit.jupiter.api.Test
 /**
  * Cost of recording one wait (beforeWait + afterWait) from Kotlin. Prints
  * the figures; the target is 2 µs per pair on the fast path. The test only
- * asserts a loose 10 µs bound (still well below the generated calls' 25 µs
- * and more), so a busy machine does not fail the build.
+ * asserts a loose 10 µs bound (still well below the generated calls' tens
+ * of µs; BENCHMARKS.md, "From Kotlin"), so a busy machine does not fail the
+ * build.
  */
 class WaitPairBenchmarkTest {
     private inline fun nsPerPair(pairs: Int, body: () -> Unit): Double {
