@@ -58,13 +58,13 @@ impl SamplerBuilder {
         }
     }
 
-    /// Time between background samples (at least [`MIN_INTERVAL`]).
+    /// Time between background samples (at least [`MIN_INTERVAL`](crate::config::MIN_INTERVAL)).
     pub fn with_interval(mut self, interval: Duration) -> Self {
         self.config.interval = interval;
         self
     }
 
-    /// Number of snapshots kept in history (1 to [`MAX_HISTORY`]).
+    /// Number of snapshots kept in history (1 to [`MAX_HISTORY`](crate::config::MAX_HISTORY)).
     pub fn with_history(mut self, snapshots: u32) -> Self {
         self.config.history = snapshots;
         self
@@ -104,11 +104,11 @@ impl SamplerBuilder {
     /// Validates the configuration and opens the platform backend.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a zero or too-short interval, a zero or
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a zero or too-short interval, a zero or
     /// too-large history, a zero split period or a bad thread name;
-    /// [`Error::NoSuchProcess`] for a target PID that does not exist;
-    /// [`Error::Unreadable`] when `/proc` is missing or unreadable;
-    /// [`Error::Unsupported`] on a platform without a backend.
+    /// [`Error::NoSuchProcess`](crate::Error::NoSuchProcess) for a target PID that does not exist;
+    /// [`Error::Unreadable`](crate::Error::Unreadable) when `/proc` is missing or unreadable;
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a platform without a backend.
     pub fn build(self) -> Result<Sampler> {
         let config = self.config;
         config.validate()?;
