@@ -30,6 +30,8 @@
 //! fit and counts it in `wakemeter_exporter_dropped_series_total`. The
 //! metric names are listed in the README ("Prometheus").
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod encode;
 mod exporter;
 mod groups;
