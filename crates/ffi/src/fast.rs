@@ -36,7 +36,7 @@
 //! per thread in Kotlin), in uniffi's own serialization: Rust writes them
 //! with `uniffi::Lower::write` and Kotlin reads them with the generated
 //! converters (`FfiConverterTypeReport.read` …), so no record is described
-//! twice. See [`answer`] for the layout and the return value.
+//! twice. See `answer` for the layout and the return value.
 //!
 //! Return codes: [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`PANICKED`],
 //! [`WRONG_KIND`], [`BAD_INPUT`] (the record calls return them negated).
@@ -355,7 +355,7 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_release(handle: u64) -> i32 {
     unsafe { release::<SleepProbe>(handle) }
 }
 
-/// `LoopProbe.stats()` on a raw handle, as a record call (see [`answer`]):
+/// `LoopProbe.stats()` on a raw handle, as a record call (see `answer`):
 /// the answer is a `Result<LoopStats, WakemeterError>`.
 ///
 /// # Safety
