@@ -186,7 +186,7 @@ impl Measurement for ContextSwitches {
 /// `sched:sched_wakeup` is a tracepoint, which needs tracefs mounted to be
 /// resolved, and the eBPF source of wakemeter (`wakemeter-ebpf`) already
 /// counts wakeups received and who sent them when it can attach.
-/// Per-thread `schedstat` timeslices count arrivals after preemption as
+/// Per-thread `schedstat` switch counts (times scheduled in) count arrivals after preemption as
 /// well, so they overcount wakeups.
 #[derive(Debug, Clone, Copy)]
 pub struct Wakeups {

@@ -4,8 +4,9 @@
 //! Every uniffi call from Kotlin allocates JNA `Structure`s for its call
 //! status and its returned buffer (native memory tracked by JNA until the
 //! garbage collector frees it), and a method call makes two native calls
-//! (clone the object's handle, then call); on this kind of machine that
-//! costs 20–60 µs per call and, in a call loop, long GC pauses. These
+//! (clone the object's handle, then call): tens of microseconds per call
+//! and, in a call loop, long GC pauses (BENCHMARKS.md, "JVM calls from
+//! Kotlin"). These
 //! functions take and return only integers and addresses, so JNA's direct
 //! mapping calls them without allocating. Swift calls the uniffi functions
 //! directly (its call status lives on the stack) and does not need them.

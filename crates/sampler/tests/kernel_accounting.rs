@@ -62,11 +62,11 @@ fn switch_counts_equal_proc_for_known_sleeps() {
         "each sleep blocks at least once: {slept} < {SLEEPS}"
     );
     assert!(slept <= SLEEPS + 5, "no phantom switches: {slept}");
-    // schedstat's timeslices count the same switches (± the one in progress).
+    // schedstat field 3 (times scheduled in) counts the same switches (± the one in progress).
     let slices = t.total_switches.unwrap();
     assert!(
         slices.abs_diff(vol + invol) <= 1,
-        "timeslices {slices} vs switches {}",
+        "schedstat switches {slices} vs status switches {}",
         vol + invol
     );
     drop(stop_tx);

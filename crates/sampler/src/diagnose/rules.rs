@@ -690,7 +690,7 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
     {
         for th in &s.threads {
             if let Some(&k) = candidates.get(&th.ident.serial)
-                && let Some(slices) = crate::platform::present(th.timeslices)
+                && let Some(slices) = crate::platform::present(th.switches)
             {
                 series[k].push((s.header.monotonic_ns, slices));
             }

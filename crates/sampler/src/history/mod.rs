@@ -122,7 +122,7 @@ impl PackedThread {
             total_cpu_time_ns: self.cpu_time_ns,
             cpu_time_source: self.ident.cpu_time_source,
             total_run_queue_wait_ns: present(self.run_queue_wait_ns),
-            total_switches: present(self.timeslices),
+            total_switches: present(self.switches),
             total_voluntary_switches: present(self.voluntary_switches),
             total_involuntary_switches: present(self.involuntary_switches),
         }
@@ -324,7 +324,7 @@ mod tests {
                 ident: ident.clone(),
                 cpu_time_ns: seq,
                 run_queue_wait_ns: 0,
-                timeslices: 0,
+                switches: 0,
                 voluntary_switches: 0,
                 involuntary_switches: 0,
             });

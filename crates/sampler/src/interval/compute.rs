@@ -174,7 +174,7 @@ impl ThreadCounters for PackedThread {
         present(self.run_queue_wait_ns)
     }
     fn total_switches(&self) -> Option<u64> {
-        present(self.timeslices)
+        present(self.switches)
     }
     fn total_voluntary_switches(&self) -> Option<u64> {
         present(self.voluntary_switches)

@@ -57,7 +57,7 @@ pub(crate) struct PackedThread {
     pub ident: Arc<ThreadIdent>,
     pub cpu_time_ns: u64,
     pub run_queue_wait_ns: u64,
-    pub timeslices: u64,
+    pub switches: u64,
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
 }

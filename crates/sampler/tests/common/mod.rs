@@ -24,7 +24,7 @@ pub fn status_field(tid: u64, key: &str) -> u64 {
         .expect("field present")
 }
 
-/// `(run_ns, wait_ns, timeslices)` of `/proc/<pid>/task/<tid>/schedstat`.
+/// `(run_ns, wait_ns, switches)` of `/proc/<pid>/task/<tid>/schedstat`.
 pub fn schedstat(pid: &str, tid: u64) -> (u64, u64, u64) {
     let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).expect("schedstat");
     let v: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();

@@ -38,7 +38,7 @@
 //! flavor's struct, is left out of the sample; that is not an error.
 //!
 //! Not available per thread on Apple platforms, so always absent: run-queue
-//! wait, timeslices, voluntary and involuntary context switches.
+//! wait, switches, voluntary and involuntary context switches.
 //!
 //! Only the calling process can be sampled: reading another task needs
 //! `task_for_pid`, which requires the `com.apple.security.cs.debugger`
@@ -363,7 +363,7 @@ impl<S: Sys> DarwinBackend<S> {
             cpu_time_ns: times.info.cpu_ns(),
             // No per-thread form on Apple platforms.
             run_queue_wait_ns: ABSENT,
-            timeslices: ABSENT,
+            switches: ABSENT,
             voluntary_switches: ABSENT,
             involuntary_switches: ABSENT,
         })

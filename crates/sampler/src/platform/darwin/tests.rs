@@ -138,7 +138,7 @@ fn reads_threads_memory_power_and_releases_every_port() {
     // No per-thread form on Apple: absent, never zero.
     for t in &threads {
         assert_eq!(t.run_queue_wait_ns, ABSENT);
-        assert_eq!(t.timeslices, ABSENT);
+        assert_eq!(t.switches, ABSENT);
         assert_eq!(t.voluntary_switches, ABSENT);
         assert_eq!(t.involuntary_switches, ABSENT);
     }

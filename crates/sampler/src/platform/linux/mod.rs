@@ -27,7 +27,7 @@
 //! (BENCHMARKS.md, "Per-thread reads"). Such a thread's TID
 //! is checked against its previous counters instead of a kept descriptor:
 //! counters that went backwards mean a new thread, but a reused TID whose
-//! new thread already has more run time and timeslices goes unseen.
+//! new thread already has more run time and more switches goes unseen.
 //! [`SampleWarning::DescriptorsExhausted`] is reported only for threads that
 //! even open-read-close could not read.
 
@@ -100,7 +100,7 @@ pub(crate) const EXHAUSTION_BACKOFF_SAMPLES: u64 = 60;
 /// Which per-thread file gives the cumulative counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CounterFile {
-    /// `schedstat`: run ns, run-queue wait ns, timeslices.
+    /// `schedstat`: run ns, run-queue wait ns, switches.
     Schedstat,
     /// `stat`: utime + stime ticks (kernels without schedstat).
     Stat,
@@ -218,9 +218,9 @@ struct Tracked<F> {
     status: Option<F>,
     /// Generation of the last sample that saw this thread.
     seen: u64,
-    /// `schedstat` (run ns, timeslices) and CPU clock at the last sample.
+    /// `schedstat` (run ns, switches) and CPU clock at the last sample.
     last: Option<LastRead>,
-    /// `schedstat` (run ns, timeslices) and switch counts at the last `status` read.
+    /// `schedstat` (run ns, switches) and switch counts at the last `status` read.
     split: Option<SplitRead>,
 }
 
@@ -229,7 +229,7 @@ struct Tracked<F> {
 struct LastRead {
     run_ns: u64,
     wait_ns: u64,
-    timeslices: u64,
+    switches: u64,
     clock_ns: u64,
 }
 
@@ -237,7 +237,7 @@ struct LastRead {
 #[derive(Debug, Clone, Copy)]
 struct SplitRead {
     run_ns: u64,
-    timeslices: u64,
+    switches: u64,
     voluntary: u64,
     involuntary: u64,
 }
@@ -253,7 +253,7 @@ enum Measured {
     Unmeasurable,
 }
 
-/// `schedstat`: (run ns, run-queue wait ns, timeslices).
+/// `schedstat`: (run ns, run-queue wait ns, switches).
 type Sched = (u64, u64, u64);
 
 /// The tracked thread has exited (or its TID now names another thread).
@@ -458,7 +458,7 @@ impl<S: Sys> Reader<S> {
             ident: t.ident.clone(),
             cpu_time_ns: ABSENT,
             run_queue_wait_ns: ABSENT,
-            timeslices: ABSENT,
+            switches: ABSENT,
             voluntary_switches: ABSENT,
             involuntary_switches: ABSENT,
         };
@@ -478,7 +478,7 @@ impl<S: Sys> Reader<S> {
         Measured::Sample(out)
     }
 
-    /// Fills CPU time, run-queue wait and timeslices from `schedstat` (and,
+    /// Fills CPU time, run-queue wait and switches from `schedstat` (and,
     /// for the calling process, the thread's CPU clock). Returns the
     /// `schedstat` triple when it is trustworthy.
     fn schedstat_counters(
@@ -495,8 +495,8 @@ impl<S: Sys> Reader<S> {
                 ClockFirst::Unchanged => {
                     out.cpu_time_ns = last.clock_ns;
                     out.run_queue_wait_ns = last.wait_ns;
-                    out.timeslices = last.timeslices;
-                    return Ok(Some((last.run_ns, last.wait_ns, last.timeslices)));
+                    out.switches = last.switches;
+                    return Ok(Some((last.run_ns, last.wait_ns, last.switches)));
                 }
                 ClockFirst::Moved(clock) => Some(clock),
             },
@@ -506,7 +506,7 @@ impl<S: Sys> Reader<S> {
         if let Some((run, wait, slices)) = sched {
             out.cpu_time_ns = run;
             out.run_queue_wait_ns = wait;
-            out.timeslices = slices;
+            out.switches = slices;
         }
         if self.self_target {
             out.cpu_time_ns = match clock {
@@ -518,19 +518,19 @@ impl<S: Sys> Reader<S> {
             t.last = Some(LastRead {
                 run_ns: run,
                 wait_ns: wait,
-                timeslices: slices,
+                switches: slices,
                 clock_ns: out.cpu_time_ns,
             });
         }
         // Kernels without sched_info print "0 0 0" for every thread: a
         // thread whose clock has moved cannot have run for 0 ns, so its
-        // run-queue wait and timeslices are unknown.
+        // run-queue wait and switches are unknown.
         if self.self_target
             && sched.is_some_and(|(run, _, slices)| run == 0 && slices == 0)
             && out.cpu_time_ns > 0
         {
             out.run_queue_wait_ns = ABSENT;
-            out.timeslices = ABSENT;
+            out.switches = ABSENT;
             t.last = None;
             return Ok(None);
         }
@@ -559,7 +559,7 @@ impl<S: Sys> Reader<S> {
         };
         if !bound
             && let (Some((run, _, slices)), Some(last)) = (sched, t.last)
-            && (run < last.run_ns || slices < last.timeslices)
+            && (run < last.run_ns || slices < last.switches)
         {
             // Counters never go backwards: the TID has a new thread.
             return Err(Exited);
@@ -572,7 +572,7 @@ impl<S: Sys> Reader<S> {
     ///
     /// A clock that has not moved since the last sample, of a thread that
     /// was off CPU then (its clock equalled its run time), means the thread
-    /// has not been scheduled in since: its run time, timeslices and
+    /// has not been scheduled in since: its run time, switches and
     /// run-queue wait have not changed either (the wait is added when the
     /// thread gets a CPU; a queued thread migrated to another CPU has it
     /// added at the migration, and shows it at its next run). After a gap
@@ -660,13 +660,13 @@ impl<S: Sys> Reader<S> {
         short: &mut bool,
     ) -> Result<(), Exited> {
         // No switch since the last status read: every switch-out adds to the
-        // run time, so unchanged (run, timeslices) means unchanged switch
+        // run time, so unchanged (run, switches) means unchanged switch
         // counts. Idle threads skip the read, the costliest of a sample
         // (BENCHMARKS.md, "Per-thread reads").
         if let (Some((run, _, slices)), Some(sp)) = (sched, t.split)
             && run != 0
             && sp.run_ns == run
-            && sp.timeslices == slices
+            && sp.switches == slices
         {
             out.voluntary_switches = sp.voluntary;
             out.involuntary_switches = sp.involuntary;
@@ -687,7 +687,7 @@ impl<S: Sys> Reader<S> {
             out.involuntary_switches = invol;
             t.split = sched.map(|(run, _, slices)| SplitRead {
                 run_ns: run,
-                timeslices: slices,
+                switches: slices,
                 voluntary: vol,
                 involuntary: invol,
             });

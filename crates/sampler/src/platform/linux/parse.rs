@@ -20,7 +20,7 @@ fn trim_start(s: &[u8]) -> &[u8] {
     &s[n..]
 }
 
-/// `schedstat`: "run_ns wait_ns timeslices\n".
+/// `schedstat`: "run_ns wait_ns switches\n".
 ///
 /// One pass, each byte looked at once: the split-filter-parse form took
 /// ~700 instructions per call (callgrind; each digit was visited three

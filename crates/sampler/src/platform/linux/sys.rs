@@ -12,7 +12,7 @@ use crate::{Error, Result};
 /// A per-thread file of `/proc/<pid>/task/<tid>/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TaskFile {
-    /// `schedstat`: run ns, run-queue wait ns, timeslices.
+    /// `schedstat`: run ns, run-queue wait ns, switches.
     Schedstat,
     /// `stat`: utime + stime ticks (kernels without schedstat).
     Stat,

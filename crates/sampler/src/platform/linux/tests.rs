@@ -45,7 +45,7 @@ fn reads_clock_schedstat_status_and_memory() {
     assert_eq!(&*w.ident.name, "worker");
     assert_eq!(w.ident.cpu_time_source, CpuTimeSource::ThreadClock);
     assert_eq!(
-        (w.cpu_time_ns, w.run_queue_wait_ns, w.timeslices),
+        (w.cpu_time_ns, w.run_queue_wait_ns, w.switches),
         (5_000, 700, 9)
     );
     assert_eq!((w.voluntary_switches, w.involuntary_switches), (6, 3));
@@ -139,7 +139,7 @@ fn other_process_uses_schedstat_then_stat_ticks() {
     assert_eq!(t[0].ident.cpu_time_source, CpuTimeSource::StatTicks);
     assert_eq!(t[0].cpu_time_ns, 40_000_000, "4 ticks of 10 ms");
     assert_eq!(t[0].run_queue_wait_ns, ABSENT);
-    assert_eq!(t[0].timeslices, ABSENT);
+    assert_eq!(t[0].switches, ABSENT);
 }
 
 #[test]
@@ -251,7 +251,7 @@ fn idle_threads_skip_the_schedstat_and_status_reads_and_stay_exact() {
         (5_000, 2, 1)
     );
     assert_eq!(
-        (busy.cpu_time_ns, busy.voluntary_switches, busy.timeslices),
+        (busy.cpu_time_ns, busy.voluntary_switches, busy.switches),
         (9_000, 3, 4)
     );
 }
@@ -304,7 +304,7 @@ fn schedstat_without_sched_info_is_absent_not_zero_and_never_freezes_switch_coun
     let w = threads.iter().find(|t| t.ident.tid == 11).unwrap();
     assert_eq!(w.cpu_time_ns, 6_000);
     assert_eq!(w.voluntary_switches, 2, "switch counts are re-read");
-    assert_eq!((w.timeslices, w.run_queue_wait_ns), (ABSENT, ABSENT));
+    assert_eq!((w.switches, w.run_queue_wait_ns), (ABSENT, ABSENT));
 }
 
 /// Spawns `n` threads after the main one (TIDs `pid + 1 ..`), each having
@@ -325,7 +325,7 @@ fn assert_complete(threads: &[PackedThread], count: usize, split: bool) {
     for t in threads {
         assert_ne!(t.cpu_time_ns, ABSENT, "{t:?}");
         assert_ne!(t.run_queue_wait_ns, ABSENT, "{t:?}");
-        assert_ne!(t.timeslices, ABSENT, "{t:?}");
+        assert_ne!(t.switches, ABSENT, "{t:?}");
         if split {
             assert_ne!(t.voluntary_switches, ABSENT, "{t:?}");
         }
