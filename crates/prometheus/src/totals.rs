@@ -8,9 +8,8 @@ use wakemeter::{
 
 use crate::groups::Totals;
 
-/// Off-CPU causes, in the order of [`ThreadTotals::off_cpu_ns`] (the
-/// names of `wakemeter::OffCpuTime`'s fields, without `_ns`).
-pub const OFF_CPU_CAUSES: [&str; 6] = ["sleep", "lock", "poll", "io", "preempted", "other"];
+/// Off-CPU causes, in the order of [`ThreadTotals::off_cpu_ns`].
+pub const OFF_CPU_CAUSES: [&str; 6] = wakemeter::OffCpuTime::CAUSES;
 
 fn add_buckets(into: &mut Vec<u64>, h: &Log2Histogram) {
     if into.len() < h.buckets.len() {
@@ -68,15 +67,7 @@ impl ThreadTotals {
             // The interval keeps a rate; the count it came from is exact
             // up to float rounding.
             out.wakes = (k.wakes_per_sec * duration_ns as f64 / 1e9).round() as u64;
-            let o = &k.off_cpu;
-            out.off_cpu_ns = [
-                o.sleep_ns,
-                o.lock_ns,
-                o.poll_ns,
-                o.io_ns,
-                o.preempted_ns,
-                o.other_ns,
-            ];
+            out.off_cpu_ns = k.off_cpu.by_cause();
         }
         out
     }

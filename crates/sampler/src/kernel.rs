@@ -31,8 +31,12 @@ pub struct OffCpuTime {
 }
 
 impl OffCpuTime {
-    /// Sum of all causes, in nanoseconds.
-    pub fn total_ns(&self) -> u64 {
+    /// The causes, in the order of [`OffCpuTime::by_cause`]: the field
+    /// names without `_ns`.
+    pub const CAUSES: [&'static str; 6] = ["sleep", "lock", "poll", "io", "preempted", "other"];
+
+    /// The time of each cause, in nanoseconds, in the order of [`OffCpuTime::CAUSES`].
+    pub fn by_cause(&self) -> [u64; 6] {
         [
             self.sleep_ns,
             self.lock_ns,
@@ -41,8 +45,26 @@ impl OffCpuTime {
             self.preempted_ns,
             self.other_ns,
         ]
-        .iter()
-        .fold(0u64, |a, b| a.saturating_add(*b))
+    }
+
+    /// The record of these times, in nanoseconds, in the order of [`OffCpuTime::CAUSES`].
+    pub fn from_causes(ns: [u64; 6]) -> Self {
+        let [sleep_ns, lock_ns, poll_ns, io_ns, preempted_ns, other_ns] = ns;
+        OffCpuTime {
+            sleep_ns,
+            lock_ns,
+            poll_ns,
+            io_ns,
+            preempted_ns,
+            other_ns,
+        }
+    }
+
+    /// Sum of all causes, in nanoseconds.
+    pub fn total_ns(&self) -> u64 {
+        self.by_cause()
+            .iter()
+            .fold(0u64, |a, b| a.saturating_add(*b))
     }
 }
 

@@ -627,13 +627,14 @@ fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64, top_wakers: usize) -> Ker
     {
         *cause = cause.saturating_add(in_progress(raw.off_since_ns));
     }
-    let mut off_cpu = OffCpuTime::default();
-    off_cpu.sleep_ns = off_ns[abi::OFF_SLEEP];
-    off_cpu.lock_ns = off_ns[abi::OFF_LOCK];
-    off_cpu.poll_ns = off_ns[abi::OFF_POLL];
-    off_cpu.io_ns = off_ns[abi::OFF_IO];
-    off_cpu.preempted_ns = off_ns[abi::OFF_PREEMPTED];
-    off_cpu.other_ns = off_ns[abi::OFF_OTHER];
+    let off_cpu = OffCpuTime::from_causes([
+        off_ns[abi::OFF_SLEEP],
+        off_ns[abi::OFF_LOCK],
+        off_ns[abi::OFF_POLL],
+        off_ns[abi::OFF_IO],
+        off_ns[abi::OFF_PREEMPTED],
+        off_ns[abi::OFF_OTHER],
+    ]);
 
     let mut poll = PollSyscallStats::default();
     poll.total_calls = raw.poll_calls;

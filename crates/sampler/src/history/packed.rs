@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::codec::{self, Fields, push_str};
 use crate::histogram::{LOG2_BUCKETS, Log2Histogram};
-use crate::kernel::{KernelSample, KernelThreadStats, Syscall, SyscallCalls, Waker};
+use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime, Syscall, SyscallCalls, Waker};
 use crate::probe::{LoopStats, SleepStats};
 
 /// A new key frame is written every this many snapshots (at most): a
@@ -130,17 +130,14 @@ impl Record for KernelThreadStats {
         self.tid
     }
     fn pack(&self, f: &mut Vec<u64>) {
-        let (o, p, s) = (&self.total_off_cpu, &self.poll, &self.sleep);
+        let (p, s) = (&self.poll, &self.sleep);
         f.extend([
             self.total_on_cpu_ns,
             self.total_voluntary_switches,
             self.total_involuntary_switches,
-            o.sleep_ns,
-            o.lock_ns,
-            o.poll_ns,
-            o.io_ns,
-            o.preempted_ns,
-            o.other_ns,
+        ]);
+        f.extend(self.total_off_cpu.by_cause());
+        f.extend([
             self.total_wakes,
             p.total_calls,
             p.total_idle_calls,
@@ -187,13 +184,7 @@ impl Record for KernelThreadStats {
             total_involuntary_switches: f.next(),
             ..Default::default()
         };
-        let o = &mut t.total_off_cpu;
-        o.sleep_ns = f.next();
-        o.lock_ns = f.next();
-        o.poll_ns = f.next();
-        o.io_ns = f.next();
-        o.preempted_ns = f.next();
-        o.other_ns = f.next();
+        t.total_off_cpu = OffCpuTime::from_causes(std::array::from_fn(|_| f.next()));
         t.total_wakes = f.next();
         let p = &mut t.poll;
         p.total_calls = f.next();

@@ -24,15 +24,8 @@ fn kernel_interval(
     let sub = |a: u64, b: u64| a.saturating_sub(b);
     let calls = sub(k.poll.total_calls, e.poll.total_calls);
     let sleeps = sub(k.sleep.total_calls, e.sleep.total_calls);
-    let (o, p) = (&k.total_off_cpu, &e.total_off_cpu);
-    let off_cpu = OffCpuTime {
-        sleep_ns: sub(o.sleep_ns, p.sleep_ns),
-        lock_ns: sub(o.lock_ns, p.lock_ns),
-        poll_ns: sub(o.poll_ns, p.poll_ns),
-        io_ns: sub(o.io_ns, p.io_ns),
-        preempted_ns: sub(o.preempted_ns, p.preempted_ns),
-        other_ns: sub(o.other_ns, p.other_ns),
-    };
+    let (o, p) = (k.total_off_cpu.by_cause(), e.total_off_cpu.by_cause());
+    let off_cpu = OffCpuTime::from_causes(std::array::from_fn(|c| sub(o[c], p[c])));
     let blocked_ns = off_cpu.total_ns().saturating_sub(off_cpu.preempted_ns);
     let known_requests = sub(
         k.sleep.total_known_request_calls,
@@ -289,26 +282,13 @@ pub(crate) fn compute<T: ThreadCounters>(
                 started,
             )
             .unwrap_or(0);
-            let slices = delta(
-                t.total_switches(),
-                e.and_then(|e| e.total_switches()),
-                started,
-            );
-            let vol = delta(
-                t.total_voluntary_switches(),
-                e.and_then(|e| e.total_voluntary_switches()),
-                started,
-            );
-            let invol = delta(
-                t.total_involuntary_switches(),
-                e.and_then(|e| e.total_involuntary_switches()),
-                started,
-            );
-            let wait = delta(
-                t.total_run_queue_wait_ns(),
-                e.and_then(|e| e.total_run_queue_wait_ns()),
-                started,
-            );
+            // The change of one optional counter over the interval.
+            let change =
+                |counter: fn(&T) -> Option<u64>| delta(counter(t), e.and_then(counter), started);
+            let slices = change(T::total_switches);
+            let vol = change(T::total_voluntary_switches);
+            let invol = change(T::total_involuntary_switches);
+            let wait = change(T::total_run_queue_wait_ns);
             ThreadInterval {
                 tid: t.tid(),
                 serial: t.serial(),

@@ -36,42 +36,38 @@ pub(crate) fn identity(target: Target) -> TargetIdentity {
 /// Linux: `comm`, and the start time from `stat` field 22 (clock ticks
 /// after boot) plus `btime` of `/proc/stat` (boot time, Unix seconds):
 /// exact to one clock tick (usually 10 ms).
-#[cfg(any(target_os = "linux", target_os = "android", test))]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn linux_identity(pid: u32, proc_root: &std::path::Path) -> TargetIdentity {
     let dir = proc_root.join(pid.to_string());
     let name = std::fs::read_to_string(dir.join("comm"))
         .map(|s| s.trim_end_matches('\n').to_string())
         .unwrap_or_default();
-    let start_ticks = std::fs::read_to_string(dir.join("stat"))
+    // Field 22 is `starttime`.
+    let start_ticks = std::fs::read(dir.join("stat"))
         .ok()
-        .and_then(|s| start_ticks(&s));
+        .and_then(|s| super::linux::parse::stat_field(&s, 22));
     let boot_secs = std::fs::read_to_string(proc_root.join("stat"))
         .ok()
         .and_then(|s| boot_time_secs(&s));
     TargetIdentity {
         pid,
         name,
-        start_time_unix_ns: start_unix_ns(start_ticks, boot_secs, clock_ticks_per_sec()),
+        start_time_unix_ns: start_unix_ns(
+            start_ticks,
+            boot_secs,
+            super::system::clock_ticks_per_sec(),
+        ),
     }
 }
 
-/// Field 22 of `/proc/<pid>/stat` (`starttime`), counted after the `)` that
-/// ends the command name (which may itself hold spaces and parentheses).
-#[cfg(any(target_os = "linux", target_os = "android", test))]
-fn start_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After ")": field 3 (state) is the first, so field 22 is the 20th.
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
-}
-
-#[cfg(any(target_os = "linux", target_os = "android", test))]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn boot_time_secs(stat: &str) -> Option<u64> {
     stat.lines()
         .find_map(|l| l.strip_prefix("btime "))
         .and_then(|v| v.trim().parse().ok())
 }
 
-#[cfg(any(target_os = "linux", target_os = "android", test))]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn start_unix_ns(ticks: Option<u64>, boot_secs: Option<u64>, hz: u64) -> Option<u64> {
     let (ticks, boot) = (ticks?, boot_secs?);
     if hz == 0 {
@@ -81,24 +77,18 @@ fn start_unix_ns(ticks: Option<u64>, boot_secs: Option<u64>, hz: u64) -> Option<
     u64::try_from(u128::from(boot) * 1_000_000_000 + after_boot_ns).ok()
 }
 
-#[cfg(any(target_os = "linux", target_os = "android", test))]
-fn clock_ticks_per_sec() -> u64 {
-    // SAFETY: sysconf only reads a constant of the C library; it takes no
-    // pointers and has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(hz).unwrap_or(0)
-}
-
-#[cfg(test)]
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use super::*;
 
     #[test]
     fn start_time_counts_fields_after_the_last_parenthesis() {
-        let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 12345 1000 200";
+        let stat =
+            b"42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 12345 1000 200";
+        let start_ticks = |s: &[u8]| crate::platform::linux::parse::stat_field(s, 22);
         assert_eq!(start_ticks(stat), Some(12345));
-        assert_eq!(start_ticks("42 (truncated"), None);
-        assert_eq!(start_ticks("42 (x) S 1"), None);
+        assert_eq!(start_ticks(b"42 (truncated"), None);
+        assert_eq!(start_ticks(b"42 (x) S 1"), None);
         assert_eq!(
             boot_time_secs("cpu 1 2\nbtime 1700000000\nprocesses 5\n"),
             Some(1_700_000_000)
@@ -111,7 +101,6 @@ mod tests {
         assert_eq!(start_unix_ns(Some(1), Some(1), 0), None);
     }
 
-    #[cfg(target_os = "linux")]
     #[test]
     fn this_process_has_a_name_and_started_before_now() {
         let id = identity(Target::SelfProcess);

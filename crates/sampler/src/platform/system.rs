@@ -44,6 +44,15 @@ pub(crate) fn total_memory_bytes() -> u64 {
     0
 }
 
+/// Clock ticks per second (`_SC_CLK_TCK`), the unit of `/proc` `stat`
+/// times; 100 when the C library does not say.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(tck).ok().filter(|t| *t > 0).unwrap_or(100)
+}
+
 /// Logical CPUs this process may run on (its affinity mask and cgroup
 /// quota, as `std::thread::available_parallelism` reads them); 1 when unknown.
 pub(crate) fn cpu_count() -> u32 {

@@ -31,7 +31,7 @@
 //! [`SampleWarning::DescriptorsExhausted`] is reported only for threads that
 //! even open-read-close could not read.
 
-mod parse;
+pub(crate) mod parse;
 #[cfg(test)]
 mod parse_proptest;
 mod sys;

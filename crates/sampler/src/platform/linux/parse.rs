@@ -112,15 +112,30 @@ pub(crate) fn status_name(buf: &[u8]) -> Option<&[u8]> {
     })
 }
 
-/// `stat`: (utime + stime) in clock ticks. The command name (field 2) may
-/// contain spaces and parentheses, so fields are counted after the last ')'.
-pub(crate) fn stat_cpu_ticks(buf: &[u8]) -> Option<u64> {
+/// Field `n` (1-based, as in proc(5); `n` >= 3) of a `stat` file. The
+/// command name (field 2) may contain spaces and parentheses, so fields are
+/// counted after the last ')'.
+pub(crate) fn stat_field(buf: &[u8], n: usize) -> Option<u64> {
+    stat_fields_from(buf, n)?.next().and_then(leading_u64)
+}
+
+/// The fields of a `stat` file from field `n` on (`n` >= 3).
+fn stat_fields_from(buf: &[u8], n: usize) -> Option<impl Iterator<Item = &[u8]>> {
     let close = buf.iter().rposition(|b| *b == b')')?;
-    // After ')' come fields 3.. ; utime is field 14, stime field 15.
+    // After ')' come fields 3, 4, ...
     let mut it = buf[close + 1..]
         .split(|b| *b == b' ')
         .filter(|f| !f.is_empty());
-    let utime = leading_u64(it.nth(11)?)?;
+    if n > 3 {
+        it.nth(n.checked_sub(4)?)?;
+    }
+    Some(it)
+}
+
+/// `stat`: (utime + stime) in clock ticks (fields 14 and 15).
+pub(crate) fn stat_cpu_ticks(buf: &[u8]) -> Option<u64> {
+    let mut it = stat_fields_from(buf, 14)?;
+    let utime = leading_u64(it.next()?)?;
     let stime = leading_u64(it.next()?)?;
     utime.checked_add(stime)
 }

@@ -169,8 +169,6 @@ impl LinuxSys {
         };
         // SAFETY: sysconf has no memory-safety preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        // SAFETY: as above.
-        let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         Ok(LinuxSys {
             base,
             pid,
@@ -178,7 +176,7 @@ impl LinuxSys {
             dirent_buf: vec![0u8; 16 * 1024].into_boxed_slice(),
             process_clock,
             page_size: if page > 0 { page as u64 } else { 4096 },
-            ticks_per_sec: if tck > 0 { tck as u64 } else { 100 },
+            ticks_per_sec: crate::platform::system::clock_ticks_per_sec(),
         })
     }
 }
