@@ -13,15 +13,18 @@ use std::time::Duration;
 use wakemeter_profile::{OffCpuCause, Profile, ProfileOptions, Profiler, StackKind, Target};
 
 /// Off-CPU time of the write site and of the lock site, in any unit:
-/// stacks through the kernel's pipe write, and through a futex wait.
+/// stacks through the kernel's pipe write or the request thread, and
+/// through a futex wait or a lock thread. Either half of a stack names the
+/// site: a stack map drops one half on a hash collision (offcputime prints
+/// `[Missed Kernel Stack]`), and where that lands depends on the boot's
+/// kernel addresses.
 fn sites(stacks: impl Iterator<Item = (Vec<String>, u64)>) -> (u64, u64) {
     let (mut write, mut lock) = (0u64, 0u64);
     for (frames, value) in stacks {
         let has = |part: &str| frames.iter().any(|f| f.contains(part));
-        if has("pipe_write") {
+        if has("pipe_write") || has("request_thread") {
             write += value;
-        }
-        if has("futex_wait") {
+        } else if has("futex_wait") || has("lock_thread") {
             lock += value;
         }
     }
@@ -94,7 +97,9 @@ fn off_cpu_sites_match_offcputime() {
     let reference = std::thread::scope(|scope| {
         let handle = scope.spawn(|| {
             Command::new(tool)
-                .args(["-p", &pid, "8"])
+                // A large stack map: fewer hash collisions, which drop
+                // whole stacks in offcputime (it does not count them).
+                .args(["-p", &pid, "--stack-storage-size", "65536", "8"])
                 .output()
                 .expect("offcputime runs")
         });
