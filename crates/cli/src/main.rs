@@ -11,6 +11,7 @@ mod profile;
 mod record;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod scenarios;
+mod session;
 mod target;
 mod watch;
 

@@ -14,13 +14,10 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use wakemeter::{Report, SampleWait, Sampler, SamplerBuilder, Target};
+use wakemeter::{Report, SampleWait, Target};
 
-use crate::target::{self, Liveness};
+use crate::session::{self, End, SAMPLE_EVERY};
 use crate::{kernel, metrics, print};
-
-/// The sampler's interval.
-const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
 /// What the user asked for.
 #[derive(Debug, Clone)]
@@ -43,16 +40,6 @@ pub struct Options {
     pub allow_non_loopback: bool,
 }
 
-/// Why watching stopped.
-enum End {
-    /// `--seconds` elapsed.
-    Deadline,
-    /// The target exited (reaped, or a zombie).
-    TargetGone(Liveness),
-    /// The sampler stopped on its own while the target still exists.
-    SamplerStopped(String),
-}
-
 pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if !(1..=3600).contains(&o.every) {
         return Err("--every must be between 1 and 3600 seconds".into());
@@ -60,41 +47,27 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if o.seconds == Some(0) {
         return Err("--seconds must be at least 1".into());
     }
-    // Before anything else (eBPF included): a missing or zombie target is
-    // one clear error, and a thread id becomes its process.
-    let target = target::resolve(o.pid)?;
+    let target = session::resolve(o.pid)?;
     let pid = target.pid;
-    if let Some(tid) = target.via_tid {
-        print::note(&format!(
-            "wakemeter: {tid} is a thread of process {pid} ({}); watching the whole process",
-            target.name
-        ));
-    }
     // Bound before anything is measured or printed: a bad or busy
     // address is one clear error, with nothing half-started.
     let endpoint = match &o.listen {
         Some(addr) => Some(metrics::serve(addr, o.allow_non_loopback)?),
         None => None,
     };
-    let window = Duration::from_secs(o.every.max(2));
-    let thresholds = wakemeter::Thresholds::default()
-        .with_window(window)
-        .with_min_window(Duration::from_secs(1));
-    let mut builder = SamplerBuilder::new()
-        .with_target(Target::Pid(pid))
-        .with_interval(SAMPLE_EVERY)
-        .with_switch_split_every(2)
-        .with_thresholds(thresholds);
-    match kernel::attach(Target::Pid(pid), o.ebpf) {
-        Ok(src) => builder = builder.with_kernel_source(src),
+    let kernel = match kernel::attach(Target::Pid(pid), o.ebpf) {
+        Ok(src) => Some(src),
         // Profiles need what the kernel source needs: say so now, not at
         // the first finding.
         Err(why) if o.ebpf && o.profile.is_some() => {
             return Err(format!("--profile-dir needs eBPF, which did not attach: {why}").into());
         }
-        Err(why) => print::note(&format!("eBPF: not attached ({why}); /proc sampling only")),
-    }
-    let sampler = builder.build()?;
+        Err(why) => {
+            print::note(&format!("eBPF: not attached ({why}); /proc sampling only"));
+            None
+        }
+    };
+    let sampler = session::sampler(pid, Duration::from_secs(o.every), kernel)?;
     let guard = sampler.start()?;
     let mut auto = crate::autoprofile::start(&sampler, o.profile.as_ref())?;
     let _updates = match &endpoint {
@@ -131,7 +104,9 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         if let Some(a) = &mut auto {
             a.note_new();
         }
-        if let Some(end) = check(&sampler, pid, &mut reported_error) {
+        if let Some(end) = session::check(&sampler, pid, &mut reported_error, |e| {
+            print::note(&format!("wakemeter: sampling: {e}"));
+        }) {
             break end;
         }
     };
@@ -141,13 +116,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         End::Deadline => Ok(ExitCode::SUCCESS),
         End::TargetGone(how) => {
             measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
-            let how = match how {
-                Liveness::Zombie => "exited (a zombie until its parent reaps it)",
-                _ => "exited",
-            };
             print::note(&format!(
-                "wakemeter: target exited: process {pid} ({}) {how}",
-                target.name
+                "wakemeter: target exited: process {pid} ({}) {}",
+                target.name,
+                session::how_gone(how)
             ));
             if measured {
                 Ok(ExitCode::SUCCESS)
@@ -161,34 +133,6 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             Ok(ExitCode::FAILURE)
         }
     }
-}
-
-/// Whether watching must end now; reports a new non-fatal sampler error once.
-fn check(sampler: &Sampler, pid: u32, reported: &mut Option<String>) -> Option<End> {
-    let stats = sampler.stats();
-    match target::liveness(pid) {
-        Liveness::Alive => {}
-        gone => return Some(End::TargetGone(gone)),
-    }
-    if !stats.running {
-        // The sampler stops by itself only on a fatal error; the target
-        // may have gone between the two reads above.
-        return Some(match target::liveness(pid) {
-            Liveness::Alive => End::SamplerStopped(
-                stats
-                    .last_error
-                    .unwrap_or_else(|| "no reason given".to_string()),
-            ),
-            gone => End::TargetGone(gone),
-        });
-    }
-    if stats.last_error.is_some() && stats.last_error != *reported {
-        if let Some(e) = &stats.last_error {
-            print::note(&format!("wakemeter: sampling: {e}"));
-        }
-        *reported = stats.last_error;
-    }
-    None
 }
 
 /// Writes one report, with the profile captured for each finding when

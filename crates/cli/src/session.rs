@@ -1,0 +1,109 @@
+//! What `watch` and `top` share: resolving the target, the sampler they
+//! build for it (interval, thresholds), and noticing when watching must end.
+//!
+//! Each command keeps its own loop (tables or JSON lines for `watch`, a
+//! screen and keys for `top`); both wake on the sampler and both judge the
+//! target's exit and the sampler's errors here, so the two agree on what
+//! they measure, when a finding fires and when the target is gone.
+
+use std::time::Duration;
+
+use wakemeter::{KernelSource, Sampler, SamplerBuilder, Target, Thresholds};
+
+use crate::print;
+use crate::target::{self, Liveness, Resolved};
+
+/// The sampler's interval.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// Resolves what the user named (a thread id becomes its process, and
+/// stderr says so). Before anything else, eBPF included: a missing or
+/// zombie target is one clear error.
+pub fn resolve(pid: u32) -> Result<Resolved, String> {
+    let target = target::resolve(pid)?;
+    if let Some(tid) = target.via_tid {
+        print::note(&format!(
+            "wakemeter: {tid} is a thread of process {} ({}); watching the whole process",
+            target.pid, target.name
+        ));
+    }
+    Ok(target)
+}
+
+/// The findings' thresholds for a report every `every`: the rules look at
+/// the last `every` (at least 2 s).
+pub fn thresholds(every: Duration) -> Thresholds {
+    Thresholds::default()
+        .with_window(every.max(Duration::from_secs(2)))
+        .with_min_window(Duration::from_secs(1))
+}
+
+/// The sampler of process `pid`, reporting every `every`, with the kernel
+/// source when there is one.
+pub fn sampler(
+    pid: u32,
+    every: Duration,
+    kernel: Option<Box<dyn KernelSource>>,
+) -> wakemeter::Result<Sampler> {
+    let mut builder = SamplerBuilder::new()
+        .with_target(Target::Pid(pid))
+        .with_interval(SAMPLE_EVERY)
+        .with_switch_split_every(2)
+        .with_thresholds(thresholds(every));
+    if let Some(src) = kernel {
+        builder = builder.with_kernel_source(src);
+    }
+    builder.build()
+}
+
+/// Why watching stopped.
+pub enum End {
+    /// `--seconds` elapsed.
+    Deadline,
+    /// The target exited (reaped, or a zombie).
+    TargetGone(Liveness),
+    /// The sampler stopped on its own while the target still exists.
+    SamplerStopped(String),
+}
+
+/// How the target went, in words after "exited".
+pub fn how_gone(how: Liveness) -> &'static str {
+    match how {
+        Liveness::Zombie => "exited (a zombie until its parent reaps it)",
+        _ => "exited",
+    }
+}
+
+/// Whether watching must end now. A new non-fatal sampler error (one not
+/// in `reported`) is handed to `new_error` once.
+pub fn check(
+    sampler: &Sampler,
+    pid: u32,
+    reported: &mut Option<String>,
+    new_error: impl FnOnce(&str),
+) -> Option<End> {
+    let stats = sampler.stats();
+    match target::liveness(pid) {
+        Liveness::Alive => {}
+        gone => return Some(End::TargetGone(gone)),
+    }
+    if !stats.running {
+        // The sampler stops by itself only on a fatal error; the target
+        // may have gone between the two reads above.
+        return Some(match target::liveness(pid) {
+            Liveness::Alive => End::SamplerStopped(
+                stats
+                    .last_error
+                    .unwrap_or_else(|| "no reason given".to_string()),
+            ),
+            gone => End::TargetGone(gone),
+        });
+    }
+    if stats.last_error.is_some() && stats.last_error != *reported {
+        if let Some(e) = &stats.last_error {
+            new_error(e);
+        }
+        *reported = stats.last_error;
+    }
+    None
+}
