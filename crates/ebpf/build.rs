@@ -14,6 +14,8 @@ use std::process::Command;
 const SOURCES: &[&str] = &[
     "src/bpf/wakemeter.bpf.c",
     "src/bpf/stacks.bpf.c",
+    "src/bpf/pid_ns.bpf.c",
+    "src/bpf/pid_ns.h",
     "src/bpf/wakemeter.h",
     "src/bpf/stacks.h",
     "src/bpf/sched_classify.h",
@@ -22,8 +24,9 @@ const SOURCES: &[&str] = &[
 ];
 
 /// The programs, each compiled to `$OUT_DIR/<name>.o`: the counters of
-/// `EbpfSource`, and the stacks of `StackSession`.
-const PROGRAMS: &[&str] = &["wakemeter.bpf", "stacks.bpf"];
+/// `EbpfSource`, the stacks of `StackSession`, and the task finder both
+/// run first when the observer is in a PID namespace of its own.
+const PROGRAMS: &[&str] = &["wakemeter.bpf", "stacks.bpf", "pid_ns.bpf"];
 
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(wakemeter_ebpf_no_clang)");

@@ -68,13 +68,17 @@ pub enum EbpfError {
     #[error("unavailable: built without clang (install clang and rebuild wakemeter-ebpf)")]
     BuiltWithoutClang,
 
-    /// This process runs in a PID namespace other than the initial one (a
-    /// container): the kernel programs see host ids, which this process
-    /// cannot name. Run the observer in the host's PID namespace.
-    #[error("unsupported PID namespace {namespace}: run in the host PID namespace")]
+    /// `/proc` numbers processes in a PID namespace other than the initial
+    /// one (a container), and the target's ids in the initial namespace,
+    /// which the kernel programs compare, could not be found: the kernel
+    /// has no task iterators (before Linux 5.8), or the target exited
+    /// meanwhile.
+    #[error("cannot find the target in PID namespace {namespace}: {reason}")]
     PidNamespace {
-        /// The namespace link of this process, e.g. `pid:[4026532201]`.
+        /// The namespace link, e.g. `pid:[4026532201]`.
         namespace: String,
+        /// What failed.
+        reason: String,
     },
 
     /// eBPF sources exist only on Linux hosts (not on macOS, iOS, Android

@@ -27,9 +27,11 @@
 //! operating systems, and when the crate was built without clang, the same
 //! API exists and [`EbpfSource::attach`] returns a typed error.
 //!
-//! Process and thread ids are those of the outermost PID namespace visible in
-//! `/proc` (the first `NSpid` entry), which is what the kernel programs see
-//! when `/proc` is the host's.
+//! Process and thread ids are those of this process's `/proc`, also in a
+//! PID namespace other than the initial one (a container without the
+//! host's PID namespace): the kernel programs compare initial-namespace ids,
+//! found once at attach, and report the ids of that namespace. A waker
+//! outside it is reported with tid 0 and its name.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -56,7 +58,7 @@ use wakemeter::{KernelSample, KernelSource, KernelSourceError};
 /// the target (see [`EbpfSourceBuilder::with_max_threads`]).
 pub const DEFAULT_MAX_THREADS: u32 = 1024;
 /// Largest capacity of the per-thread map, in threads: 65,536 entries of
-/// about 2.3 KiB, about 150 MiB of kernel memory allocated at attach.
+/// about 2.4 KiB, about 150 MiB of kernel memory allocated at attach.
 /// [`EbpfSourceBuilder::with_max_threads`] above it fails with
 /// [`EbpfError::MaxThreadsOutOfRange`].
 pub const MAX_THREADS_LIMIT: u32 = 65_536;
@@ -141,7 +143,7 @@ impl EbpfSourceBuilder {
     /// Capacity of the per-thread map, in threads of the target, from 1 to
     /// [`MAX_THREADS_LIMIT`]; otherwise [`EbpfSourceBuilder::attach`]
     /// fails with [`EbpfError::MaxThreadsOutOfRange`]. Each entry takes
-    /// about 2.3 KiB of kernel memory, allocated at attach.
+    /// about 2.4 KiB of kernel memory, allocated at attach.
     ///
     /// By default the capacity is twice the target's thread count at attach
     /// (`Threads:` of `/proc/<pid>/status`), at least

@@ -107,8 +107,8 @@ pub struct StackCount {
     pub thread_name: String,
     /// [`StackKind::OffCpu`]: why it left the CPU; `None` otherwise.
     pub cause: Option<OffCpuCause>,
-    /// [`StackKind::Wakeups`]: the waker's thread id (0 = interrupt context)
-    /// and name; `None` otherwise. The stacks are then the waker's.
+    /// [`StackKind::Wakeups`]: the waker's thread id (0 = interrupt context,
+    /// or a waker outside the observer's PID namespace) and name; `None` otherwise. The stacks are then the waker's.
     pub waker: Option<(u32, String)>,
     /// User-space stack, innermost first.
     pub user_stack: Stack,

@@ -19,6 +19,7 @@
 #include "wakemeter.h"
 #include "sched_classify.h"
 #include "stacks.h"
+#include "pid_ns.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -27,6 +28,21 @@ const volatile __u32 target_tgid = 0;
 /* One thread of it to observe (0: every thread), set by the loader: on-CPU
  * samples and off-CPU spans of that thread, wakeups of that thread. */
 const volatile __u32 target_tid = 0;
+/* The nsfs inode of the observer's PID namespace, 0 for the initial one
+ * (set by the loader). target_tgid and target_tid are always ids of the
+ * initial namespace; when this is set, the ids written into keys (the
+ * thread, the waker) are translated into it for the target's events only
+ * (see pid_ns.h). */
+const volatile __u64 pidns_ino = 0;
+
+/* The id a key reports for `task` (NULL: the current task) whose
+ * initial-namespace id is `tid`. */
+static __always_inline __u32 key_tid(struct task_struct *task, __u32 tid)
+{
+	if (!pidns_ino)
+		return tid;
+	return task ? task_ns_tid(task, pidns_ino) : current_ns_tid(pidns_ino);
+}
 
 static __always_inline bool other_thread(__u32 tid)
 {
@@ -127,7 +143,7 @@ int on_cpu_sample(void *ctx)
 	if ((__u32)(id >> 32) != target_tgid || other_thread((__u32)id))
 		return 0;
 	struct wm_stack_key key = {};
-	key.tid = (__u32)id;
+	key.tid = key_tid(NULL, (__u32)id);
 	key.kind = WM_STACK_ON_CPU;
 	key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
 	key.kernel_stack = stack_id(ctx, 0);
@@ -160,7 +176,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 			long nr;
 			struct wm_off_start start = {};
 			start.since_ns = now;
-			start.key.tid = tid;
+			start.key.tid = key_tid(NULL, tid);
 			start.key.kind = WM_STACK_OFF_CPU;
 			start.key.cause = off_cpu_cause(prev, (bool)ctx[0], prev_state, btf, &regs, &nr);
 			start.key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
@@ -210,7 +226,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	if (!key)
 		return 0;
 	__builtin_memset(key, 0, sizeof(*key));
-	key->tid = (__u32)pid;
+	key->tid = key_tid(p, (__u32)pid);
 	key->kind = WM_STACK_WAKEUP;
 	bpf_probe_read_kernel(&key->comm, sizeof(key->comm), &p->comm);
 	/* In interrupt context the user stack would be the interrupted task's,
@@ -220,7 +236,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 		key->user_stack = WM_NO_STACK;
 		__builtin_memcpy(key->waker_comm, "[interrupt]", 12);
 	} else {
-		key->waker_tid = (__u32)bpf_get_current_pid_tgid();
+		key->waker_tid = key_tid(NULL, (__u32)bpf_get_current_pid_tgid());
 		key->user_stack = stack_id(ctx, BPF_F_USER_STACK);
 		bpf_get_current_comm(&key->waker_comm, sizeof(key->waker_comm));
 	}

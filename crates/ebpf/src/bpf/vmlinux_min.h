@@ -20,11 +20,36 @@ typedef _Bool bool;
 #define false 0
 #define NULL ((void *)0)
 
+/* A task's ids in every PID namespace from the initial one (level 0)
+ * down to its own (`level`): numbers[i] is its id in namespace i. */
+struct ns_common {
+	unsigned int inum; /* the namespace's inode in nsfs, as /proc/<pid>/ns/pid shows it */
+} __attribute__((preserve_access_index));
+struct pid_namespace {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+struct upid {
+	int nr;
+	struct pid_namespace *ns;
+} __attribute__((preserve_access_index));
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	void *stack; /* base of the task's kernel stack (THREAD_SIZE bytes) */
-	int pid;  /* TID */
-	int tgid; /* process id */
+	int pid;  /* TID, in the initial PID namespace */
+	int tgid; /* process id, in the initial PID namespace */
 	char comm[16];
+	struct pid *thread_pid;
+} __attribute__((preserve_access_index));
+
+/* The context of a task iterator program (SEC("iter/task")). */
+struct bpf_iter_meta;
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task; /* NULL once the walk is over */
 } __attribute__((preserve_access_index));
 
 #if defined(__TARGET_ARCH_x86)

@@ -16,13 +16,20 @@
 #include "bpf_min.h"
 #include "wakemeter.h"
 #include "sched_classify.h"
+#include "pid_ns.h"
 
 /* Dual licence string so the kernel grants the GPL-only helpers we call
  * (bpf_probe_read_kernel/user); the source itself is MIT OR Apache-2.0. */
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-/* Process id to observe, set by the loader before load. */
+/* Process id to observe (in the initial PID namespace), set by the loader
+ * before load. */
 const volatile __u32 target_tgid = 0;
+/* The nsfs inode of the PID namespace the observer names threads in, 0 for
+ * the initial one (set by the loader). When set, each entry and waker slot
+ * also keeps the thread's id there (see pid_ns.h); when 0, the verifier
+ * drops that code. */
+const volatile __u64 pidns_ino = 0;
 /* Whether the sys_exit program is attached (set by the loader): only then
  * does a switch-out note the poll or sleep call it blocks in. */
 const volatile __u32 syscalls_on = 1;
@@ -138,6 +145,8 @@ static __always_inline struct wm_thread *thread_entry(__u32 tid, struct task_str
 			bpf_probe_read_kernel(&st->comm, sizeof(st->comm), &task->comm);
 		else
 			bpf_get_current_comm(&st->comm, sizeof(st->comm));
+		if (pidns_ino)
+			st->ns_tid = task ? task_ns_tid(task, pidns_ino) : current_ns_tid(pidns_ino);
 	}
 	return st;
 }
@@ -397,6 +406,8 @@ static __always_inline void note_waker(struct wm_thread *st, bool irq, bool of_t
 	st->waker_count[slot] = 0;
 	WM_BARRIER();
 	st->waker_tid[slot] = waker;
+	if (pidns_ino)
+		st->waker_ns_tid[slot] = irq ? 0 : current_ns_tid(pidns_ino);
 	if (irq)
 		__builtin_memcpy(st->waker_comm[slot], "[interrupt]", 12);
 	else
@@ -520,6 +531,8 @@ static __always_inline int on_exec(__u64 *ctx)
 			add_counters(now, old);
 		}
 		bpf_get_current_comm(&now->comm, sizeof(now->comm));
+		if (pidns_ino)
+			now->ns_tid = current_ns_tid(pidns_ino);
 	}
 	bpf_map_delete_elem(&threads, &old_tid);
 	return 0;
@@ -693,7 +706,7 @@ int tpbtf_calibrate(__u64 *ctx) { return 0; }
 SEC("raw_tp/sched_switch")
 int rawtp_calibrate(__u64 *ctx) { return 0; }
 
-_Static_assert(sizeof(struct wm_thread) == 2368, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_thread) == 2440, "wm_thread layout changed: update abi.rs");
 /* The same offsets are asserted in abi.rs. */
 _Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) == 24, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, wakeups) == 32, "abi.rs");
@@ -709,6 +722,8 @@ _Static_assert(__builtin_offsetof(struct wm_thread, waker_tid) == 1912, "abi.rs"
 _Static_assert(__builtin_offsetof(struct wm_thread, waker_count) == 1976, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, waker_of_target) == 2104, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, waker_comm) == 2112, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, waker_ns_tid) == 2368, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, ns_tid) == 2432, "abi.rs");
 /* on_exec's word ranges: counters, state, counters, then comm. */
 _Static_assert(__builtin_offsetof(struct wm_thread, sc_arg_ns) / 8 + 1 == WM_W_SYSCALL, "on_exec");
 _Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) / 8 + 1 == WM_W_SCHED, "on_exec");

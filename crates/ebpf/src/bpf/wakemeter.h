@@ -119,6 +119,12 @@ struct wm_thread {
 	__u64 waker_count[WM_WAKER_SLOTS];
 	__u64 waker_of_target;
 	char waker_comm[WM_WAKER_SLOTS][WM_COMM_LEN];
+	/* Only when the observer is in a PID namespace other than the initial
+	 * one (pidns_ino set): each waker's id there (0 for interrupt context
+	 * and for wakers outside it), and the thread's own id there. The key
+	 * and waker_tid stay initial-namespace ids, which the programs compare. */
+	__u32 waker_ns_tid[WM_WAKER_SLOTS];
+	__u64 ns_tid;
 };
 
 #endif

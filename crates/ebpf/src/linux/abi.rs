@@ -69,6 +69,11 @@ pub(crate) struct WmThread {
     pub waker_count: [u64; WAKER_SLOTS],
     pub waker_of_target: u64,
     pub waker_comm: [[u8; COMM_LEN]; WAKER_SLOTS],
+    /// Set only for an observer in a PID namespace of its own: each
+    /// waker's id there (0: interrupt context, or outside it) and the
+    /// thread's own id there.
+    pub waker_ns_tid: [u32; WAKER_SLOTS],
+    pub ns_tid: u64,
 }
 
 impl WmThread {
@@ -109,6 +114,8 @@ impl WmThread {
         waker_count: [0; WAKER_SLOTS],
         waker_of_target: 0,
         waker_comm: [[0; COMM_LEN]; WAKER_SLOTS],
+        waker_ns_tid: [0; WAKER_SLOTS],
+        ns_tid: 0,
     };
 
     /// Occupied waker slots.
@@ -117,7 +124,7 @@ impl WmThread {
     }
 }
 
-const _: () = assert!(size_of::<WmThread>() == 2368);
+const _: () = assert!(size_of::<WmThread>() == 2440);
 // Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
 // side only fails the build instead of reading garbage.
 const _: () = assert!(std::mem::offset_of!(WmThread, woken_at_ns) == 24);
@@ -134,6 +141,8 @@ const _: () = assert!(std::mem::offset_of!(WmThread, waker_tid) == 1912);
 const _: () = assert!(std::mem::offset_of!(WmThread, waker_count) == 1976);
 const _: () = assert!(std::mem::offset_of!(WmThread, waker_of_target) == 2104);
 const _: () = assert!(std::mem::offset_of!(WmThread, waker_comm) == 2112);
+const _: () = assert!(std::mem::offset_of!(WmThread, waker_ns_tid) == 2368);
+const _: () = assert!(std::mem::offset_of!(WmThread, ns_tid) == 2432);
 const _: () = assert!(BUCKETS == wakemeter::histogram::LOG2_BUCKETS);
 const _: () = assert!(WAKER_SLOTS == crate::WAKER_SLOTS);
 const _: () = assert!(SYSCALLS == wakemeter::kernel::Syscall::ALL.len());

@@ -2,6 +2,7 @@
 //! it, and turns its maps into [`KernelSample`]s.
 
 mod abi;
+mod pid_ns;
 pub(crate) mod stacks;
 mod sys;
 
@@ -244,6 +245,9 @@ impl Live {
 
 pub(crate) struct Session {
     pid: u32,
+    /// Whether ids are reported as a PID namespace of the observer's own
+    /// numbers them (the entries' `ns_tid`), not as the map keys.
+    in_namespace: bool,
     /// `None` when observing this very process.
     watch: Option<ExitWatch>,
     attach_duration: Duration,
@@ -301,12 +305,18 @@ impl Session {
         let object = object()?;
         sys::check_kernel_btf()?;
         sys::check_privileges()?;
-        sys::check_pid_namespace()?;
         let btf = kernel_btf()?;
+        let namespace = pid_ns::proc_namespace();
+        let kernel_tgid = match namespace {
+            Some(ns) => ns.host_ids(pid, btf)?.tgid,
+            None => pid,
+        };
+        let pidns_ino = namespace.map_or(0u64, |ns| ns.ino);
 
         let mut ebpf = EbpfLoader::new()
             .btf(Some(btf))
-            .override_global("target_tgid", &pid, true)
+            .override_global("target_tgid", &kernel_tgid, true)
+            .override_global("pidns_ino", &pidns_ino, true)
             .override_global("syscalls_on", &u32::from(options.syscalls), true)
             .map_max_entries("threads", max_threads)
             .load(object)
@@ -378,6 +388,7 @@ impl Session {
 
         Ok(Session {
             pid,
+            in_namespace: namespace.is_some(),
             watch,
             attach_duration: started.elapsed(),
             kind,
@@ -478,6 +489,7 @@ impl Session {
     pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
         let pid = self.pid;
         let top_wakers = self.top_wakers;
+        let in_namespace = self.in_namespace;
         let live = self.live()?;
         // A clock step (settimeofday, an NTP step) since the last read
         // reaches the kernel side here.
@@ -488,7 +500,20 @@ impl Session {
 
         let mut threads = Vec::new();
         let fetched = live.for_each_thread(|tid, raw| {
-            threads.push(thread_stats(tid, raw, now, top_wakers));
+            if !in_namespace {
+                threads.push(thread_stats(tid, raw, now, top_wakers));
+            } else if let Ok(ns_tid) = u32::try_from(raw.ns_tid)
+                && ns_tid != 0
+            {
+                // A thread of the target is always visible where the
+                // target is; an entry without an id there cannot be joined
+                // to the threads of /proc, so it is left out.
+                let mut t = thread_stats(ns_tid, raw, now, top_wakers);
+                for w in &mut t.top_wakers {
+                    w.tid = namespace_waker(raw, w.tid);
+                }
+                threads.push(t);
+            }
         })?;
         threads.sort_by_key(|t| t.tid);
 
@@ -700,6 +725,14 @@ fn wakers_of(raw: &WmThread, n: usize) -> Vec<Waker> {
             w
         })
         .collect()
+}
+
+/// The id in the observer's namespace of waker `host_tid` of `raw` (0 for
+/// interrupt context and for wakers outside that namespace).
+fn namespace_waker(raw: &WmThread, host_tid: u64) -> u64 {
+    (0..abi::WAKER_SLOTS)
+        .find(|&i| raw.waker_count[i] != 0 && u64::from(raw.waker_tid[i]) == host_tid)
+        .map_or(0, |i| u64::from(raw.waker_ns_tid[i]))
 }
 
 /// Holds the `BPF_ENABLE_STATS` fd; statistics stay on while any holder lives.

@@ -11,9 +11,6 @@ const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
-/// Inode of the initial PID namespace (`PROC_PID_INIT_INO`, a kernel ABI constant).
-const INIT_PID_NS_LINK: &str = "pid:[4026531836]";
-
 /// Path of the kernel's BTF.
 pub(crate) const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
@@ -71,20 +68,6 @@ pub(crate) fn check_kernel_btf() -> Result<(), EbpfError> {
         Ok(())
     } else {
         Err(EbpfError::NoKernelBtf)
-    }
-}
-
-/// Fails with [`EbpfError::PidNamespace`] when this process is not in the
-/// initial PID namespace (the kernel programs compare host ids).
-pub(crate) fn check_pid_namespace() -> Result<(), EbpfError> {
-    match fs::read_link("/proc/self/ns/pid") {
-        Ok(link) if link.as_os_str() == INIT_PID_NS_LINK => Ok(()),
-        Ok(link) => Err(EbpfError::PidNamespace {
-            namespace: link.to_string_lossy().into_owned(),
-        }),
-        // Without the link (very old kernels, restricted /proc) there is
-        // nothing to compare: assume the host namespace.
-        Err(_) => Ok(()),
     }
 }
 

@@ -100,14 +100,26 @@ impl StackSession {
         let object = object()?;
         sys::check_kernel_btf()?;
         sys::check_privileges()?;
-        sys::check_pid_namespace()?;
         let btf = kernel_btf()?;
+        // In a PID namespace of its own, the programs compare the
+        // initial-namespace ids and write keys with this namespace's.
+        let namespace = super::pid_ns::proc_namespace();
+        let (kernel_tgid, kernel_tid) = match namespace {
+            Some(ns) if options.thread != 0 => {
+                let ids = ns.host_ids(options.thread, btf)?;
+                (ns.host_ids(pid, btf)?.tgid, ids.tid)
+            }
+            Some(ns) => (ns.host_ids(pid, btf)?.tgid, 0),
+            None => (pid, options.thread),
+        };
+        let pidns_ino = namespace.map_or(0u64, |ns| ns.ino);
         // One off-CPU start entry per thread: sized as the counters' map.
         let threads = super::auto_max_threads(sys::thread_count(pid));
         let mut ebpf = EbpfLoader::new()
             .btf(Some(btf))
-            .override_global("target_tgid", &pid, true)
-            .override_global("target_tid", &options.thread, true)
+            .override_global("target_tgid", &kernel_tgid, true)
+            .override_global("target_tid", &kernel_tid, true)
+            .override_global("pidns_ino", &pidns_ino, true)
             .map_max_entries("stacks", options.max_stacks)
             .map_max_entries("stack_counts", options.max_entries)
             .map_max_entries("off_start", threads)
