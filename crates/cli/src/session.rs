@@ -30,12 +30,12 @@ pub fn resolve(pid: u32) -> Result<Resolved, String> {
     Ok(target)
 }
 
-/// The findings' thresholds for a report every `every`: the rules look at
-/// the last `every` (at least 2 s).
+/// The findings' thresholds for a report every `every`: the rate rules
+/// look at the last `every` (at least 2 s). Every rule keeps its own
+/// documented minimum window (a CPU hog needs 60 s of history, whatever
+/// `every` is).
 pub fn thresholds(every: Duration) -> Thresholds {
-    Thresholds::default()
-        .with_window(every.max(Duration::from_secs(2)))
-        .with_min_window(Duration::from_secs(1))
+    Thresholds::default().with_window(every.max(Duration::from_secs(2)))
 }
 
 /// The sampler of process `pid`, reporting every `every`, with the kernel

@@ -44,7 +44,10 @@ fn unmodified_busy_poller_and_sleep_loop_are_flagged_from_the_kernel_view() {
         .with_window(Duration::from_secs(2))
         .with_min_window(Duration::from_secs(1))
         .with_cpu_window(Duration::from_secs(2))
-        .with_wakeups_window(Duration::from_secs(2));
+        .with_cpu_min_window(Duration::from_secs(1))
+        .with_wakeups_window(Duration::from_secs(2))
+        .with_wakeups_min_window(Duration::from_secs(1))
+        .with_memory_min_window(Duration::from_secs(1));
     let sampler = SamplerBuilder::new()
         .with_interval(Duration::from_millis(100))
         .with_thresholds(t)

@@ -18,6 +18,7 @@ fn about(f: &[Finding], kind: FindingKind, tid: u64) -> Vec<Finding> {
 
 #[test]
 fn busy_poller_flagged_efficient_loop_not() {
+    let _one = one_at_a_time();
     let s = sampler(short_thresholds());
     let (r, _w) = pipe();
     let mut probe = s.loop_probe("spin").unwrap();
@@ -47,6 +48,7 @@ fn busy_poller_flagged_efficient_loop_not() {
 
 #[test]
 fn sleep_loop_flagged_slow_sleeper_not() {
+    let _one = one_at_a_time();
     let s = sampler(short_thresholds());
     let mut fast = s.sleep_probe("usleep-1ms").unwrap();
     let poller = Worker::spawn("usleep-poller", move |stop| {
@@ -77,6 +79,7 @@ fn sleep_loop_flagged_slow_sleeper_not() {
 
 #[test]
 fn periodic_timer_thread_flagged_blocked_thread_not() {
+    let _one = one_at_a_time();
     let s = sampler(short_thresholds());
     let timer = Worker::spawn("timer-10ms", |stop| {
         while !stopped(&stop) {
@@ -102,6 +105,7 @@ fn periodic_timer_thread_flagged_blocked_thread_not() {
 
 #[test]
 fn periodic_loop_timeout_flagged() {
+    let _one = one_at_a_time();
     let s = sampler(short_thresholds());
     let (r, _w) = pipe();
     let mut probe = s.loop_probe("tick-5ms").unwrap();
@@ -120,6 +124,7 @@ fn periodic_loop_timeout_flagged() {
 
 #[test]
 fn cpu_hog_flagged_idle_thread_not() {
+    let _one = one_at_a_time();
     let s = sampler(short_thresholds().with_cpu_hog_percent(20.0));
     let hog = Worker::spawn("hog", |stop| {
         let mut x = 0u64;
@@ -148,6 +153,7 @@ fn pin_to_cpu0() {
 
 #[test]
 fn run_queue_contention_flagged_sleeper_not() {
+    let _one = one_at_a_time();
     let s = sampler(short_thresholds());
     let crowd: Vec<Worker> = (0..4)
         .map(|i| {
@@ -180,6 +186,7 @@ fn run_queue_contention_flagged_sleeper_not() {
 
 #[test]
 fn wakeups_budget_flagged_for_a_1ms_sleeper() {
+    let _one = one_at_a_time();
     let s = sampler(short_thresholds());
     let w = Worker::spawn("waker", |stop| {
         while !stopped(&stop) {
@@ -203,6 +210,7 @@ fn wakeups_budget_flagged_for_a_1ms_sleeper() {
 
 #[test]
 fn memory_growth_flagged() {
+    let _one = one_at_a_time();
     let s = sampler(short_thresholds().with_memory_growth_bytes(16 << 20));
     let g = s.start().unwrap();
     let mut blocks = Vec::new();

@@ -78,3 +78,18 @@ fn the_committed_example_reads_back_field_for_field() {
     assert!(!interval.loops.is_empty() && !interval.sleeps.is_empty());
     assert!(!interval.threads.is_empty());
 }
+
+/// Thresholds added after a report was written read as their defaults, so
+/// recordings made by an earlier build of the same schema keep reading.
+#[test]
+fn a_report_without_a_newer_threshold_reads_with_its_default() {
+    let text = std::fs::read_to_string(example_path()).unwrap();
+    let mut saved: Value = serde_json::from_str(&text).unwrap();
+    let thresholds = saved["config"]["thresholds"].as_object_mut().unwrap();
+    assert!(thresholds.remove("cpu_min_window").is_some());
+    let report: Report = serde_json::from_value(saved).unwrap();
+    assert_eq!(
+        report.config.thresholds.cpu_min_window,
+        Thresholds::default().cpu_min_window
+    );
+}

@@ -26,7 +26,15 @@ fn ev(name: &str, value: f64, unit: &str) -> Evidence {
 /// with their interval; `None` when the history covers less than `min`.
 fn window(h: &History, span: Duration, min: Duration) -> Option<(&Stored, &Stored, Interval)> {
     let to = h.latest()?;
-    let from = h.first_since(to.header.monotonic_ns.saturating_sub(ns(span)))?;
+    // The newest snapshot at least `span` old, so that a window covers its
+    // whole span once the history does (and a minimum equal to the span
+    // can be met); the oldest one while the history is shorter.
+    let from = to
+        .header
+        .monotonic_ns
+        .checked_sub(ns(span))
+        .and_then(|start| h.last_at_or_before(start))
+        .or_else(|| h.iter().next())?;
     if to
         .header
         .monotonic_ns
@@ -268,11 +276,11 @@ pub(super) fn run(
         periodic_threads(&mut cx, h, from, to, &i);
         run_queue(&mut cx, &i, system);
     }
-    if let Some((_, _, i)) = window(h, t.cpu_window, t.min_window) {
+    if let Some((_, _, i)) = window(h, t.cpu_window, t.cpu_min_window) {
         cx.window_ns = i.duration_ns;
         cpu_hogs(&mut cx, &i);
     }
-    if let Some((from, to, i)) = window(h, t.wakeups_window, t.min_window) {
+    if let Some((from, to, i)) = window(h, t.wakeups_window, t.wakeups_min_window) {
         cx.window_ns = i.duration_ns;
         wakeups_budget(&mut cx, h, from, to, &i);
     }
@@ -901,8 +909,9 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
         .header
         .monotonic_ns
         .saturating_sub(first.header.monotonic_ns);
-    // Growth needs two steps at least: one step is not a trend.
-    if d < ns(t.min_window) || h.len() < 3 {
+    // Growth needs two steps at least: one step is not a trend; and its
+    // own minimum window, so that start-up allocation is not a leak.
+    if d < ns(t.memory_min_window) || h.len() < 3 {
         return;
     }
     let (a, b) = (
@@ -1088,6 +1097,124 @@ mod tests {
             advice: String::new(),
             window_ns: 1,
         }
+    }
+
+    /// A history of one thread sampled every second for `secs` seconds:
+    /// `cpu(s)` its CPU share (0–1) and `switches(s)` its voluntary
+    /// switches during second `s`, `rss(s)` the process RSS at its end.
+    fn history(
+        secs: u64,
+        cpu: impl Fn(u64) -> f64,
+        switches: impl Fn(u64) -> u64,
+        rss: impl Fn(u64) -> u64,
+    ) -> History {
+        use std::sync::Arc;
+
+        use crate::history::{Encoders, Header};
+        use crate::model::{CpuTimeSource, ProcessSample};
+        use crate::platform::{PackedThread, ThreadIdent};
+
+        let ident = Arc::new(ThreadIdent {
+            tid: 7,
+            serial: 0,
+            name: "app".into(),
+            cpu_time_source: CpuTimeSource::ThreadClock,
+        });
+        let mut enc = Encoders::default();
+        let mut h = History::new(1000);
+        let (mut cpu_ns, mut vol) = (0u64, 0u64);
+        for s in 0..=secs {
+            if s > 0 {
+                cpu_ns += (cpu(s - 1) * 1e9) as u64;
+                vol += switches(s - 1);
+            }
+            let header = Header {
+                seq: s,
+                monotonic_ns: 1_000_000_000 + s * 1_000_000_000,
+                unix_time_ns: 0,
+                process: ProcessSample {
+                    pid: 7,
+                    rss_bytes: rss(s),
+                    total_cpu_time_ns: cpu_ns,
+                    thread_count: 1,
+                    ..Default::default()
+                },
+                switch_split_read: true,
+                sampler_cost_ns: 0,
+                total_sampler_cpu_time_ns: 0,
+                warnings: Vec::new(),
+            };
+            let thread = PackedThread {
+                ident: ident.clone(),
+                cpu_time_ns: cpu_ns,
+                run_queue_wait_ns: 0,
+                switches: vol,
+                voluntary_switches: vol,
+                involuntary_switches: 0,
+            };
+            h.push(Arc::new(Stored::new(
+                &mut enc,
+                header,
+                vec![thread],
+                &[],
+                &[],
+                None,
+            )));
+        }
+        h
+    }
+
+    fn kinds(h: &History, t: &Thresholds) -> Vec<FindingKind> {
+        let system = SystemInfo {
+            total_memory_bytes: 8 << 30,
+            cpu_count: 2,
+            os: "linux".into(),
+        };
+        run(h, t, &system, None)
+            .into_iter()
+            .map(|f| f.kind)
+            .collect()
+    }
+
+    /// Start-up: 5 s at a full core, 2,000 wakeups/s and RSS from 10 to
+    /// 210 MB, then quiet. Ten seconds in, none of the long-window rules
+    /// speaks with the defaults; with their minimums lowered to 1 s (what
+    /// `watch` used to do) all three would.
+    #[test]
+    fn a_start_up_burst_is_not_a_hog_a_leak_or_a_wakeups_problem() {
+        let mb = 1u64 << 20;
+        let h = history(
+            10,
+            |s| if s < 5 { 1.0 } else { 0.0 },
+            |s| if s < 5 { 2000 } else { 1 },
+            |s| (10 + 40 * s.min(5)) * mb,
+        );
+        let long = [
+            FindingKind::CpuHog,
+            FindingKind::MemoryGrowth,
+            FindingKind::WakeupsBudget,
+        ];
+        let found = kinds(&h, &Thresholds::default());
+        assert!(long.iter().all(|k| !found.contains(k)), "{found:?}");
+        let one = Duration::from_secs(1);
+        let eager = Thresholds::default()
+            .with_cpu_min_window(one)
+            .with_wakeups_min_window(one)
+            .with_memory_min_window(one)
+            .with_cpu_hog_percent(40.0);
+        let found = kinds(&h, &eager);
+        assert!(long.iter().all(|k| found.contains(k)), "{found:?}");
+    }
+
+    /// A thread at a full core is a hog once the history covers the whole
+    /// 60 s window, not a second before.
+    #[test]
+    fn cpu_hog_needs_its_whole_window() {
+        let t = Thresholds::default();
+        let at = |secs| kinds(&history(secs, |_| 1.0, |_| 1, |_| 1 << 20), &t);
+        assert!(!at(59).contains(&FindingKind::CpuHog));
+        assert!(at(60).contains(&FindingKind::CpuHog));
+        assert!(at(120).contains(&FindingKind::CpuHog));
     }
 
     #[test]

@@ -8,14 +8,22 @@ use crate::{Error, Result};
 
 /// When a finding fires. Every default is documented with where it comes from;
 /// change them with the `with_*` setters and check with [`Thresholds::validate`].
+///
+/// A threshold missing from a saved report (one written before the
+/// threshold existed) reads as its default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 #[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct Thresholds {
     /// Window for rate-based findings (busy poller, sleep overhead, periodic
     /// wakeups, run-queue contention). Default 10 s.
     pub window: Duration,
-    /// Least history a finding needs; shorter windows report nothing. Default 2 s.
+    /// Least history the rate-based findings need (those over
+    /// [`Thresholds::window`]); shorter windows report nothing. Default 2 s.
+    /// The CPU hog, wakeups budget and memory growth findings have their
+    /// own minimums ([`Thresholds::cpu_min_window`],
+    /// [`Thresholds::wakeups_min_window`], [`Thresholds::memory_min_window`]).
     pub min_window: Duration,
     /// Busy poller: wakeups per second of a loop (or poll calls per second of
     /// a thread, with eBPF). Default 1000/s — an order of magnitude above
@@ -96,6 +104,11 @@ pub struct Thresholds {
     pub cpu_hog_critical_percent: f64,
     /// Window of the CPU hog finding. Default 60 s (the iOS rule's window).
     pub cpu_window: Duration,
+    /// Least history the CPU hog finding needs (at most
+    /// [`Thresholds::cpu_window`]). Default 60 s, the whole window: a
+    /// start-up burst of a few seconds at full CPU is not a hog, and the
+    /// iOS rule judges 80% over 60 s, not over the first seconds.
+    pub cpu_min_window: Duration,
     /// Run-queue contention: percent of time a thread waited runnable for a
     /// CPU. Default 20%.
     pub run_queue_wait_percent: f64,
@@ -113,8 +126,17 @@ pub struct Thresholds {
     pub wakeups_warn_fraction: f64,
     /// Window of the wakeups budget. Default 300 s.
     pub wakeups_window: Duration,
+    /// Least history the wakeups budget finding needs (at most
+    /// [`Thresholds::wakeups_window`]). Default 60 s: the finding projects
+    /// a rate onto the 300 s budget, and a rate from the first seconds
+    /// (start-up: threads created, files loaded) projects a burst.
+    pub wakeups_min_window: Duration,
     /// Memory growth: RSS growth across the history, in bytes. Default 32 MiB.
     pub memory_growth_bytes: u64,
+    /// Least history the memory growth finding needs. Default 60 s: a
+    /// program that allocates its caches while starting grows steeply for
+    /// seconds and then stays flat, which is not a leak.
+    pub memory_min_window: Duration,
     /// Memory growth: growth relative to the start (0–10). Default 0.10.
     pub memory_growth_ratio: f64,
     /// Memory growth: growth relative to the start that makes the finding
@@ -158,13 +180,16 @@ impl Default for Thresholds {
             cpu_hog_percent: 80.0,
             cpu_hog_critical_percent: 95.0,
             cpu_window: Duration::from_secs(60),
+            cpu_min_window: Duration::from_secs(60),
             run_queue_wait_percent: 20.0,
             run_queue_critical_wait_percent: 50.0,
             run_queue_min_cpu_percent: 5.0,
             wakeups_budget_per_sec: 150.0,
             wakeups_warn_fraction: 0.8,
             wakeups_window: Duration::from_secs(300),
+            wakeups_min_window: Duration::from_secs(60),
             memory_growth_bytes: 32 << 20,
+            memory_min_window: Duration::from_secs(60),
             memory_growth_ratio: 0.10,
             memory_growth_critical_ratio: 1.0,
             memory_growth_rising_ratio: 0.7,
@@ -240,6 +265,8 @@ setters! {
     with_cpu_hog_percent: cpu_hog_percent: f64;
     /// Sets [`Thresholds::cpu_window`].
     with_cpu_window: cpu_window: Duration;
+    /// Sets [`Thresholds::cpu_min_window`].
+    with_cpu_min_window: cpu_min_window: Duration;
     /// Sets [`Thresholds::run_queue_wait_percent`].
     with_run_queue_wait_percent: run_queue_wait_percent: f64;
     /// Sets [`Thresholds::wakeups_budget_per_sec`].
@@ -248,6 +275,10 @@ setters! {
     with_wakeups_warn_fraction: wakeups_warn_fraction: f64;
     /// Sets [`Thresholds::wakeups_window`].
     with_wakeups_window: wakeups_window: Duration;
+    /// Sets [`Thresholds::wakeups_min_window`].
+    with_wakeups_min_window: wakeups_min_window: Duration;
+    /// Sets [`Thresholds::memory_min_window`].
+    with_memory_min_window: memory_min_window: Duration;
     /// Sets [`Thresholds::memory_growth_bytes`].
     with_memory_growth_bytes: memory_growth_bytes: u64;
     /// Sets [`Thresholds::memory_growth_ratio`].
@@ -278,8 +309,29 @@ impl Thresholds {
                 return bad(f, "must be greater than zero");
             }
         }
-        if self.min_window > self.window {
-            return bad("min_window", "must not exceed window");
+        for (f, min, window, reason) in [
+            (
+                "min_window",
+                self.min_window,
+                self.window,
+                "must not exceed window",
+            ),
+            (
+                "cpu_min_window",
+                self.cpu_min_window,
+                self.cpu_window,
+                "must not exceed cpu_window (shorten both)",
+            ),
+            (
+                "wakeups_min_window",
+                self.wakeups_min_window,
+                self.wakeups_window,
+                "must not exceed wakeups_window (shorten both)",
+            ),
+        ] {
+            if min > window {
+                return bad(f, reason);
+            }
         }
         for (f, v) in [
             ("busy_poll_wakeups_per_sec", self.busy_poll_wakeups_per_sec),
@@ -418,6 +470,15 @@ mod tests {
         assert_eq!(
             field(Thresholds::default().with_min_window(Duration::from_secs(60))),
             "min_window"
+        );
+        // Shortening a window alone leaves its minimum above it: named.
+        assert_eq!(
+            field(Thresholds::default().with_cpu_window(Duration::from_secs(10))),
+            "cpu_min_window"
+        );
+        assert_eq!(
+            field(Thresholds::default().with_wakeups_window(Duration::from_secs(30))),
+            "wakeups_min_window"
         );
     }
 }

@@ -244,6 +244,14 @@ impl History {
     }
 
     /// The oldest stored snapshot taken at or after `monotonic_ns`.
+    /// The newest snapshot taken at or before `monotonic_ns`, if any.
+    pub(crate) fn last_at_or_before(&self, monotonic_ns: u64) -> Option<&Stored> {
+        let i = self
+            .ring
+            .partition_point(|s| s.header.monotonic_ns <= monotonic_ns);
+        self.get(i.checked_sub(1)?)
+    }
+
     pub(crate) fn first_since(&self, monotonic_ns: u64) -> Option<&Stored> {
         let i = self
             .ring
@@ -341,6 +349,9 @@ mod tests {
         assert_eq!(Arc::strong_count(&ident), 1 + 3);
         assert_eq!(reused, 97, "evicted buffers handed back for reuse");
         assert_eq!(h.first_since(975).map(|s| s.header.seq), Some(98));
+        assert_eq!(h.last_at_or_before(975).map(|s| s.header.seq), Some(97));
+        assert_eq!(h.last_at_or_before(980).map(|s| s.header.seq), Some(98));
+        assert!(h.last_at_or_before(969).is_none());
         let latest = h.latest().unwrap().to_snapshot();
         assert_eq!(latest.threads[0].total_cpu_time_ns, 99);
         assert_eq!(latest.loops[0].total_wakeups, 99);

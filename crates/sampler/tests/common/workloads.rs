@@ -7,13 +7,24 @@ use std::time::Duration;
 
 use wakemeter::{Sampler, SamplerBuilder, Thresholds};
 
+/// Serializes the workload tests of one binary: each spins, sleeps or
+/// contends on purpose and samples the whole process, so two at once would
+/// see each other's threads and share the two cores a CI machine may have.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Thresholds with short windows so tests finish in seconds.
 pub fn short_thresholds() -> Thresholds {
     Thresholds::default()
         .with_window(Duration::from_secs(2))
         .with_min_window(Duration::from_secs(1))
         .with_cpu_window(Duration::from_secs(2))
+        .with_cpu_min_window(Duration::from_secs(1))
         .with_wakeups_window(Duration::from_secs(2))
+        .with_wakeups_min_window(Duration::from_secs(1))
+        .with_memory_min_window(Duration::from_secs(1))
 }
 
 pub fn sampler(t: Thresholds) -> Sampler {

@@ -1647,7 +1647,7 @@ public func FfiConverterTypeLog2Histogram_lower(_ value: Log2Histogram) -> RustB
  */
 public struct LoopInterval: Equatable, Hashable {
     /**
-     * Probe id (see [`LoopStats::id`]).
+     * Probe id (see [`LoopStats::id`](crate::LoopStats::id)).
      */
     public var id: UInt64
     /**
@@ -1731,7 +1731,7 @@ public struct LoopInterval: Equatable, Hashable {
     // declare one manually.
     public init(
         /**
-         * Probe id (see [`LoopStats::id`]).
+         * Probe id (see [`LoopStats::id`](crate::LoopStats::id)).
          */id: UInt64, 
         /**
          * Probe name.
@@ -2380,7 +2380,7 @@ public struct ProcessInterval: Equatable, Hashable {
      */
     public var threadCount: UInt32
     /**
-     * Apple interrupt wakeups per second (see [`crate::ProcessSample::interrupt_wakeups`]).
+     * Apple interrupt wakeups per second (see [`ProcessSample::total_interrupt_wakeups`](crate::ProcessSample::total_interrupt_wakeups)).
      */
     public var interruptWakeupsPerSec: Double?
     /**
@@ -2413,7 +2413,7 @@ public struct ProcessInterval: Equatable, Hashable {
          * Threads at the end of the interval.
          */threadCount: UInt32, 
         /**
-         * Apple interrupt wakeups per second (see [`crate::ProcessSample::interrupt_wakeups`]).
+         * Apple interrupt wakeups per second (see [`ProcessSample::total_interrupt_wakeups`](crate::ProcessSample::total_interrupt_wakeups)).
          */interruptWakeupsPerSec: Double?, 
         /**
          * Apple platform-idle wakeups per second ("Idle Wake Ups").
@@ -3046,7 +3046,7 @@ public func FfiConverterTypeSamplerStats_lower(_ value: SamplerStats) -> RustBuf
  */
 public struct SleepInterval: Equatable, Hashable {
     /**
-     * Probe id (see [`SleepStats::id`]).
+     * Probe id (see [`SleepStats::id`](crate::SleepStats::id)).
      */
     public var id: UInt64
     /**
@@ -3102,7 +3102,7 @@ public struct SleepInterval: Equatable, Hashable {
     // declare one manually.
     public init(
         /**
-         * Probe id (see [`SleepStats::id`]).
+         * Probe id (see [`SleepStats::id`](crate::SleepStats::id)).
          */id: UInt64, 
         /**
          * Probe name.
@@ -3985,11 +3985,11 @@ public func FfiConverterTypeTargetIdentity_lower(_ value: TargetIdentity) -> Rus
  */
 public struct ThreadInterval: Equatable, Hashable {
     /**
-     * OS thread id (see [`ThreadSample::tid`]).
+     * OS thread id (see [`ThreadSample::tid`](crate::ThreadSample::tid)).
      */
     public var tid: UInt64
     /**
-     * Sampler-assigned identity (see [`ThreadSample::serial`]).
+     * Sampler-assigned identity (see [`ThreadSample::serial`](crate::ThreadSample::serial)).
      */
     public var serial: UInt64
     /**
@@ -4054,10 +4054,10 @@ public struct ThreadInterval: Equatable, Hashable {
     // declare one manually.
     public init(
         /**
-         * OS thread id (see [`ThreadSample::tid`]).
+         * OS thread id (see [`ThreadSample::tid`](crate::ThreadSample::tid)).
          */tid: UInt64, 
         /**
-         * Sampler-assigned identity (see [`ThreadSample::serial`]).
+         * Sampler-assigned identity (see [`ThreadSample::serial`](crate::ThreadSample::serial)).
          */serial: UInt64, 
         /**
          * Thread name at the end of the interval.
@@ -4359,7 +4359,11 @@ public struct Thresholds: Equatable, Hashable {
      */
     public var window: TimeInterval
     /**
-     * Least history a finding needs; shorter windows report nothing. Default 2 s.
+     * Least history the rate-based findings need (those over
+     * [`Thresholds::window`]); shorter windows report nothing. Default 2 s.
+     * The CPU hog, wakeups budget and memory growth findings have their
+     * own minimums ([`Thresholds::cpu_min_window`],
+     * [`Thresholds::wakeups_min_window`], [`Thresholds::memory_min_window`]).
      */
     public var minWindow: TimeInterval
     /**
@@ -4486,6 +4490,13 @@ public struct Thresholds: Equatable, Hashable {
      */
     public var cpuWindow: TimeInterval
     /**
+     * Least history the CPU hog finding needs (at most
+     * [`Thresholds::cpu_window`]). Default 60 s, the whole window: a
+     * start-up burst of a few seconds at full CPU is not a hog, and the
+     * iOS rule judges 80% over 60 s, not over the first seconds.
+     */
+    public var cpuMinWindow: TimeInterval
+    /**
      * Run-queue contention: percent of time a thread waited runnable for a
      * CPU. Default 20%.
      */
@@ -4515,9 +4526,22 @@ public struct Thresholds: Equatable, Hashable {
      */
     public var wakeupsWindow: TimeInterval
     /**
+     * Least history the wakeups budget finding needs (at most
+     * [`Thresholds::wakeups_window`]). Default 60 s: the finding projects
+     * a rate onto the 300 s budget, and a rate from the first seconds
+     * (start-up: threads created, files loaded) projects a burst.
+     */
+    public var wakeupsMinWindow: TimeInterval
+    /**
      * Memory growth: RSS growth across the history, in bytes. Default 32 MiB.
      */
     public var memoryGrowthBytes: UInt64
+    /**
+     * Least history the memory growth finding needs. Default 60 s: a
+     * program that allocates its caches while starting grows steeply for
+     * seconds and then stays flat, which is not a leak.
+     */
+    public var memoryMinWindow: TimeInterval
     /**
      * Memory growth: growth relative to the start (0–10). Default 0.10.
      */
@@ -4549,7 +4573,11 @@ public struct Thresholds: Equatable, Hashable {
          * wakeups, run-queue contention). Default 10 s.
          */window: TimeInterval, 
         /**
-         * Least history a finding needs; shorter windows report nothing. Default 2 s.
+         * Least history the rate-based findings need (those over
+         * [`Thresholds::window`]); shorter windows report nothing. Default 2 s.
+         * The CPU hog, wakeups budget and memory growth findings have their
+         * own minimums ([`Thresholds::cpu_min_window`],
+         * [`Thresholds::wakeups_min_window`], [`Thresholds::memory_min_window`]).
          */minWindow: TimeInterval, 
         /**
          * Busy poller: wakeups per second of a loop (or poll calls per second of
@@ -4653,6 +4681,12 @@ public struct Thresholds: Equatable, Hashable {
          * Window of the CPU hog finding. Default 60 s (the iOS rule's window).
          */cpuWindow: TimeInterval, 
         /**
+         * Least history the CPU hog finding needs (at most
+         * [`Thresholds::cpu_window`]). Default 60 s, the whole window: a
+         * start-up burst of a few seconds at full CPU is not a hog, and the
+         * iOS rule judges 80% over 60 s, not over the first seconds.
+         */cpuMinWindow: TimeInterval, 
+        /**
          * Run-queue contention: percent of time a thread waited runnable for a
          * CPU. Default 20%.
          */runQueueWaitPercent: Double, 
@@ -4676,8 +4710,19 @@ public struct Thresholds: Equatable, Hashable {
          * Window of the wakeups budget. Default 300 s.
          */wakeupsWindow: TimeInterval, 
         /**
+         * Least history the wakeups budget finding needs (at most
+         * [`Thresholds::wakeups_window`]). Default 60 s: the finding projects
+         * a rate onto the 300 s budget, and a rate from the first seconds
+         * (start-up: threads created, files loaded) projects a burst.
+         */wakeupsMinWindow: TimeInterval, 
+        /**
          * Memory growth: RSS growth across the history, in bytes. Default 32 MiB.
          */memoryGrowthBytes: UInt64, 
+        /**
+         * Least history the memory growth finding needs. Default 60 s: a
+         * program that allocates its caches while starting grows steeply for
+         * seconds and then stays flat, which is not a leak.
+         */memoryMinWindow: TimeInterval, 
         /**
          * Memory growth: growth relative to the start (0–10). Default 0.10.
          */memoryGrowthRatio: Double, 
@@ -4720,13 +4765,16 @@ public struct Thresholds: Equatable, Hashable {
         self.cpuHogPercent = cpuHogPercent
         self.cpuHogCriticalPercent = cpuHogCriticalPercent
         self.cpuWindow = cpuWindow
+        self.cpuMinWindow = cpuMinWindow
         self.runQueueWaitPercent = runQueueWaitPercent
         self.runQueueCriticalWaitPercent = runQueueCriticalWaitPercent
         self.runQueueMinCpuPercent = runQueueMinCpuPercent
         self.wakeupsBudgetPerSec = wakeupsBudgetPerSec
         self.wakeupsWarnFraction = wakeupsWarnFraction
         self.wakeupsWindow = wakeupsWindow
+        self.wakeupsMinWindow = wakeupsMinWindow
         self.memoryGrowthBytes = memoryGrowthBytes
+        self.memoryMinWindow = memoryMinWindow
         self.memoryGrowthRatio = memoryGrowthRatio
         self.memoryGrowthCriticalRatio = memoryGrowthCriticalRatio
         self.memoryGrowthRisingRatio = memoryGrowthRisingRatio
@@ -4773,13 +4821,16 @@ public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
                 cpuHogPercent: FfiConverterDouble.read(from: &buf), 
                 cpuHogCriticalPercent: FfiConverterDouble.read(from: &buf), 
                 cpuWindow: FfiConverterDuration.read(from: &buf), 
+                cpuMinWindow: FfiConverterDuration.read(from: &buf), 
                 runQueueWaitPercent: FfiConverterDouble.read(from: &buf), 
                 runQueueCriticalWaitPercent: FfiConverterDouble.read(from: &buf), 
                 runQueueMinCpuPercent: FfiConverterDouble.read(from: &buf), 
                 wakeupsBudgetPerSec: FfiConverterDouble.read(from: &buf), 
                 wakeupsWarnFraction: FfiConverterDouble.read(from: &buf), 
                 wakeupsWindow: FfiConverterDuration.read(from: &buf), 
+                wakeupsMinWindow: FfiConverterDuration.read(from: &buf), 
                 memoryGrowthBytes: FfiConverterUInt64.read(from: &buf), 
+                memoryMinWindow: FfiConverterDuration.read(from: &buf), 
                 memoryGrowthRatio: FfiConverterDouble.read(from: &buf), 
                 memoryGrowthCriticalRatio: FfiConverterDouble.read(from: &buf), 
                 memoryGrowthRisingRatio: FfiConverterDouble.read(from: &buf), 
@@ -4812,13 +4863,16 @@ public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
         FfiConverterDouble.write(value.cpuHogPercent, into: &buf)
         FfiConverterDouble.write(value.cpuHogCriticalPercent, into: &buf)
         FfiConverterDuration.write(value.cpuWindow, into: &buf)
+        FfiConverterDuration.write(value.cpuMinWindow, into: &buf)
         FfiConverterDouble.write(value.runQueueWaitPercent, into: &buf)
         FfiConverterDouble.write(value.runQueueCriticalWaitPercent, into: &buf)
         FfiConverterDouble.write(value.runQueueMinCpuPercent, into: &buf)
         FfiConverterDouble.write(value.wakeupsBudgetPerSec, into: &buf)
         FfiConverterDouble.write(value.wakeupsWarnFraction, into: &buf)
         FfiConverterDuration.write(value.wakeupsWindow, into: &buf)
+        FfiConverterDuration.write(value.wakeupsMinWindow, into: &buf)
         FfiConverterUInt64.write(value.memoryGrowthBytes, into: &buf)
+        FfiConverterDuration.write(value.memoryMinWindow, into: &buf)
         FfiConverterDouble.write(value.memoryGrowthRatio, into: &buf)
         FfiConverterDouble.write(value.memoryGrowthCriticalRatio, into: &buf)
         FfiConverterDouble.write(value.memoryGrowthRisingRatio, into: &buf)

@@ -1883,7 +1883,7 @@ public object FfiConverterTypeLog2Histogram: FfiConverterRustBuffer<Log2Histogra
  */
 data class LoopInterval (
     /**
-     * Probe id (see [`LoopStats::id`]).
+     * Probe id (see [`LoopStats::id`](crate::LoopStats::id)).
      */
     val `id`: kotlin.ULong
     , 
@@ -2446,7 +2446,7 @@ data class ProcessInterval (
     val `threadCount`: kotlin.UInt
     , 
     /**
-     * Apple interrupt wakeups per second (see [`crate::ProcessSample::interrupt_wakeups`]).
+     * Apple interrupt wakeups per second (see [`ProcessSample::total_interrupt_wakeups`](crate::ProcessSample::total_interrupt_wakeups)).
      */
     val `interruptWakeupsPerSec`: kotlin.Double?
     , 
@@ -2918,7 +2918,7 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
  */
 data class SleepInterval (
     /**
-     * Probe id (see [`SleepStats::id`]).
+     * Probe id (see [`SleepStats::id`](crate::SleepStats::id)).
      */
     val `id`: kotlin.ULong
     , 
@@ -3593,12 +3593,12 @@ public object FfiConverterTypeTargetIdentity: FfiConverterRustBuffer<TargetIdent
  */
 data class ThreadInterval (
     /**
-     * OS thread id (see [`ThreadSample::tid`]).
+     * OS thread id (see [`ThreadSample::tid`](crate::ThreadSample::tid)).
      */
     val `tid`: kotlin.ULong
     , 
     /**
-     * Sampler-assigned identity (see [`ThreadSample::serial`]).
+     * Sampler-assigned identity (see [`ThreadSample::serial`](crate::ThreadSample::serial)).
      */
     val `serial`: kotlin.ULong
     , 
@@ -3869,7 +3869,11 @@ data class Thresholds (
     val `window`: java.time.Duration
     , 
     /**
-     * Least history a finding needs; shorter windows report nothing. Default 2 s.
+     * Least history the rate-based findings need (those over
+     * [`Thresholds::window`]); shorter windows report nothing. Default 2 s.
+     * The CPU hog, wakeups budget and memory growth findings have their
+     * own minimums ([`Thresholds::cpu_min_window`],
+     * [`Thresholds::wakeups_min_window`], [`Thresholds::memory_min_window`]).
      */
     val `minWindow`: java.time.Duration
     , 
@@ -4019,6 +4023,14 @@ data class Thresholds (
     val `cpuWindow`: java.time.Duration
     , 
     /**
+     * Least history the CPU hog finding needs (at most
+     * [`Thresholds::cpu_window`]). Default 60 s, the whole window: a
+     * start-up burst of a few seconds at full CPU is not a hog, and the
+     * iOS rule judges 80% over 60 s, not over the first seconds.
+     */
+    val `cpuMinWindow`: java.time.Duration
+    , 
+    /**
      * Run-queue contention: percent of time a thread waited runnable for a
      * CPU. Default 20%.
      */
@@ -4054,9 +4066,24 @@ data class Thresholds (
     val `wakeupsWindow`: java.time.Duration
     , 
     /**
+     * Least history the wakeups budget finding needs (at most
+     * [`Thresholds::wakeups_window`]). Default 60 s: the finding projects
+     * a rate onto the 300 s budget, and a rate from the first seconds
+     * (start-up: threads created, files loaded) projects a burst.
+     */
+    val `wakeupsMinWindow`: java.time.Duration
+    , 
+    /**
      * Memory growth: RSS growth across the history, in bytes. Default 32 MiB.
      */
     val `memoryGrowthBytes`: kotlin.ULong
+    , 
+    /**
+     * Least history the memory growth finding needs. Default 60 s: a
+     * program that allocates its caches while starting grows steeply for
+     * seconds and then stays flat, which is not a leak.
+     */
+    val `memoryMinWindow`: java.time.Duration
     , 
     /**
      * Memory growth: growth relative to the start (0–10). Default 0.10.
@@ -4123,13 +4150,16 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDuration.read(buf),
+            FfiConverterDuration.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDuration.read(buf),
+            FfiConverterDuration.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterDuration.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
@@ -4162,13 +4192,16 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.allocationSize(value.`cpuHogPercent`) +
             FfiConverterDouble.allocationSize(value.`cpuHogCriticalPercent`) +
             FfiConverterDuration.allocationSize(value.`cpuWindow`) +
+            FfiConverterDuration.allocationSize(value.`cpuMinWindow`) +
             FfiConverterDouble.allocationSize(value.`runQueueWaitPercent`) +
             FfiConverterDouble.allocationSize(value.`runQueueCriticalWaitPercent`) +
             FfiConverterDouble.allocationSize(value.`runQueueMinCpuPercent`) +
             FfiConverterDouble.allocationSize(value.`wakeupsBudgetPerSec`) +
             FfiConverterDouble.allocationSize(value.`wakeupsWarnFraction`) +
             FfiConverterDuration.allocationSize(value.`wakeupsWindow`) +
+            FfiConverterDuration.allocationSize(value.`wakeupsMinWindow`) +
             FfiConverterULong.allocationSize(value.`memoryGrowthBytes`) +
+            FfiConverterDuration.allocationSize(value.`memoryMinWindow`) +
             FfiConverterDouble.allocationSize(value.`memoryGrowthRatio`) +
             FfiConverterDouble.allocationSize(value.`memoryGrowthCriticalRatio`) +
             FfiConverterDouble.allocationSize(value.`memoryGrowthRisingRatio`) +
@@ -4200,13 +4233,16 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.write(value.`cpuHogPercent`, buf)
             FfiConverterDouble.write(value.`cpuHogCriticalPercent`, buf)
             FfiConverterDuration.write(value.`cpuWindow`, buf)
+            FfiConverterDuration.write(value.`cpuMinWindow`, buf)
             FfiConverterDouble.write(value.`runQueueWaitPercent`, buf)
             FfiConverterDouble.write(value.`runQueueCriticalWaitPercent`, buf)
             FfiConverterDouble.write(value.`runQueueMinCpuPercent`, buf)
             FfiConverterDouble.write(value.`wakeupsBudgetPerSec`, buf)
             FfiConverterDouble.write(value.`wakeupsWarnFraction`, buf)
             FfiConverterDuration.write(value.`wakeupsWindow`, buf)
+            FfiConverterDuration.write(value.`wakeupsMinWindow`, buf)
             FfiConverterULong.write(value.`memoryGrowthBytes`, buf)
+            FfiConverterDuration.write(value.`memoryMinWindow`, buf)
             FfiConverterDouble.write(value.`memoryGrowthRatio`, buf)
             FfiConverterDouble.write(value.`memoryGrowthCriticalRatio`, buf)
             FfiConverterDouble.write(value.`memoryGrowthRisingRatio`, buf)
