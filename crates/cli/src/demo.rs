@@ -36,14 +36,18 @@ fn flagged(f: &[Finding], tid: u64, kind: Option<FindingKind>) -> bool {
         .any(|x| x.subject.tid() == Some(tid) && kind.is_none_or(|k| x.kind == k))
 }
 
-pub fn run(seconds: u64, report_path: &Path, ebpf: bool) -> Result<ExitCode, Box<dyn Error>> {
+pub fn run(
+    seconds: u64,
+    report_path: &Path,
+    kernel: kernel::Choice,
+) -> Result<ExitCode, Box<dyn Error>> {
     if !(5..=600).contains(&seconds) {
         return Err("--seconds must be between 5 and 600".into());
     }
     let mut builder = SamplerBuilder::new()
         .with_interval(Duration::from_millis(500))
         .with_switch_split_every(2);
-    let kernel_status = match kernel::attach(Target::SelfProcess, ebpf) {
+    let kernel_status = match kernel::attach(Target::SelfProcess, kernel) {
         Ok(src) => {
             builder = builder.with_kernel_source(src);
             "attached".to_string()

@@ -1,32 +1,107 @@
-//! Attaching the eBPF kernel source when this build and this host allow it.
+//! Attaching the eBPF kernel source when this build and this host allow it,
+//! and saying what it costs.
 
 use wakemeter::{KernelSource, Target};
 
+/// Which kernel view the user asked for (`--no-ebpf`, `--no-syscall-hook`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// Try to attach the eBPF kernel source at all.
+    pub ebpf: bool,
+    /// Attach its syscall program: the poll and sleep counters, at a cost
+    /// to every syscall on the machine (printed when attaching).
+    pub syscall_hook: bool,
+}
+
+/// The command-line flags of [`Choice`], shared by every command that
+/// attaches the kernel source.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct Args {
+    /// Do not try to attach the eBPF kernel source.
+    #[arg(long)]
+    no_ebpf: bool,
+    /// Attach eBPF without its syscall program: every syscall on the
+    /// machine stays as fast as without wakemeter (a syscall-heavy target
+    /// is otherwise slowed; the cost is printed when attaching), and the
+    /// poll and sleep counters are not collected (switches, wakes and the
+    /// off-CPU split still are).
+    #[arg(long, conflicts_with = "no_ebpf")]
+    no_syscall_hook: bool,
+}
+
+impl Args {
+    /// What the flags ask for.
+    pub fn choice(self) -> Choice {
+        Choice {
+            ebpf: !self.no_ebpf,
+            syscall_hook: !self.no_syscall_hook,
+        }
+    }
+}
+
 /// The kernel source for `target`, or why there is none (printed to the user).
-pub fn attach(target: Target, wanted: bool) -> Result<Box<dyn KernelSource>, String> {
-    if !wanted {
+pub fn attach(target: Target, choice: Choice) -> Result<Box<dyn KernelSource>, String> {
+    if !choice.ebpf {
         return Err("disabled by --no-ebpf".to_string());
     }
-    attach_inner(target)
+    attach_inner(target, choice.syscall_hook)
 }
 
 #[cfg(feature = "ebpf")]
-fn attach_inner(target: Target) -> Result<Box<dyn KernelSource>, String> {
-    match wakemeter_ebpf::EbpfSource::attach(target) {
-        Ok(src) => {
+fn attach_inner(target: Target, syscall_hook: bool) -> Result<Box<dyn KernelSource>, String> {
+    // What one syscall costs this process before and after attaching: the
+    // syscall program runs for every syscall of every process (it filters
+    // on the target inside), so this is what each one on the machine pays.
+    let before = syscall_hook.then(ns_per_syscall);
+    let src = wakemeter_ebpf::EbpfSource::builder(target)
+        .with_syscalls(syscall_hook)
+        .attach()
+        .map_err(|e| e.to_string())?;
+    crate::print::note(&format!(
+        "eBPF: attached ({:?}, syscalls via {:?}) in {:.0} ms",
+        src.attach_kind(),
+        src.syscall_hook(),
+        src.attach_duration().as_secs_f64() * 1e3
+    ));
+    match before {
+        Some(before) => {
+            let after = ns_per_syscall();
             crate::print::note(&format!(
-                "eBPF: attached ({:?}, syscalls via {:?}) in {:.0} ms",
-                src.attach_kind(),
-                src.syscall_hook(),
-                src.attach_duration().as_secs_f64() * 1e3
+                "eBPF: the syscall hook makes every syscall on this machine slower: \
+                 {before:.0} -> {after:.0} ns here ({:+.0} ns); the target's own poll and \
+                 sleep calls pay more, so a syscall-heavy target runs slower (BENCHMARKS.md, \
+                 \"What watching costs the target\"). --no-syscall-hook removes this cost \
+                 and the poll/sleep counters",
+                after - before
             ));
-            Ok(Box::new(src))
         }
-        Err(e) => Err(e.to_string()),
+        None => crate::print::note(
+            "eBPF: no syscall hook (--no-syscall-hook): no poll/sleep counters; \
+             switches, wakes and off-CPU causes are still measured",
+        ),
     }
+    Ok(Box::new(src))
+}
+
+/// Nanoseconds of one `getppid` of this process: the best of five rounds
+/// of 20,000 (about 15 ms in all), so a preemption does not count.
+#[cfg(feature = "ebpf")]
+fn ns_per_syscall() -> f64 {
+    const CALLS: u32 = 20_000;
+    (0..5)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..CALLS {
+                // SAFETY: getppid takes no arguments, touches no memory of
+                // ours and cannot fail.
+                std::hint::black_box(unsafe { libc::getppid() });
+            }
+            start.elapsed().as_nanos() as f64 / f64::from(CALLS)
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 #[cfg(not(feature = "ebpf"))]
-fn attach_inner(_target: Target) -> Result<Box<dyn KernelSource>, String> {
+fn attach_inner(_target: Target, _syscall_hook: bool) -> Result<Box<dyn KernelSource>, String> {
     Err("this build has no eBPF support (feature `ebpf` off)".to_string())
 }

@@ -53,9 +53,8 @@ enum Command {
         /// Where to write the JSON report.
         #[arg(long, default_value = "wakemeter-report.json")]
         report: PathBuf,
-        /// Do not try to attach the eBPF kernel source.
-        #[arg(long)]
-        no_ebpf: bool,
+        #[command(flatten)]
+        kernel: kernel::Args,
     },
     /// Watches another process by PID (e.g. an Envoy sidecar): per-thread
     /// CPU, switches and run-queue wait, plus the eBPF kernel view when
@@ -76,9 +75,8 @@ enum Command {
         /// Print each report as one JSON line instead of tables.
         #[arg(long)]
         json: bool,
-        /// Do not try to attach the eBPF kernel source.
-        #[arg(long)]
-        no_ebpf: bool,
+        #[command(flatten)]
+        kernel: kernel::Args,
         #[command(flatten)]
         profile: ProfileWatchArgs,
         /// Serve Prometheus / OpenMetrics metrics at http://ADDR/metrics
@@ -106,9 +104,8 @@ enum Command {
         /// Where to write the recording (written whole at the end).
         #[arg(short, long)]
         output: PathBuf,
-        /// Do not try to attach the eBPF kernel source.
-        #[arg(long)]
-        no_ebpf: bool,
+        #[command(flatten)]
+        kernel: kernel::Args,
     },
     /// Compares recordings: `diff CONTROL VARIANT`, or repeated runs
     /// `diff a1 a2 a3 -- b1 b2 b3` with their spread, so noise is not
@@ -223,14 +220,14 @@ fn main() -> ExitCode {
         Command::Demo {
             seconds,
             report,
-            no_ebpf,
-        } => demo::run(seconds, &report, !no_ebpf),
+            kernel,
+        } => demo::run(seconds, &report, kernel.choice()),
         Command::Watch {
             pid,
             every,
             seconds,
             json,
-            no_ebpf,
+            kernel,
             profile,
             listen,
             allow_non_loopback,
@@ -239,7 +236,7 @@ fn main() -> ExitCode {
             every,
             seconds,
             json,
-            ebpf: !no_ebpf,
+            kernel: kernel.choice(),
             profile: profile.options(),
             listen,
             allow_non_loopback,
@@ -249,13 +246,13 @@ fn main() -> ExitCode {
             seconds,
             interval,
             output,
-            no_ebpf,
+            kernel,
         } => record::record(&record::RecordOptions {
             pid,
             seconds,
             interval_secs: interval,
             output,
-            ebpf: !no_ebpf,
+            kernel: kernel.choice(),
         }),
         Command::Diff {
             control,

@@ -29,7 +29,7 @@ pub struct RecordOptions {
     pub seconds: u64,
     pub interval_secs: f64,
     pub output: PathBuf,
-    pub ebpf: bool,
+    pub kernel: crate::kernel::Choice,
 }
 
 /// The `.partial` file beside `output`.
@@ -70,7 +70,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
         .with_target(Target::Pid(pid))
         .with_interval(Duration::from_secs_f64(o.interval_secs))
         .with_switch_split_every(1);
-    match kernel::attach(Target::Pid(pid), o.ebpf) {
+    match kernel::attach(Target::Pid(pid), o.kernel) {
         Ok(src) => builder = builder.with_kernel_source(src),
         Err(why) => print::note(&format!("eBPF: not attached ({why}); /proc sampling only")),
     }

@@ -30,8 +30,8 @@ pub struct Options {
     pub seconds: Option<u64>,
     /// One JSON line per report instead of tables.
     pub json: bool,
-    /// Try to attach the eBPF kernel source.
-    pub ebpf: bool,
+    /// Which kernel view to try to attach.
+    pub kernel: kernel::Choice,
     /// Capture profiles when findings fire (`--profile-dir`).
     pub profile: Option<crate::autoprofile::Options>,
     /// Serve metrics on this address (`--listen`).
@@ -55,11 +55,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         Some(addr) => Some(metrics::serve(addr, o.allow_non_loopback)?),
         None => None,
     };
-    let kernel = match kernel::attach(Target::Pid(pid), o.ebpf) {
+    let kernel = match kernel::attach(Target::Pid(pid), o.kernel) {
         Ok(src) => Some(src),
         // Profiles need what the kernel source needs: say so now, not at
         // the first finding.
-        Err(why) if o.ebpf && o.profile.is_some() => {
+        Err(why) if o.kernel.ebpf && o.profile.is_some() => {
             return Err(format!("--profile-dir needs eBPF, which did not attach: {why}").into());
         }
         Err(why) => {

@@ -190,3 +190,83 @@ fn a_target_that_exits_and_is_reaped_ends_watch_promptly() {
 fn a_target_that_exits_unreaped_ends_watch_promptly() {
     watch_until_exit(false);
 }
+
+/// The poll calls per second of the target's busiest poller in the last
+/// JSON report (`None` without a kernel view), and its voluntary switches.
+fn kernel_polls(stdout: &str) -> Option<(f64, f64)> {
+    let last = json_lines(stdout).pop()?;
+    let threads = last["interval"]["threads"].as_array()?;
+    threads
+        .iter()
+        .filter_map(|t| {
+            let k = t.get("kernel").filter(|k| !k.is_null())?;
+            Some((
+                k["poll_calls_per_sec"].as_f64()?,
+                k["voluntary_switches_per_sec"].as_f64()?
+                    + k["involuntary_switches_per_sec"].as_f64()?,
+            ))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)))
+}
+
+/// `--no-syscall-hook` keeps the kernel view without the syscall program:
+/// a zero-timeout poll loop's calls are counted with the hook (and the
+/// measured cost of the hook is printed), not without it, while its
+/// switches are counted both ways.
+#[test]
+#[ignore = "needs root"]
+fn no_syscall_hook_keeps_the_kernel_view_without_the_poll_counters() {
+    let mut poller = Command::new("python3")
+        .args([
+            "-c",
+            "import select, time\n\
+             p = select.poll()\n\
+             end = time.time() + 60\n\
+             while time.time() < end:\n\
+             \x20   p.poll(0)\n\
+             \x20   time.sleep(0.0005)\n",
+        ])
+        .spawn()
+        .expect("python3 runs");
+    let pid = poller.id();
+    let with_hook = run(
+        &mut watch(pid, &["--every", "2", "--seconds", "3", "--json"]),
+        LIMIT,
+    );
+    let without = run(
+        &mut watch(
+            pid,
+            &[
+                "--every",
+                "2",
+                "--seconds",
+                "3",
+                "--json",
+                "--no-syscall-hook",
+            ],
+        ),
+        LIMIT,
+    );
+    poller.kill().unwrap();
+    poller.wait().unwrap();
+    assert_eq!(with_hook.code, Some(0), "{}", with_hook.said());
+    assert_eq!(without.code, Some(0), "{}", without.said());
+    assert!(
+        with_hook
+            .stderr()
+            .contains("makes every syscall on this machine slower")
+            && with_hook.stderr().contains(" ns here ("),
+        "{}",
+        with_hook.said()
+    );
+    assert!(
+        without.stderr().contains("no syscall hook"),
+        "{}",
+        without.said()
+    );
+    let (polls, switches) = kernel_polls(&with_hook.stdout()).expect("a kernel view");
+    // About 1,500 polls/s (0.5 ms sleeps plus the interpreter's own time).
+    assert!(polls > 200.0 && switches > 200.0, "{polls} {switches}");
+    let (polls, switches) = kernel_polls(&without.stdout()).expect("a kernel view");
+    assert!(polls == 0.0 && switches > 200.0, "{polls} {switches}");
+}
