@@ -5,6 +5,7 @@ mod autoprofile;
 mod demo;
 mod kernel;
 mod metrics;
+mod multi;
 mod print;
 #[cfg(feature = "ebpf")]
 mod profile;
@@ -56,15 +57,32 @@ enum Command {
         #[command(flatten)]
         kernel: kernel::Args,
     },
-    /// Watches another process by PID (e.g. an Envoy sidecar): per-thread
-    /// CPU, switches and run-queue wait, plus the eBPF kernel view when
-    /// privileges allow; prints findings every interval.
+    /// Watches other processes (e.g. an Envoy sidecar, every process of a
+    /// pod): per-thread CPU, switches and run-queue wait, plus the eBPF
+    /// kernel view when privileges allow; prints findings every interval.
     #[command(after_help = WATCH_HELP)]
+    #[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["pid", "name", "cgroup"])))]
     Watch {
-        /// Process to watch. The ID of one of its threads (a TID) also
-        /// works: the whole process is watched, and stderr says so.
+        /// Process to watch; repeat for several. The ID of one of its
+        /// threads (a TID) also works: the whole process is watched, and
+        /// stderr says so.
         #[arg(long)]
-        pid: u32,
+        pid: Vec<u32>,
+        /// Watch every process with this name (exact match on the kernel's
+        /// 15-byte process name), looked up again at every report: a
+        /// restarted process is picked up, an exited one dropped.
+        #[arg(long)]
+        name: Option<String>,
+        /// Watch every process of this cgroup v2 directory and the cgroups
+        /// below it (a pod, a systemd unit), looked up again at every
+        /// report. Absolute, or relative to the cgroup v2 root
+        /// (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts).
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+        /// At most this many processes at once (1 to 1024); the lowest PIDs
+        /// are kept and stderr names the others.
+        #[arg(long, default_value_t = multi::DEFAULT_MAX_PROCESSES)]
+        max_processes: usize,
         /// Seconds between reports (1 to 3600).
         #[arg(long, default_value_t = 5)]
         every: u64,
@@ -211,8 +229,18 @@ Exit status:
      or stdout was closed (e.g. piped into `head`)
   1  the process exited before a first measurement; or sampling failed
   2  bad arguments; no such process; the process is a zombie (exited, not
-     yet reaped by its parent); the sampler could not start; --profile-dir
+     yet reaped by its parent); a --name that matches nothing; a --cgroup
+     that does not exist or cannot be read; the sampler could not start; --profile-dir
      without eBPF (no privilege, no BTF)";
+
+/// The PID when `watch` names exactly one process by PID (the
+/// single-process watch, with `--listen` and `--profile-dir`).
+fn single_pid(pids: &[u32], name: &Option<String>, cgroup: &Option<PathBuf>) -> Option<u32> {
+    match (pids, name, cgroup) {
+        (&[pid], None, None) => Some(pid),
+        _ => None,
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -224,6 +252,9 @@ fn main() -> ExitCode {
         } => demo::run(seconds, &report, kernel.choice()),
         Command::Watch {
             pid,
+            name,
+            cgroup,
+            max_processes,
             every,
             seconds,
             json,
@@ -231,16 +262,34 @@ fn main() -> ExitCode {
             profile,
             listen,
             allow_non_loopback,
-        } => watch::run(&watch::Options {
-            pid,
-            every,
-            seconds,
-            json,
-            kernel: kernel.choice(),
-            profile: profile.options(),
-            listen,
-            allow_non_loopback,
-        }),
+        } => match single_pid(&pid, &name, &cgroup) {
+            Some(pid) => watch::run(&watch::Options {
+                pid,
+                every,
+                seconds,
+                json,
+                kernel: kernel.choice(),
+                profile: profile.options(),
+                listen,
+                allow_non_loopback,
+            }),
+            _ if listen.is_some() => Err("--listen serves one process: give a single --pid".into()),
+            _ if profile.profile_dir.is_some() => {
+                Err("--profile-dir profiles one process: give a single --pid".into())
+            }
+            _ => multi::run(&multi::Options {
+                selection: multi::Selection {
+                    pids: pid,
+                    name,
+                    cgroup,
+                    max_processes,
+                },
+                every,
+                seconds,
+                json,
+                kernel: kernel.choice(),
+            }),
+        },
         Command::Record {
             pid,
             seconds,

@@ -1,0 +1,414 @@
+//! `wakemeter watch` over several processes: `--pid` repeated, `--name`
+//! (every process of that name, following restarts) and `--cgroup` (every
+//! process of a cgroup v2 subtree, e.g. a pod).
+//!
+//! The core stays one-target: each process gets its own `Sampler` (and
+//! eBPF source), owned by a [`Watched`] entry of the set. The selection is
+//! resolved again at every report, so a restarted process (a new PID) is
+//! picked up and an exited one is dropped, each with a line on stderr. The
+//! set is bounded by `--max-processes`; what does not fit is named in a
+//! warning.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::error::Error;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use wakemeter::{Sampler, SamplingGuard, Target};
+
+use crate::session::{self, SAMPLE_EVERY};
+use crate::target::{self, Liveness, Resolved};
+use crate::{kernel, print};
+
+/// Where cgroup v2 is usually mounted; a relative `--cgroup` is taken
+/// below the mount point of the `cgroup2` filesystem ([`cgroup2_root`]),
+/// this one when `/proc/self/mounts` names none.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The mount point of the cgroup v2 hierarchy: `/sys/fs/cgroup` on a pure
+/// v2 host, `/sys/fs/cgroup/unified` on a hybrid (v1 + v2) one.
+pub fn cgroup2_root() -> PathBuf {
+    std::fs::read_to_string("/proc/self/mounts")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| {
+                let mut f = l.split_ascii_whitespace();
+                let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+                // Mount points with spaces are octal-escaped; a cgroup2 root
+                // has none in practice, and such a line is skipped.
+                (fstype == "cgroup2" && !dir.contains('\\')).then(|| PathBuf::from(dir))
+            })
+        })
+        .unwrap_or_else(|| PathBuf::from(CGROUP_ROOT))
+}
+/// Default of `--max-processes`.
+pub const DEFAULT_MAX_PROCESSES: usize = 64;
+/// Largest `--max-processes`: each process costs a sampler thread, its
+/// descriptors and, with eBPF, five programs on the scheduler tracepoints.
+pub const MAX_PROCESSES_LIMIT: usize = 1024;
+/// Deepest cgroup subtree walked below `--cgroup` (the kernel allows more,
+/// but no real hierarchy nests this far; the bound keeps a walk finite).
+const MAX_CGROUP_DEPTH: usize = 32;
+
+/// Which processes to watch: the union of all that is given.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// `--pid`, each a process or one of its threads.
+    pub pids: Vec<u32>,
+    /// `--name`: processes whose name (Linux `comm`) is exactly this.
+    pub name: Option<String>,
+    /// `--cgroup`: a cgroup v2 directory, absolute or relative to
+    /// [`CGROUP_ROOT`].
+    pub cgroup: Option<PathBuf>,
+    /// `--max-processes`.
+    pub max_processes: usize,
+}
+
+/// What `watch` over a selection was asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub selection: Selection,
+    pub every: u64,
+    pub seconds: Option<u64>,
+    pub json: bool,
+    pub kernel: kernel::Choice,
+}
+
+/// The cgroup directory `--cgroup` names: the path itself when it is a
+/// cgroup directory (has `cgroup.procs`), else the path below the cgroup
+/// v2 root (`/kubepods/pod…` as `/proc/<pid>/cgroup` shows it).
+pub fn cgroup_dir(given: &Path) -> Result<PathBuf, String> {
+    let is_cgroup = |p: &Path| p.join("cgroup.procs").is_file();
+    if is_cgroup(given) {
+        return Ok(given.to_path_buf());
+    }
+    let root = cgroup2_root();
+    let below = root.join(given.strip_prefix("/").unwrap_or(given));
+    if is_cgroup(&below) {
+        return Ok(below);
+    }
+    Err(format!(
+        "cgroup {} does not exist (no cgroup.procs there nor at {}; the cgroup v2 root is {})",
+        print::safe(&given.to_string_lossy()),
+        print::safe(&below.to_string_lossy()),
+        print::safe(&root.to_string_lossy())
+    ))
+}
+
+/// The processes of cgroup `dir` and of every cgroup below it.
+pub fn cgroup_pids(dir: &Path) -> Result<BTreeSet<u32>, String> {
+    let mut pids = BTreeSet::new();
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
+        let procs = d.join("cgroup.procs");
+        let text = match std::fs::read_to_string(&procs) {
+            Ok(t) => t,
+            // A child cgroup removed during the walk: nothing to read there.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && d != dir => continue,
+            Err(e) => {
+                return Err(format!(
+                    "cannot read {}: {e}",
+                    print::safe(&procs.to_string_lossy())
+                ));
+            }
+        };
+        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        if depth >= MAX_CGROUP_DEPTH {
+            continue;
+        }
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((e.path(), depth + 1));
+                }
+            }
+        }
+    }
+    Ok(pids)
+}
+
+/// The processes named exactly `name` (`/proc/<pid>/comm`), this one excluded.
+pub fn pids_named(name: &str) -> Result<BTreeSet<u32>, String> {
+    let me = std::process::id();
+    let entries = std::fs::read_dir("/proc").map_err(|e| format!("cannot list /proc: {e}"))?;
+    Ok(entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.strip_suffix(b"\n").unwrap_or(&c) == name.as_bytes())
+        })
+        .collect())
+}
+
+/// Keeps the `max` lowest PIDs of `all`; returns the kept and the dropped.
+pub fn cap(all: BTreeSet<u32>, max: usize) -> (BTreeSet<u32>, Vec<u32>) {
+    let mut kept = all;
+    let dropped: Vec<u32> = match kept.iter().nth(max) {
+        Some(&first_over) => kept.split_off(&first_over).into_iter().collect(),
+        None => Vec::new(),
+    };
+    (kept, dropped)
+}
+
+impl Selection {
+    /// In words, for messages: "pid 12, processes named envoy, cgroup X".
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.pids.is_empty() {
+            let list: Vec<String> = self.pids.iter().map(u32::to_string).collect();
+            parts.push(format!("pid {}", list.join(", ")));
+        }
+        if let Some(n) = &self.name {
+            parts.push(format!("processes named {}", print::safe(n)));
+        }
+        if let Some(c) = &self.cgroup {
+            parts.push(format!("cgroup {}", print::safe(&c.to_string_lossy())));
+        }
+        parts.join(" and ")
+    }
+
+    /// The processes the selection names now (thread ids resolved to their
+    /// process; `--pid`s that are gone are left out).
+    fn resolve(&self) -> Result<BTreeSet<u32>, String> {
+        let mut all = BTreeSet::new();
+        for &p in &self.pids {
+            if let Ok(r) = target::resolve(p) {
+                all.insert(r.pid);
+            }
+        }
+        if let Some(n) = &self.name {
+            all.extend(pids_named(n)?);
+        }
+        if let Some(c) = &self.cgroup {
+            all.extend(cgroup_pids(&cgroup_dir(c)?)?);
+        }
+        all.remove(&std::process::id());
+        Ok(all)
+    }
+
+    /// Checks at start: every `--pid` exists, the cgroup exists and is
+    /// readable, and the name matches something. Errors are for the user.
+    fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_PROCESSES_LIMIT).contains(&self.max_processes) {
+            return Err(format!(
+                "--max-processes must be between 1 and {MAX_PROCESSES_LIMIT}"
+            ));
+        }
+        for &p in &self.pids {
+            session::resolve(p)?;
+        }
+        if let Some(c) = &self.cgroup {
+            cgroup_pids(&cgroup_dir(c)?)?;
+        }
+        if let Some(n) = &self.name
+            && pids_named(n)?.is_empty()
+        {
+            return Err(format!(
+                "no process named {} (the name is matched exactly against /proc/<pid>/comm, at most 15 bytes)",
+                print::safe(n)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One watched process.
+struct Watched {
+    target: Resolved,
+    sampler: Sampler,
+    guard: Option<SamplingGuard>,
+}
+
+impl Watched {
+    fn start(pid: u32, o: &Options) -> Result<Watched, String> {
+        let target = target::resolve(pid)?;
+        let kernel = match kernel::attach(Target::Pid(pid), o.kernel) {
+            Ok(src) => Some(src),
+            Err(why) => {
+                print::note(&format!(
+                    "eBPF: not attached to process {pid} ({why}); /proc sampling only"
+                ));
+                None
+            }
+        };
+        let sampler = session::sampler(pid, Duration::from_secs(o.every), kernel)
+            .map_err(|e| e.to_string())?;
+        let guard = sampler.start().map_err(|e| e.to_string())?;
+        Ok(Watched {
+            target,
+            sampler,
+            guard: Some(guard),
+        })
+    }
+
+    fn label(&self) -> String {
+        format!(
+            "process {} ({})",
+            self.target.pid,
+            print::safe(&self.target.name)
+        )
+    }
+}
+
+/// Writes the report of one process: a JSON line (the report carries the
+/// process as `target`), or its tables under a heading.
+fn write_report(out: &mut impl Write, w: &Watched, json: bool) -> io::Result<bool> {
+    let report = w.sampler.report();
+    if json {
+        let line = print::json(&report).map_err(io::Error::other)?;
+        writeln!(out, "{line}")?;
+    } else if let Some(i) = &report.interval {
+        writeln!(out, "== {} ==", w.label())?;
+        print::threads(out, i)?;
+        print::kernel(out, i)?;
+        print::findings_with(out, &report.findings, |_| None)?;
+        print::warnings(out, &report.warnings)?;
+    }
+    out.flush()?;
+    Ok(report.interval.is_some())
+}
+
+pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
+    if !(1..=3600).contains(&o.every) {
+        return Err("--every must be between 1 and 3600 seconds".into());
+    }
+    if o.seconds == Some(0) {
+        return Err("--seconds must be at least 1".into());
+    }
+    let sel = &o.selection;
+    sel.check()?;
+    // Only a name or a cgroup can come back (a restart, a new pod process);
+    // a fixed list of PIDs ends when all of them are gone.
+    let follows = sel.name.is_some() || sel.cgroup.is_some();
+    let mut out = io::stdout().lock();
+    let every = Duration::from_secs(o.every);
+    let start = Instant::now();
+    let deadline = o.seconds.map(|s| start + Duration::from_secs(s));
+    let mut next = start;
+    let mut set: BTreeMap<u32, Watched> = BTreeMap::new();
+    let mut last_dropped: Vec<u32> = Vec::new();
+    let mut waiting_said = false;
+    let mut measured = false;
+    loop {
+        let now = Instant::now();
+        let at_deadline = deadline.is_some_and(|d| now >= d);
+        // Processes that exited since the last look: a last report, then out.
+        let gone: Vec<u32> = set
+            .keys()
+            .copied()
+            .filter(|&p| target::liveness(p) != Liveness::Alive)
+            .collect();
+        for pid in gone {
+            if let Some(mut w) = set.remove(&pid) {
+                drop(w.guard.take());
+                measured |= write_report(&mut out, &w, o.json)?;
+                print::note(&format!(
+                    "wakemeter: {} exited; no longer watched",
+                    w.label()
+                ));
+            }
+        }
+        if now >= next || at_deadline {
+            if !set.is_empty() {
+                for w in set.values() {
+                    measured |= write_report(&mut out, w, o.json)?;
+                }
+            }
+            if at_deadline {
+                break;
+            }
+            while next <= now {
+                next += every;
+            }
+            // Resolve again: new processes of the name or cgroup join.
+            let (kept, dropped) = cap(sel.resolve()?, sel.max_processes);
+            if !dropped.is_empty() && dropped != last_dropped {
+                let list: Vec<String> = dropped.iter().map(u32::to_string).collect();
+                print::note(&format!(
+                    "wakemeter: warning: {} matches {} processes; watching the {} lowest PIDs, not {}",
+                    sel.describe(),
+                    kept.len() + dropped.len(),
+                    kept.len(),
+                    list.join(", ")
+                ));
+            }
+            last_dropped = dropped;
+            for pid in kept {
+                if set.contains_key(&pid) {
+                    continue;
+                }
+                match Watched::start(pid, o) {
+                    Ok(w) => {
+                        print::note(&format!("wakemeter: watching {}", w.label()));
+                        set.insert(pid, w);
+                        waiting_said = false;
+                    }
+                    // Exited between the listing and the start: the next
+                    // look decides again.
+                    Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
+                }
+            }
+        }
+        if set.is_empty() {
+            if !follows {
+                break;
+            }
+            if !waiting_said {
+                print::note(&format!(
+                    "wakemeter: waiting for {} (none is running)",
+                    sel.describe()
+                ));
+                waiting_said = true;
+            }
+        }
+        let until_deadline = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        std::thread::sleep(until_deadline.min(SAMPLE_EVERY));
+    }
+    for mut w in std::mem::take(&mut set).into_values() {
+        drop(w.guard.take());
+    }
+    if measured {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        print::note("wakemeter: nothing was measured");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_keeps_the_lowest_and_names_the_rest() {
+        let all: BTreeSet<u32> = [9, 3, 7, 1].into_iter().collect();
+        let (kept, dropped) = cap(all.clone(), 2);
+        assert_eq!(kept.into_iter().collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(dropped, [7, 9]);
+        let (kept, dropped) = cap(all, 10);
+        assert_eq!(kept.len(), 4);
+        assert!(dropped.is_empty());
+    }
+
+    #[test]
+    fn a_missing_cgroup_is_an_error_naming_both_places() {
+        let e = cgroup_dir(Path::new("no-such-cgroup-for-wakemeter")).unwrap_err();
+        assert!(e.contains("does not exist"), "{e}");
+        let below = cgroup2_root().join("no-such-cgroup-for-wakemeter");
+        assert!(e.contains(below.to_str().unwrap()), "{e}");
+    }
+
+    #[test]
+    fn this_process_is_never_matched_by_name() {
+        let me = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert!(
+            !pids_named(me.trim_end())
+                .unwrap()
+                .contains(&std::process::id())
+        );
+    }
+}

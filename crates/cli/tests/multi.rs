@@ -1,0 +1,253 @@
+//! `wakemeter watch` over several processes: `--pid` repeated, `--name`
+//! (with a restart) and `--cgroup`, and their bad inputs.
+#![cfg(target_os = "linux")]
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Sleeper, bin, run};
+
+const LIMIT: Duration = Duration::from_secs(40);
+
+/// The `target.pid` of every JSON report line.
+fn reported_pids(stdout: &str) -> BTreeSet<u64> {
+    stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["target"]["pid"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+/// A copy of `sleep` under a name of its own, so `--name` matches only the
+/// processes of this test.
+fn named_sleep(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wakemeter-multi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    if !path.exists() {
+        std::fs::copy("/bin/sleep", &path).unwrap();
+    }
+    path
+}
+
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn repeated_pids_give_one_report_line_per_process() {
+    let (a, b) = (Sleeper::new("30"), Sleeper::new("30"));
+    let r = run(
+        bin().args([
+            "watch",
+            "--pid",
+            &a.pid().to_string(),
+            "--pid",
+            &b.pid().to_string(),
+            "--every",
+            "1",
+            "--seconds",
+            "3",
+            "--json",
+            "--no-ebpf",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    let expected: BTreeSet<u64> = [a.pid(), b.pid()].into_iter().map(u64::from).collect();
+    assert_eq!(reported_pids(&r.stdout()), expected, "{}", r.said());
+}
+
+#[test]
+fn a_name_follows_a_restart() {
+    let name = format!("wmrst{}", std::process::id() % 100_000);
+    let exe = named_sleep(&name);
+    let first = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let first_pid = first.0.id();
+    let watcher = bin()
+        .args(["watch", "--name", &name, "--every", "1", "--seconds", "8"])
+        .args(["--json", "--no-ebpf"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let it watch the first one, then restart: kill it, start another.
+    std::thread::sleep(Duration::from_secs(2));
+    drop(first);
+    let second = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let second_pid = second.0.id();
+    let started = Instant::now();
+    let out = watcher.wait_with_output().unwrap();
+    assert!(started.elapsed() < LIMIT);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = format!("{:?}\n{stdout}\n{stderr}", out.status);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let pids = reported_pids(&stdout);
+    assert!(pids.contains(&u64::from(first_pid)), "{said}");
+    assert!(pids.contains(&u64::from(second_pid)), "{said}");
+    assert!(
+        stderr.contains(&format!(
+            "process {first_pid} ({name}) exited; no longer watched"
+        )),
+        "{said}"
+    );
+    assert!(
+        stderr.contains(&format!("watching process {second_pid} ({name})")),
+        "{said}"
+    );
+    drop(second);
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
+}
+
+#[test]
+fn the_cap_names_what_it_leaves_out() {
+    let name = format!("wmcap{}", std::process::id() % 100_000);
+    let exe = named_sleep(&name);
+    let kids: Vec<Reaped> = (0..3)
+        .map(|_| Reaped(Command::new(&exe).arg("60").spawn().unwrap()))
+        .collect();
+    let mut pids: Vec<u32> = kids.iter().map(|k| k.0.id()).collect();
+    pids.sort_unstable();
+    let r = run(
+        bin()
+            .args(["watch", "--name", &name, "--max-processes", "2"])
+            .args(["--every", "1", "--seconds", "2", "--json", "--no-ebpf"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    let expected: BTreeSet<u64> = pids[..2].iter().copied().map(u64::from).collect();
+    assert_eq!(reported_pids(&r.stdout()), expected, "{}", r.said());
+    assert!(
+        r.stderr()
+            .contains(&format!("watching the 2 lowest PIDs, not {}", pids[2])),
+        "{}",
+        r.said()
+    );
+    drop(kids);
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
+}
+
+/// A cgroup v2 directory made for a test, removed on drop (its processes
+/// must be gone first).
+struct TestCgroup(PathBuf);
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_cgroup_watches_the_processes_in_it_and_below() {
+    let name = format!("wakemeter-test-{}", std::process::id());
+    // The cgroup v2 root: /sys/fs/cgroup, or .../unified on hybrid hosts.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let root = PathBuf::from(
+        mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_owned())
+            })
+            .expect("no cgroup2 filesystem is mounted"),
+    );
+    assert!(root.join("cgroup.procs").is_file(), "{root:?}");
+    let group = TestCgroup(root.join(&name));
+    std::fs::create_dir(&group.0).unwrap();
+    let child_group = TestCgroup(group.0.join("inner"));
+    std::fs::create_dir(&child_group.0).unwrap();
+    let (top, below, outside) = (Sleeper::new("30"), Sleeper::new("30"), Sleeper::new("30"));
+    std::fs::write(group.0.join("cgroup.procs"), top.pid().to_string()).unwrap();
+    std::fs::write(child_group.0.join("cgroup.procs"), below.pid().to_string()).unwrap();
+    // Relative to /sys/fs/cgroup, as a pod's path is given.
+    let r = run(
+        bin().args(["watch", "--cgroup", &name]).args([
+            "--every",
+            "1",
+            "--seconds",
+            "2",
+            "--json",
+            "--no-ebpf",
+        ]),
+        LIMIT,
+    );
+    let pids = reported_pids(&r.stdout());
+    drop((top, below, outside));
+    drop(child_group);
+    drop(group);
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    assert!(pids.len() == 2, "exactly the two processes: {}", r.said());
+    assert!(!root.join(&name).exists());
+}
+
+#[test]
+fn a_name_that_matches_nothing_is_one_clear_error() {
+    let r = run(
+        bin().args(["watch", "--name", "no-such-proc-wm", "--seconds", "2"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.said());
+    assert!(r.stdout.is_empty(), "{}", r.said());
+    assert!(
+        r.stderr()
+            .starts_with("wakemeter: no process named no-such-proc-wm"),
+        "{}",
+        r.said()
+    );
+}
+
+#[test]
+fn a_missing_cgroup_is_one_clear_error() {
+    let r = run(
+        bin().args(["watch", "--cgroup", "/no/such/cgroup-wm", "--seconds", "2"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.said());
+    assert!(r.stdout.is_empty(), "{}", r.said());
+    assert!(
+        r.stderr()
+            .starts_with("wakemeter: cgroup /no/such/cgroup-wm does not exist"),
+        "{}",
+        r.said()
+    );
+}
+
+#[test]
+fn several_processes_refuse_listen_rather_than_mix_their_metrics() {
+    let (a, b) = (Sleeper::new("30"), Sleeper::new("30"));
+    let r = run(
+        bin().args([
+            "watch",
+            "--pid",
+            &a.pid().to_string(),
+            "--pid",
+            &b.pid().to_string(),
+            "--listen",
+            "0",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.said());
+    assert!(r.stdout.is_empty(), "{}", r.said());
+    assert!(
+        r.stderr().contains("--listen serves one process"),
+        "{}",
+        r.said()
+    );
+}
