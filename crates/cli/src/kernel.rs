@@ -66,13 +66,17 @@ fn attach_inner(target: Target, syscall_hook: bool) -> Result<Box<dyn KernelSour
     match before {
         Some(before) => {
             let after = ns_per_syscall();
+            let cost = if after - before >= 5.0 {
+                format!("{before:.0} -> {after:.0} ns here ({:+.0} ns)", after - before)
+            } else {
+                // A busy machine can hide it; never print a gain.
+                format!("not measurable right now ({before:.0} -> {after:.0} ns here)")
+            };
             crate::print::note(&format!(
-                "eBPF: the syscall hook makes every syscall on this machine slower: \
-                 {before:.0} -> {after:.0} ns here ({:+.0} ns); the target's own poll and \
-                 sleep calls pay more, so a syscall-heavy target runs slower (BENCHMARKS.md, \
-                 \"What watching costs the target\"). --no-syscall-hook removes this cost \
-                 and the poll/sleep counters",
-                after - before
+                "eBPF: the syscall hook makes every syscall on this machine slower: {cost}; the \
+                 target's own poll and sleep calls pay more, so a syscall-heavy target runs \
+                 slower (BENCHMARKS.md, \"What watching costs the target\"). --no-syscall-hook \
+                 removes this cost and the poll/sleep counters"
             ));
         }
         None => crate::print::note(
@@ -83,12 +87,13 @@ fn attach_inner(target: Target, syscall_hook: bool) -> Result<Box<dyn KernelSour
     Ok(Box::new(src))
 }
 
-/// Nanoseconds of one `getppid` of this process: the best of five rounds
-/// of 20,000 (about 15 ms in all), so a preemption does not count.
+/// Nanoseconds of one `getppid` of this process: the best of 50 short
+/// rounds of 2,000 (about 15 ms in all), so that preemptions and
+/// interrupts, which a busy machine has plenty of, miss some rounds.
 #[cfg(feature = "ebpf")]
 fn ns_per_syscall() -> f64 {
-    const CALLS: u32 = 20_000;
-    (0..5)
+    const CALLS: u32 = 2_000;
+    (0..50)
         .map(|_| {
             let start = std::time::Instant::now();
             for _ in 0..CALLS {
