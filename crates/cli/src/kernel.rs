@@ -67,7 +67,10 @@ fn attach_inner(target: Target, syscall_hook: bool) -> Result<Box<dyn KernelSour
         Some(before) => {
             let after = ns_per_syscall();
             let cost = if after - before >= 5.0 {
-                format!("{before:.0} -> {after:.0} ns here ({:+.0} ns)", after - before)
+                format!(
+                    "{before:.0} -> {after:.0} ns here ({:+.0} ns)",
+                    after - before
+                )
             } else {
                 // A busy machine can hide it; never print a gain.
                 format!("not measurable right now ({before:.0} -> {after:.0} ns here)")
