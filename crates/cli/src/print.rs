@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use serde::Serialize;
-use wakemeter::{Finding, Interval, SampleWarning, Severity};
+use wakemeter::{Finding, Interval, LoopInterval, SampleWarning, Severity, SleepInterval};
 
 /// Characters that must not reach a terminal raw: C0 controls (including
 /// ESC, BEL, tab and newline), DEL, C1 controls (`\u{9b}` is CSI on some
@@ -124,46 +124,54 @@ pub fn threads(out: &mut impl Write, i: &Interval) -> io::Result<()> {
         )?;
     }
     if !i.loops.is_empty() {
-        writeln!(
-            out,
-            "\n{:<16} {:>10} {:>7} {:>8} {:>8} {:>6} {:>12}",
-            "LOOP", "wakeups/s", "idle%", "0-tmo%", "ev/wake", "util", "p99 delay"
-        )?;
+        writeln!(out, "\n{LOOP_HEADER}")?;
         for l in &i.loops {
-            writeln!(
-                out,
-                "{:<16} {:>10.0} {:>7.1} {:>8.1} {:>8.2} {:>6.2} {:>12}",
-                safe(&l.name),
-                l.wakeups_per_sec,
-                l.idle_wakeup_ratio * 100.0,
-                l.zero_timeout_ratio * 100.0,
-                l.events_per_wakeup,
-                l.utilization,
-                l.p99_poll_delay_ns
-                    .map_or_else(|| "-".into(), |d| format!("{:.0} µs", d as f64 / 1e3))
-            )?;
+            writeln!(out, "{}", loop_row(l))?;
         }
     }
     if !i.sleeps.is_empty() {
-        writeln!(
-            out,
-            "\n{:<16} {:>9} {:>11} {:>13} {:>10} {:>12}",
-            "SLEEP SITE", "sleeps/s", "asked (ms)", "oversleep µs", "CPU% in", "CPU/sleep µs"
-        )?;
+        writeln!(out, "\n{SLEEP_HEADER}")?;
         for s in &i.sleeps {
-            writeln!(
-                out,
-                "{:<16} {:>9.0} {:>11.2} {:>13.0} {:>10.2} {:>12.1}",
-                safe(&s.name),
-                s.sleeps_per_sec,
-                s.mean_requested_ns as f64 / 1e6,
-                s.mean_oversleep_ns as f64 / 1e3,
-                s.cpu_percent,
-                s.cpu_per_sleep_ns as f64 / 1e3
-            )?;
+            writeln!(out, "{}", sleep_row(s))?;
         }
     }
     Ok(())
+}
+
+/// The header of the loops table (one row per `LoopProbe`).
+pub const LOOP_HEADER: &str =
+    "LOOP              wakeups/s   idle%   0-tmo%  ev/wake   util    p99 delay";
+
+/// One loop's row under [`LOOP_HEADER`], its name escaped.
+pub fn loop_row(l: &LoopInterval) -> String {
+    format!(
+        "{:<16} {:>10.0} {:>7.1} {:>8.1} {:>8.2} {:>6.2} {:>12}",
+        safe(&l.name),
+        l.wakeups_per_sec,
+        l.idle_wakeup_ratio * 100.0,
+        l.zero_timeout_ratio * 100.0,
+        l.events_per_wakeup,
+        l.utilization,
+        l.p99_poll_delay_ns
+            .map_or_else(|| "-".into(), |d| format!("{:.0} µs", d as f64 / 1e3))
+    )
+}
+
+/// The header of the sleep sites table (one row per `SleepProbe`).
+pub const SLEEP_HEADER: &str =
+    "SLEEP SITE        sleeps/s  asked (ms)  oversleep µs    CPU% in CPU/sleep µs";
+
+/// One sleep site's row under [`SLEEP_HEADER`], its name escaped.
+pub fn sleep_row(s: &SleepInterval) -> String {
+    format!(
+        "{:<16} {:>9.0} {:>11.2} {:>13.0} {:>10.2} {:>12.1}",
+        safe(&s.name),
+        s.sleeps_per_sec,
+        s.mean_requested_ns as f64 / 1e6,
+        s.mean_oversleep_ns as f64 / 1e3,
+        s.cpu_percent,
+        s.cpu_per_sleep_ns as f64 / 1e3
+    )
 }
 
 /// The kernel's view (eBPF) of each thread over the interval, when attached.
@@ -283,6 +291,21 @@ pub fn warnings(out: &mut impl Write, w: &[SampleWarning]) -> io::Result<()> {
     Ok(())
 }
 
+/// A finding's severity, kind and summary on one line, escaped:
+/// `[CRITICAL] busy_poller: …`.
+pub fn finding_line(f: &Finding) -> String {
+    let sev = match f.severity {
+        Severity::Critical => "CRITICAL",
+        Severity::Warning => "WARNING ",
+        _ => "INFO    ",
+    };
+    let kind = serde_json::to_value(f.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    format!("[{sev}] {}: {}", safe(&kind), safe(&f.summary))
+}
+
 /// Findings, most severe first, with their advice. Summaries and advice
 /// quote thread and loop names, so they are escaped like the tables.
 pub fn findings(out: &mut impl Write, f: &[Finding]) -> io::Result<()> {
@@ -301,16 +324,7 @@ pub fn findings_with(
         writeln!(out, "  none: nothing wastes CPU or wakeups here")?;
     }
     for x in f {
-        let sev = match x.severity {
-            Severity::Critical => "CRITICAL",
-            Severity::Warning => "WARNING ",
-            _ => "INFO    ",
-        };
-        let kind = serde_json::to_value(x.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        writeln!(out, "  [{sev}] {}: {}", safe(&kind), safe(&x.summary))?;
+        writeln!(out, "  {}", finding_line(x))?;
         writeln!(out, "             advice: {}", safe(&x.advice))?;
         if let Some(path) = profile(x) {
             writeln!(out, "             profile: {}", safe(&path))?;
@@ -359,6 +373,20 @@ mod tests {
         assert_eq!(back, [hostile]);
         let pretty = json_pretty(&vec![hostile]).unwrap();
         assert!(!pretty.chars().any(|c| c != '\n' && is_unsafe(c)));
+    }
+
+    #[test]
+    fn table_headers_line_up_with_their_columns() {
+        let loops = format!(
+            "{:<16} {:>10} {:>7} {:>8} {:>8} {:>6} {:>12}",
+            "LOOP", "wakeups/s", "idle%", "0-tmo%", "ev/wake", "util", "p99 delay"
+        );
+        assert_eq!(LOOP_HEADER, loops);
+        let sleeps = format!(
+            "{:<16} {:>9} {:>11} {:>13} {:>10} {:>12}",
+            "SLEEP SITE", "sleeps/s", "asked (ms)", "oversleep µs", "CPU% in", "CPU/sleep µs"
+        );
+        assert_eq!(SLEEP_HEADER, sleeps);
     }
 
     #[test]
