@@ -14,7 +14,33 @@ mod record;
 mod scenarios;
 mod session;
 mod target;
+#[cfg(feature = "tui")]
+mod top;
 mod watch;
+
+#[cfg(not(feature = "tui"))]
+mod top {
+    use std::time::Duration;
+
+    /// What the user asked for (parsed, then refused by [`run`]).
+    #[allow(dead_code)]
+    pub struct Options {
+        pub pid: u32,
+        pub interval: Duration,
+        pub seconds: Option<u64>,
+        pub kernel: crate::kernel::Choice,
+    }
+
+    /// Accepts any duration; this build refuses `top` anyway.
+    pub fn parse_interval(_: &str) -> Result<Duration, String> {
+        Ok(Duration::ZERO)
+    }
+
+    /// The terminal view is behind the `tui` feature.
+    pub fn run(_: &Options) -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
+        Err("this build has no `top` (feature `tui` off); use `wakemeter watch`".into())
+    }
+}
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 mod demo {
@@ -105,6 +131,26 @@ enum Command {
         /// are then reachable from other hosts).
         #[arg(long, requires = "listen")]
         allow_non_loopback: bool,
+    },
+    /// A live view of a process, like `top -H`: threads sorted by CPU
+    /// (or switches, wakes, run-queue wait), the kernel view (eBPF) when
+    /// privileges allow, probes, and the current findings in plain words.
+    /// Keys: q/Esc/Ctrl-C quit; c, s, w, r (or Tab) sort; arrows, PgUp,
+    /// PgDn, Home, End scroll.
+    #[command(after_help = TOP_HELP)]
+    Top {
+        /// Process to watch (a thread id works too: its process is watched).
+        #[arg(long)]
+        pid: u32,
+        /// Seconds between refreshes, 1 to 60 (`2s` or `2`).
+        #[arg(long, default_value = "1s", value_parser = top::parse_interval)]
+        interval: std::time::Duration,
+        /// Stop after this many seconds (default: until `q`, or until the
+        /// process exits).
+        #[arg(long)]
+        seconds: Option<u64>,
+        #[command(flatten)]
+        kernel: kernel::Args,
     },
     /// Records a process for A/B comparison: NDJSON, the versioned header
     /// (target, configuration, library) on the first line, then one line
@@ -242,6 +288,24 @@ fn single_pid(pids: &[u32], name: &Option<String>, cgroup: &Option<PathBuf>) -> 
     }
 }
 
+const TOP_HELP: &str = "\
+When stdout is not a terminal (a pipe, a file, TERM=dumb), it prints the
+same screen as plain text instead, one frame per interval, 160 columns wide
+with the 40 busiest threads.
+
+When the process exits, the screen is given back, its last numbers are
+printed with \"target exited\", and the exit status is 0. The terminal is
+restored (raw mode off, alternate screen left, cursor shown) on q, on an
+error, on a panic and on SIGTERM, SIGINT, SIGHUP and SIGQUIT.
+
+Exit status:
+  0  quit with q/Esc/Ctrl-C; --seconds elapsed; the process exited after
+     something was measured; or stdout was closed
+  1  the process exited before a first measurement; or sampling failed
+  2  bad arguments; no such process; the process is a zombie; the sampler
+     could not start
+  128+N  ended by signal N (143 for SIGTERM), terminal restored";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -290,6 +354,17 @@ fn main() -> ExitCode {
                 kernel: kernel.choice(),
             }),
         },
+        Command::Top {
+            pid,
+            interval,
+            seconds,
+            kernel,
+        } => top::run(&top::Options {
+            pid,
+            interval,
+            seconds,
+            kernel: kernel.choice(),
+        }),
         Command::Record {
             pid,
             seconds,

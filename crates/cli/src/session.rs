@@ -16,6 +16,11 @@ use crate::target::{self, Liveness, Resolved};
 /// The sampler's interval.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
+/// The voluntary/involuntary split of switches is read on every this many
+/// snapshots (those whose sequence number is a multiple of it): an
+/// interval shows the split when both its ends are such snapshots.
+pub const SWITCH_SPLIT_EVERY: u32 = 2;
+
 /// Resolves what the user named (a thread id becomes its process, and
 /// stderr says so). Before anything else, eBPF included: a missing or
 /// zombie target is one clear error.
@@ -48,7 +53,7 @@ pub fn sampler(
     let mut builder = SamplerBuilder::new()
         .with_target(Target::Pid(pid))
         .with_interval(SAMPLE_EVERY)
-        .with_switch_split_every(2)
+        .with_switch_split_every(SWITCH_SPLIT_EVERY)
         .with_thresholds(thresholds(every));
     if let Some(src) = kernel {
         builder = builder.with_kernel_source(src);
