@@ -105,6 +105,23 @@ pub fn threads(out: &mut impl Write, i: &Interval) -> io::Result<()> {
         i.process.thread_count,
         i.sampler_cpu_percent
     )?;
+    // Two sources, each named: the sampler sees only threads alive at a
+    // sample; the kernel source counts every exit.
+    match i.kernel_thread_exits {
+        Some(all) if all > 0 || i.threads_exited > 0 => writeln!(
+            out,
+            "threads exited: {all} ({:.0}/s, every exit, eBPF); {} of them seen by sampling",
+            all as f64 / i.duration_secs().max(1e-9),
+            i.threads_exited
+        )?,
+        None if i.threads_exited > 0 => writeln!(
+            out,
+            "threads exited: {} seen by sampling (threads that start and end between \
+             samples are not seen without eBPF)",
+            i.threads_exited
+        )?,
+        _ => {}
+    }
     writeln!(
         out,
         "{:>8} {:<16} {:>6} {:>9} {:>9} {:>9} {:>8}",

@@ -327,3 +327,44 @@ fn twenty_alike_sleepers_are_one_finding_from_proc() {
     let p = Program::c("twenty_sleepers");
     assert_one_group_of_twenty(&watch(&p, false), FindingKind::PeriodicWakeups);
 }
+
+/// Class 7: thread exits. 400 threads that each start and exit between two
+/// samples: the kernel source counts every exit (exactly the program's own
+/// count), while the sampler's thread lists see at most a few of them, and
+/// the interval says which number comes from where.
+#[test]
+#[ignore = "needs root"]
+fn every_thread_exit_is_counted_by_the_kernel_source() {
+    use std::io::{BufRead, BufReader, Write};
+    let _one = one_at_a_time();
+    const THREADS: u64 = 400;
+    let mut child = Command::new(compiled("thread_churn"))
+        .args(["30", &THREADS.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start thread_churn");
+    let pid = child.id();
+    let source = EbpfSource::attach(Target::Pid(pid))
+        .unwrap_or_else(|e| panic!("attach (needs root, kernel BTF, clang): {e}"));
+    let sampler = SamplerBuilder::new()
+        .with_target(Target::Pid(pid))
+        .with_kernel_source(Box::new(source))
+        .build()
+        .unwrap();
+    let before = sampler.sample_now().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "go").unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "done");
+    let after = sampler.sample_now().unwrap();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    let i = Interval::between(&before, &after);
+    assert_eq!(i.kernel_thread_exits, Some(THREADS), "{i:#?}");
+    assert!(i.threads_exited <= 1, "{}", i.threads_exited);
+}

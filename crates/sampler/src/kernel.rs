@@ -274,6 +274,11 @@ pub struct KernelSample {
     /// Events the kernel programs could not record because a bounded map was
     /// full (0 when nothing was lost), since the source attached.
     pub total_dropped_events: u64,
+    /// Threads of the target that exited since the source attached: every
+    /// one, including those that started and ended between two reads.
+    /// Absent from reports written before it existed (reads as 0).
+    #[serde(default)]
+    pub total_thread_exits: u64,
 }
 
 impl KernelSample {

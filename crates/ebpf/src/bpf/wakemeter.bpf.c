@@ -54,6 +54,15 @@ struct {
 	__type(value, __u64);
 } dropped SEC(".maps");
 
+/* Threads of the target that exited, per CPU: every one, also those that
+ * started and ended between two reads (sampling /proc sees neither). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} exits SEC(".maps");
+
 /* All-zero template for new thread entries (too big for the 512-byte stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -461,6 +470,10 @@ static __always_inline int on_exit(void)
 		return 0;
 	__u32 tid = (__u32)id;
 	bpf_map_delete_elem(&threads, &tid);
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&exits, &zero);
+	if (n)
+		*n += 1;
 	return 0;
 }
 

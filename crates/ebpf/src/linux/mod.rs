@@ -150,6 +150,8 @@ struct Live {
     /// The per-thread map (a `BPF_MAP_TYPE_HASH` of u32 to [`WmThread`]).
     threads: Map,
     dropped: PerCpuArray<MapData, u64>,
+    /// Exits of the target's threads, per CPU.
+    exits: PerCpuArray<MapData, u64>,
     /// `CLOCK_REALTIME - CLOCK_MONOTONIC` for the kernel side (see
     /// [`realtime_offset_ns`]), refreshed at every read.
     realtime_offset: Array<MapData, i64>,
@@ -385,6 +387,12 @@ impl Session {
                 source,
             }
         })?;
+        let exits = PerCpuArray::try_from(take_map(&mut ebpf, "exits")?).map_err(|source| {
+            EbpfError::Map {
+                map: "exits",
+                source,
+            }
+        })?;
 
         Ok(Session {
             pid,
@@ -400,6 +408,7 @@ impl Session {
                 ebpf,
                 threads,
                 dropped,
+                exits,
                 realtime_offset,
                 programs,
                 max_threads: usize::try_from(max_threads).unwrap_or(usize::MAX),
@@ -523,6 +532,12 @@ impl Session {
             .map_err(read_error("dropped"))?
             .iter()
             .fold(0u64, |a, b| a.saturating_add(*b));
+        let thread_exits = live
+            .exits
+            .get(&0, 0)
+            .map_err(read_error("exits"))?
+            .iter()
+            .fold(0u64, |a, b| a.saturating_add(*b));
         self.last_read_entries = fetched;
 
         let mut sample = KernelSample::default();
@@ -530,6 +545,7 @@ impl Session {
         sample.pid = pid;
         sample.threads = threads;
         sample.total_dropped_events = dropped_events;
+        sample.total_thread_exits = thread_exits;
         Ok(sample)
     }
 }

@@ -850,8 +850,10 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
             .iter()
             .filter_map(|th| Some((field(th)?, th.tid, th.name.clone())))
             .collect();
-        per_thread.sort_by(|a, b| b.0.total_cmp(&a.0));
         let total = per_thread.iter().map(|p| p.0).sum();
+        // Listed are threads that were woken: none at "0/s".
+        per_thread.retain(|p| p.0 >= 0.5);
+        per_thread.sort_by(|a, b| b.0.total_cmp(&a.0));
         (
             total,
             if split.is_some() {

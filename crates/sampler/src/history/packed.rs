@@ -395,9 +395,14 @@ impl Encoder {
     }
 }
 
-/// Head fields of a kernel frame: pid and dropped events, then the source name.
+/// Head fields of a kernel frame: pid, dropped events and thread exits,
+/// then the source name.
 pub(crate) fn kernel_head(k: &KernelSample) -> Vec<u64> {
-    let mut head = vec![u64::from(k.pid), k.total_dropped_events];
+    let mut head = vec![
+        u64::from(k.pid),
+        k.total_dropped_events,
+        k.total_thread_exits,
+    ];
     push_str(&mut head, &k.source);
     head
 }
@@ -409,6 +414,7 @@ pub(crate) fn unpack_kernel(p: &Packed) -> KernelSample {
     KernelSample {
         pid: u32::try_from(f.next()).unwrap_or(u32::MAX),
         total_dropped_events: f.next(),
+        total_thread_exits: f.next(),
         source: f.string(),
         threads,
     }
@@ -493,6 +499,7 @@ mod tests {
                     .map(|t| kernel_thread(100 + t, round * t))
                     .collect(),
                 total_dropped_events: round,
+                total_thread_exits: 3 * round,
             };
             let packed = enc.encode(&kernel_head(&sample), &sample.threads);
             let back = unpack_kernel(&packed);

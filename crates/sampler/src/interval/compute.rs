@@ -355,6 +355,10 @@ pub(crate) fn compute<T: ThreadCounters>(
         },
         threads,
         threads_exited: u32::try_from(threads_exited).unwrap_or(u32::MAX),
+        kernel_thread_exits: match (from.kernel.as_deref(), to.kernel.as_deref()) {
+            (Some(a), Some(b)) => Some(b.total_thread_exits.saturating_sub(a.total_thread_exits)),
+            _ => None,
+        },
         kernel_uncovered_threads: kernel_ends.as_ref().map(|(_, b)| {
             let n = to_threads
                 .iter()

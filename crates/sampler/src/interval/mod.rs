@@ -58,7 +58,15 @@ pub struct ThreadInterval {
 #[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct KernelThreadInterval {
-    /// Time on CPU, in percent of one core.
+    /// Time on CPU, in percent of one core, from the kernel source: the
+    /// wall time between the thread's switch-in and switch-out
+    /// (`sched_switch`). [`ThreadInterval::cpu_percent`] is the scheduler's
+    /// task clock instead (`/proc`, the thread CPU clock). They agree
+    /// within a fraction of a point on a steady thread (ACCURACY.md), and
+    /// differ where the task clock leaves time out: time a hypervisor stole
+    /// while the thread ran (paravirt steal accounting) and, with IRQ time
+    /// accounting, interrupts handled on its CPU; and in the first interval
+    /// after attaching, which misses a running stretch that began before.
     pub on_cpu_percent: f64,
     /// Voluntary switches per second, from the scheduler tracepoint.
     pub voluntary_switches_per_sec: f64,
@@ -244,8 +252,19 @@ pub struct Interval {
     pub process: ProcessInterval,
     /// Per-thread rates for threads alive at the end, ordered by CPU time, highest first.
     pub threads: Vec<ThreadInterval>,
-    /// Threads that exited during the interval (seen at the start, gone at the end).
+    /// Threads seen by the sampler at the start and gone at the end (from
+    /// the thread lists of the two snapshots: a thread that started and
+    /// exited between them is not seen). [`Interval::kernel_thread_exits`]
+    /// counts every exit.
     pub threads_exited: u32,
+    /// Threads of the target that exited during the interval, every one,
+    /// counted by the kernel source at each exit (eBPF
+    /// `sched_process_exit`): a process that runs hundreds of short-lived
+    /// threads per second shows them here, not in
+    /// [`Interval::threads_exited`]. `None` without a kernel sample at both
+    /// ends.
+    #[serde(default)]
+    pub kernel_thread_exits: Option<u64>,
     /// Threads alive at the end that the kernel source (eBPF) has no record
     /// of at the end: its thread map was full, or they have not been
     /// scheduled since it attached. `None` without a kernel sample at both ends.

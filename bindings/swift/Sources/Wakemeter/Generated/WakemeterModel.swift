@@ -852,9 +852,21 @@ public struct Interval: Equatable, Hashable {
      */
     public var threads: [ThreadInterval]
     /**
-     * Threads that exited during the interval (seen at the start, gone at the end).
+     * Threads seen by the sampler at the start and gone at the end (from
+     * the thread lists of the two snapshots: a thread that started and
+     * exited between them is not seen). [`Interval::kernel_thread_exits`]
+     * counts every exit.
      */
     public var threadsExited: UInt32
+    /**
+     * Threads of the target that exited during the interval, every one,
+     * counted by the kernel source at each exit (eBPF
+     * `sched_process_exit`): a process that runs hundreds of short-lived
+     * threads per second shows them here, not in
+     * [`Interval::threads_exited`]. `None` without a kernel sample at both
+     * ends.
+     */
+    public var kernelThreadExits: UInt64?
     /**
      * Threads alive at the end that the kernel source (eBPF) has no record
      * of at the end: its thread map was full, or they have not been
@@ -900,8 +912,19 @@ public struct Interval: Equatable, Hashable {
          * Per-thread rates for threads alive at the end, ordered by CPU time, highest first.
          */threads: [ThreadInterval], 
         /**
-         * Threads that exited during the interval (seen at the start, gone at the end).
+         * Threads seen by the sampler at the start and gone at the end (from
+         * the thread lists of the two snapshots: a thread that started and
+         * exited between them is not seen). [`Interval::kernel_thread_exits`]
+         * counts every exit.
          */threadsExited: UInt32, 
+        /**
+         * Threads of the target that exited during the interval, every one,
+         * counted by the kernel source at each exit (eBPF
+         * `sched_process_exit`): a process that runs hundreds of short-lived
+         * threads per second shows them here, not in
+         * [`Interval::threads_exited`]. `None` without a kernel sample at both
+         * ends.
+         */kernelThreadExits: UInt64?, 
         /**
          * Threads alive at the end that the kernel source (eBPF) has no record
          * of at the end: its thread map was full, or they have not been
@@ -926,6 +949,7 @@ public struct Interval: Equatable, Hashable {
         self.process = process
         self.threads = threads
         self.threadsExited = threadsExited
+        self.kernelThreadExits = kernelThreadExits
         self.kernelUncoveredThreads = kernelUncoveredThreads
         self.loops = loops
         self.sleeps = sleeps
@@ -956,6 +980,7 @@ public struct FfiConverterTypeInterval: FfiConverterRustBuffer {
                 process: FfiConverterTypeProcessInterval.read(from: &buf), 
                 threads: FfiConverterSequenceTypeThreadInterval.read(from: &buf), 
                 threadsExited: FfiConverterUInt32.read(from: &buf), 
+                kernelThreadExits: FfiConverterOptionUInt64.read(from: &buf), 
                 kernelUncoveredThreads: FfiConverterOptionUInt32.read(from: &buf), 
                 loops: FfiConverterSequenceTypeLoopInterval.read(from: &buf), 
                 sleeps: FfiConverterSequenceTypeSleepInterval.read(from: &buf), 
@@ -972,6 +997,7 @@ public struct FfiConverterTypeInterval: FfiConverterRustBuffer {
         FfiConverterTypeProcessInterval.write(value.process, into: &buf)
         FfiConverterSequenceTypeThreadInterval.write(value.threads, into: &buf)
         FfiConverterUInt32.write(value.threadsExited, into: &buf)
+        FfiConverterOptionUInt64.write(value.kernelThreadExits, into: &buf)
         FfiConverterOptionUInt32.write(value.kernelUncoveredThreads, into: &buf)
         FfiConverterSequenceTypeLoopInterval.write(value.loops, into: &buf)
         FfiConverterSequenceTypeSleepInterval.write(value.sleeps, into: &buf)
@@ -1017,6 +1043,12 @@ public struct KernelSample: Equatable, Hashable {
      * full (0 when nothing was lost), since the source attached.
      */
     public var totalDroppedEvents: UInt64
+    /**
+     * Threads of the target that exited since the source attached: every
+     * one, including those that started and ended between two reads.
+     * Absent from reports written before it existed (reads as 0).
+     */
+    public var totalThreadExits: UInt64
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1033,11 +1065,17 @@ public struct KernelSample: Equatable, Hashable {
         /**
          * Events the kernel programs could not record because a bounded map was
          * full (0 when nothing was lost), since the source attached.
-         */totalDroppedEvents: UInt64) {
+         */totalDroppedEvents: UInt64, 
+        /**
+         * Threads of the target that exited since the source attached: every
+         * one, including those that started and ended between two reads.
+         * Absent from reports written before it existed (reads as 0).
+         */totalThreadExits: UInt64) {
         self.source = source
         self.pid = pid
         self.threads = threads
         self.totalDroppedEvents = totalDroppedEvents
+        self.totalThreadExits = totalThreadExits
     }
 
     
@@ -1059,7 +1097,8 @@ public struct FfiConverterTypeKernelSample: FfiConverterRustBuffer {
                 source: FfiConverterString.read(from: &buf), 
                 pid: FfiConverterUInt32.read(from: &buf), 
                 threads: FfiConverterSequenceTypeKernelThreadStats.read(from: &buf), 
-                totalDroppedEvents: FfiConverterUInt64.read(from: &buf)
+                totalDroppedEvents: FfiConverterUInt64.read(from: &buf), 
+                totalThreadExits: FfiConverterUInt64.read(from: &buf)
         )
     }
 
@@ -1068,6 +1107,7 @@ public struct FfiConverterTypeKernelSample: FfiConverterRustBuffer {
         FfiConverterUInt32.write(value.pid, into: &buf)
         FfiConverterSequenceTypeKernelThreadStats.write(value.threads, into: &buf)
         FfiConverterUInt64.write(value.totalDroppedEvents, into: &buf)
+        FfiConverterUInt64.write(value.totalThreadExits, into: &buf)
     }
 }
 
@@ -4351,6 +4391,9 @@ public func FfiConverterTypeThreadSample_lower(_ value: ThreadSample) -> RustBuf
 /**
  * When a finding fires. Every default is documented with where it comes from;
  * change them with the `with_*` setters and check with [`Thresholds::validate`].
+ *
+ * A threshold missing from a saved report (one written before the
+ * threshold existed) reads as its default.
  */
 public struct Thresholds: Equatable, Hashable {
     /**

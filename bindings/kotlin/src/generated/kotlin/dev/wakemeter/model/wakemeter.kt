@@ -1307,9 +1307,22 @@ data class Interval (
     val `threads`: List<ThreadInterval>
     , 
     /**
-     * Threads that exited during the interval (seen at the start, gone at the end).
+     * Threads seen by the sampler at the start and gone at the end (from
+     * the thread lists of the two snapshots: a thread that started and
+     * exited between them is not seen). [`Interval::kernel_thread_exits`]
+     * counts every exit.
      */
     val `threadsExited`: kotlin.UInt
+    , 
+    /**
+     * Threads of the target that exited during the interval, every one,
+     * counted by the kernel source at each exit (eBPF
+     * `sched_process_exit`): a process that runs hundreds of short-lived
+     * threads per second shows them here, not in
+     * [`Interval::threads_exited`]. `None` without a kernel sample at both
+     * ends.
+     */
+    val `kernelThreadExits`: kotlin.ULong?
     , 
     /**
      * Threads alive at the end that the kernel source (eBPF) has no record
@@ -1360,6 +1373,7 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.read(buf),
             FfiConverterSequenceTypeThreadInterval.read(buf),
             FfiConverterUInt.read(buf),
+            FfiConverterOptionalULong.read(buf),
             FfiConverterOptionalUInt.read(buf),
             FfiConverterSequenceTypeLoopInterval.read(buf),
             FfiConverterSequenceTypeSleepInterval.read(buf),
@@ -1376,6 +1390,7 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.allocationSize(value.`process`) +
             FfiConverterSequenceTypeThreadInterval.allocationSize(value.`threads`) +
             FfiConverterUInt.allocationSize(value.`threadsExited`) +
+            FfiConverterOptionalULong.allocationSize(value.`kernelThreadExits`) +
             FfiConverterOptionalUInt.allocationSize(value.`kernelUncoveredThreads`) +
             FfiConverterSequenceTypeLoopInterval.allocationSize(value.`loops`) +
             FfiConverterSequenceTypeSleepInterval.allocationSize(value.`sleeps`) +
@@ -1391,6 +1406,7 @@ public object FfiConverterTypeInterval: FfiConverterRustBuffer<Interval> {
             FfiConverterTypeProcessInterval.write(value.`process`, buf)
             FfiConverterSequenceTypeThreadInterval.write(value.`threads`, buf)
             FfiConverterUInt.write(value.`threadsExited`, buf)
+            FfiConverterOptionalULong.write(value.`kernelThreadExits`, buf)
             FfiConverterOptionalUInt.write(value.`kernelUncoveredThreads`, buf)
             FfiConverterSequenceTypeLoopInterval.write(value.`loops`, buf)
             FfiConverterSequenceTypeSleepInterval.write(value.`sleeps`, buf)
@@ -1425,6 +1441,13 @@ data class KernelSample (
      * full (0 when nothing was lost), since the source attached.
      */
     val `totalDroppedEvents`: kotlin.ULong
+    , 
+    /**
+     * Threads of the target that exited since the source attached: every
+     * one, including those that started and ended between two reads.
+     * Absent from reports written before it existed (reads as 0).
+     */
+    val `totalThreadExits`: kotlin.ULong
     
 ){
     
@@ -1445,6 +1468,7 @@ public object FfiConverterTypeKernelSample: FfiConverterRustBuffer<KernelSample>
             FfiConverterUInt.read(buf),
             FfiConverterSequenceTypeKernelThreadStats.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
         )
     }
 
@@ -1452,7 +1476,8 @@ public object FfiConverterTypeKernelSample: FfiConverterRustBuffer<KernelSample>
             FfiConverterString.allocationSize(value.`source`) +
             FfiConverterUInt.allocationSize(value.`pid`) +
             FfiConverterSequenceTypeKernelThreadStats.allocationSize(value.`threads`) +
-            FfiConverterULong.allocationSize(value.`totalDroppedEvents`)
+            FfiConverterULong.allocationSize(value.`totalDroppedEvents`) +
+            FfiConverterULong.allocationSize(value.`totalThreadExits`)
     )
 
     override fun write(value: KernelSample, buf: ByteBuffer) {
@@ -1460,6 +1485,7 @@ public object FfiConverterTypeKernelSample: FfiConverterRustBuffer<KernelSample>
             FfiConverterUInt.write(value.`pid`, buf)
             FfiConverterSequenceTypeKernelThreadStats.write(value.`threads`, buf)
             FfiConverterULong.write(value.`totalDroppedEvents`, buf)
+            FfiConverterULong.write(value.`totalThreadExits`, buf)
     }
 }
 
@@ -3860,6 +3886,9 @@ public object FfiConverterTypeThreadSample: FfiConverterRustBuffer<ThreadSample>
 /**
  * When a finding fires. Every default is documented with where it comes from;
  * change them with the `with_*` setters and check with [`Thresholds::validate`].
+ *
+ * A threshold missing from a saved report (one written before the
+ * threshold existed) reads as its default.
  */
 data class Thresholds (
     /**
