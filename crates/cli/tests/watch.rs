@@ -270,3 +270,64 @@ fn no_syscall_hook_keeps_the_kernel_view_without_the_poll_counters() {
     let (polls, switches) = kernel_polls(&without.stdout()).expect("a kernel view");
     assert!(polls == 0.0 && switches > 200.0, "{polls} {switches}");
 }
+
+/// A start-up burst, in a real interpreter: after 4 s (time for eBPF to
+/// attach), three seconds of a spinning thread, 300 threads started and
+/// joined, 160 MB allocated and touched, then quiet. `watch` reports every
+/// second for 12 s; none of its reports may call that a CPU hog, a leak or
+/// a wakeups problem: those rules keep their documented minimum windows
+/// (60 s) in `watch` too.
+fn start_up_burst_is_not_a_hog(extra: &[&str]) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut app = Command::new("python3")
+        .args([
+            "-c",
+            "import threading, time\n\
+             time.sleep(4)\n\
+             end = time.time() + 3\n\
+             cache = bytearray(160 << 20)\n\
+             for i in range(0, len(cache), 4096): cache[i] = 1\n\
+             for _ in range(300):\n\
+             \x20   t = threading.Thread(target=lambda: None); t.start(); t.join()\n\
+             while time.time() < end: pass\n\
+             time.sleep(60)\n",
+        ])
+        .spawn()
+        .expect("python3 runs");
+    let mut args = vec!["--every", "1", "--seconds", "12", "--json"];
+    args.extend_from_slice(extra);
+    let r = run(&mut watch(app.id(), &args), LIMIT);
+    app.kill().unwrap();
+    app.wait().unwrap();
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    let reports = json_lines(&r.stdout());
+    assert!(reports.len() >= 8, "{}", r.said());
+    // The burst was seen: CPU time in the reports' intervals (however
+    // little of a core a loaded machine gave it).
+    let cpu_ns: f64 = reports
+        .iter()
+        .filter_map(|rep| rep["interval"]["process"]["cpu_time_ns"].as_f64())
+        .sum();
+    assert!(cpu_ns > 3e8, "{cpu_ns} ns of CPU seen: {}", r.said());
+    for rep in &reports {
+        for f in rep["findings"].as_array().unwrap() {
+            let kind = f["kind"].as_str().unwrap();
+            assert!(
+                !["cpu_hog", "memory_growth", "wakeups_budget"].contains(&kind),
+                "{kind} for a start-up burst: {f}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_start_up_burst_is_not_a_hog_from_proc() {
+    start_up_burst_is_not_a_hog(&["--no-ebpf"]);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_start_up_burst_is_not_a_hog_with_ebpf() {
+    start_up_burst_is_not_a_hog(&[]);
+}
