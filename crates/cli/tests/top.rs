@@ -230,10 +230,14 @@ impl Drop for Tmux {
     }
 }
 
+/// What the pane's shell prints once the exit status and the terminal's
+/// modes are all on the screen.
+const SHELL_DONE: &str = "shell-after-top-done";
+
 /// `top` in the pane, then the exit status and the terminal's modes.
 fn top_then_status(pid: u32, args: &str) -> String {
     format!(
-        "'{}' top --pid {pid} {args}; echo \"status=$?\"; stty -a; sleep 120",
+        "'{}' top --pid {pid} {args}; echo \"status=$?\"; stty -a; echo {SHELL_DONE}; sleep 120",
         env!("CARGO_BIN_EXE_wakemeter")
     )
 }
@@ -334,7 +338,7 @@ fn the_busy_thread_leads_with_the_cpu_proc_measures_and_q_restores_the_terminal(
     t.keys("s");
     t.wait_for("the switches sort", |s| s.contains("sort (by switches/s)"));
     t.keys("q");
-    let screen = t.wait_for("the exit status", |s| s.contains("status="));
+    let screen = t.wait_for("the exit status", |s| s.contains(SHELL_DONE));
     assert!(screen.contains("status=0"), "{screen}");
     assert_restored(&t, &screen);
 }
@@ -347,7 +351,7 @@ fn sigterm_restores_the_terminal() {
     let pid = t.wakemeter_pid();
     // SAFETY: kill has no memory preconditions; pid is our tmux pane's child.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
-    let screen = t.wait_for("the exit status", |s| s.contains("status="));
+    let screen = t.wait_for("the exit status", |s| s.contains(SHELL_DONE));
     assert!(screen.contains("status=143"), "{screen}");
     assert_restored(&t, &screen);
 }
@@ -358,7 +362,7 @@ fn a_target_that_exits_while_watched_is_reported_and_top_exits_cleanly() {
     let t = Tmux::start(&top_then_status(target.pid, "--no-ebpf"));
     t.wait_for("the table", |s| s.contains("spinner"));
     target.stop();
-    let screen = t.wait_for("the exit status", |s| s.contains("status="));
+    let screen = t.wait_for("the exit status", |s| s.contains(SHELL_DONE));
     assert!(screen.contains("status=0"), "{screen}");
     assert!(
         screen.contains(&format!(
@@ -388,7 +392,7 @@ fn hostile_thread_names_do_not_reach_the_terminal() {
         "a thread name set the title"
     );
     t.keys("q");
-    let screen = t.wait_for("the exit status", |s| s.contains("status="));
+    let screen = t.wait_for("the exit status", |s| s.contains(SHELL_DONE));
     assert!(screen.contains("status=0"), "{screen}");
 }
 
@@ -405,7 +409,7 @@ fn with_ebpf_the_kernel_columns_are_shown() {
     let idler = screen.lines().find(|l| l.contains(" idler-1 ")).unwrap();
     assert!(idler.contains("sleep"), "{idler}\n{screen}");
     t.keys("q");
-    let screen = t.wait_for("the exit status", |s| s.contains("status="));
+    let screen = t.wait_for("the exit status", |s| s.contains(SHELL_DONE));
     assert!(screen.contains("status=0"), "{screen}");
     assert_restored(&t, &screen);
 }
