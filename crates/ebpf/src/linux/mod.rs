@@ -526,18 +526,8 @@ impl Session {
         })?;
         threads.sort_by_key(|t| t.tid);
 
-        let dropped_events = live
-            .dropped
-            .get(&0, 0)
-            .map_err(read_error("dropped"))?
-            .iter()
-            .fold(0u64, |a, b| a.saturating_add(*b));
-        let thread_exits = live
-            .exits
-            .get(&0, 0)
-            .map_err(read_error("exits"))?
-            .iter()
-            .fold(0u64, |a, b| a.saturating_add(*b));
+        let dropped_events = per_cpu_total(&live.dropped, "dropped")?;
+        let thread_exits = per_cpu_total(&live.exits, "exits")?;
         self.last_read_entries = fetched;
 
         let mut sample = KernelSample::default();
@@ -563,6 +553,18 @@ fn realtime_offset_ns() -> i64 {
     let mono = (i128::from(before) + i128::from(after)) / 2;
     let offset = i64::try_from(real - mono).unwrap_or(0);
     if offset == 0 { 1 } else { offset }
+}
+
+/// The sum over CPUs of a one-entry per-CPU counter map.
+fn per_cpu_total(
+    map: &PerCpuArray<MapData, u64>,
+    name: &'static str,
+) -> Result<u64, KernelSourceError> {
+    Ok(map
+        .get(&0, 0)
+        .map_err(read_error(name))?
+        .iter()
+        .fold(0u64, |a, b| a.saturating_add(*b)))
 }
 
 fn read_error(map: &'static str) -> impl Fn(MapError) -> KernelSourceError {
