@@ -125,6 +125,7 @@ enum Command {
         profile: ProfileWatchArgs,
         /// Serve Prometheus / OpenMetrics metrics at http://ADDR/metrics
         /// (ADDR: PORT, HOST:PORT or [IPv6]:PORT; a bare port is on 127.0.0.1).
+        /// With several processes, every series is labelled pid and process.
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
         /// Allow --listen on an address other than loopback (the metrics
@@ -280,7 +281,7 @@ Exit status:
      without eBPF (no privilege, no BTF)";
 
 /// The PID when `watch` names exactly one process by PID (the
-/// single-process watch, with `--listen` and `--profile-dir`).
+/// single-process watch: unlabelled `--listen` series, `--profile-dir`).
 fn single_pid(pids: &[u32], name: &Option<String>, cgroup: &Option<PathBuf>) -> Option<u32> {
     match (pids, name, cgroup) {
         (&[pid], None, None) => Some(pid),
@@ -337,7 +338,6 @@ fn main() -> ExitCode {
                 listen,
                 allow_non_loopback,
             }),
-            _ if listen.is_some() => Err("--listen serves one process: give a single --pid".into()),
             _ if profile.profile_dir.is_some() => {
                 Err("--profile-dir profiles one process: give a single --pid".into())
             }
@@ -352,6 +352,8 @@ fn main() -> ExitCode {
                 seconds,
                 json,
                 kernel: kernel.choice(),
+                listen,
+                allow_non_loopback,
             }),
         },
         Command::Top {

@@ -2,6 +2,7 @@
 
 use std::error::Error;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
 
 use wakemeter::Sampler;
 use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer, Updater};
@@ -19,6 +20,19 @@ impl Endpoint {
     /// the returned guard is dropped.
     pub fn follow(&self, sampler: &Sampler) -> Result<Updater, Box<dyn Error>> {
         Ok(self.exporter.spawn_updater(sampler.clone())?)
+    }
+
+    /// Per-process exposition: updates it every sampling interval from
+    /// the samplers in `set` (one per watched process; the watcher keeps
+    /// it current), until the returned guard is dropped. A process taken
+    /// out of the set has its series removed at the next update.
+    pub fn follow_set(&self, set: &Arc<Mutex<Vec<Sampler>>>) -> Result<Updater, Box<dyn Error>> {
+        let set = set.clone();
+        Ok(self
+            .exporter
+            .spawn_set_updater(crate::session::SAMPLE_EVERY, move || {
+                set.lock().map(|s| s.clone()).unwrap_or_default()
+            })?)
     }
 }
 
@@ -39,10 +53,22 @@ fn parse(addr: &str) -> Result<SocketAddr, String> {
     found.next().ok_or_else(bad)
 }
 
-/// Binds the endpoint: loopback only unless `allow_non_loopback`.
-pub fn serve(addr: &str, allow_non_loopback: bool) -> Result<Endpoint, Box<dyn Error>> {
+/// Binds the endpoint: loopback only unless `allow_non_loopback`. With
+/// `per_process` (several processes watched), every series is labelled by
+/// `pid` and `process`, at most `max_processes` of them.
+pub fn serve(
+    addr: &str,
+    allow_non_loopback: bool,
+    per_process: Option<usize>,
+) -> Result<Endpoint, Box<dyn Error>> {
     let addr = parse(addr)?;
-    let exporter = Exporter::new(ExporterConfig::default())?;
+    let config = match per_process {
+        Some(max) => ExporterConfig::default()
+            .with_per_process(true)
+            .with_max_processes(max),
+        None => ExporterConfig::default(),
+    };
+    let exporter = Exporter::new(config)?;
     let server = if allow_non_loopback {
         MetricsServer::bind_any_address(addr, exporter.clone())
     } else {

@@ -14,13 +14,14 @@ use std::error::Error;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wakemeter::{Sampler, SamplingGuard, Target};
 
 use crate::session::{self, SAMPLE_EVERY};
 use crate::target::{self, Liveness, Resolved};
-use crate::{kernel, print};
+use crate::{kernel, metrics, print};
 
 /// Where cgroup v2 is usually mounted; a relative `--cgroup` is taken
 /// below the mount point of the `cgroup2` filesystem ([`cgroup2_root`]),
@@ -74,6 +75,10 @@ pub struct Options {
     pub seconds: Option<u64>,
     pub json: bool,
     pub kernel: kernel::Choice,
+    /// Serve metrics of every watched process on this address (`--listen`).
+    pub listen: Option<String>,
+    /// Allow a non-loopback `--listen` address.
+    pub allow_non_loopback: bool,
 }
 
 /// The cgroup directory `--cgroup` names: the path itself when it is a
@@ -281,6 +286,28 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     }
     let sel = &o.selection;
     sel.check()?;
+    // Bound before anything is measured or printed, as for one process.
+    let endpoint = match &o.listen {
+        Some(addr) => Some(metrics::serve(
+            addr,
+            o.allow_non_loopback,
+            Some(sel.max_processes),
+        )?),
+        None => None,
+    };
+    // The samplers the endpoint follows: kept equal to `set` below.
+    let exposed: Arc<Mutex<Vec<Sampler>>> = Arc::new(Mutex::new(Vec::new()));
+    let _updates = match &endpoint {
+        Some(e) => Some(e.follow_set(&exposed)?),
+        None => None,
+    };
+    let publish = |set: &BTreeMap<u32, Watched>| {
+        if endpoint.is_some()
+            && let Ok(mut e) = exposed.lock()
+        {
+            *e = set.values().map(|w| w.sampler.clone()).collect();
+        }
+    };
     // Only a name or a cgroup can come back (a restart, a new pod process);
     // a fixed list of PIDs ends when all of them are gone.
     let follows = sel.name.is_some() || sel.cgroup.is_some();
@@ -304,6 +331,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             .collect();
         for pid in gone {
             if let Some(mut w) = set.remove(&pid) {
+                publish(&set);
                 drop(w.guard.take());
                 measured |= write_report(&mut out, &w, o.json)?;
                 print::note(&format!(
@@ -345,6 +373,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                     Ok(w) => {
                         print::note(&format!("wakemeter: watching {}", w.label()));
                         set.insert(pid, w);
+                        publish(&set);
                         waiting_said = false;
                     }
                     // Exited between the listing and the start: the next

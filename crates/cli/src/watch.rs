@@ -52,7 +52,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     // Bound before anything is measured or printed: a bad or busy
     // address is one clear error, with nothing half-started.
     let endpoint = match &o.listen {
-        Some(addr) => Some(metrics::serve(addr, o.allow_non_loopback)?),
+        Some(addr) => Some(metrics::serve(addr, o.allow_non_loopback, None)?),
         None => None,
     };
     let kernel = match kernel::attach(Target::Pid(pid), o.kernel) {

@@ -7,6 +7,8 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -228,26 +230,91 @@ fn a_missing_cgroup_is_one_clear_error() {
     );
 }
 
+/// The body of `GET /metrics` at `addr`.
+fn scrape(addr: &str) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// Scrapes `addr` until `ok` holds (bounded), and returns that scrape.
+fn scrape_until(addr: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        let body = scrape(addr);
+        if ok(&body) {
+            return body;
+        }
+        assert!(start.elapsed() < LIMIT, "never {what}:\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
-fn several_processes_refuse_listen_rather_than_mix_their_metrics() {
-    let (a, b) = (Sleeper::new("30"), Sleeper::new("30"));
-    let r = run(
-        bin().args([
-            "watch",
-            "--pid",
-            &a.pid().to_string(),
-            "--pid",
-            &b.pid().to_string(),
-            "--listen",
-            "0",
-        ]),
-        LIMIT,
+fn listen_labels_each_process_and_follows_a_restart() {
+    let name = format!("wmprm{}", std::process::id() % 100_000);
+    let exe = named_sleep(&name);
+    let first = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let other = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let (first_pid, other_pid) = (first.0.id(), other.0.id());
+    let mut watcher = Reaped(
+        bin()
+            .args(["watch", "--name", &name, "--every", "1", "--seconds", "30"])
+            .args(["--json", "--no-ebpf", "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
     );
-    assert_eq!(r.code, Some(2), "{}", r.said());
-    assert!(r.stdout.is_empty(), "{}", r.said());
+    let mut err = BufReader::new(watcher.0.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "no address announced"
+        );
+        if let Some(rest) = line
+            .trim()
+            .strip_prefix("wakemeter: serving metrics at http://")
+        {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    // Keep reading stderr, so the watcher never blocks on it.
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let threads =
+        |pid: u32| format!("wakemeter_process_threads{{pid=\"{pid}\",process=\"{name}\"}} 1");
+    let body = scrape_until(&addr, "exposed both processes", |b| {
+        b.contains(&threads(first_pid)) && b.contains(&threads(other_pid))
+    });
     assert!(
-        r.stderr().contains("--listen serves one process"),
-        "{}",
-        r.said()
+        body.contains(&format!(
+            // Thread names have their numbers collapsed; process names not.
+            "wakemeter_thread_cpu_seconds_total{{pid=\"{first_pid}\",process=\"{name}\",thread=\"wmprm{{n}}\"}}"
+        )),
+        "{body}"
     );
+    assert_eq!(
+        body.lines()
+            .filter(|l| l.starts_with("wakemeter_exporter_dropped_series_total"))
+            .count(),
+        1,
+        "{body}"
+    );
+    // A restart: the first exits and another of the name starts. The new
+    // PID appears, the old one's series are removed, the other stays.
+    drop(first);
+    let second = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let second_pid = second.0.id();
+    let body = scrape_until(&addr, "followed the restart", |b| {
+        b.contains(&threads(second_pid)) && !b.contains(&format!("pid=\"{first_pid}\""))
+    });
+    assert!(body.contains(&threads(other_pid)), "{body}");
+    drop(watcher);
+    drop((second, other));
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
 }

@@ -67,9 +67,11 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// What one exposition holds: everything that fits under the cap.
+/// What one exposition holds of one process.
 #[derive(Debug, Clone)]
-pub(crate) struct Exposed {
+struct Part {
+    /// `pid` and `process` in per-process exporting; empty otherwise.
+    labels: Labels,
     target_pid: String,
     target_name: String,
     process_cpu_ns: u64,
@@ -85,6 +87,13 @@ pub(crate) struct Exposed {
     sampler_cpu_ns: u64,
     samples: u64,
     history_bytes: u64,
+}
+
+/// What one exposition holds: everything that fits under the cap.
+#[derive(Debug, Clone)]
+pub(crate) struct Exposed {
+    per_process: bool,
+    parts: Vec<Part>,
     series: usize,
     dropped_total: u64,
 }
@@ -104,70 +113,150 @@ fn with_other<T: Totals + PartialEq>(g: &Groups<T>) -> Vec<(String, T, u32)> {
     v
 }
 
-/// Keeps the items that fit in `left` series, `cost` each; returns the
-/// series left out.
-fn fit<T>(items: &mut Vec<T>, cost: usize, left: &mut usize) -> u64 {
-    let fits = (*left / cost.max(1)).min(items.len());
-    let dropped = (items.len() - fits) * cost;
-    items.truncate(fits);
-    *left -= fits * cost;
-    dropped as u64
+/// Keeps, in turns over the processes (each one's first item, then each
+/// one's second, …), the items that fit in `left` series at `cost(part)`
+/// each; returns the series left out. Within a process the kept items are
+/// always its first ones: its costs are equal and `left` only shrinks.
+fn fit_in_turns<T>(lists: &mut [Vec<T>], cost: impl Fn(usize) -> usize, left: &mut usize) -> u64 {
+    let mut kept = vec![0usize; lists.len()];
+    let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+    let mut dropped = 0u64;
+    for round in 0..longest {
+        for (p, list) in lists.iter().enumerate() {
+            if round >= list.len() {
+                continue;
+            }
+            let c = cost(p).max(1);
+            if c <= *left && kept.get(p) == Some(&round) {
+                *left -= c;
+                if let Some(k) = kept.get_mut(p) {
+                    *k += 1;
+                }
+            } else {
+                dropped += c as u64;
+            }
+        }
+    }
+    for (list, k) in lists.iter_mut().zip(kept) {
+        list.truncate(k);
+    }
+    dropped
+}
+
+/// The findings of `s`: every known (kind, severity) pair, 0 when absent,
+/// then any other the core reported.
+fn all_findings(s: &State) -> Vec<((String, String), u64)> {
+    let mut findings: Vec<((String, String), u64)> = Vec::new();
+    for k in KINDS {
+        for sev in SEVERITIES {
+            let key = (k.to_string(), sev.to_string());
+            let n = s
+                .findings
+                .iter()
+                .find(|(f, _)| *f == key)
+                .map_or(0, |(_, n)| *n);
+            findings.push((key, n));
+        }
+    }
+    for (key, n) in &s.findings {
+        if !findings.iter().any(|(k, _)| k == key) {
+            findings.push((key.clone(), *n));
+        }
+    }
+    findings
 }
 
 impl Exposed {
-    /// What of `s` fits under `config.max_series`; returns it and the
-    /// number of series left out.
-    pub(crate) fn plan(s: &State, config: &ExporterConfig) -> (Exposed, u64) {
-        let mut findings: Vec<((String, String), u64)> = Vec::new();
-        for k in KINDS {
-            for sev in SEVERITIES {
-                let key = (k.to_string(), sev.to_string());
-                let n = s
-                    .findings
-                    .iter()
-                    .find(|(f, _)| *f == key)
-                    .map_or(0, |(_, n)| *n);
-                findings.push((key, n));
+    /// What of the processes `states` fits under `config.max_series`;
+    /// returns it and the number of series left out. Each process's fixed
+    /// series come first (in PID order; a process whose fixed series do
+    /// not fit is left out whole), then thread groups, loops and sleep
+    /// sites, each kind in turns over the processes.
+    pub(crate) fn plan(states: &[&State], config: &ExporterConfig) -> (Exposed, u64) {
+        // The exporter's own two series.
+        let mut left = config.max_series.saturating_sub(2);
+        let mut dropped = 0u64;
+        let mut parts = Vec::new();
+        let mut thread_lists = Vec::new();
+        let mut loop_lists = Vec::new();
+        let mut sleep_lists = Vec::new();
+        for s in states {
+            let findings = all_findings(s);
+            let thread_cost = 3 + usize::from(s.switches_seen) + if s.kernel_seen { 7 } else { 0 };
+            let threads = with_other(&s.threads);
+            let loops: Vec<(String, LoopTotals)> = with_other(&s.loops)
+                .into_iter()
+                .map(|(n, t, _)| (n, t))
+                .collect();
+            let sleeps: Vec<(String, SleepTotals)> = with_other(&s.sleeps)
+                .into_iter()
+                .map(|(n, t, _)| (n, t))
+                .collect();
+            // info, process (cpu, rss, threads, peak rss), sampler (cpu,
+            // samples, history), findings.
+            let fixed = 1 + 3 + usize::from(s.peak_rss_bytes.is_some()) + 3 + findings.len();
+            if fixed > left {
+                dropped += (fixed
+                    + threads.len() * thread_cost
+                    + loops.len() * LOOP_SERIES
+                    + sleeps.len() * SLEEP_SERIES) as u64;
+                continue;
             }
+            left -= fixed;
+            let labels = if config.per_process {
+                vec![
+                    ("pid", s.target.pid.to_string()),
+                    ("process", s.target.name.clone()),
+                ]
+            } else {
+                Vec::new()
+            };
+            parts.push(Part {
+                labels,
+                target_pid: s.target.pid.to_string(),
+                target_name: s.target.name.clone(),
+                process_cpu_ns: s.process_cpu_ns,
+                rss_bytes: s.rss_bytes,
+                peak_rss_bytes: s.peak_rss_bytes,
+                thread_count: s.thread_count,
+                threads: Vec::new(),
+                switches: s.switches_seen,
+                kernel: s.kernel_seen,
+                loops: Vec::new(),
+                sleeps: Vec::new(),
+                findings,
+                sampler_cpu_ns: s.sampler_cpu_ns,
+                samples: s.samples,
+                history_bytes: s.history_bytes,
+            });
+            thread_lists.push(threads);
+            loop_lists.push(loops);
+            sleep_lists.push(sleeps);
         }
-        for (key, n) in &s.findings {
-            if !findings.iter().any(|(k, _)| k == key) {
-                findings.push((key.clone(), *n));
-            }
+        let thread_costs: Vec<usize> = parts
+            .iter()
+            .map(|p| 3 + usize::from(p.switches) + if p.kernel { 7 } else { 0 })
+            .collect();
+        dropped += fit_in_turns(
+            &mut thread_lists,
+            |i| thread_costs.get(i).copied().unwrap_or(1),
+            &mut left,
+        );
+        dropped += fit_in_turns(&mut loop_lists, |_| LOOP_SERIES, &mut left);
+        dropped += fit_in_turns(&mut sleep_lists, |_| SLEEP_SERIES, &mut left);
+        for (((p, t), l), s) in parts
+            .iter_mut()
+            .zip(thread_lists)
+            .zip(loop_lists)
+            .zip(sleep_lists)
+        {
+            p.threads = t;
+            p.loops = l;
+            p.sleeps = s;
         }
-        // info, process (cpu, rss, threads, peak rss), sampler (cpu,
-        // samples, history), exporter (series, dropped), findings.
-        let fixed = 1 + 3 + usize::from(s.peak_rss_bytes.is_some()) + 3 + 2 + findings.len();
-        let mut left = config.max_series.saturating_sub(fixed);
-        let thread_cost = 3 + usize::from(s.switches_seen) + if s.kernel_seen { 7 } else { 0 };
-        let mut threads = with_other(&s.threads);
-        let mut dropped = fit(&mut threads, thread_cost, &mut left);
-        let mut loops: Vec<(String, LoopTotals)> = with_other(&s.loops)
-            .into_iter()
-            .map(|(n, t, _)| (n, t))
-            .collect();
-        dropped += fit(&mut loops, 6 + HISTOGRAM_SERIES, &mut left);
-        let mut sleeps: Vec<(String, SleepTotals)> = with_other(&s.sleeps)
-            .into_iter()
-            .map(|(n, t, _)| (n, t))
-            .collect();
-        dropped += fit(&mut sleeps, 4 + HISTOGRAM_SERIES, &mut left);
         let exposed = Exposed {
-            target_pid: s.target.pid.to_string(),
-            target_name: s.target.name.clone(),
-            process_cpu_ns: s.process_cpu_ns,
-            rss_bytes: s.rss_bytes,
-            peak_rss_bytes: s.peak_rss_bytes,
-            thread_count: s.thread_count,
-            threads,
-            switches: s.switches_seen,
-            kernel: s.kernel_seen,
-            loops,
-            sleeps,
-            findings,
-            sampler_cpu_ns: s.sampler_cpu_ns,
-            samples: s.samples,
-            history_bytes: s.history_bytes,
+            per_process: config.per_process,
+            parts,
             series: config.max_series.saturating_sub(left),
             dropped_total: 0,
         };
@@ -180,6 +269,11 @@ impl Exposed {
         self
     }
 }
+
+/// Series of one loop group: four counters, two times, a histogram.
+const LOOP_SERIES: usize = 6 + HISTOGRAM_SERIES;
+/// Series of one sleep-site group: calls, three times, a histogram.
+const SLEEP_SERIES: usize = 4 + HISTOGRAM_SERIES;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -224,25 +318,90 @@ fn histogram(m: &mut MetricEncoder, (log2, sum_ns): &(Vec<u64>, u64)) -> fmt::Re
 const SECONDS: Option<&Unit> = Some(&Unit::Seconds);
 const BYTES: Option<&Unit> = Some(&Unit::Bytes);
 
+/// `base` then `extra`: a process's labels, then the family's own.
+fn with(base: &Labels, extra: &[(&'static str, &String)]) -> Labels {
+    let mut l = base.clone();
+    l.extend(extra.iter().map(|(k, v)| (*k, (*v).clone())));
+    l
+}
+
+impl Exposed {
+    /// One row per process: its labels and `f` of it.
+    fn per_part<V>(&self, f: impl Fn(&Part) -> Option<V>) -> Vec<(Labels, V)> {
+        self.parts
+            .iter()
+            .filter_map(|p| Some((p.labels.clone(), f(p)?)))
+            .collect()
+    }
+
+    fn by_thread(
+        &self,
+        f: &dyn Fn(&ThreadTotals) -> u64,
+        when: fn(&Part) -> bool,
+    ) -> Vec<(Labels, u64)> {
+        self.parts
+            .iter()
+            .filter(|p| when(p))
+            .flat_map(|p| {
+                p.threads
+                    .iter()
+                    .map(|(n, t, _)| (with(&p.labels, &[("thread", n)]), f(t)))
+            })
+            .collect()
+    }
+
+    fn by_loop(&self, f: &dyn Fn(&LoopTotals) -> u64) -> Vec<(Labels, u64)> {
+        self.parts
+            .iter()
+            .flat_map(|p| {
+                p.loops
+                    .iter()
+                    .map(|(n, t)| (with(&p.labels, &[("loop", n)]), f(t)))
+            })
+            .collect()
+    }
+
+    fn by_site(&self, f: &dyn Fn(&SleepTotals) -> u64) -> Vec<(Labels, u64)> {
+        self.parts
+            .iter()
+            .flat_map(|p| {
+                p.sleeps
+                    .iter()
+                    .map(|(n, t)| (with(&p.labels, &[("sleep_site", n)]), f(t)))
+            })
+            .collect()
+    }
+}
+
 impl Collector for Exposed {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         use MetricType::{Counter, Gauge, Histogram, Info};
         let e = &mut enc;
         let none: Labels = Vec::new();
-        let info: Labels = vec![
-            ("pid", self.target_pid.clone()),
-            ("name", self.target_name.clone()),
-            ("version", env!("CARGO_PKG_VERSION").to_string()),
-        ];
-        let mut m = e.encode_descriptor(
-            "wakemeter_target",
-            "The process observed, and the wakemeter version observing it.",
-            None,
-            Info,
-        )?;
-        m.encode_info(&info)?;
+        if !self.parts.is_empty() {
+            let mut m = e.encode_descriptor(
+                "wakemeter_target",
+                "The process observed, and the wakemeter version observing it.",
+                None,
+                Info,
+            )?;
+            let version = env!("CARGO_PKG_VERSION").to_string();
+            for p in &self.parts {
+                // Per process, `pid` and `process` are every series' labels;
+                // alone, the info names the process.
+                let info: Labels = if self.per_process {
+                    with(&p.labels, &[("version", &version)])
+                } else {
+                    vec![
+                        ("pid", p.target_pid.clone()),
+                        ("name", p.target_name.clone()),
+                        ("version", version.clone()),
+                    ]
+                };
+                m.encode_info(&info)?;
+            }
+        }
 
-        let one = |v: u64| vec![(none.clone(), v)];
         family(
             e,
             (
@@ -251,7 +410,7 @@ impl Collector for Exposed {
                 SECONDS,
                 Counter,
             ),
-            &one(self.process_cpu_ns),
+            &self.per_part(|p| Some(p.process_cpu_ns)),
             counter_secs,
         )?;
         family(
@@ -262,22 +421,20 @@ impl Collector for Exposed {
                 BYTES,
                 Gauge,
             ),
-            &one(self.rss_bytes),
+            &self.per_part(|p| Some(p.rss_bytes)),
             gauge_u64,
         )?;
-        if let Some(peak) = self.peak_rss_bytes {
-            family(
-                e,
-                (
-                    "wakemeter_process_peak_resident_memory",
-                    "Peak resident set size (VmHWM).",
-                    BYTES,
-                    Gauge,
-                ),
-                &one(peak),
-                gauge_u64,
-            )?;
-        }
+        family(
+            e,
+            (
+                "wakemeter_process_peak_resident_memory",
+                "Peak resident set size (VmHWM).",
+                BYTES,
+                Gauge,
+            ),
+            &self.per_part(|p| p.peak_rss_bytes),
+            gauge_u64,
+        )?;
         family(
             e,
             (
@@ -286,16 +443,11 @@ impl Collector for Exposed {
                 None,
                 Gauge,
             ),
-            &one(u64::from(self.thread_count)),
+            &self.per_part(|p| Some(u64::from(p.thread_count))),
             gauge_u64,
         )?;
 
-        let by_thread = |f: &dyn Fn(&ThreadTotals) -> u64| -> Vec<(Labels, u64)> {
-            self.threads
-                .iter()
-                .map(|(n, t, _)| (vec![("thread", n.clone())], f(t)))
-                .collect()
-        };
+        let all = |_: &Part| true;
         family(
             e,
             (
@@ -304,22 +456,20 @@ impl Collector for Exposed {
                 SECONDS,
                 Counter,
             ),
-            &by_thread(&|t| t.cpu_ns),
+            &self.by_thread(&|t| t.cpu_ns, all),
             counter_secs,
         )?;
-        if self.switches {
-            family(
-                e,
-                (
-                    "wakemeter_thread_switches",
-                    "Context switches (times scheduled onto a CPU) of the threads of this name.",
-                    None,
-                    Counter,
-                ),
-                &by_thread(&|t| t.switches),
-                counter_u64,
-            )?;
-        }
+        family(
+            e,
+            (
+                "wakemeter_thread_switches",
+                "Context switches (times scheduled onto a CPU) of the threads of this name.",
+                None,
+                Counter,
+            ),
+            &self.by_thread(&|t| t.switches, |p| p.switches),
+            counter_u64,
+        )?;
         family(
             e,
             (
@@ -328,13 +478,17 @@ impl Collector for Exposed {
                 SECONDS,
                 Counter,
             ),
-            &by_thread(&|t| t.run_queue_wait_ns),
+            &self.by_thread(&|t| t.run_queue_wait_ns, all),
             counter_secs,
         )?;
         let members: Vec<(Labels, u64)> = self
-            .threads
+            .parts
             .iter()
-            .map(|(n, _, m)| (vec![("thread", n.clone())], u64::from(*m)))
+            .flat_map(|p| {
+                p.threads
+                    .iter()
+                    .map(|(n, _, m)| (with(&p.labels, &[("thread", n)]), u64::from(*m)))
+            })
             .collect();
         family(
             e,
@@ -347,46 +501,42 @@ impl Collector for Exposed {
             &members,
             gauge_u64,
         )?;
-        if self.kernel {
-            family(
-                e,
-                (
-                    "wakemeter_thread_wakes",
-                    "Times the threads of this name were made runnable (eBPF sched_waking).",
-                    None,
-                    Counter,
-                ),
-                &by_thread(&|t| t.wakes),
-                counter_u64,
-            )?;
-            let rows: Vec<(Labels, u64)> =
-                self.threads
-                    .iter()
-                    .flat_map(|(n, t, _)| {
-                        OFF_CPU_CAUSES.iter().zip(t.off_cpu_ns).map(|(c, v)| {
-                            (vec![("thread", n.clone()), ("cause", (*c).to_string())], v)
-                        })
+        family(
+            e,
+            (
+                "wakemeter_thread_wakes",
+                "Times the threads of this name were made runnable (eBPF sched_waking).",
+                None,
+                Counter,
+            ),
+            &self.by_thread(&|t| t.wakes, |p| p.kernel),
+            counter_u64,
+        )?;
+        let off_cpu: Vec<(Labels, u64)> = self
+            .parts
+            .iter()
+            .filter(|p| p.kernel)
+            .flat_map(|p| {
+                p.threads.iter().flat_map(|(n, t, _)| {
+                    OFF_CPU_CAUSES.iter().zip(t.off_cpu_ns).map(|(c, v)| {
+                        let cause = (*c).to_string();
+                        (with(&p.labels, &[("thread", n), ("cause", &cause)]), v)
                     })
-                    .collect();
-            family(
-                e,
-                (
-                    "wakemeter_thread_off_cpu",
-                    "Time the threads of this name spent off CPU, by cause (eBPF).",
-                    SECONDS,
-                    Counter,
-                ),
-                &rows,
-                counter_secs,
-            )?;
-        }
+                })
+            })
+            .collect();
+        family(
+            e,
+            (
+                "wakemeter_thread_off_cpu",
+                "Time the threads of this name spent off CPU, by cause (eBPF).",
+                SECONDS,
+                Counter,
+            ),
+            &off_cpu,
+            counter_secs,
+        )?;
 
-        let by_loop = |f: &dyn Fn(&LoopTotals) -> u64| -> Vec<(Labels, u64)> {
-            self.loops
-                .iter()
-                .map(|(n, t)| (vec![("loop", n.clone())], f(t)))
-                .collect()
-        };
         for (name, help, f) in [
             (
                 "wakemeter_loop_wakeups",
@@ -409,7 +559,12 @@ impl Collector for Exposed {
                 |t| t.events,
             ),
         ] {
-            family(e, (name, help, None, Counter), &by_loop(&f), counter_u64)?;
+            family(
+                e,
+                (name, help, None, Counter),
+                &self.by_loop(&f),
+                counter_u64,
+            )?;
         }
         family(
             e,
@@ -419,7 +574,7 @@ impl Collector for Exposed {
                 SECONDS,
                 Counter,
             ),
-            &by_loop(&|t| t.wait_ns),
+            &self.by_loop(&|t| t.wait_ns),
             counter_secs,
         )?;
         family(
@@ -430,17 +585,19 @@ impl Collector for Exposed {
                 SECONDS,
                 Counter,
             ),
-            &by_loop(&|t| t.busy_ns),
+            &self.by_loop(&|t| t.busy_ns),
             counter_secs,
         )?;
         let delays: Vec<(Labels, (Vec<u64>, u64))> = self
-            .loops
+            .parts
             .iter()
-            .map(|(n, t)| {
-                (
-                    vec![("loop", n.clone())],
-                    (t.poll_delay_buckets.clone(), t.poll_delay_ns),
-                )
+            .flat_map(|p| {
+                p.loops.iter().map(|(n, t)| {
+                    (
+                        with(&p.labels, &[("loop", n)]),
+                        (t.poll_delay_buckets.clone(), t.poll_delay_ns),
+                    )
+                })
             })
             .collect();
         family(
@@ -455,16 +612,10 @@ impl Collector for Exposed {
             histogram,
         )?;
 
-        let by_site = |f: &dyn Fn(&SleepTotals) -> u64| -> Vec<(Labels, u64)> {
-            self.sleeps
-                .iter()
-                .map(|(n, t)| (vec![("sleep_site", n.clone())], f(t)))
-                .collect()
-        };
         family(
             e,
             ("wakemeter_sleep_calls", "Completed sleeps.", None, Counter),
-            &by_site(&|t| t.calls),
+            &self.by_site(&|t| t.calls),
             counter_u64,
         )?;
         for (name, help, f) in [
@@ -487,18 +638,20 @@ impl Collector for Exposed {
             family(
                 e,
                 (name, help, SECONDS, Counter),
-                &by_site(&f),
+                &self.by_site(&f),
                 counter_secs,
             )?;
         }
         let overs: Vec<(Labels, (Vec<u64>, u64))> = self
-            .sleeps
+            .parts
             .iter()
-            .map(|(n, t)| {
-                (
-                    vec![("sleep_site", n.clone())],
-                    (t.oversleep_buckets.clone(), t.oversleep_ns),
-                )
+            .flat_map(|p| {
+                p.sleeps.iter().map(|(n, t)| {
+                    (
+                        with(&p.labels, &[("sleep_site", n)]),
+                        (t.oversleep_buckets.clone(), t.oversleep_ns),
+                    )
+                })
             })
             .collect();
         family(
@@ -514,9 +667,13 @@ impl Collector for Exposed {
         )?;
 
         let findings: Vec<(Labels, u64)> = self
-            .findings
+            .parts
             .iter()
-            .map(|((k, s), n)| (vec![("kind", k.clone()), ("severity", s.clone())], *n))
+            .flat_map(|p| {
+                p.findings
+                    .iter()
+                    .map(|((k, s), n)| (with(&p.labels, &[("kind", k), ("severity", s)]), *n))
+            })
             .collect();
         family(
             e,
@@ -538,7 +695,7 @@ impl Collector for Exposed {
                 SECONDS,
                 Counter,
             ),
-            &one(self.sampler_cpu_ns),
+            &self.per_part(|p| Some(p.sampler_cpu_ns)),
             counter_secs,
         )?;
         family(
@@ -549,7 +706,7 @@ impl Collector for Exposed {
                 None,
                 Counter,
             ),
-            &one(self.samples),
+            &self.per_part(|p| Some(p.samples)),
             counter_u64,
         )?;
         family(
@@ -560,9 +717,10 @@ impl Collector for Exposed {
                 BYTES,
                 Gauge,
             ),
-            &one(self.history_bytes),
+            &self.per_part(|p| Some(p.history_bytes)),
             gauge_u64,
         )?;
+        let one = |v: u64| vec![(none.clone(), v)];
         family(
             e,
             (
@@ -613,5 +771,26 @@ mod tests {
         );
         assert_eq!(b.last(), Some(&(f64::INFINITY, 1)));
         assert_eq!(prometheus_buckets(&[]).1, 0);
+    }
+
+    #[test]
+    fn series_are_shared_in_turns_and_each_process_keeps_its_first_items() {
+        // Three processes of 4, 1 and 3 items; room for 5 items of cost 2
+        // (and 1 series over): turns give a0 b0 c0 a1 c1, the rest is out.
+        let mut lists = vec![
+            vec!["a0", "a1", "a2", "a3"],
+            vec!["b0"],
+            vec!["c0", "c1", "c2"],
+        ];
+        let mut left = 11;
+        let dropped = fit_in_turns(&mut lists, |_| 2, &mut left);
+        assert_eq!(lists, [vec!["a0", "a1"], vec!["b0"], vec!["c0", "c1"]]);
+        assert_eq!((left, dropped), (1, 6));
+        // A costlier process is left out first; a cheaper one goes on.
+        let mut lists = vec![vec![1, 2, 3], vec![1, 2, 3]];
+        let mut left = 7;
+        let dropped = fit_in_turns(&mut lists, |p| if p == 0 { 4 } else { 1 }, &mut left);
+        assert_eq!(lists, [vec![1], vec![1, 2, 3]]);
+        assert_eq!((left, dropped), (0, 8));
     }
 }

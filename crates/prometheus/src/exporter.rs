@@ -2,6 +2,7 @@
 //! counters, and keeps the exposition text of the latest update ready for
 //! scrapes.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -27,6 +28,10 @@ pub const DEFAULT_MAX_SERIES: usize = 2_000;
 pub const MIN_MAX_SERIES: usize = 64;
 /// Largest accepted top N (for threads, loops and sleep sites each).
 pub const MAX_TOP_N: usize = 1_000;
+/// Default of [`ExporterConfig::max_processes`].
+pub const DEFAULT_MAX_PROCESSES: usize = 64;
+/// Largest accepted [`ExporterConfig::max_processes`].
+pub const MAX_PROCESSES: usize = 1_024;
 
 /// How an [`Exporter`] bounds what it exposes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +48,20 @@ pub struct ExporterConfig {
     /// counts, histogram buckets included). Groups that do not fit are
     /// left out, lightest first, and counted in
     /// `wakemeter_exporter_dropped_series_total`. Default [`DEFAULT_MAX_SERIES`].
+    /// With [`ExporterConfig::per_process`] the cap is for all processes
+    /// together: each process's fixed series and then, in turns, each
+    /// one's next heaviest group, until it is reached.
     pub max_series: usize,
+    /// Whether the exporter follows one sampler per process (several
+    /// processes, e.g. the processes of a pod), every series carrying the
+    /// labels `pid` and `process` (the process name). Off by default: one
+    /// sampler, series without those labels (the host's own process).
+    pub per_process: bool,
+    /// With [`ExporterConfig::per_process`], the most processes exposed at
+    /// once; samplers of further processes are ignored until one leaves
+    /// ([`Exporter::update_set`], [`Exporter::remove_process`]). 1 to
+    /// [`MAX_PROCESSES`], default [`DEFAULT_MAX_PROCESSES`].
+    pub max_processes: usize,
 }
 
 impl Default for ExporterConfig {
@@ -52,6 +70,8 @@ impl Default for ExporterConfig {
             top_threads: DEFAULT_TOP_THREADS,
             top_probes: DEFAULT_TOP_PROBES,
             max_series: DEFAULT_MAX_SERIES,
+            per_process: false,
+            max_processes: DEFAULT_MAX_PROCESSES,
         }
     }
 }
@@ -78,6 +98,20 @@ impl ExporterConfig {
         self
     }
 
+    /// Sets [`ExporterConfig::per_process`].
+    #[must_use]
+    pub fn with_per_process(mut self, on: bool) -> Self {
+        self.per_process = on;
+        self
+    }
+
+    /// Sets [`ExporterConfig::max_processes`].
+    #[must_use]
+    pub fn with_max_processes(mut self, n: usize) -> Self {
+        self.max_processes = n;
+        self
+    }
+
     fn validate(&self) -> Result<(), Error> {
         let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
         if !(1..=MAX_TOP_N).contains(&self.top_threads) {
@@ -88,6 +122,9 @@ impl ExporterConfig {
         }
         if self.max_series < MIN_MAX_SERIES {
             return bad("max_series", format!("must be at least {MIN_MAX_SERIES}"));
+        }
+        if !(1..=MAX_PROCESSES).contains(&self.max_processes) {
+            return bad("max_processes", format!("must be 1 to {MAX_PROCESSES}"));
         }
         Ok(())
     }
@@ -113,7 +150,6 @@ pub(crate) struct State {
     pub sampler_cpu_ns: u64,
     pub samples: u64,
     pub history_bytes: u64,
-    pub dropped_series: u64,
 }
 
 impl State {
@@ -134,7 +170,6 @@ impl State {
             sampler_cpu_ns: 0,
             samples: 0,
             history_bytes: 0,
-            dropped_series: 0,
         }
     }
 
@@ -198,9 +233,18 @@ impl State {
     }
 }
 
+/// The processes followed, by PID (at most one without
+/// [`ExporterConfig::per_process`]), and the running count of series left
+/// out by the cap.
+#[derive(Debug, Default)]
+struct Followed {
+    by_pid: BTreeMap<u32, State>,
+    dropped_series: u64,
+}
+
 struct Inner {
     config: ExporterConfig,
-    state: Mutex<Option<State>>,
+    state: Mutex<Followed>,
     /// The OpenMetrics text of the latest update; a scrape clones the
     /// pointer under this lock and nothing else.
     exposition: Mutex<Arc<str>>,
@@ -215,7 +259,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// Scrapes never touch the sampler: the text is rebuilt by
 /// [`Exporter::update`] (on each stored snapshot, by the thread of
-/// [`Exporter::spawn_updater`]) and a scrape only copies a pointer to it.
+/// [`Exporter::spawn_updater`]) or, per process, by
+/// [`Exporter::update_set`] (the thread of [`Exporter::spawn_set_updater`]),
+/// and a scrape only copies a pointer to it.
 #[derive(Clone)]
 pub struct Exporter {
     inner: Arc<Inner>,
@@ -240,7 +286,7 @@ impl Exporter {
         Ok(Exporter {
             inner: Arc::new(Inner {
                 config,
-                state: Mutex::new(None),
+                state: Mutex::new(Followed::default()),
                 exposition: Mutex::new(Arc::from("# EOF\n")),
             }),
         })
@@ -255,20 +301,94 @@ impl Exporter {
     /// the exposition; returns whether there was anything new. Its CPU
     /// time counts as the sampler's overhead ([`Sampler::account`]).
     ///
-    /// One exporter follows one sampler: the first sampler it is updated
-    /// from is the one it follows, and others are ignored (returns false).
+    /// Without [`ExporterConfig::per_process`], one exporter follows one
+    /// sampler: the first sampler it is updated from is the one it
+    /// follows, and others are ignored (returns false). With it, each
+    /// sampler is its process's (keyed by PID; a PID now naming another
+    /// process starts afresh), up to [`ExporterConfig::max_processes`].
     pub fn update(&self, sampler: &Sampler) -> bool {
-        sampler.account(|| self.update_uncounted(sampler))
+        sampler.account(|| {
+            let mut followed = lock(&self.inner.state);
+            self.add_news(&mut followed, sampler) && self.rebuild(followed)
+        })
     }
 
-    fn update_uncounted(&self, sampler: &Sampler) -> bool {
-        let mut guard = lock(&self.inner.state);
-        let state = guard.get_or_insert_with(|| {
-            State::new(&self.inner.config, sampler.target_identity().clone())
-        });
-        if state.target != *sampler.target_identity() {
-            return false;
+    /// Per-process exporting ([`ExporterConfig::per_process`]): follows
+    /// exactly `samplers`, one per process. Each one's news are added (and
+    /// counted as its overhead), processes not in the list leave the
+    /// exposition (their series end, and Prometheus marks them stale), and
+    /// the exposition is rebuilt once. Samplers beyond
+    /// [`ExporterConfig::max_processes`] are ignored, highest PIDs first.
+    /// Returns whether the exposition changed.
+    ///
+    /// Without per-process exporting this is [`Exporter::update`] of each.
+    pub fn update_set(&self, samplers: &[Sampler]) -> bool {
+        let mut followed = lock(&self.inner.state);
+        let mut changed = false;
+        if self.inner.config.per_process {
+            let before = followed.by_pid.len();
+            followed.by_pid.retain(|pid, state| {
+                samplers.iter().any(|s| {
+                    s.target_identity().pid == *pid && *s.target_identity() == state.target
+                })
+            });
+            changed |= followed.by_pid.len() != before;
         }
+        let mut ordered: Vec<&Sampler> = samplers.iter().collect();
+        ordered.sort_by_key(|s| s.target_identity().pid);
+        for s in ordered {
+            changed |= s.account(|| self.add_news(&mut followed, s));
+        }
+        changed && self.rebuild(followed)
+    }
+
+    /// Removes process `pid` from the exposition (its series end);
+    /// returns whether it was there.
+    pub fn remove_process(&self, pid: u32) -> bool {
+        let mut followed = lock(&self.inner.state);
+        followed.by_pid.remove(&pid).is_some() && self.rebuild(followed)
+    }
+
+    /// Adds what `sampler` stored since its process's previous update.
+    fn add_news(&self, followed: &mut Followed, sampler: &Sampler) -> bool {
+        let config = &self.inner.config;
+        let target = sampler.target_identity();
+        let state = if config.per_process {
+            let known = followed
+                .by_pid
+                .get(&target.pid)
+                .map(|s| s.target == *target);
+            match known {
+                Some(true) => {}
+                // A reused PID: another process, counters from zero.
+                Some(false) => {
+                    followed
+                        .by_pid
+                        .insert(target.pid, State::new(config, target.clone()));
+                }
+                None if followed.by_pid.len() >= config.max_processes => return false,
+                None => {
+                    followed
+                        .by_pid
+                        .insert(target.pid, State::new(config, target.clone()));
+                }
+            }
+            followed.by_pid.get_mut(&target.pid)
+        } else {
+            match followed.by_pid.values().next() {
+                Some(s) if s.target != *target => return false,
+                Some(_) => {}
+                None => {
+                    followed
+                        .by_pid
+                        .insert(target.pid, State::new(config, target.clone()));
+                }
+            }
+            followed.by_pid.values_mut().next()
+        };
+        let Some(state) = state else {
+            return false;
+        };
         let stats = sampler.stats();
         let Some(newest) = stats.total_samples.checked_sub(1) else {
             return false;
@@ -299,18 +419,28 @@ impl Exporter {
         state.sampler_cpu_ns = stats.total_sampler_cpu_time_ns;
         state.samples = stats.total_samples;
         state.history_bytes = stats.history_bytes;
-        let (exposed, dropped) = Exposed::plan(state, &self.inner.config);
-        state.dropped_series = state.dropped_series.saturating_add(dropped);
+        true
+    }
+
+    /// Builds the exposition of every process followed, and publishes it
+    /// after releasing the state: a scrape waits for neither.
+    fn rebuild(&self, mut followed: MutexGuard<'_, Followed>) -> bool {
+        let states: Vec<&State> = followed.by_pid.values().collect();
+        let (exposed, dropped) = Exposed::plan(&states, &self.inner.config);
+        let total = followed.dropped_series.saturating_add(dropped);
+        followed.dropped_series = total;
         let mut registry = Registry::default();
-        registry.register_collector(Box::new(exposed.with_dropped(state.dropped_series)));
+        registry.register_collector(Box::new(exposed.with_dropped(total)));
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
             // Writing to a String cannot fail; the encoder fails only on
             // an invalid family, which `Exposed` never builds.
             return false;
         }
-        drop(guard);
+        // Published while the state is still held, so two updaters never
+        // publish out of order; a scrape takes only the exposition's lock.
         *lock(&self.inner.exposition) = Arc::from(out);
+        drop(followed);
         true
     }
 
@@ -349,6 +479,47 @@ impl Exporter {
                     {
                         last = Some(seq);
                         exporter.update(&sampler);
+                    }
+                }
+            })
+            .map_err(Error::Spawn)?;
+        Ok(Updater {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Exporter {
+    /// Per-process exporting: starts a thread that every `every` asks
+    /// `samplers` for the samplers to follow now (one per process) and
+    /// calls [`Exporter::update_set`] with them, so processes that joined
+    /// appear and those left out leave. It stops when the returned guard
+    /// is dropped. Give `every` the samplers' interval: a slower one only
+    /// makes the exposition lag, a faster one finds nothing new.
+    ///
+    /// # Errors
+    /// [`Error::Spawn`] when the thread cannot be started.
+    pub fn spawn_set_updater(
+        &self,
+        every: Duration,
+        mut samplers: impl FnMut() -> Vec<Sampler> + Send + 'static,
+    ) -> Result<Updater, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (exporter, flag) = (self.clone(), stop.clone());
+        let every = every.max(Duration::from_millis(1));
+        let handle = std::thread::Builder::new()
+            .name("wakemeter-prom".to_string())
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    exporter.update_set(&samplers());
+                    // Sleeps in steps, so that a dropped guard waits at
+                    // most one step for this thread.
+                    let mut left = every;
+                    while !left.is_zero() && !flag.load(Ordering::Acquire) {
+                        let step = left.min(STOP_CHECK_EVERY);
+                        std::thread::sleep(step);
+                        left -= step;
                     }
                 }
             })

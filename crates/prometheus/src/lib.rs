@@ -29,6 +29,14 @@
 //! are one `other` series, and a hard cap on series drops what does not
 //! fit and counts it in `wakemeter_exporter_dropped_series_total`. The
 //! metric names are listed in the README ("Prometheus").
+//!
+//! Several processes (a pod, every process of a name): with
+//! [`ExporterConfig::per_process`], one exporter follows one sampler per
+//! process ([`Exporter::update_set`], [`Exporter::spawn_set_updater`]),
+//! every series carries the labels `pid` and `process`, at most
+//! [`ExporterConfig::max_processes`] are exposed, the series cap is for
+//! all of them together, and a process left out of the set has its series
+//! removed.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -44,8 +52,8 @@ use std::net::SocketAddr;
 
 pub use encode::{HISTOGRAM_HIGH_POW2, HISTOGRAM_LOW_POW2};
 pub use exporter::{
-    DEFAULT_MAX_SERIES, DEFAULT_TOP_PROBES, DEFAULT_TOP_THREADS, Exporter, ExporterConfig,
-    MAX_TOP_N, MIN_MAX_SERIES, Updater,
+    DEFAULT_MAX_PROCESSES, DEFAULT_MAX_SERIES, DEFAULT_TOP_PROBES, DEFAULT_TOP_THREADS, Exporter,
+    ExporterConfig, MAX_PROCESSES, MAX_TOP_N, MIN_MAX_SERIES, Updater,
 };
 pub use groups::EVICT_AFTER_UPDATES;
 pub use names::{OTHER, collapse};

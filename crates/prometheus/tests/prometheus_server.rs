@@ -9,11 +9,15 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wakemeter::SamplerBuilder;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use wakemeter::{Sampler, SamplerBuilder, Target};
 use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer};
 
 fn have(tool: &str) -> bool {
@@ -93,7 +97,13 @@ impl Drop for Server {
 
 impl Server {
     fn start(target: SocketAddr) -> Server {
-        let dir = std::env::temp_dir().join(format!("wakemeter-prom-test-{}", std::process::id()));
+        // One directory per server: the tests of this file run at once.
+        static SERVERS: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "wakemeter-prom-test-{}-{}",
+            std::process::id(),
+            SERVERS.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let config = dir.join("prometheus.yml");
@@ -132,6 +142,26 @@ impl Server {
         v["data"]["result"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Waits (bounded) until `q` returns exactly one value, and returns it.
+    fn wait_for_one(&self, q: &str) -> f64 {
+        let start = Instant::now();
+        loop {
+            let r = self.query(q);
+            let got: Vec<f64> = r
+                .iter()
+                .filter_map(|s| s["value"][1].as_str()?.parse().ok())
+                .collect();
+            if let [v] = got[..] {
+                return v;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "`{q}` never returned one value: last {r:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// Waits (bounded) until `q` returns exactly the one value `want`.
     fn wait_for(&self, q: &str, want: f64) -> Vec<serde_json::Value> {
         let start = Instant::now();
@@ -151,6 +181,31 @@ impl Server {
             std::thread::sleep(Duration::from_millis(250));
         }
     }
+}
+
+/// `promtool check metrics` on the text format the endpoint at `addr`
+/// serves to plain clients: no complaint at all.
+fn promtool_check(addr: SocketAddr) {
+    let text = http_get(addr, "/metrics").unwrap();
+    let mut lint = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = lint.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -229,26 +284,150 @@ fn prometheus_scrapes_the_endpoint_and_promql_sees_the_values() {
     assert_eq!(active["lastError"], "", "{active}");
 
     // promtool lints the text format the endpoint serves to plain clients.
-    let text = http_get(endpoint.local_addr(), "/metrics").unwrap();
-    let mut lint = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    lint.stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = lint.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check(endpoint.local_addr());
     gate.wait();
     workers.into_iter().for_each(|w| w.join().unwrap());
+}
+
+/// A shell that burns some CPU in its own loop, says so with a file, then
+/// waits on a `sleep` child: its CPU time stops growing.
+struct Burner {
+    child: Child,
+    done: PathBuf,
+}
+
+impl Burner {
+    fn start(tag: &str) -> Burner {
+        let done =
+            std::env::temp_dir().join(format!("wakemeter-prom-burn-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_file(&done);
+        let child = Command::new("sh")
+            .process_group(0)
+            .arg("-c")
+            .arg(format!(
+                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; : > '{}'; sleep 60",
+                done.display()
+            ))
+            .spawn()
+            .unwrap();
+        Burner { child, done }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits (bounded) until the loop is over.
+    fn wait_done(&self) {
+        let start = Instant::now();
+        while !self.done.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the loop never ended"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// CPU time of the shell itself (utime + stime of /proc/PID/stat), in seconds.
+    fn proc_cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        // Fields 14 and 15 of stat; 3 is the first after the name.
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        ticks as f64 / clock_ticks_per_sec()
+    }
+}
+
+impl Drop for Burner {
+    fn drop(&mut self) {
+        // The shell and its `sleep`: the whole process group.
+        // SAFETY: kill has no memory effects; the group is this child's own.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.done);
+    }
+}
+
+fn clock_ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions and touches no memory of ours.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    assert!(t > 0);
+    t as f64
+}
+
+#[test]
+fn two_processes_are_two_sets_of_series_that_agree_with_proc() {
+    ensure_prometheus();
+    let burners = [Burner::start("a"), Burner::start("b")];
+    for b in &burners {
+        b.wait_done();
+    }
+    let samplers: Vec<Sampler> = burners
+        .iter()
+        .map(|b| {
+            SamplerBuilder::new()
+                .with_target(Target::Pid(b.pid()))
+                .with_interval(Duration::from_millis(200))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let _sampling: Vec<_> = samplers.iter().map(|s| s.start().unwrap()).collect();
+    let exporter = Exporter::new(ExporterConfig::default().with_per_process(true)).unwrap();
+    // The set a watcher keeps: the samplers whose process still runs.
+    let set = Arc::new(Mutex::new(samplers.clone()));
+    let followed = set.clone();
+    let _updates = exporter
+        .spawn_set_updater(Duration::from_millis(200), move || {
+            let set = followed.lock().unwrap();
+            set.iter().filter(|s| s.is_running()).cloned().collect()
+        })
+        .unwrap();
+    let endpoint = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), exporter.clone()).unwrap();
+    let prom = Server::start(endpoint.local_addr());
+
+    prom.wait_for("up{job=\"wakemeter\"}", 1.0);
+    prom.wait_for("count(wakemeter_process_threads{process=\"sh\"})", 2.0);
+    for b in &burners {
+        let labels = format!("pid=\"{}\",process=\"sh\"", b.pid());
+        let ours = prom.wait_for_one(&format!("wakemeter_process_cpu_seconds_total{{{labels}}}"));
+        let proc = b.proc_cpu_seconds();
+        // /proc/PID/stat counts in clock ticks (utime + stime, the
+        // scheduler's runtime cut into ticks): two ticks, and 2 % for a
+        // loaded machine's rounding, is the tolerance.
+        let tick = 1.0 / clock_ticks_per_sec();
+        assert!(proc > 0.0, "the loop burned no CPU? {proc}");
+        eprintln!(
+            "process {}: wakemeter {ours} s, /proc/PID/stat {proc} s",
+            b.pid()
+        );
+        assert!(
+            (ours - proc).abs() <= 2.0 * tick + 0.02 * proc,
+            "process {}: wakemeter {ours} s, /proc/PID/stat {proc} s",
+            b.pid()
+        );
+        prom.wait_for(&format!("wakemeter_process_threads{{{labels}}}"), 1.0);
+        prom.wait_for(
+            &format!("count(wakemeter_thread_cpu_seconds_total{{{labels},thread=\"sh\"}})"),
+            1.0,
+        );
+    }
+    promtool_check(endpoint.local_addr());
+
+    // One exits: its series leave, the other's stay.
+    let [a, b] = burners;
+    let gone = b.pid();
+    drop(b);
+    prom.wait_for("count(wakemeter_process_threads{process=\"sh\"})", 1.0);
+    prom.wait_for(
+        &format!("count(wakemeter_process_threads{{pid=\"{}\"}})", a.pid()),
+        1.0,
+    );
+    assert!(
+        prom.query(&format!("wakemeter_process_threads{{pid=\"{gone}\"}}"))
+            .is_empty()
+    );
+    drop(set);
 }
