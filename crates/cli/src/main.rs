@@ -153,13 +153,30 @@ enum Command {
         #[command(flatten)]
         kernel: kernel::Args,
     },
-    /// Records a process for A/B comparison: NDJSON, the versioned header
+    /// Records processes for A/B comparison: NDJSON, the versioned header
     /// (target, configuration, library) on the first line, then one line
-    /// per sampling interval (threads grouped by name).
+    /// per sampling interval (threads grouped by name); with several
+    /// processes, one such section per process in the one file.
+    #[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["pid", "name", "cgroup"])))]
     Record {
-        /// Process to record (a thread id works too).
+        /// Process to record (a thread id works too); repeat for several.
+        /// Several processes are written one section each (its own
+        /// header, then its intervals) into the one file.
         #[arg(long)]
-        pid: u32,
+        pid: Vec<u32>,
+        /// Record every process with this name (exact match on the
+        /// kernel's 15-byte process name), looked up again every second: a
+        /// restarted process gets a section of its own.
+        #[arg(long)]
+        name: Option<String>,
+        /// Record every process of this cgroup v2 directory and the
+        /// cgroups below it (a pod), looked up again every second.
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+        /// At most this many processes at once (1 to 1024); the lowest PIDs
+        /// are kept and stderr names the others.
+        #[arg(long, default_value_t = multi::DEFAULT_MAX_PROCESSES)]
+        max_processes: usize,
         /// How long to record, in seconds.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
@@ -369,12 +386,20 @@ fn main() -> ExitCode {
         }),
         Command::Record {
             pid,
+            name,
+            cgroup,
+            max_processes,
             seconds,
             interval,
             output,
             kernel,
         } => record::record(&record::RecordOptions {
-            pid,
+            selection: multi::Selection {
+                pids: pid,
+                name,
+                cgroup,
+                max_processes,
+            },
             seconds,
             interval_secs: interval,
             output,

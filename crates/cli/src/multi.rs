@@ -161,7 +161,7 @@ pub fn cap(all: BTreeSet<u32>, max: usize) -> (BTreeSet<u32>, Vec<u32>) {
 
 impl Selection {
     /// In words, for messages: "pid 12, processes named envoy, cgroup X".
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut parts = Vec::new();
         if !self.pids.is_empty() {
             let list: Vec<String> = self.pids.iter().map(u32::to_string).collect();
@@ -178,7 +178,7 @@ impl Selection {
 
     /// The processes the selection names now (thread ids resolved to their
     /// process; `--pid`s that are gone are left out).
-    fn resolve(&self) -> Result<BTreeSet<u32>, String> {
+    pub(crate) fn resolve(&self) -> Result<BTreeSet<u32>, String> {
         let mut all = BTreeSet::new();
         for &p in &self.pids {
             if let Ok(r) = target::resolve(p) {
@@ -197,7 +197,7 @@ impl Selection {
 
     /// Checks at start: every `--pid` exists, the cgroup exists and is
     /// readable, and the name matches something. Errors are for the user.
-    fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         if !(1..=MAX_PROCESSES_LIMIT).contains(&self.max_processes) {
             return Err(format!(
                 "--max-processes must be between 1 and {MAX_PROCESSES_LIMIT}"

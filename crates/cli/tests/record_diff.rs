@@ -160,7 +160,7 @@ fn bad_recordings_and_targets_are_clear_errors_and_write_nothing() {
     case(
         "headeronly.ndjson",
         &format!("{header}\n"),
-        "headeronly.ndjson: no intervals recorded",
+        "headeronly.ndjson:1: no intervals recorded for process",
     );
     let mut broken: Vec<&str> = text.lines().collect();
     broken.insert(2, "{\"record\":\"interval\",\"duration_ns\":\"x\"}");
@@ -172,5 +172,142 @@ fn bad_recordings_and_targets_are_clear_errors_and_write_nothing() {
     let r = diff(&[&good], false);
     assert_eq!(r.code, Some(2), "{}", r.said());
     assert!(r.stderr().contains("give two recordings"), "{}", r.said());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A copy of `sleep` named `name` (in `d`), started for 60 s and past its
+/// exec, killed and reaped on drop.
+struct Named(std::process::Child);
+
+impl Named {
+    fn start(d: &Path, name: &str) -> Named {
+        let exe = d.join(name);
+        if !exe.exists() {
+            std::fs::copy("/bin/sleep", &exe).unwrap();
+        }
+        let c = Named(std::process::Command::new(&exe).arg("60").spawn().unwrap());
+        let comm = format!("/proc/{}/comm", c.0.id());
+        let start = std::time::Instant::now();
+        while std::fs::read_to_string(&comm).unwrap_or_default() != format!("{name}\n") {
+            assert!(start.elapsed() < LIMIT, "{name} never ran");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        c
+    }
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Named {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `target` of every header line of a recording.
+fn headers(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["record"] == "header")
+        .map(|v| v["target"].clone())
+        .collect()
+}
+
+#[test]
+fn several_processes_are_one_file_of_sections_that_diff_pairs_by_name() {
+    let d = dir("pod");
+    let tag = std::process::id() % 10_000;
+    let (proxy, app) = (format!("wmpx{tag}"), format!("wmap{tag}"));
+    let control = d.join("control.ndjson");
+    let variant = d.join("variant.ndjson");
+    for out in [&control, &variant] {
+        // One "pod": a proxy and an app, new processes each time.
+        let (p, a) = (Named::start(&d, &proxy), Named::start(&d, &app));
+        let r = run(
+            bin()
+                .args(["record", "--pid", &p.pid(), "--pid", &a.pid()])
+                .args(["--seconds", "1", "--interval", "0.2", "--no-ebpf", "-o"])
+                .arg(out),
+            LIMIT,
+        );
+        assert_eq!(r.code, Some(0), "{}", r.said());
+        assert!(
+            r.stderr().contains("intervals of 2 processes"),
+            "{}",
+            r.said()
+        );
+        let mut pids: Vec<u64> = headers(out)
+            .iter()
+            .map(|t| t["pid"].as_u64().unwrap())
+            .collect();
+        pids.sort_unstable();
+        let mut want = vec![u64::from(p.0.id()), u64::from(a.0.id())];
+        want.sort_unstable();
+        assert_eq!(pids, want, "one header per process");
+        assert!(!d.join("control.ndjson.partial").exists());
+    }
+    // No section files are left beside the recordings.
+    let left: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".partial"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    let r = diff(&[&control, &variant], true);
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    let v: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    for name in [&proxy, &app] {
+        let row = rows
+            .iter()
+            .find(|row| {
+                row["subject"] == format!("{name}: process") && row["metric"] == "cpu_percent"
+            })
+            .unwrap_or_else(|| panic!("no {name}: process cpu_percent row: {v}"));
+        // Paired by name across the two pods (their PIDs differ).
+        assert!(
+            !row["control"].is_null() && !row["variant"].is_null(),
+            "{row}"
+        );
+    }
+    let r = diff(&[&control, &variant], false);
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    assert_eq!(r.stdout().matches("control: ").count(), 2, "{}", r.said());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_name_or_cgroup_that_matches_nothing_writes_nothing() {
+    let d = dir("none");
+    let out = d.join("run.ndjson");
+    for (args, says) in [
+        (
+            ["--name", "no-such-proc-wm"],
+            "wakemeter: no process named no-such-proc-wm",
+        ),
+        (
+            ["--cgroup", "/no/such/cgroup-wm"],
+            "wakemeter: cgroup /no/such/cgroup-wm does not exist",
+        ),
+    ] {
+        let r = run(
+            bin()
+                .arg("record")
+                .args(args)
+                .args(["--seconds", "1", "-o"])
+                .arg(&out),
+            LIMIT,
+        );
+        assert_eq!(r.code, Some(2), "{}", r.said());
+        assert!(r.stderr().starts_with(says), "{}", r.said());
+        assert!(r.stdout.is_empty(), "{}", r.said());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "nothing written");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
