@@ -231,7 +231,9 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
                 done.push(s);
             }
         }
-        if live.is_empty() && !follows && !done.is_empty() {
+        // Only a name or a cgroup can come back; fixed PIDs that are all
+        // gone (or never started) end the recording.
+        if live.is_empty() && !follows {
             break;
         }
         std::thread::sleep(step.min(deadline.saturating_duration_since(Instant::now())));
