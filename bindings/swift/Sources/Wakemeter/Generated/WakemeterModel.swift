@@ -1132,7 +1132,15 @@ public func FfiConverterTypeKernelSample_lower(_ value: KernelSample) -> RustBuf
  */
 public struct KernelThreadInterval: Equatable, Hashable {
     /**
-     * Time on CPU, in percent of one core.
+     * Time on CPU, in percent of one core, from the kernel source: the
+     * wall time between the thread's switch-in and switch-out
+     * (`sched_switch`). [`ThreadInterval::cpu_percent`] is the scheduler's
+     * task clock instead (`/proc`, the thread CPU clock). They agree
+     * within a fraction of a point on a steady thread (ACCURACY.md), and
+     * differ where the task clock leaves time out: time a hypervisor stole
+     * while the thread ran (paravirt steal accounting) and, with IRQ time
+     * accounting, interrupts handled on its CPU; and in the first interval
+     * after attaching, which misses a running stretch that began before.
      */
     public var onCpuPercent: Double
     /**
@@ -1229,7 +1237,15 @@ public struct KernelThreadInterval: Equatable, Hashable {
     // declare one manually.
     public init(
         /**
-         * Time on CPU, in percent of one core.
+         * Time on CPU, in percent of one core, from the kernel source: the
+         * wall time between the thread's switch-in and switch-out
+         * (`sched_switch`). [`ThreadInterval::cpu_percent`] is the scheduler's
+         * task clock instead (`/proc`, the thread CPU clock). They agree
+         * within a fraction of a point on a steady thread (ACCURACY.md), and
+         * differ where the task clock leaves time out: time a hypervisor stole
+         * while the thread ran (paravirt steal accounting) and, with IRQ time
+         * accounting, interrupts handled on its CPU; and in the first interval
+         * after attaching, which misses a running stretch that began before.
          */onCpuPercent: Double, 
         /**
          * Voluntary switches per second, from the scheduler tracepoint.

@@ -1496,7 +1496,15 @@ public object FfiConverterTypeKernelSample: FfiConverterRustBuffer<KernelSample>
  */
 data class KernelThreadInterval (
     /**
-     * Time on CPU, in percent of one core.
+     * Time on CPU, in percent of one core, from the kernel source: the
+     * wall time between the thread's switch-in and switch-out
+     * (`sched_switch`). [`ThreadInterval::cpu_percent`] is the scheduler's
+     * task clock instead (`/proc`, the thread CPU clock). They agree
+     * within a fraction of a point on a steady thread (ACCURACY.md), and
+     * differ where the task clock leaves time out: time a hypervisor stole
+     * while the thread ran (paravirt steal accounting) and, with IRQ time
+     * accounting, interrupts handled on its CPU; and in the first interval
+     * after attaching, which misses a running stretch that began before.
      */
     val `onCpuPercent`: kotlin.Double
     , 
