@@ -11,6 +11,14 @@ use std::time::Duration;
 use wakemeter::{SampleWait, SamplerBuilder};
 use wakemeter_prometheus::{Error, Exporter, ExporterConfig, MetricsServer};
 
+/// One test at a time: each samples this whole process and ranks its
+/// threads, so another test's threads (a sampler, an updater, a server)
+/// would take places in the ranking.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// `n` threads named by `name(i)`, parked until the barrier is passed.
 fn named_threads(
     n: usize,
@@ -48,6 +56,7 @@ fn value(text: &str, series_prefix: &str) -> Option<f64> {
 
 #[test]
 fn numbered_threads_are_one_group_and_the_rest_is_other_under_a_cap() {
+    let _one = one_at_a_time();
     let (gate, hs) = named_threads(40, |i| format!("pool-{i}"));
     let (gate2, hs2) = named_threads(6, |i| format!("solo{}", char::from(b'a' + i as u8)));
     let s = SamplerBuilder::new().build().unwrap();
@@ -145,6 +154,7 @@ fn numbered_threads_are_one_group_and_the_rest_is_other_under_a_cap() {
 
 #[test]
 fn bad_config_and_bad_addresses_are_typed_errors() {
+    let _one = one_at_a_time();
     assert!(matches!(
         Exporter::new(ExporterConfig::default().with_max_series(10)),
         Err(Error::InvalidConfig {
@@ -188,6 +198,7 @@ fn get(addr: SocketAddr, path: &str, accept: &str) -> String {
 
 #[test]
 fn a_stalled_client_holds_up_neither_sampling_nor_other_state() {
+    let _one = one_at_a_time();
     let s = SamplerBuilder::new()
         .with_interval(Duration::from_millis(20))
         .build()
