@@ -10,6 +10,8 @@ use crate::stats::{is_ours, program_stats};
 const SWITCH: &str = include_str!("../../bpftrace/switch.bt");
 /// Everything else ours counts with syscalls on (appended to `SWITCH`).
 const SYSCALLS: &str = include_str!("../../bpftrace/syscalls.bt");
+/// The one-liner counting switches per thread of one process.
+const SWITCH_COUNT: &str = include_str!("../../bpftrace/switch_count.bt");
 
 /// Which of our programs a bpftrace script stands for.
 #[derive(Clone, Copy, PartialEq)]
@@ -23,6 +25,9 @@ pub enum Script {
     /// calls, zero returns, timeouts and time in the call, on the
     /// per-syscall tracepoints (bpftrace's cheapest way to them).
     Full,
+    /// The one-liner a user would write first: switches per thread of one
+    /// process (the baseline of the pool measurement).
+    SwitchCount,
 }
 
 impl Script {
@@ -30,6 +35,7 @@ impl Script {
         match self {
             Script::Switch => SWITCH.to_owned(),
             Script::Full => format!("{SWITCH}\n{SYSCALLS}"),
+            Script::SwitchCount => SWITCH_COUNT.to_owned(),
         }
     }
 }

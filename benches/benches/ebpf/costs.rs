@@ -222,6 +222,7 @@ pub fn event_costs() {
         let label = match script {
             Script::Switch => "bpftrace, sched_switch only, workload IS target",
             Script::Full => "bpftrace, all ours counts, workload IS target",
+            Script::SwitchCount => "bpftrace, switch count one-liner",
         };
         println!("  {label:<46} {:>8.2} ms/run  {:+6.1}%", ms(*t), slow(*t));
     }

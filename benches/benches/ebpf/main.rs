@@ -15,7 +15,11 @@
 //!   wakeups, wakers, and poll / nanosleep calls, zero returns, timeouts and
 //!   time on the per-syscall tracepoints); the workload's slowdown under
 //!   each alone against ours, and, with both attached in the same run, ns
-//!   per `sched_switch` event of each (`costs.rs`).
+//!   per `sched_switch` event of each (`costs.rs`);
+//! - a 64-active-thread target (32 unpinned ping-pong pairs): ns per run of
+//!   our `sched_switch` and `sched_waking`, and the kernel time per second
+//!   of ours against the bpftrace one-liner counting switches per thread,
+//!   alone and both attached, over several rounds (`pool.rs`).
 //!
 //! Needs root and kernel BTF; bpftrace is optional (`apt-get install
 //! bpftrace`) and needs tracefs, which this bench mounts on
@@ -23,6 +27,8 @@
 //! `tracefs.rs`).
 //!
 //! Run: `cargo bench -p wakemeter-benches --bench ebpf`
+//! (`WAKEMETER_EBPF_BENCH=pool` for the 64-thread part alone,
+//! `WAKEMETER_BENCH_ROUNDS=N` for its rounds).
 
 #[cfg(target_os = "linux")]
 mod bpftrace;
@@ -30,6 +36,8 @@ mod bpftrace;
 mod costs;
 #[cfg(target_os = "linux")]
 mod criterion_part;
+#[cfg(target_os = "linux")]
+mod pool;
 #[cfg(target_os = "linux")]
 mod stats;
 #[cfg(target_os = "linux")]
@@ -75,11 +83,16 @@ fn linux_main() {
         }
     }
 
+    if std::env::var("WAKEMETER_EBPF_BENCH").as_deref() == Ok("pool") {
+        pool::run();
+        return;
+    }
     let mut c = criterion::Criterion::default().configure_from_args();
     criterion_part::benches(&mut c);
     c.final_summary();
 
     costs::event_costs();
+    pool::run();
 }
 
 #[cfg(target_os = "linux")]
