@@ -245,3 +245,78 @@ fn outputs_open_in_their_tools(profile: &wakemeter_profile::Profile) {
     );
     assert!(text.contains("spin_here"), "go tool pprof: {text}");
 }
+
+/// JIT code is named from the runtime's perf map: Node with
+/// `--perf-basic-prof` writes `/tmp/perf-<pid>.map`, and a loop that spends
+/// its time in one JavaScript function shows that function's name (V8's
+/// `JS:*name file:line`) in most samples, not bare addresses.
+#[test]
+#[ignore = "needs root"]
+fn jit_frames_are_named_from_the_perf_map() {
+    use std::process::{Command, Stdio};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if Command::new("node").arg("--version").output().is_err() {
+        let status = Command::new("bash")
+            .arg("-c")
+            .arg(concat!(
+                "source '",
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../scripts/prereqs.sh' && apt_install nodejs"
+            ))
+            .status()
+            .expect("bash runs");
+        assert!(status.success(), "could not install nodejs");
+    }
+    let script = "function spinHotLoop(n) {\n\
+                  \x20 let x = 0;\n\
+                  \x20 for (let i = 0; i < n; i++) x = (x * 31 + i) % 1000003;\n\
+                  \x20 return x;\n\
+                  }\n\
+                  const end = Date.now() + 30000;\n\
+                  let s = 0;\n\
+                  console.log('ready');\n\
+                  while (Date.now() < end) s += spinHotLoop(100000);\n\
+                  console.log(s);\n";
+    let child = Command::new("node")
+        .args(["--perf-basic-prof", "-e", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node starts");
+    let pid = child.id();
+    let mut child = common::Running(child);
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(child.0.stdout.take().expect("piped stdout"))
+            .read_line(&mut line)
+            .expect("reads the ready line");
+        assert_eq!(line.trim(), "ready");
+    }
+    // Let V8 compile the hot function and write its map entry.
+    std::thread::sleep(Duration::from_millis(1500));
+    let profile = Profiler::new()
+        .capture(
+            Target::Pid(pid),
+            &ProfileOptions::new(StackKind::OnCpu),
+            Duration::from_secs(4),
+        )
+        .expect("capture");
+    drop(child);
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
+    let named = profile.share_where(|s| {
+        s.frames.iter().any(|f| {
+            !f.kernel
+                && f.function
+                    .as_deref()
+                    .is_some_and(|n| n.contains("spinHotLoop"))
+        })
+    });
+    println!("{samples} samples, {:.1}% in spinHotLoop", named * 100.0);
+    assert!(samples > 20, "too few samples: {samples}");
+    assert!(
+        named > 0.5,
+        "spinHotLoop in {:.1}% of samples",
+        named * 100.0
+    );
+}
