@@ -86,3 +86,63 @@ fn a_zero_timeout_poller_wakes_for_nothing() -> Result<(), Box<dyn std::error::E
     );
     Ok(())
 }
+
+/// The probe-aware helper on a real tokio runtime: one worker, instrumented
+/// with `wakemeter::runtime::instrument`, serves requests one at a time.
+/// Each request unparks the worker at most once, so the loop wakes at most
+/// once per operation and, on an otherwise idle runtime, nearly once; the
+/// reference is tokio's own count of park/unpark transitions over the same
+/// operations (two per wakeup, plus the wakeups the unpark hook does not
+/// see).
+#[test]
+fn a_tokio_worker_wakes_about_once_per_request() -> Result<(), Box<dyn std::error::Error>> {
+    let sampler = Sampler::new()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(1).enable_all();
+    wakemeter::runtime::instrument(&mut builder, &sampler, "tokio-worker");
+    let runtime = builder.build()?;
+    let (req_tx, mut req_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    let (rep_tx, rep_rx) = mpsc::channel::<u64>();
+    runtime.spawn(async move {
+        while let Some(x) = req_rx.recv().await {
+            if rep_tx.send(x).is_err() {
+                return;
+            }
+        }
+    });
+    // The worker's probe exists from its first park on.
+    req_tx.send(0)?;
+    rep_rx.recv()?;
+    std::thread::sleep(Duration::from_millis(50));
+    let unparks = |rt: &tokio::runtime::Runtime| -> u64 {
+        wakemeter::runtime::runtime_stats(rt.handle())
+            .worker_park_unparks
+            .iter()
+            .sum()
+    };
+    let ops = 200;
+    let before = unparks(&runtime);
+    let cost = loop_cost(&sampler, "tokio-worker", ops, |ops| {
+        for i in 0..ops {
+            let _ = req_tx.send(i);
+            let _ = rep_rx.recv();
+            // Give the worker time to park again, as an idle server would.
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    })?;
+    let tokio_wakeups = (unparks(&runtime) - before) as f64 / 2.0 / ops as f64;
+    drop(req_tx);
+    drop(runtime);
+    println!(
+        "tokio worker: {:.3} wakeups/op (probe), {:.3} (tokio's park/unpark count / 2)",
+        cost.wakeups_per_op, tokio_wakeups
+    );
+    assert!(cost.wakeups_per_op <= 1.0, "{cost:?}");
+    assert!(cost.wakeups_per_op >= 0.8, "{cost:?}");
+    assert!(
+        (cost.wakeups_per_op - tokio_wakeups).abs() <= 0.1,
+        "probe {} vs tokio {tokio_wakeups}",
+        cost.wakeups_per_op
+    );
+    Ok(())
+}
