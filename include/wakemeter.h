@@ -140,6 +140,11 @@ typedef struct wm_config {
    * Sleep overhead: CPU inside sleeps, % of a core. Default 1.
    */
   double sleep_cpu_percent;
+  /**
+   * Threads a report lists one by one; the others are counted in its
+   * groups by name only (`thread_groups`, `threads_folded`). Default 64.
+   */
+  uint32_t report_threads;
 } wm_config;
 
 /**

@@ -118,6 +118,9 @@ pub struct wm_config {
     pub sleep_calls_per_sec: f64,
     /// Sleep overhead: CPU inside sleeps, % of a core. Default 1.
     pub sleep_cpu_percent: f64,
+    /// Threads a report lists one by one; the others are counted in its
+    /// groups by name only (`thread_groups`, `threads_folded`). Default 64.
+    pub report_threads: u32,
 }
 
 /// One finding, borrowed from a [`wm_findings`] list: the strings stay
@@ -387,6 +390,7 @@ fn default_config() -> wm_config {
         busy_poll_zero_timeout_ratio: t.busy_poll_zero_timeout_ratio,
         sleep_calls_per_sec: t.sleep_calls_per_sec,
         sleep_cpu_percent: t.sleep_cpu_percent,
+        report_threads: d.report_threads,
     }
 }
 
@@ -428,6 +432,7 @@ fn builder(c: &wm_config) -> Res<SamplerBuilder> {
         .with_interval(Duration::from_nanos(c.interval_ns))
         .with_history(c.history)
         .with_switch_split_every(c.switch_split_every)
+        .with_report_threads(c.report_threads)
         .with_thresholds(t))
 }
 
@@ -882,4 +887,62 @@ pub unsafe extern "C" fn wm_sleep_probe_end(probe: *mut wm_sleep_probe) -> wm_st
         unsafe { &mut *p.0.get() }.end();
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn report_threads_defaults_with_the_library_and_bounds_the_report() {
+        let mut cfg = std::mem::MaybeUninit::<wm_config>::uninit();
+        // SAFETY: a valid place for one wm_config.
+        assert_eq!(unsafe { wm_config_default(cfg.as_mut_ptr()) }, WM_OK);
+        // SAFETY: filled by wm_config_default.
+        let mut cfg = unsafe { cfg.assume_init() };
+        assert_eq!(
+            cfg.report_threads,
+            wakemeter::SamplerConfig::default().report_threads
+        );
+        // This test's process has several threads; a report lists one.
+        let (parked, waits): (Vec<_>, Vec<_>) = (0..3)
+            .map(|_| {
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                (tx, std::thread::spawn(move || rx.recv()))
+            })
+            .unzip();
+        cfg.report_threads = 1;
+        let mut s: *mut wm_sampler = std::ptr::null_mut();
+        // SAFETY: a valid config and out pointer.
+        assert_eq!(unsafe { wm_sampler_create(&cfg, &mut s) }, WM_OK);
+        for _ in 0..2 {
+            // SAFETY: a live handle.
+            assert_eq!(unsafe { wm_sampler_sample(s) }, WM_OK);
+        }
+        let mut json: *mut c_char = std::ptr::null_mut();
+        // SAFETY: a live handle and a writable out pointer.
+        assert_eq!(unsafe { wm_sampler_report_json_alloc(s, &mut json) }, WM_OK);
+        // SAFETY: a NUL-terminated string from the call above.
+        let text = unsafe { std::ffi::CStr::from_ptr(json) }
+            .to_str()
+            .unwrap()
+            .to_owned();
+        // SAFETY: the string and the handle, each freed once.
+        unsafe {
+            wm_string_free(json);
+            wm_sampler_free(s);
+        }
+        drop(parked);
+        for w in waits {
+            let _ = w.join();
+        }
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let listed = v["interval"]["threads"].as_array().unwrap().len();
+        let count = v["interval"]["process"]["thread_count"].as_u64().unwrap();
+        assert_eq!(listed, 1);
+        assert!(count >= 4, "{count} threads");
+        assert_eq!(v["threads_folded"].as_u64().unwrap(), count - 1);
+        assert_eq!(v["config"]["report_threads"], 1);
+    }
 }

@@ -269,6 +269,7 @@ fn write_report(out: &mut impl Write, w: &Watched, json: bool) -> io::Result<boo
     } else if let Some(i) = &report.interval {
         writeln!(out, "== {} ==", w.label())?;
         print::threads(out, i)?;
+        print::thread_groups(out, &report.thread_groups, report.threads_folded)?;
         print::kernel(out, i)?;
         print::findings_with(out, &report.findings, |_| None)?;
         print::warnings(out, &report.warnings)?;

@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use serde::Serialize;
+use wakemeter::compare::ThreadGroupInterval;
 use wakemeter::{Finding, Interval, LoopInterval, SampleWarning, Severity, SleepInterval};
 
 /// Characters that must not reach a terminal raw: C0 controls (including
@@ -189,6 +190,37 @@ pub fn sleep_row(s: &SleepInterval) -> String {
         s.cpu_percent,
         s.cpu_per_sleep_ns as f64 / 1e3
     )
+}
+
+/// The threads a report folded (not in its thread table), by name group:
+/// every thread of the process is in one group. Nothing when none was folded.
+pub fn thread_groups(
+    out: &mut impl Write,
+    groups: &[ThreadGroupInterval],
+    folded: u32,
+) -> io::Result<()> {
+    if folded == 0 {
+        return Ok(());
+    }
+    let all: u32 = groups.iter().map(|g| g.threads).sum();
+    writeln!(
+        out,
+        "\n{folded} more threads not listed; all {all} by name:\n{:<20} {:>7} {:>7} {:>9} {:>9} {:>8}",
+        "GROUP", "threads", "CPU%", "switch/s", "vol/s", "RQwait%"
+    )?;
+    for g in groups {
+        writeln!(
+            out,
+            "{:<20} {:>7} {:>7.1} {:>9} {:>9} {:>8}",
+            safe(&g.name),
+            g.threads,
+            g.cpu_percent,
+            opt(g.switches_per_sec, 0),
+            opt(g.voluntary_switches_per_sec, 0),
+            opt(g.run_queue_wait_percent, 1)
+        )?;
+    }
+    Ok(())
 }
 
 /// The kernel's view (eBPF) of each thread over the interval, when attached.

@@ -148,6 +148,7 @@ fn write_report(
         writeln!(out, "{line}")?;
     } else if let Some(i) = &report.interval {
         print::threads(out, i)?;
+        print::thread_groups(out, &report.thread_groups, report.threads_folded)?;
         print::kernel(out, i)?;
         print::findings_with(out, &report.findings, |f| auto.and_then(|a| a.path_for(f)))?;
         print::warnings(out, &report.warnings)?;

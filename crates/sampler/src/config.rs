@@ -29,6 +29,9 @@ pub const MAX_HISTORY: u32 = 100_000;
 pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 /// Longest accepted thread name, in bytes (Linux's `comm` limit).
 pub const MAX_THREAD_NAME_BYTES: usize = 15;
+/// Default number of threads a [`crate::Report`] lists one by one (see
+/// [`SamplerConfig::report_threads`]): a screenful, like `top -H`.
+pub const DEFAULT_REPORT_THREADS: u32 = 64;
 
 /// How a [`crate::Sampler`] samples. Build one with [`SamplerConfig::default`]
 /// and the `with_*` setters, or through [`crate::SamplerBuilder`].
@@ -50,6 +53,21 @@ pub struct SamplerConfig {
     pub thread_name: String,
     /// Thresholds of the findings engine.
     pub thresholds: Thresholds,
+    /// Threads a [`crate::Report`] lists one by one in its interval: the
+    /// threads its findings name, then the busiest by CPU, by switches per
+    /// second and by kernel wakes per second, in turn, so a thread high on
+    /// any one of them is kept. The others are only counted in the
+    /// report's groups by name ([`crate::Report::thread_groups`]), which
+    /// keeps a report of a process with thousands of threads small.
+    /// Findings always look at every thread. 0 lists none. Default
+    /// [`DEFAULT_REPORT_THREADS`].
+    #[serde(default = "default_report_threads")]
+    pub report_threads: u32,
+}
+
+/// What a configuration saved before `report_threads` existed reads as.
+fn default_report_threads() -> u32 {
+    DEFAULT_REPORT_THREADS
 }
 
 impl Default for SamplerConfig {
@@ -61,6 +79,7 @@ impl Default for SamplerConfig {
             switch_split_every: DEFAULT_SWITCH_SPLIT_EVERY,
             thread_name: DEFAULT_THREAD_NAME.to_string(),
             thresholds: Thresholds::default(),
+            report_threads: DEFAULT_REPORT_THREADS,
         }
     }
 }
@@ -105,6 +124,13 @@ impl SamplerConfig {
     #[must_use]
     pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
         self.thresholds = thresholds;
+        self
+    }
+
+    /// Sets [`SamplerConfig::report_threads`].
+    #[must_use]
+    pub fn with_report_threads(mut self, threads: u32) -> Self {
+        self.report_threads = threads;
         self
     }
 
@@ -193,5 +219,14 @@ mod tests {
         let back: SamplerConfig =
             serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn a_config_saved_before_report_threads_reads_with_the_default() {
+        let mut old =
+            serde_json::to_value(SamplerConfig::default().with_report_threads(7)).unwrap();
+        old.as_object_mut().unwrap().remove("report_threads");
+        let back: SamplerConfig = serde_json::from_value(old).unwrap();
+        assert_eq!(back.report_threads, DEFAULT_REPORT_THREADS);
     }
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde_json::Value;
 use wakemeter::{REPORT_SCHEMA_VERSION, Report, SamplerBuilder, Thresholds};
 
-fn example_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-v1.json")
+fn example_path(version: u32) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/report-v{version}.json"))
 }
 
 /// A report with every kind of record a sampler makes without eBPF: threads,
@@ -58,7 +58,7 @@ fn a_new_report_round_trips_and_says_what_made_it() {
 
 #[test]
 fn the_committed_example_reads_back_field_for_field() {
-    let path = example_path();
+    let path = example_path(REPORT_SCHEMA_VERSION);
     if std::env::var_os("WAKEMETER_BLESS").is_some() {
         let text = serde_json::to_string_pretty(&live_report()).unwrap();
         std::fs::write(&path, text + "\n").unwrap();
@@ -77,13 +77,36 @@ fn the_committed_example_reads_back_field_for_field() {
     let interval = report.interval.expect("an interval");
     assert!(!interval.loops.is_empty() && !interval.sleeps.is_empty());
     assert!(!interval.threads.is_empty());
+    assert!(!report.thread_groups.is_empty());
+}
+
+/// A version 1 report (every thread listed, no groups) still reads: as
+/// version 2 with nothing folded and no groups.
+#[test]
+fn a_version_1_report_still_reads() {
+    let text = std::fs::read_to_string(example_path(1)).unwrap();
+    let saved: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(saved["schema_version"], Value::from(1));
+    let report: Report = serde_json::from_value(saved.clone()).unwrap();
+    assert_eq!(report.schema_version, 1);
+    assert!(report.thread_groups.is_empty());
+    assert_eq!(report.threads_folded, 0);
+    let threads = report.interval.unwrap().threads;
+    assert_eq!(
+        threads.len(),
+        saved["interval"]["threads"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        report.config.report_threads,
+        wakemeter::config::DEFAULT_REPORT_THREADS
+    );
 }
 
 /// Thresholds added after a report was written read as their defaults, so
 /// recordings made by an earlier build of the same schema keep reading.
 #[test]
 fn a_report_without_a_newer_threshold_reads_with_its_default() {
-    let text = std::fs::read_to_string(example_path()).unwrap();
+    let text = std::fs::read_to_string(example_path(REPORT_SCHEMA_VERSION)).unwrap();
     let mut saved: Value = serde_json::from_str(&text).unwrap();
     let thresholds = saved["config"]["thresholds"].as_object_mut().unwrap();
     assert!(thresholds.remove("cpu_min_window").is_some());

@@ -129,7 +129,7 @@ final class WakemeterTests: XCTestCase {
         XCTAssertFalse(stats.running)
         XCTAssertEqual(try s.report().stats.totalSamples, 5)
         let report = try s.report()
-        XCTAssertEqual(report.schemaVersion, 1)
+        XCTAssertEqual(report.schemaVersion, 2)
         XCTAssertEqual(report.target.pid, UInt32(ProcessInfo.processInfo.processIdentifier))
         XCTAssertEqual(report.config, s.config())
         let json = try s.reportJson()

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::SamplerConfig;
-use crate::interval::{Interval, LoopInterval, ProcessInterval, SleepInterval};
+use crate::interval::{Interval, LoopInterval, ProcessInterval, SleepInterval, ThreadInterval};
 use crate::model::{SystemInfo, TargetIdentity};
 use crate::sampler::{REPORT_SCHEMA_VERSION, Sampler};
 
@@ -92,8 +92,10 @@ impl RecordingHeader {
     }
 }
 
-/// The threads of one name (numbers collapsed) over one interval.
+/// The threads of one name (numbers collapsed) over one interval: a
+/// recording's groups, and a [`crate::Report`]'s `thread_groups`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct ThreadGroupInterval {
     /// The group name ([`group_name`]), or [`OTHER_GROUP`].
@@ -175,42 +177,57 @@ impl ThreadGroupInterval {
     }
 }
 
+/// `threads` folded into groups by [`group_name`], most CPU first: at
+/// most `max_groups` groups, plus one [`OTHER_GROUP`] that sums the rest.
+/// Also returns the sum of every thread (its `name` empty).
+pub fn thread_groups(
+    threads: &[ThreadInterval],
+    max_groups: usize,
+) -> (Vec<ThreadGroupInterval>, ThreadGroupInterval) {
+    let mut by_name: HashMap<String, ThreadGroupInterval> = HashMap::new();
+    let mut all = ThreadGroupInterval::empty(String::new());
+    for t in threads {
+        let one = ThreadGroupInterval {
+            name: String::new(),
+            threads: 1,
+            cpu_percent: t.cpu_percent,
+            switches_per_sec: t.switches_per_sec,
+            voluntary_switches_per_sec: t.voluntary_switches_per_sec,
+            run_queue_wait_percent: t.run_queue_wait_percent,
+            wakes_per_sec: t.kernel.as_ref().map(|k| k.wakes_per_sec),
+        };
+        all.add(&one);
+        let name = group_name(&t.name);
+        match by_name.get_mut(&name) {
+            Some(g) => g.add(&one),
+            None => {
+                let mut g = ThreadGroupInterval::empty(name.clone());
+                g.add(&one);
+                by_name.insert(name, g);
+            }
+        }
+    }
+    let mut groups: Vec<ThreadGroupInterval> = by_name.into_values().collect();
+    groups.sort_by(|a, b| {
+        b.cpu_percent
+            .total_cmp(&a.cpu_percent)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    if groups.len() > max_groups {
+        let mut other = ThreadGroupInterval::empty(OTHER_GROUP.to_string());
+        for g in groups.drain(max_groups..) {
+            other.add(&g);
+        }
+        groups.push(other);
+    }
+    (groups, all)
+}
+
 impl IntervalSummary {
     /// `interval` with its threads folded into at most `max_groups`
     /// groups (most CPU first) plus [`OTHER_GROUP`] for the rest.
     pub fn of(interval: &Interval, max_groups: usize) -> Self {
-        let mut by_name: HashMap<String, ThreadGroupInterval> = HashMap::new();
-        let mut all = ThreadGroupInterval::empty(String::new());
-        for t in &interval.threads {
-            let one = ThreadGroupInterval {
-                name: String::new(),
-                threads: 1,
-                cpu_percent: t.cpu_percent,
-                switches_per_sec: t.switches_per_sec,
-                voluntary_switches_per_sec: t.voluntary_switches_per_sec,
-                run_queue_wait_percent: t.run_queue_wait_percent,
-                wakes_per_sec: t.kernel.as_ref().map(|k| k.wakes_per_sec),
-            };
-            all.add(&one);
-            let name = group_name(&t.name);
-            by_name
-                .entry(name.clone())
-                .or_insert_with(|| ThreadGroupInterval::empty(name))
-                .add(&one);
-        }
-        let mut groups: Vec<ThreadGroupInterval> = by_name.into_values().collect();
-        groups.sort_by(|a, b| {
-            b.cpu_percent
-                .total_cmp(&a.cpu_percent)
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        if groups.len() > max_groups {
-            let mut other = ThreadGroupInterval::empty(OTHER_GROUP.to_string());
-            for g in groups.drain(max_groups..) {
-                other.add(&g);
-            }
-            groups.push(other);
-        }
+        let (groups, all) = thread_groups(&interval.threads, max_groups);
         IntervalSummary {
             from_seq: interval.from_seq,
             to_seq: interval.to_seq,
@@ -243,6 +260,32 @@ pub enum RecordLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_recorded_before_report_threads_still_reads() {
+        let header = RecordingHeader {
+            schema_version: RECORDING_SCHEMA_VERSION,
+            report_schema_version: 1,
+            library_version: "0.1.0".to_string(),
+            target: Default::default(),
+            config: SamplerConfig::default(),
+            system: Default::default(),
+            start_unix_time_ns: 0,
+        };
+        let mut line = serde_json::to_value(RecordLine::Header(header)).unwrap();
+        line["config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("report_threads")
+            .unwrap();
+        match serde_json::from_value::<RecordLine>(line).unwrap() {
+            RecordLine::Header(h) => {
+                assert_eq!(h.report_schema_version, 1);
+                assert_eq!(h.config, SamplerConfig::default());
+            }
+            other => panic!("not a header: {other:?}"),
+        }
+    }
 
     #[test]
     fn group_names_collapse_numbers() {

@@ -95,6 +95,14 @@ impl SamplerBuilder {
         self
     }
 
+    /// Threads a report lists one by one (see
+    /// [`SamplerConfig::report_threads`]; default
+    /// [`DEFAULT_REPORT_THREADS`](crate::config::DEFAULT_REPORT_THREADS)).
+    pub fn with_report_threads(mut self, threads: u32) -> Self {
+        self.config.report_threads = threads;
+        self
+    }
+
     /// Attaches a kernel-side source (e.g. `wakemeter-ebpf`) read with every snapshot.
     pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {
         self.kernel_source = Some(source);

@@ -26,7 +26,7 @@ pub use crate::config::{
 pub use background::SamplingGuard;
 pub use builder::SamplerBuilder;
 pub use report::{REPORT_SCHEMA_VERSION, Report, SamplerStats};
-use report::{interval_over_in, warnings_in};
+use report::{fold_threads, interval_over_in, warnings_in};
 
 /// What only the sampling path touches (one sample at a time).
 struct State {
@@ -342,10 +342,16 @@ impl Sampler {
 
     fn report_uncounted(&self) -> Report {
         let h = self.history();
-        let interval = interval_over_in(&h, self.inner.config.thresholds.window);
+        let mut interval = interval_over_in(&h, self.inner.config.thresholds.window);
         let warnings = interval
             .as_ref()
             .map(|i| warnings_in(&h, i.from_seq, i.to_seq))
+            .unwrap_or_default();
+        let findings = self.diagnose_in(&h, &self.inner.config.thresholds);
+        let keep = usize::try_from(self.inner.config.report_threads).unwrap_or(usize::MAX);
+        let (thread_groups, threads_folded) = interval
+            .as_mut()
+            .map(|i| fold_threads(i, &findings, keep))
             .unwrap_or_default();
         Report {
             schema_version: REPORT_SCHEMA_VERSION,
@@ -355,8 +361,10 @@ impl Sampler {
             unix_time_ns: clock::unix_ns(),
             system: self.inner.system.clone(),
             stats: self.stats(),
-            findings: self.diagnose_in(&h, &self.inner.config.thresholds),
+            findings,
             interval,
+            thread_groups,
+            threads_folded,
             warnings,
         }
     }

@@ -1,20 +1,25 @@
 //! The records about a sampler: its report (versioned) and its own counters.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::compare::{DEFAULT_MAX_GROUPS, ThreadGroupInterval, thread_groups};
 use crate::config::SamplerConfig;
-use crate::diagnose::Finding;
+use crate::diagnose::{Finding, Subject};
 use crate::history::History;
-use crate::interval::{Interval, between_in_history};
+use crate::interval::{Interval, ThreadInterval, between_in_history};
 use crate::model::{SampleWarning, SystemInfo, TargetIdentity};
 
 /// Version of the [`Report`] layout, in [`Report::schema_version`]: raised
 /// whenever a field of the report (or of a record inside it) is renamed,
 /// removed or changes meaning, so a saved report is read with the right
-/// expectations. Version 1 is the first published layout.
-pub const REPORT_SCHEMA_VERSION: u32 = 1;
+/// expectations. Version 1 is the first published layout. Version 2 lists
+/// at most [`SamplerConfig::report_threads`] threads in `interval.threads`
+/// and adds `thread_groups` and `threads_folded`; a version 1 report reads
+/// as version 2 with no groups and nothing folded.
+pub const REPORT_SCHEMA_VERSION: u32 = 2;
 
 /// A report: what the sampler measured and what it concluded, with what a
 /// reader needs to interpret it later (schema and library version, which
@@ -38,8 +43,25 @@ pub struct Report {
     pub system: SystemInfo,
     /// The sampler's own counters and overhead.
     pub stats: SamplerStats,
-    /// The interval over the findings window (None with fewer than two snapshots).
+    /// The interval over the findings window (None with fewer than two
+    /// snapshots). Its `threads` are at most
+    /// [`SamplerConfig::report_threads`] of them, chosen so that the threads
+    /// the findings name and the busiest by CPU, switches and wakes are
+    /// kept; every other figure of it covers all threads.
     pub interval: Option<Interval>,
+    /// Every thread of the interval, listed or not, folded into groups by
+    /// name with the numbers collapsed ([`crate::compare::group_name`]:
+    /// `worker-{n}`), most CPU first: at most
+    /// [`DEFAULT_MAX_GROUPS`] groups and one
+    /// [`OTHER_GROUP`](crate::compare::OTHER_GROUP) for the rest. Their
+    /// `threads` add up to the interval's thread count, their CPU to the
+    /// CPU of all its threads. Empty without an interval.
+    #[serde(default)]
+    pub thread_groups: Vec<ThreadGroupInterval>,
+    /// Threads alive at the end of the interval that `interval.threads`
+    /// leaves out (counted in `thread_groups` only).
+    #[serde(default)]
+    pub threads_folded: u32,
     /// Findings, most severe first.
     pub findings: Vec<Finding>,
     /// What made the snapshots of the interval less complete than
@@ -93,6 +115,129 @@ pub(super) fn warnings_in(h: &History, from_seq: u64, to_seq: u64) -> Vec<Sample
     out
 }
 
+/// The groups of every thread of `interval`, then its `threads` cut to at
+/// most `keep` (see [`Report::interval`]); returns the groups and how
+/// many threads were left out.
+pub(super) fn fold_threads(
+    interval: &mut Interval,
+    findings: &[Finding],
+    keep: usize,
+) -> (Vec<ThreadGroupInterval>, u32) {
+    let (groups, _) = thread_groups(&interval.threads, DEFAULT_MAX_GROUPS);
+    let threads = &interval.threads;
+    let total = threads.len();
+    if total <= keep {
+        return (groups, 0);
+    }
+    let mut kept = Kept {
+        flags: vec![false; total],
+        n: 0,
+        keep,
+    };
+    // The threads the findings are about, most severe first; one of a
+    // group of alike threads (the one whose figures the finding quotes).
+    let named: Vec<u64> = findings
+        .iter()
+        .filter_map(|f| match &f.subject {
+            Subject::Threads { tids, .. } => tids.first().copied(),
+            s => s.tid(),
+        })
+        .collect();
+    if !named.is_empty() {
+        let index: HashMap<u64, usize> = threads
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.tid, i))
+            .collect();
+        for tid in named {
+            if let Some(&i) = index.get(&tid) {
+                kept.take(i);
+            }
+        }
+    }
+    // Then the busiest by each measure in turn. The threads are ordered
+    // by CPU already; the other two are ranked here (the top `keep` only).
+    let rankings = [
+        (0..total).collect::<Vec<_>>(),
+        top_by(threads, keep, |t| t.switches_per_sec),
+        top_by(threads, keep, |t| {
+            t.kernel.as_ref().map(|k| k.wakes_per_sec)
+        }),
+    ];
+    let mut next = [0usize; 3];
+    while !kept.full() {
+        let mut moved = false;
+        for (ranking, at) in rankings.iter().zip(&mut next) {
+            if kept.full() {
+                break;
+            }
+            while let Some(&i) = ranking.get(*at) {
+                *at += 1;
+                if kept.take(i) {
+                    moved = true;
+                    break;
+                }
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    let mut flags = kept.flags.into_iter();
+    interval.threads.retain(|_| flags.next().unwrap_or(false));
+    let folded = u32::try_from(total - interval.threads.len()).unwrap_or(u32::MAX);
+    (groups, folded)
+}
+
+/// Which threads a report keeps, at most `keep`.
+struct Kept {
+    flags: Vec<bool>,
+    n: usize,
+    keep: usize,
+}
+
+impl Kept {
+    /// Keeps thread `i` if there is room; whether it was newly kept.
+    fn take(&mut self, i: usize) -> bool {
+        if self.full() {
+            return false;
+        }
+        match self.flags.get_mut(i) {
+            Some(f) if !*f => {
+                *f = true;
+                self.n += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.n >= self.keep
+    }
+}
+
+/// Indexes of the at most `n` threads with the highest positive `value`,
+/// highest first.
+fn top_by(
+    threads: &[ThreadInterval],
+    n: usize,
+    value: impl Fn(&ThreadInterval) -> Option<f64>,
+) -> Vec<usize> {
+    let mut ranked: Vec<(usize, f64)> = threads
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| value(t).filter(|v| *v > 0.0).map(|v| (i, v)))
+        .collect();
+    let desc = |a: &(usize, f64), b: &(usize, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if ranked.len() > n && n > 0 {
+        ranked.select_nth_unstable_by(n - 1, desc);
+    }
+    ranked.truncate(n);
+    ranked.sort_unstable_by(desc);
+    ranked.into_iter().map(|(i, _)| i).collect()
+}
+
 /// Counters about the sampler itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
@@ -120,4 +265,116 @@ pub struct SamplerStats {
     pub running: bool,
     /// The last error of the background thread, as text, if any.
     pub last_error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::{FindingKind, Severity};
+
+    /// Thread `tid` named `name` with this CPU and these switches per second.
+    fn thread(tid: u64, name: &str, cpu: f64, switches: f64) -> ThreadInterval {
+        ThreadInterval {
+            tid,
+            serial: tid,
+            name: name.to_string(),
+            started_in_interval: false,
+            cpu_time_ns: (cpu * 1e7) as u64,
+            cpu_percent: cpu,
+            switches: Some(switches as u64),
+            switches_per_sec: Some(switches),
+            voluntary_switches: None,
+            voluntary_switches_per_sec: None,
+            involuntary_switches: None,
+            involuntary_switches_per_sec: None,
+            run_queue_wait_ns: None,
+            run_queue_wait_percent: None,
+            kernel: None,
+        }
+    }
+
+    /// Ten threads, most CPU first: `worker-0` … `worker-7`, then `chatty-8`
+    /// and `chatty-9`, which use the least CPU and switch the most.
+    fn interval() -> Interval {
+        let mut threads: Vec<ThreadInterval> = (0..8)
+            .map(|i| thread(i, &format!("worker-{i}"), 50.0 - i as f64, 1.0))
+            .collect();
+        threads.push(thread(8, "chatty-8", 0.5, 900.0));
+        threads.push(thread(9, "chatty-9", 0.2, 1000.0));
+        Interval {
+            from_seq: 0,
+            to_seq: 1,
+            end_monotonic_ns: 1,
+            duration_ns: 1_000_000_000,
+            process: Default::default(),
+            threads,
+            threads_exited: 0,
+            kernel_thread_exits: None,
+            kernel_uncovered_threads: None,
+            loops: Vec::new(),
+            sleeps: Vec::new(),
+            sampler_cpu_time_ns: 0,
+            sampler_cpu_percent: 0.0,
+        }
+    }
+
+    fn tids(i: &Interval) -> Vec<u64> {
+        i.threads.iter().map(|t| t.tid).collect()
+    }
+
+    #[test]
+    fn the_busiest_by_cpu_and_by_switches_are_kept_in_turn() {
+        let mut i = interval();
+        let (groups, folded) = fold_threads(&mut i, &[], 4);
+        // CPU #1, switches #1, CPU #2, switches #2; still in CPU order.
+        assert_eq!(tids(&i), [0, 1, 8, 9]);
+        assert_eq!(folded, 6);
+        let names: Vec<(&str, u32)> = groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.threads))
+            .collect();
+        assert_eq!(names, [("worker-{n}", 8), ("chatty-{n}", 2)]);
+        let cpu: f64 = groups.iter().map(|g| g.cpu_percent).sum();
+        let all: f64 = interval().threads.iter().map(|t| t.cpu_percent).sum();
+        assert!((cpu - all).abs() < 1e-9, "{cpu} vs {all}");
+    }
+
+    #[test]
+    fn threads_the_findings_name_come_first() {
+        let finding = |subject| Finding {
+            kind: FindingKind::SleepOverhead,
+            severity: Severity::Warning,
+            subject,
+            summary: String::new(),
+            evidence: Vec::new(),
+            advice: String::new(),
+            window_ns: 1,
+        };
+        let findings = [
+            finding(Subject::Thread {
+                tid: 6,
+                name: "worker-6".to_string(),
+            }),
+            finding(Subject::Threads {
+                name: "worker-*".to_string(),
+                tids: vec![5, 4, 3],
+            }),
+        ];
+        let mut i = interval();
+        let (_, folded) = fold_threads(&mut i, &findings, 3);
+        // 6 and the quoted member of the group (5), then the busiest.
+        assert_eq!(tids(&i), [0, 5, 6]);
+        assert_eq!(folded, 7);
+    }
+
+    #[test]
+    fn all_are_kept_when_they_fit_and_none_with_zero() {
+        let mut i = interval();
+        assert_eq!(fold_threads(&mut i, &[], 10).1, 0);
+        assert_eq!(i, interval());
+        let (groups, folded) = fold_threads(&mut i, &[], 0);
+        assert!(i.threads.is_empty());
+        assert_eq!(folded, 10);
+        assert_eq!(groups.iter().map(|g| g.threads).sum::<u32>(), 10);
+    }
 }

@@ -2717,9 +2717,28 @@ public struct Report: Equatable, Hashable {
      */
     public var stats: SamplerStats
     /**
-     * The interval over the findings window (None with fewer than two snapshots).
+     * The interval over the findings window (None with fewer than two
+     * snapshots). Its `threads` are at most
+     * [`SamplerConfig::report_threads`] of them, chosen so that the threads
+     * the findings name and the busiest by CPU, switches and wakes are
+     * kept; every other figure of it covers all threads.
      */
     public var interval: Interval?
+    /**
+     * Every thread of the interval, listed or not, folded into groups by
+     * name with the numbers collapsed ([`crate::compare::group_name`]:
+     * `worker-{n}`), most CPU first: at most
+     * [`DEFAULT_MAX_GROUPS`] groups and one
+     * [`OTHER_GROUP`](crate::compare::OTHER_GROUP) for the rest. Their
+     * `threads` add up to the interval's thread count, their CPU to the
+     * CPU of all its threads. Empty without an interval.
+     */
+    public var threadGroups: [ThreadGroupInterval]
+    /**
+     * Threads alive at the end of the interval that `interval.threads`
+     * leaves out (counted in `thread_groups` only).
+     */
+    public var threadsFolded: UInt32
     /**
      * Findings, most severe first.
      */
@@ -2756,8 +2775,25 @@ public struct Report: Equatable, Hashable {
          * The sampler's own counters and overhead.
          */stats: SamplerStats, 
         /**
-         * The interval over the findings window (None with fewer than two snapshots).
+         * The interval over the findings window (None with fewer than two
+         * snapshots). Its `threads` are at most
+         * [`SamplerConfig::report_threads`] of them, chosen so that the threads
+         * the findings name and the busiest by CPU, switches and wakes are
+         * kept; every other figure of it covers all threads.
          */interval: Interval?, 
+        /**
+         * Every thread of the interval, listed or not, folded into groups by
+         * name with the numbers collapsed ([`crate::compare::group_name`]:
+         * `worker-{n}`), most CPU first: at most
+         * [`DEFAULT_MAX_GROUPS`] groups and one
+         * [`OTHER_GROUP`](crate::compare::OTHER_GROUP) for the rest. Their
+         * `threads` add up to the interval's thread count, their CPU to the
+         * CPU of all its threads. Empty without an interval.
+         */threadGroups: [ThreadGroupInterval], 
+        /**
+         * Threads alive at the end of the interval that `interval.threads`
+         * leaves out (counted in `thread_groups` only).
+         */threadsFolded: UInt32, 
         /**
          * Findings, most severe first.
          */findings: [Finding], 
@@ -2773,6 +2809,8 @@ public struct Report: Equatable, Hashable {
         self.system = system
         self.stats = stats
         self.interval = interval
+        self.threadGroups = threadGroups
+        self.threadsFolded = threadsFolded
         self.findings = findings
         self.warnings = warnings
     }
@@ -2801,6 +2839,8 @@ public struct FfiConverterTypeReport: FfiConverterRustBuffer {
                 system: FfiConverterTypeSystemInfo.read(from: &buf), 
                 stats: FfiConverterTypeSamplerStats.read(from: &buf), 
                 interval: FfiConverterOptionTypeInterval.read(from: &buf), 
+                threadGroups: FfiConverterSequenceTypeThreadGroupInterval.read(from: &buf), 
+                threadsFolded: FfiConverterUInt32.read(from: &buf), 
                 findings: FfiConverterSequenceTypeFinding.read(from: &buf), 
                 warnings: FfiConverterSequenceTypeSampleWarning.read(from: &buf)
         )
@@ -2815,6 +2855,8 @@ public struct FfiConverterTypeReport: FfiConverterRustBuffer {
         FfiConverterTypeSystemInfo.write(value.system, into: &buf)
         FfiConverterTypeSamplerStats.write(value.stats, into: &buf)
         FfiConverterOptionTypeInterval.write(value.interval, into: &buf)
+        FfiConverterSequenceTypeThreadGroupInterval.write(value.threadGroups, into: &buf)
+        FfiConverterUInt32.write(value.threadsFolded, into: &buf)
         FfiConverterSequenceTypeFinding.write(value.findings, into: &buf)
         FfiConverterSequenceTypeSampleWarning.write(value.warnings, into: &buf)
     }
@@ -2867,6 +2909,17 @@ public struct SamplerConfig: Equatable, Hashable {
      * Thresholds of the findings engine.
      */
     public var thresholds: Thresholds
+    /**
+     * Threads a [`crate::Report`] lists one by one in its interval: the
+     * threads its findings name, then the busiest by CPU, by switches per
+     * second and by kernel wakes per second, in turn, so a thread high on
+     * any one of them is kept. The others are only counted in the
+     * report's groups by name ([`crate::Report::thread_groups`]), which
+     * keeps a report of a process with thousands of threads small.
+     * Findings always look at every thread. 0 lists none. Default
+     * [`DEFAULT_REPORT_THREADS`].
+     */
+    public var reportThreads: UInt32
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2890,13 +2943,24 @@ public struct SamplerConfig: Equatable, Hashable {
          */threadName: String, 
         /**
          * Thresholds of the findings engine.
-         */thresholds: Thresholds) {
+         */thresholds: Thresholds, 
+        /**
+         * Threads a [`crate::Report`] lists one by one in its interval: the
+         * threads its findings name, then the busiest by CPU, by switches per
+         * second and by kernel wakes per second, in turn, so a thread high on
+         * any one of them is kept. The others are only counted in the
+         * report's groups by name ([`crate::Report::thread_groups`]), which
+         * keeps a report of a process with thousands of threads small.
+         * Findings always look at every thread. 0 lists none. Default
+         * [`DEFAULT_REPORT_THREADS`].
+         */reportThreads: UInt32) {
         self.interval = interval
         self.history = history
         self.target = target
         self.switchSplitEvery = switchSplitEvery
         self.threadName = threadName
         self.thresholds = thresholds
+        self.reportThreads = reportThreads
     }
 
     
@@ -2920,7 +2984,8 @@ public struct FfiConverterTypeSamplerConfig: FfiConverterRustBuffer {
                 target: FfiConverterTypeTarget.read(from: &buf), 
                 switchSplitEvery: FfiConverterUInt32.read(from: &buf), 
                 threadName: FfiConverterString.read(from: &buf), 
-                thresholds: FfiConverterTypeThresholds.read(from: &buf)
+                thresholds: FfiConverterTypeThresholds.read(from: &buf), 
+                reportThreads: FfiConverterUInt32.read(from: &buf)
         )
     }
 
@@ -2931,6 +2996,7 @@ public struct FfiConverterTypeSamplerConfig: FfiConverterRustBuffer {
         FfiConverterUInt32.write(value.switchSplitEvery, into: &buf)
         FfiConverterString.write(value.threadName, into: &buf)
         FfiConverterTypeThresholds.write(value.thresholds, into: &buf)
+        FfiConverterUInt32.write(value.reportThreads, into: &buf)
     }
 }
 
@@ -4033,6 +4099,126 @@ public func FfiConverterTypeTargetIdentity_lift(_ buf: RustBuffer) throws -> Tar
 #endif
 public func FfiConverterTypeTargetIdentity_lower(_ value: TargetIdentity) -> RustBuffer {
     return FfiConverterTypeTargetIdentity.lower(value)
+}
+
+
+/**
+ * The threads of one name (numbers collapsed) over one interval: a
+ * recording's groups, and a [`crate::Report`]'s `thread_groups`.
+ */
+public struct ThreadGroupInterval: Equatable, Hashable {
+    /**
+     * The group name ([`group_name`]), or [`OTHER_GROUP`].
+     */
+    public var name: String
+    /**
+     * Threads of the group alive at the end of the interval.
+     */
+    public var threads: UInt32
+    /**
+     * CPU of all of them, in percent of one core.
+     */
+    public var cpuPercent: Double
+    /**
+     * Their context switches per second; `None` where no thread had them.
+     */
+    public var switchesPerSec: Double?
+    /**
+     * Their voluntary switches (blocking waits) per second, where read.
+     */
+    public var voluntarySwitchesPerSec: Double?
+    /**
+     * Their run-queue wait, in percent of one thread's time (summed).
+     */
+    public var runQueueWaitPercent: Double?
+    /**
+     * Times they were made runnable per second (eBPF), where attached.
+     */
+    public var wakesPerSec: Double?
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The group name ([`group_name`]), or [`OTHER_GROUP`].
+         */name: String, 
+        /**
+         * Threads of the group alive at the end of the interval.
+         */threads: UInt32, 
+        /**
+         * CPU of all of them, in percent of one core.
+         */cpuPercent: Double, 
+        /**
+         * Their context switches per second; `None` where no thread had them.
+         */switchesPerSec: Double?, 
+        /**
+         * Their voluntary switches (blocking waits) per second, where read.
+         */voluntarySwitchesPerSec: Double?, 
+        /**
+         * Their run-queue wait, in percent of one thread's time (summed).
+         */runQueueWaitPercent: Double?, 
+        /**
+         * Times they were made runnable per second (eBPF), where attached.
+         */wakesPerSec: Double?) {
+        self.name = name
+        self.threads = threads
+        self.cpuPercent = cpuPercent
+        self.switchesPerSec = switchesPerSec
+        self.voluntarySwitchesPerSec = voluntarySwitchesPerSec
+        self.runQueueWaitPercent = runQueueWaitPercent
+        self.wakesPerSec = wakesPerSec
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension ThreadGroupInterval: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeThreadGroupInterval: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ThreadGroupInterval {
+        return
+            try ThreadGroupInterval(
+                name: FfiConverterString.read(from: &buf), 
+                threads: FfiConverterUInt32.read(from: &buf), 
+                cpuPercent: FfiConverterDouble.read(from: &buf), 
+                switchesPerSec: FfiConverterOptionDouble.read(from: &buf), 
+                voluntarySwitchesPerSec: FfiConverterOptionDouble.read(from: &buf), 
+                runQueueWaitPercent: FfiConverterOptionDouble.read(from: &buf), 
+                wakesPerSec: FfiConverterOptionDouble.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: ThreadGroupInterval, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterUInt32.write(value.threads, into: &buf)
+        FfiConverterDouble.write(value.cpuPercent, into: &buf)
+        FfiConverterOptionDouble.write(value.switchesPerSec, into: &buf)
+        FfiConverterOptionDouble.write(value.voluntarySwitchesPerSec, into: &buf)
+        FfiConverterOptionDouble.write(value.runQueueWaitPercent, into: &buf)
+        FfiConverterOptionDouble.write(value.wakesPerSec, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeThreadGroupInterval_lift(_ buf: RustBuffer) throws -> ThreadGroupInterval {
+    return try FfiConverterTypeThreadGroupInterval.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeThreadGroupInterval_lower(_ value: ThreadGroupInterval) -> RustBuffer {
+    return FfiConverterTypeThreadGroupInterval.lower(value)
 }
 
 
@@ -6254,6 +6440,31 @@ fileprivate struct FfiConverterSequenceTypeSyscallRate: FfiConverterRustBuffer {
         seq.reserveCapacity(Int(len))
         for _ in 0 ..< len {
             seq.append(try FfiConverterTypeSyscallRate.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeThreadGroupInterval: FfiConverterRustBuffer {
+    typealias SwiftType = [ThreadGroupInterval]
+
+    public static func write(_ value: [ThreadGroupInterval], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeThreadGroupInterval.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [ThreadGroupInterval] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [ThreadGroupInterval]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeThreadGroupInterval.read(from: &buf))
         }
         return seq
     }

@@ -48,6 +48,9 @@ class SamplerSettings {
     /** Thresholds of the findings engine; change fields with `copy(window = …)`. */
     var thresholds: Thresholds = defaults.thresholds
 
+    /** Threads a report lists one by one; the rest are counted in its groups by name. */
+    var reportThreads: Int = defaults.reportThreads.toInt()
+
     /** The library's configuration record for these settings. */
     fun toConfig(): SamplerConfig = defaults.copy(
         // A negative interval becomes zero, which the library reports as
@@ -58,6 +61,7 @@ class SamplerSettings {
         switchSplitEvery = switchSplitEvery.toUInt(),
         threadName = threadName,
         thresholds = thresholds,
+        reportThreads = reportThreads.coerceAtLeast(0).toUInt(),
     )
 }
 

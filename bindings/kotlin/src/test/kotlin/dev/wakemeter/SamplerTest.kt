@@ -43,6 +43,7 @@ class SamplerTest {
         assertEquals(Target.SelfProcess, c.target)
         assertEquals(10u, c.switchSplitEvery)
         assertEquals("wakemeter", c.threadName)
+        assertEquals(64u, c.reportThreads)
         assertEquals(c, SamplerSettings().toConfig())
         assertTrue(wakemeterVersion().isNotEmpty())
     }
@@ -104,7 +105,11 @@ class SamplerTest {
             assertEquals(5uL, report.stats.totalSamples)
             assertTrue(report.findings.isEmpty())
             // A versioned report says what measured what, with which settings.
-            assertEquals(1u, report.schemaVersion)
+            assertEquals(2u, report.schemaVersion)
+            // Every thread is in a group by name; this process has fewer
+            // than reportThreads, so none is folded out of the list.
+            assertEquals(report.interval!!.process.threadCount, report.threadGroups.sumOf { it.threads })
+            assertEquals(0u, report.threadsFolded)
             assertEquals(wakemeterVersion(), report.libraryVersion)
             assertEquals(ProcessHandle.current().pid().toUInt(), report.target.pid)
             assertEquals(java.io.File("/proc/self/comm").readText().trim(), report.target.name)

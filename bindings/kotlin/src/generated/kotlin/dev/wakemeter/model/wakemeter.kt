@@ -2686,9 +2686,30 @@ data class Report (
     val `stats`: SamplerStats
     , 
     /**
-     * The interval over the findings window (None with fewer than two snapshots).
+     * The interval over the findings window (None with fewer than two
+     * snapshots). Its `threads` are at most
+     * [`SamplerConfig::report_threads`] of them, chosen so that the threads
+     * the findings name and the busiest by CPU, switches and wakes are
+     * kept; every other figure of it covers all threads.
      */
     val `interval`: Interval?
+    , 
+    /**
+     * Every thread of the interval, listed or not, folded into groups by
+     * name with the numbers collapsed ([`crate::compare::group_name`]:
+     * `worker-{n}`), most CPU first: at most
+     * [`DEFAULT_MAX_GROUPS`] groups and one
+     * [`OTHER_GROUP`](crate::compare::OTHER_GROUP) for the rest. Their
+     * `threads` add up to the interval's thread count, their CPU to the
+     * CPU of all its threads. Empty without an interval.
+     */
+    val `threadGroups`: List<ThreadGroupInterval>
+    , 
+    /**
+     * Threads alive at the end of the interval that `interval.threads`
+     * leaves out (counted in `thread_groups` only).
+     */
+    val `threadsFolded`: kotlin.UInt
     , 
     /**
      * Findings, most severe first.
@@ -2724,6 +2745,8 @@ public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
             FfiConverterTypeSystemInfo.read(buf),
             FfiConverterTypeSamplerStats.read(buf),
             FfiConverterOptionalTypeInterval.read(buf),
+            FfiConverterSequenceTypeThreadGroupInterval.read(buf),
+            FfiConverterUInt.read(buf),
             FfiConverterSequenceTypeFinding.read(buf),
             FfiConverterSequenceTypeSampleWarning.read(buf),
         )
@@ -2738,6 +2761,8 @@ public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
             FfiConverterTypeSystemInfo.allocationSize(value.`system`) +
             FfiConverterTypeSamplerStats.allocationSize(value.`stats`) +
             FfiConverterOptionalTypeInterval.allocationSize(value.`interval`) +
+            FfiConverterSequenceTypeThreadGroupInterval.allocationSize(value.`threadGroups`) +
+            FfiConverterUInt.allocationSize(value.`threadsFolded`) +
             FfiConverterSequenceTypeFinding.allocationSize(value.`findings`) +
             FfiConverterSequenceTypeSampleWarning.allocationSize(value.`warnings`)
     )
@@ -2751,6 +2776,8 @@ public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
             FfiConverterTypeSystemInfo.write(value.`system`, buf)
             FfiConverterTypeSamplerStats.write(value.`stats`, buf)
             FfiConverterOptionalTypeInterval.write(value.`interval`, buf)
+            FfiConverterSequenceTypeThreadGroupInterval.write(value.`threadGroups`, buf)
+            FfiConverterUInt.write(value.`threadsFolded`, buf)
             FfiConverterSequenceTypeFinding.write(value.`findings`, buf)
             FfiConverterSequenceTypeSampleWarning.write(value.`warnings`, buf)
     }
@@ -2794,6 +2821,18 @@ data class SamplerConfig (
      * Thresholds of the findings engine.
      */
     val `thresholds`: Thresholds
+    , 
+    /**
+     * Threads a [`crate::Report`] lists one by one in its interval: the
+     * threads its findings name, then the busiest by CPU, by switches per
+     * second and by kernel wakes per second, in turn, so a thread high on
+     * any one of them is kept. The others are only counted in the
+     * report's groups by name ([`crate::Report::thread_groups`]), which
+     * keeps a report of a process with thousands of threads small.
+     * Findings always look at every thread. 0 lists none. Default
+     * [`DEFAULT_REPORT_THREADS`].
+     */
+    val `reportThreads`: kotlin.UInt
     
 ){
     
@@ -2816,6 +2855,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
             FfiConverterUInt.read(buf),
             FfiConverterString.read(buf),
             FfiConverterTypeThresholds.read(buf),
+            FfiConverterUInt.read(buf),
         )
     }
 
@@ -2825,7 +2865,8 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
             FfiConverterTypeTarget.allocationSize(value.`target`) +
             FfiConverterUInt.allocationSize(value.`switchSplitEvery`) +
             FfiConverterString.allocationSize(value.`threadName`) +
-            FfiConverterTypeThresholds.allocationSize(value.`thresholds`)
+            FfiConverterTypeThresholds.allocationSize(value.`thresholds`) +
+            FfiConverterUInt.allocationSize(value.`reportThreads`)
     )
 
     override fun write(value: SamplerConfig, buf: ByteBuffer) {
@@ -2835,6 +2876,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
             FfiConverterUInt.write(value.`switchSplitEvery`, buf)
             FfiConverterString.write(value.`threadName`, buf)
             FfiConverterTypeThresholds.write(value.`thresholds`, buf)
+            FfiConverterUInt.write(value.`reportThreads`, buf)
     }
 }
 
@@ -3617,6 +3659,94 @@ public object FfiConverterTypeTargetIdentity: FfiConverterRustBuffer<TargetIdent
             FfiConverterUInt.write(value.`pid`, buf)
             FfiConverterString.write(value.`name`, buf)
             FfiConverterOptionalULong.write(value.`startTimeUnixNs`, buf)
+    }
+}
+
+
+
+/**
+ * The threads of one name (numbers collapsed) over one interval: a
+ * recording's groups, and a [`crate::Report`]'s `thread_groups`.
+ */
+data class ThreadGroupInterval (
+    /**
+     * The group name ([`group_name`]), or [`OTHER_GROUP`].
+     */
+    val `name`: kotlin.String
+    , 
+    /**
+     * Threads of the group alive at the end of the interval.
+     */
+    val `threads`: kotlin.UInt
+    , 
+    /**
+     * CPU of all of them, in percent of one core.
+     */
+    val `cpuPercent`: kotlin.Double
+    , 
+    /**
+     * Their context switches per second; `None` where no thread had them.
+     */
+    val `switchesPerSec`: kotlin.Double?
+    , 
+    /**
+     * Their voluntary switches (blocking waits) per second, where read.
+     */
+    val `voluntarySwitchesPerSec`: kotlin.Double?
+    , 
+    /**
+     * Their run-queue wait, in percent of one thread's time (summed).
+     */
+    val `runQueueWaitPercent`: kotlin.Double?
+    , 
+    /**
+     * Times they were made runnable per second (eBPF), where attached.
+     */
+    val `wakesPerSec`: kotlin.Double?
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeThreadGroupInterval: FfiConverterRustBuffer<ThreadGroupInterval> {
+    override fun read(buf: ByteBuffer): ThreadGroupInterval {
+        return ThreadGroupInterval(
+            FfiConverterString.read(buf),
+            FfiConverterUInt.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterOptionalDouble.read(buf),
+            FfiConverterOptionalDouble.read(buf),
+            FfiConverterOptionalDouble.read(buf),
+            FfiConverterOptionalDouble.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: ThreadGroupInterval) = (
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterUInt.allocationSize(value.`threads`) +
+            FfiConverterDouble.allocationSize(value.`cpuPercent`) +
+            FfiConverterOptionalDouble.allocationSize(value.`switchesPerSec`) +
+            FfiConverterOptionalDouble.allocationSize(value.`voluntarySwitchesPerSec`) +
+            FfiConverterOptionalDouble.allocationSize(value.`runQueueWaitPercent`) +
+            FfiConverterOptionalDouble.allocationSize(value.`wakesPerSec`)
+    )
+
+    override fun write(value: ThreadGroupInterval, buf: ByteBuffer) {
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterUInt.write(value.`threads`, buf)
+            FfiConverterDouble.write(value.`cpuPercent`, buf)
+            FfiConverterOptionalDouble.write(value.`switchesPerSec`, buf)
+            FfiConverterOptionalDouble.write(value.`voluntarySwitchesPerSec`, buf)
+            FfiConverterOptionalDouble.write(value.`runQueueWaitPercent`, buf)
+            FfiConverterOptionalDouble.write(value.`wakesPerSec`, buf)
     }
 }
 
@@ -5520,6 +5650,34 @@ public object FfiConverterSequenceTypeSyscallRate: FfiConverterRustBuffer<List<S
         buf.putInt(value.size)
         value.iterator().forEach {
             FfiConverterTypeSyscallRate.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeThreadGroupInterval: FfiConverterRustBuffer<List<ThreadGroupInterval>> {
+    override fun read(buf: ByteBuffer): List<ThreadGroupInterval> {
+        val len = buf.getInt()
+        return List<ThreadGroupInterval>(len) {
+            FfiConverterTypeThreadGroupInterval.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<ThreadGroupInterval>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeThreadGroupInterval.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<ThreadGroupInterval>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeThreadGroupInterval.write(it, buf)
         }
     }
 }

@@ -1,0 +1,192 @@
+//! A report of a process with hundreds of threads stays bounded: it lists
+//! at most `report_threads` of them (the busiest by CPU and by switches
+//! among them), folds the rest into groups by name, and the groups add up
+//! to the whole process. The target is a real child process (this test
+//! binary, started again as `child_process`), sampled by PID.
+
+#![cfg(any(target_os = "linux", target_os = "android"))]
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wakemeter::compare::DEFAULT_MAX_GROUPS;
+use wakemeter::{SamplerBuilder, Target};
+
+/// Set in the child's environment.
+const CHILD_ENV: &str = "WAKEMETER_MANY_THREADS_CHILD";
+const IDLE: usize = 590;
+const BUSY: usize = 2;
+const CHATTY: usize = 4;
+const LISTED: u32 = 8;
+
+/// The child: `IDLE` parked `worker-N` threads, `BUSY` `busy-N` threads
+/// working half the time in 20 ms slices, and `CHATTY` `chatty-N` threads
+/// sleeping 1 ms at a time (many switches, little CPU). It says "ready"
+/// on stdout and exits when its stdin closes. Does nothing in a normal
+/// test run.
+#[test]
+fn child_process() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let spawn = |name: String, body: fn()| {
+        std::thread::Builder::new()
+            .name(name)
+            .stack_size(64 * 1024)
+            .spawn(body)
+            .unwrap();
+    };
+    for i in 0..IDLE {
+        spawn(format!("worker-{i}"), || {
+            loop {
+                std::thread::park();
+            }
+        });
+    }
+    for i in 0..BUSY {
+        spawn(format!("busy-{i}"), || {
+            loop {
+                let until = Instant::now() + Duration::from_millis(20);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    }
+    for i in 0..CHATTY {
+        spawn(format!("chatty-{i}"), || {
+            loop {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+    }
+    println!("ready");
+    let _ = std::io::stdin().read(&mut [0u8; 1]);
+    std::process::exit(0);
+}
+
+/// The child process, killed when dropped.
+struct ChildProcess(Child);
+
+impl ChildProcess {
+    fn spawn() -> ChildProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        // libtest may print "test child_process ... " before it on the same line.
+        let ready = out
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.ends_with("ready"));
+        assert!(ready, "the child did not start its threads");
+        ChildProcess(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_report_of_hundreds_of_threads_lists_few_and_groups_all() {
+    let child = ChildProcess::spawn();
+    let pid = child.pid();
+    let sampler = SamplerBuilder::new()
+        .with_target(Target::Pid(pid))
+        .with_switch_split_every(1)
+        .with_report_threads(LISTED)
+        .build()
+        .unwrap();
+    // No background thread: the report and the full interval below are
+    // made from the same two snapshots.
+    sampler.sample_now().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    sampler.sample_now().unwrap();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count();
+    let report = sampler.report();
+    let full = sampler.interval_over(sampler.thresholds().window).unwrap();
+    let interval = report.interval.as_ref().unwrap();
+    assert_eq!(
+        (interval.from_seq, interval.to_seq),
+        (full.from_seq, full.to_seq)
+    );
+
+    // Every thread is counted: the kernel's task list is the reference.
+    assert_eq!(full.threads.len(), tasks);
+    assert_eq!(interval.process.thread_count as usize, tasks);
+
+    // At most LISTED in the report, in its JSON too; the rest folded.
+    let json = serde_json::to_value(&report).unwrap();
+    let listed = json["interval"]["threads"].as_array().unwrap().len();
+    assert!(listed <= LISTED as usize, "{listed} threads listed");
+    assert_eq!(listed, interval.threads.len());
+    assert_eq!(report.threads_folded as usize, tasks - listed);
+
+    // The busiest by CPU and the ones switching most are among them.
+    let names: Vec<&str> = interval.threads.iter().map(|t| t.name.as_str()).collect();
+    for i in 0..BUSY {
+        assert!(names.contains(&format!("busy-{i}").as_str()), "{names:?}");
+    }
+    for i in 0..CHATTY {
+        assert!(names.contains(&format!("chatty-{i}").as_str()), "{names:?}");
+    }
+
+    // The groups: bounded, one per name pattern, adding up to all threads.
+    let groups = &report.thread_groups;
+    assert!(groups.len() <= DEFAULT_MAX_GROUPS + 1);
+    let group = |name: &str| groups.iter().find(|g| g.name == name).unwrap();
+    assert_eq!(group("worker-{n}").threads as usize, IDLE);
+    assert_eq!(group("busy-{n}").threads as usize, BUSY);
+    assert_eq!(group("chatty-{n}").threads as usize, CHATTY);
+    assert_eq!(
+        groups.iter().map(|g| g.threads as usize).sum::<usize>(),
+        tasks
+    );
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0);
+    let cpu: f64 = groups.iter().map(|g| g.cpu_percent).sum();
+    let all_cpu: f64 = full.threads.iter().map(|t| t.cpu_percent).sum();
+    assert!(close(cpu, all_cpu), "groups {cpu}% vs threads {all_cpu}%");
+    let switches: f64 = groups.iter().filter_map(|g| g.switches_per_sec).sum();
+    let all_switches: f64 = full.threads.iter().filter_map(|t| t.switches_per_sec).sum();
+    assert!(
+        close(switches, all_switches),
+        "{switches} vs {all_switches}"
+    );
+    // And the process's own CPU clock agrees with the threads' sum (no
+    // thread exited; the two are read a few microseconds apart).
+    let process = interval.process.cpu_percent;
+    assert!(
+        (process - cpu).abs() <= 1.0 + 0.05 * process,
+        "process {process}% vs its threads {cpu}%"
+    );
+
+    // What this is for: the report is a fraction of the full list.
+    let report_bytes = serde_json::to_vec(&report).unwrap().len();
+    let full_bytes = serde_json::to_vec(&full).unwrap().len();
+    assert!(
+        report_bytes * 10 < full_bytes,
+        "report {report_bytes} bytes, all threads {full_bytes}"
+    );
+}
