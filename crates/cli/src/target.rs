@@ -104,7 +104,10 @@ mod imp {
     }
 
     pub fn liveness(pid: u32) -> Liveness {
-        let stat = match std::fs::read(format!("/proc/{pid}/stat")) {
+        // The leader's own `stat` has the state the process `stat` shows,
+        // without the process-wide sums the kernel makes over every thread
+        // for the latter (most of this check's cost at thousands of threads).
+        let stat = match std::fs::read(format!("/proc/{pid}/task/{pid}/stat")) {
             Ok(raw) => String::from_utf8_lossy(&raw).into_owned(),
             Err(e) if gone(&e) => return Liveness::Gone,
             // Unreadable for another reason: not ours to judge; the
