@@ -148,6 +148,17 @@ fn another_process_by_pid_uses_schedstat() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    // The new comm shows before `sleep` has finished starting (loader,
+    // libc): wait until its CPU time stops moving, or the read below
+    // races the reference read.
+    let pid_s = pid.to_string();
+    for _ in 0..500 {
+        let before = schedstat(&pid_s, u64::from(pid)).0;
+        std::thread::sleep(Duration::from_millis(20));
+        if schedstat(&pid_s, u64::from(pid)).0 == before {
+            break;
+        }
+    }
     let s = SamplerBuilder::new()
         .with_target(Target::Pid(pid))
         .build()
