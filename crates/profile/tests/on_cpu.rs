@@ -279,6 +279,8 @@ fn jit_frames_are_named_from_the_perf_map() {
                   console.log(s);\n";
     let child = Command::new("node")
         .args(["--perf-basic-prof", "-e", script])
+        // V8 may write isolate logs into its working directory.
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
         .stdout(Stdio::piped())
         .spawn()
         .expect("node starts");
