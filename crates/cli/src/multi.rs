@@ -160,6 +160,30 @@ pub fn cap(all: BTreeSet<u32>, max: usize) -> (BTreeSet<u32>, Vec<u32>) {
 }
 
 impl Selection {
+    /// The selected processes now ([`Selection::resolve`]), at most
+    /// `max_processes` of them ([`cap`]). When processes are left out, and
+    /// they differ from `last_dropped`, stderr names them (`doing`:
+    /// "watching", "recording"); `last_dropped` is updated.
+    pub(crate) fn resolve_capped(
+        &self,
+        doing: &str,
+        last_dropped: &mut Vec<u32>,
+    ) -> Result<BTreeSet<u32>, String> {
+        let (kept, dropped) = cap(self.resolve()?, self.max_processes);
+        if !dropped.is_empty() && dropped != *last_dropped {
+            let list: Vec<String> = dropped.iter().map(u32::to_string).collect();
+            print::note(&format!(
+                "wakemeter: warning: {} matches {} processes; {doing} the {} lowest PIDs, not {}",
+                self.describe(),
+                kept.len() + dropped.len(),
+                kept.len(),
+                list.join(", ")
+            ));
+        }
+        *last_dropped = dropped;
+        Ok(kept)
+    }
+
     /// In words, for messages: "pid 12, processes named envoy, cgroup X".
     pub(crate) fn describe(&self) -> String {
         let mut parts = Vec::new();
@@ -354,18 +378,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 next += every;
             }
             // Resolve again: new processes of the name or cgroup join.
-            let (kept, dropped) = cap(sel.resolve()?, sel.max_processes);
-            if !dropped.is_empty() && dropped != last_dropped {
-                let list: Vec<String> = dropped.iter().map(u32::to_string).collect();
-                print::note(&format!(
-                    "wakemeter: warning: {} matches {} processes; watching the {} lowest PIDs, not {}",
-                    sel.describe(),
-                    kept.len() + dropped.len(),
-                    kept.len(),
-                    list.join(", ")
-                ));
-            }
-            last_dropped = dropped;
+            let kept = sel.resolve_capped("watching", &mut last_dropped)?;
             for pid in kept {
                 if set.contains_key(&pid) {
                     continue;

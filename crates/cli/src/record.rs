@@ -26,7 +26,7 @@ use wakemeter::compare::{
 };
 use wakemeter::{Sampler, SamplerBuilder, SamplingGuard, Target};
 
-use crate::multi::{self, Selection};
+use crate::multi::Selection;
 use crate::target::{self, Liveness, Resolved};
 use crate::{kernel, print};
 
@@ -186,18 +186,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
         }
         if now >= next_resolve {
             next_resolve = now + resolve_every;
-            let (kept, dropped) = multi::cap(sel.resolve()?, sel.max_processes);
-            if !dropped.is_empty() && dropped != last_dropped {
-                let list: Vec<String> = dropped.iter().map(u32::to_string).collect();
-                print::note(&format!(
-                    "wakemeter: warning: {} matches {} processes; recording the {} lowest PIDs, not {}",
-                    sel.describe(),
-                    kept.len() + dropped.len(),
-                    kept.len(),
-                    list.join(", ")
-                ));
-            }
-            last_dropped = dropped;
+            let kept = sel.resolve_capped("recording", &mut last_dropped)?;
             for pid in kept {
                 if live.contains_key(&pid) {
                     continue;
