@@ -56,12 +56,19 @@ pub enum EbpfError {
         missing: &'static str,
     },
 
-    /// The kernel exposes no BTF (`/sys/kernel/btf/vmlinux` is absent; it
-    /// needs `CONFIG_DEBUG_INFO_BTF=y`), so the programs cannot be relocated.
+    /// The kernel's BTF is absent (`/sys/kernel/btf/vmlinux`, or the file
+    /// given to `with_kernel_btf_path`; the kernel needs
+    /// `CONFIG_DEBUG_INFO_BTF=y`), so the programs cannot be relocated.
+    /// There is no partial fallback: every program reads kernel structures
+    /// through CO-RE relocations, raw tracepoints included.
     #[error(
-        "no kernel BTF: /sys/kernel/btf/vmlinux is absent (kernel built without CONFIG_DEBUG_INFO_BTF)"
+        "no kernel BTF: {} is absent (kernel built without CONFIG_DEBUG_INFO_BTF); the eBPF programs need it to read kernel structures",
+        path.display()
     )]
-    NoKernelBtf,
+    NoKernelBtf {
+        /// The BTF file that was looked for.
+        path: std::path::PathBuf,
+    },
 
     /// This build has no kernel programs: clang was not found when the crate
     /// was compiled (install clang and rebuild).

@@ -118,6 +118,8 @@ pub struct EbpfSourceBuilder {
     top_wakers: usize,
     syscalls: bool,
     calibration: bool,
+    /// `None`: `/sys/kernel/btf/vmlinux`.
+    kernel_btf: Option<std::path::PathBuf>,
 }
 
 impl EbpfSourceBuilder {
@@ -131,6 +133,7 @@ impl EbpfSourceBuilder {
             top_wakers: DEFAULT_TOP_WAKERS,
             syscalls: true,
             calibration: false,
+            kernel_btf: None,
         }
     }
 
@@ -186,6 +189,18 @@ impl EbpfSourceBuilder {
     /// accounting. Meant for benchmarks.
     pub fn with_calibration_program(mut self, on: bool) -> Self {
         self.calibration = on;
+        self
+    }
+
+    /// Reads the kernel's BTF from the file `path` instead of
+    /// `/sys/kernel/btf/vmlinux`. The file must describe the running kernel
+    /// (a copy of its `/sys/kernel/btf/vmlinux`); it is parsed at each
+    /// attach rather than once per process. Meant for tests of a machine
+    /// without BTF: a path that does not exist makes attach fail with
+    /// [`EbpfError::NoKernelBtf`], as on a kernel built without
+    /// `CONFIG_DEBUG_INFO_BTF`.
+    pub fn with_kernel_btf_path(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.kernel_btf = Some(path.into());
         self
     }
 

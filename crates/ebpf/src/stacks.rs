@@ -173,6 +173,8 @@ pub struct StackSessionBuilder {
     pub(crate) max_entries: u32,
     pub(crate) thread: u32,
     pub(crate) attach_kind: AttachKind,
+    /// `None`: `/sys/kernel/btf/vmlinux`.
+    pub(crate) kernel_btf: Option<std::path::PathBuf>,
 }
 
 impl StackSessionBuilder {
@@ -187,6 +189,7 @@ impl StackSessionBuilder {
             max_entries: DEFAULT_MAX_ENTRIES,
             thread: 0,
             attach_kind: AttachKind::Auto,
+            kernel_btf: None,
         }
     }
 
@@ -225,6 +228,18 @@ impl StackSessionBuilder {
     /// How the scheduler programs attach (off-CPU and wakeups).
     pub fn with_attach_kind(mut self, kind: AttachKind) -> Self {
         self.attach_kind = kind;
+        self
+    }
+
+    /// Reads the kernel's BTF from the file `path` instead of
+    /// `/sys/kernel/btf/vmlinux`. The file must describe the running kernel
+    /// (a copy of its `/sys/kernel/btf/vmlinux`); it is parsed at each
+    /// attach rather than once per process. Meant for tests of a machine
+    /// without BTF: a path that does not exist makes attach fail with
+    /// [`EbpfError::NoKernelBtf`], as on a kernel built without
+    /// `CONFIG_DEBUG_INFO_BTF`.
+    pub fn with_kernel_btf_path(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.kernel_btf = Some(path.into());
         self
     }
 

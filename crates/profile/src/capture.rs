@@ -32,6 +32,7 @@ pub struct ProfileOptions {
     max_stacks: u32,
     max_entries: u32,
     thread: u32,
+    kernel_btf: Option<std::path::PathBuf>,
 }
 
 impl ProfileOptions {
@@ -44,6 +45,7 @@ impl ProfileOptions {
             max_stacks: wakemeter_ebpf::stacks::DEFAULT_MAX_STACKS,
             max_entries: wakemeter_ebpf::stacks::DEFAULT_MAX_ENTRIES,
             thread: 0,
+            kernel_btf: None,
         }
     }
 
@@ -75,6 +77,16 @@ impl ProfileOptions {
     /// [`wakemeter_ebpf::StackSessionBuilder::with_thread`]).
     pub fn with_thread(mut self, tid: u32) -> Self {
         self.thread = tid;
+        self
+    }
+
+    /// Reads the kernel's BTF from the file `path` instead of
+    /// `/sys/kernel/btf/vmlinux` (see
+    /// [`wakemeter_ebpf::StackSessionBuilder::with_kernel_btf_path`]):
+    /// meant for tests of a machine without BTF, where a capture fails with
+    /// [`wakemeter_ebpf::EbpfError::NoKernelBtf`].
+    pub fn with_kernel_btf_path(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.kernel_btf = Some(path.into());
         self
     }
 
@@ -160,12 +172,15 @@ impl Profiler {
     /// [`ProfileError::Ebpf`]: no privilege, no kernel BTF, no such
     /// process, an option out of range, ...
     pub fn start(&self, target: Target, options: &ProfileOptions) -> Result<Capture, ProfileError> {
-        let session = StackSession::builder(target, options.kind)
+        let mut builder = StackSession::builder(target, options.kind)
             .with_frequency_hz(options.frequency_hz)
             .with_max_stacks(options.max_stacks)
             .with_max_entries(options.max_entries)
-            .with_thread(options.thread)
-            .attach()?;
+            .with_thread(options.thread);
+        if let Some(path) = &options.kernel_btf {
+            builder = builder.with_kernel_btf_path(path);
+        }
+        let session = builder.attach()?;
         let view = self.symbolizer.view(session.pid());
         let start_unix_ns = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)

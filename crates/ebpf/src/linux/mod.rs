@@ -6,6 +6,7 @@ mod pid_ns;
 pub(crate) mod stacks;
 mod sys;
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::OnceLock;
@@ -119,15 +120,22 @@ fn object() -> Result<&'static [u8], EbpfError> {
     Err(EbpfError::BuiltWithoutClang)
 }
 
-/// The kernel's BTF, parsed once per process and reused (parsing is most of
-/// the first attach: BENCHMARKS.md, eBPF section, "Against the targets").
-fn kernel_btf() -> Result<&'static Btf, EbpfError> {
+/// The kernel's BTF: from `/sys/kernel/btf/vmlinux`, parsed once per
+/// process and reused (parsing is most of the first attach: BENCHMARKS.md,
+/// eBPF section, "Against the targets"), or from the file `path`, parsed
+/// at each attach.
+fn kernel_btf(path: Option<&std::path::Path>) -> Result<Cow<'static, Btf>, EbpfError> {
     static KERNEL_BTF: OnceLock<Btf> = OnceLock::new();
+    if let Some(path) = path {
+        return Btf::parse_file(path, aya::Endianness::default())
+            .map(Cow::Owned)
+            .map_err(|source| EbpfError::Btf { source });
+    }
     if let Some(btf) = KERNEL_BTF.get() {
-        return Ok(btf);
+        return Ok(Cow::Borrowed(btf));
     }
     let parsed = Btf::from_sys_fs().map_err(|source| EbpfError::Btf { source })?;
-    Ok(KERNEL_BTF.get_or_init(|| parsed))
+    Ok(Cow::Borrowed(KERNEL_BTF.get_or_init(|| parsed)))
 }
 
 /// Entries fetched per batch when reading the per-thread map (about 140 KiB
@@ -305,9 +313,10 @@ impl Session {
             .max_threads
             .unwrap_or_else(|| auto_max_threads(sys::thread_count(pid)));
         let object = object()?;
-        sys::check_kernel_btf()?;
+        sys::check_kernel_btf(options.kernel_btf.as_deref())?;
         sys::check_privileges()?;
-        let btf = kernel_btf()?;
+        let btf = kernel_btf(options.kernel_btf.as_deref())?;
+        let btf = btf.as_ref();
         let namespace = pid_ns::proc_namespace();
         let kernel_tgid = match namespace {
             Some(ns) => ns.host_ids(pid, btf)?.tgid,

@@ -62,12 +62,14 @@ pub(crate) fn check_privileges() -> Result<(), EbpfError> {
     }
 }
 
-/// Fails with [`EbpfError::NoKernelBtf`] when the kernel has no BTF.
-pub(crate) fn check_kernel_btf() -> Result<(), EbpfError> {
-    if std::path::Path::new(KERNEL_BTF_PATH).exists() {
+/// Fails with [`EbpfError::NoKernelBtf`] when the kernel's BTF is not at
+/// `path` (`None`: [`KERNEL_BTF_PATH`]).
+pub(crate) fn check_kernel_btf(path: Option<&std::path::Path>) -> Result<(), EbpfError> {
+    let path = path.unwrap_or(std::path::Path::new(KERNEL_BTF_PATH));
+    if path.exists() {
         Ok(())
     } else {
-        Err(EbpfError::NoKernelBtf)
+        Err(EbpfError::NoKernelBtf { path: path.into() })
     }
 }
 

@@ -98,9 +98,10 @@ impl StackSession {
         let started = Instant::now();
         let (pid, watch) = super::resolve_target(options.target)?;
         let object = object()?;
-        sys::check_kernel_btf()?;
+        sys::check_kernel_btf(options.kernel_btf.as_deref())?;
         sys::check_privileges()?;
-        let btf = kernel_btf()?;
+        let btf = kernel_btf(options.kernel_btf.as_deref())?;
+        let btf = btf.as_ref();
         // In a PID namespace of its own, the programs compare the
         // initial-namespace ids and write keys with this namespace's.
         let namespace = super::pid_ns::proc_namespace();
