@@ -14,7 +14,7 @@
 # working ~1 ms in 10, the rest idle. Each tool's CPU is utime + stime
 # from /proc/<tool>/stat over the measured window (after a warm-up), in
 # percent of one core; the ratios are to pidstat and top of the same run.
-# watch samples every 0.5 s whatever --every is (two samples per report);
+# watch samples once a second and reports on every --every-th snapshot;
 # record samples once a second.
 # Also printed: JSON bytes per report, and wakemeter's own cost per sample
 # (`stats.mean_sample_cost_ns`: its samples and reports over its samples).

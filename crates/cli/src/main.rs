@@ -87,28 +87,9 @@ enum Command {
     /// pod): per-thread CPU, switches and run-queue wait, plus the eBPF
     /// kernel view when privileges allow; prints findings every interval.
     #[command(after_help = WATCH_HELP)]
-    #[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["pid", "name", "cgroup"])))]
     Watch {
-        /// Process to watch; repeat for several. The ID of one of its
-        /// threads (a TID) also works: the whole process is watched, and
-        /// stderr says so.
-        #[arg(long)]
-        pid: Vec<u32>,
-        /// Watch every process with this name (exact match on the kernel's
-        /// 15-byte process name), looked up again at every report: a
-        /// restarted process is picked up, an exited one dropped.
-        #[arg(long)]
-        name: Option<String>,
-        /// Watch every process of this cgroup v2 directory and the cgroups
-        /// below it (a pod, a systemd unit), looked up again at every
-        /// report. Absolute, or relative to the cgroup v2 root
-        /// (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts).
-        #[arg(long, value_name = "PATH")]
-        cgroup: Option<PathBuf>,
-        /// At most this many processes at once (1 to 1024); the lowest PIDs
-        /// are kept and stderr names the others.
-        #[arg(long, default_value_t = multi::DEFAULT_MAX_PROCESSES)]
-        max_processes: usize,
+        #[command(flatten)]
+        selection: multi::Selection,
         /// Seconds between reports (1 to 3600).
         #[arg(long, default_value_t = 5)]
         every: u64,
@@ -157,26 +138,9 @@ enum Command {
     /// (target, configuration, library) on the first line, then one line
     /// per sampling interval (threads grouped by name); with several
     /// processes, one such section per process in the one file.
-    #[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["pid", "name", "cgroup"])))]
     Record {
-        /// Process to record (a thread id works too); repeat for several.
-        /// Several processes are written one section each (its own
-        /// header, then its intervals) into the one file.
-        #[arg(long)]
-        pid: Vec<u32>,
-        /// Record every process with this name (exact match on the
-        /// kernel's 15-byte process name), looked up again every second: a
-        /// restarted process gets a section of its own.
-        #[arg(long)]
-        name: Option<String>,
-        /// Record every process of this cgroup v2 directory and the
-        /// cgroups below it (a pod), looked up again every second.
-        #[arg(long, value_name = "PATH")]
-        cgroup: Option<PathBuf>,
-        /// At most this many processes at once (1 to 1024); the lowest PIDs
-        /// are kept and stderr names the others.
-        #[arg(long, default_value_t = multi::DEFAULT_MAX_PROCESSES)]
-        max_processes: usize,
+        #[command(flatten)]
+        selection: multi::Selection,
         /// How long to record, in seconds.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
@@ -299,8 +263,8 @@ Exit status:
 
 /// The PID when `watch` names exactly one process by PID (the
 /// single-process watch: unlabelled `--listen` series, `--profile-dir`).
-fn single_pid(pids: &[u32], name: &Option<String>, cgroup: &Option<PathBuf>) -> Option<u32> {
-    match (pids, name, cgroup) {
+fn single_pid(s: &multi::Selection) -> Option<u32> {
+    match (s.pids.as_slice(), &s.name, &s.cgroup) {
         (&[pid], None, None) => Some(pid),
         _ => None,
     }
@@ -333,10 +297,7 @@ fn main() -> ExitCode {
             kernel,
         } => demo::run(seconds, &report, kernel.choice()),
         Command::Watch {
-            pid,
-            name,
-            cgroup,
-            max_processes,
+            selection,
             every,
             seconds,
             json,
@@ -344,7 +305,7 @@ fn main() -> ExitCode {
             profile,
             listen,
             allow_non_loopback,
-        } => match single_pid(&pid, &name, &cgroup) {
+        } => match single_pid(&selection) {
             Some(pid) => watch::run(&watch::Options {
                 pid,
                 every,
@@ -359,12 +320,7 @@ fn main() -> ExitCode {
                 Err("--profile-dir profiles one process: give a single --pid".into())
             }
             _ => multi::run(&multi::Options {
-                selection: multi::Selection {
-                    pids: pid,
-                    name,
-                    cgroup,
-                    max_processes,
-                },
+                selection,
                 every,
                 seconds,
                 json,
@@ -385,21 +341,13 @@ fn main() -> ExitCode {
             kernel: kernel.choice(),
         }),
         Command::Record {
-            pid,
-            name,
-            cgroup,
-            max_processes,
+            selection,
             seconds,
             interval,
             output,
             kernel,
         } => record::record(&record::RecordOptions {
-            selection: multi::Selection {
-                pids: pid,
-                name,
-                cgroup,
-                max_processes,
-            },
+            selection,
             seconds,
             interval_secs: interval,
             output,

@@ -53,17 +53,33 @@ pub const MAX_PROCESSES_LIMIT: usize = 1024;
 /// but no real hierarchy nests this far; the bound keeps a walk finite).
 const MAX_CGROUP_DEPTH: usize = 32;
 
-/// Which processes to watch: the union of all that is given.
-#[derive(Debug, Clone, Default)]
+/// Which processes to watch or record: the union of all that is given.
+/// One set of flags for `watch` and `record` (flattened into both); at
+/// least one of `--pid`, `--name`, `--cgroup` is required.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["pids", "name", "cgroup"])))]
 pub struct Selection {
-    /// `--pid`, each a process or one of its threads.
+    /// Process to watch or record; repeat for several. The ID of one of
+    /// its threads (a TID) also works: the whole process is taken, and
+    /// stderr says so.
+    #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
-    /// `--name`: processes whose name (Linux `comm`) is exactly this.
+    /// Every process with this name (exact match on the kernel's 15-byte
+    /// process name, Linux `comm`), looked up again as it goes (at every
+    /// report, or every second when recording): a restarted process is
+    /// picked up, an exited one dropped.
+    #[arg(long)]
     pub name: Option<String>,
-    /// `--cgroup`: a cgroup v2 directory, absolute or relative to
-    /// [`CGROUP_ROOT`].
+    /// Every process of this cgroup v2 directory and the cgroups below it
+    /// (a pod, a systemd unit), looked up again like `--name`. Absolute,
+    /// or relative to the cgroup v2 root (/sys/fs/cgroup, or
+    /// /sys/fs/cgroup/unified on hybrid hosts).
+    #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
-    /// `--max-processes`.
+    /// At most this many processes at once (1 to 1024); the lowest PIDs
+    /// are kept and stderr names the others.
+    #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES)]
     pub max_processes: usize,
 }
 
@@ -408,8 +424,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 waiting_said = true;
             }
         }
-        let until_deadline = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-        std::thread::sleep(until_deadline.min(SAMPLE_EVERY));
+        // Wake for the next report, the deadline, or a look at who exited,
+        // whichever comes first.
+        let now = Instant::now();
+        let until = deadline.map_or(next, |d| d.min(next));
+        std::thread::sleep(until.saturating_duration_since(now).min(SAMPLE_EVERY));
     }
     for mut w in std::mem::take(&mut set).into_values() {
         drop(w.guard.take());

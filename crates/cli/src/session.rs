@@ -13,13 +13,27 @@ use wakemeter::{KernelSource, Sampler, SamplerBuilder, Target, Thresholds};
 use crate::print;
 use crate::target::{self, Liveness, Resolved};
 
-/// The sampler's interval.
-pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+/// The sampler's interval: one snapshot a second. `watch --every` and
+/// `top --interval` are whole seconds, so every report and refresh ends
+/// on a snapshot. Sampling faster would cost more without showing more
+/// (at 1,000 threads, two samples a second cost 0.57–0.65% of a core
+/// against 0.27% for one), and the target's exit is still noticed within
+/// a second.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// The voluntary/involuntary split of switches is read on every this many
 /// snapshots (those whose sequence number is a multiple of it): an
-/// interval shows the split when both its ends are such snapshots.
-pub const SWITCH_SPLIT_EVERY: u32 = 2;
+/// interval shows the split when both its ends are such snapshots. Every
+/// snapshot, as `record` does: a report over any whole number of seconds
+/// shows the split.
+pub const SWITCH_SPLIT_EVERY: u32 = 1;
+
+/// How many snapshots the sampler stores in `span` (at least one).
+pub fn samples_in(span: Duration) -> u64 {
+    u64::try_from(span.as_millis() / SAMPLE_EVERY.as_millis().max(1))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
 
 /// Resolves what the user named (a thread id becomes its process, and
 /// stderr says so). Before anything else, eBPF included: a missing or

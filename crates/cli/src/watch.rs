@@ -1,11 +1,12 @@
 //! `wakemeter watch --pid`: the sidecar use.
 //!
 //! Reports come every `--every` seconds and once more at the `--seconds`
-//! deadline. The watcher has no clock of its own between reports: it wakes
-//! when the sampler stores a snapshot (`wait_for_sample`, every
-//! [`SAMPLE_EVERY`]) and then checks that the target still exists, so it
-//! stops at the deadline and within about a sampling interval of the
-//! target's exit, whatever `--every` is. When the target has gone, sampling
+//! deadline. The watcher has no clock of its own: it wakes when the
+//! sampler stores a snapshot (`wait_for_sample`, every [`SAMPLE_EVERY`]),
+//! reports on every `--every`th snapshot and on the deadline's, and then
+//! checks that the target still exists, so it stops at the deadline and
+//! within about a sampling interval of the target's exit, whatever
+//! `--every` is. When the target has gone, sampling
 //! is stopped first and one final report is printed (its `stats.running` is
 //! false), then "target exited" on stderr.
 
@@ -75,34 +76,50 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         None => None,
     };
     let mut out = io::stdout().lock();
-    let every = Duration::from_secs(o.every);
-    let start = Instant::now();
-    let deadline = o.seconds.map(|s| start + Duration::from_secs(s));
-    let mut next = start + every;
+    // Reports end on snapshots: snapshot 0 is taken at the start, then one
+    // every SAMPLE_EVERY, so a report is due at every `per_report`th
+    // snapshot and the last one at the snapshot of the `--seconds`
+    // deadline. Waking on snapshots rather than on a clock of its own, the
+    // watcher never reports between two samples (a report a sample late,
+    // or one with nothing new).
+    let per_report = session::samples_in(Duration::from_secs(o.every));
+    let last_seq = o
+        .seconds
+        .map(|s| session::samples_in(Duration::from_secs(s)));
+    // If sampling stalls (a sample failed, a stopped machine), the
+    // deadline still holds, a little late.
+    let deadline = o
+        .seconds
+        .map(|s| Instant::now() + Duration::from_secs(s) + 2 * SAMPLE_EVERY);
     let mut measured = false;
     let mut reported_error: Option<String> = None;
     let mut last = None;
+    // The number of the last report due (`seq / per_report`).
+    let mut reports_due = 0;
     let end = loop {
         let now = Instant::now();
-        if now >= next || deadline.is_some_and(|d| now >= d) {
-            measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
-            if deadline.is_some_and(|d| now >= d) {
-                break End::Deadline;
-            }
-            while next <= now {
-                next += every;
-            }
-        }
-        // Wake on the next stored snapshot, or at the deadline if sooner.
         let until_deadline = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
         // A timeout or a stopped run: `check` below says what happened.
-        if let SampleWait::Stored { seq } =
-            sampler.wait_for_sample(last, until_deadline.min(2 * SAMPLE_EVERY))
-        {
-            last = Some(seq);
-        }
+        let stored = match sampler.wait_for_sample(last, until_deadline.min(2 * SAMPLE_EVERY)) {
+            SampleWait::Stored { seq } => {
+                last = Some(seq);
+                Some(seq)
+            }
+            _ => None,
+        };
         if let Some(a) = &mut auto {
             a.note_new();
+        }
+        let final_seq = stored.is_some_and(|seq| last_seq.is_some_and(|l| seq >= l));
+        if final_seq || deadline.is_some_and(|d| Instant::now() >= d) {
+            measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
+            break End::Deadline;
+        }
+        if let Some(seq) = stored
+            && seq / per_report > reports_due
+        {
+            reports_due = seq / per_report;
+            measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
         }
         if let Some(end) = session::check(&sampler, pid, &mut reported_error, |e| {
             print::note(&format!("wakemeter: sampling: {e}"));

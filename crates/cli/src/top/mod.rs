@@ -270,10 +270,10 @@ impl Top<'_> {
     /// the table over the last `--interval` before it, the findings and
     /// warnings as `watch` reports them.
     fn refresh(&mut self, seq: u64) {
-        let samples = (self.o.interval.as_millis() / SAMPLE_EVERY.as_millis().max(1)) as u64;
+        let samples = session::samples_in(self.o.interval);
         let interval = self
             .sampler
-            .interval_between(seq.saturating_sub(samples.max(1)), seq)
+            .interval_between(seq.saturating_sub(samples), seq)
             .or_else(|| self.sampler.interval_over(self.o.interval));
         self.measured |= interval.is_some();
         self.data = Data {
