@@ -187,8 +187,8 @@ impl Sampler {
         Ok(self.core()?.latest_interval())
     }
 
-    /// The interval from the oldest snapshot within `window` of the newest
-    /// one to the newest one (at least the last two snapshots); `None` with
+    /// The interval from the snapshot taken nearest to `window` before the
+    /// newest one to the newest one (at least the last two snapshots); `None` with
     /// fewer than two snapshots.
     ///
     /// # Errors

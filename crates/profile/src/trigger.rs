@@ -402,7 +402,7 @@ impl AutoProfilerBuilder {
     }
 
     /// Window of the CPU thresholds (at least 1 ms): the interval from the
-    /// oldest snapshot within it to the newest.
+    /// snapshot taken nearest to it before the newest one to the newest.
     pub fn with_cpu_window(mut self, d: Duration) -> Self {
         self.cpu_window = d;
         self

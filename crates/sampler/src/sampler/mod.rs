@@ -222,8 +222,9 @@ impl Sampler {
         })
     }
 
-    /// The interval from the oldest snapshot within `window` of the newest
-    /// one to the newest one; `None` with fewer than two snapshots.
+    /// The interval from the snapshot taken nearest to `window` before the
+    /// newest one (of two equally near, the later) to the newest one;
+    /// `None` with fewer than two snapshots.
     pub fn interval_over(&self, window: Duration) -> Option<Interval> {
         self.account(|| interval_over_in(&self.history(), window))
     }

@@ -69,14 +69,26 @@ pub struct Report {
     pub warnings: Vec<SampleWarning>,
 }
 
-/// The interval over `window` ending at the newest snapshot of `h`.
+/// The interval over `window` ending at the newest snapshot of `h`: from
+/// the snapshot taken nearest to `window` before the newest one (of two
+/// equally near, the later). Nearest rather than "the oldest within": a
+/// sampler ticking every second takes the snapshot of two seconds ago a
+/// few microseconds before or after the two-second mark, and a report over
+/// two seconds must not alternate between one and two seconds with that
+/// jitter.
 pub(super) fn interval_over_in(h: &History, window: Duration) -> Option<Interval> {
     let to = h.latest()?;
     let since = to
         .header
         .monotonic_ns
         .saturating_sub(crate::probe::duration_ns(window));
-    let from = h.first_since(since)?;
+    let within = h.first_since(since)?;
+    let from = match h.last_at_or_before(since) {
+        Some(older) if since - older.header.monotonic_ns < within.header.monotonic_ns - since => {
+            older
+        }
+        _ => within,
+    };
     if from.header.seq == to.header.seq {
         let n = h.len();
         return Some(between_in_history(h, h.get(n.checked_sub(2)?)?, to));
@@ -271,6 +283,55 @@ pub struct SamplerStats {
 mod tests {
     use super::*;
     use crate::diagnose::{FindingKind, Severity};
+
+    /// A history of snapshots taken at `times` (ns), no threads.
+    fn history_at(times: &[u64]) -> History {
+        use crate::history::{Encoders, Header, Stored};
+        let mut enc = Encoders::default();
+        let mut h = History::new(16);
+        for (seq, &monotonic_ns) in times.iter().enumerate() {
+            let header = Header {
+                seq: seq as u64,
+                monotonic_ns,
+                unix_time_ns: 0,
+                process: Default::default(),
+                switch_split_read: true,
+                sampler_cost_ns: 0,
+                total_sampler_cpu_time_ns: 0,
+                warnings: Vec::new(),
+            };
+            let stored = Stored::new(&mut enc, header, Vec::new(), &[], &[], None);
+            h.push(std::sync::Arc::new(stored));
+        }
+        h
+    }
+
+    #[test]
+    fn an_interval_over_a_window_starts_at_the_snapshot_nearest_its_start() {
+        // One snapshot a second, each a few microseconds early or late.
+        let h = history_at(&[
+            0,
+            1_000_004_000,
+            2_000_001_000,
+            3_000_006_000,
+            4_000_003_000,
+        ]);
+        let over = |secs: f64| {
+            let i = interval_over_in(&h, Duration::from_secs_f64(secs)).expect("an interval");
+            (i.from_seq, i.to_seq)
+        };
+        // Snapshot 2 is 2 µs older than two seconds: still the one meant.
+        assert_eq!(over(2.0), (2, 4));
+        assert_eq!(over(1.0), (3, 4));
+        assert_eq!(over(3.0), (1, 4));
+        // 1.4 s back is nearer snapshot 3 (1.0 s old) than 2 (2.0 s old).
+        assert_eq!(over(1.4), (3, 4));
+        assert_eq!(over(1.6), (2, 4));
+        // Longer than the history: all of it. Zero: the last two.
+        assert_eq!(over(60.0), (0, 4));
+        assert_eq!(over(0.0), (3, 4));
+        assert!(interval_over_in(&history_at(&[5]), Duration::from_secs(1)).is_none());
+    }
 
     /// Thread `tid` named `name` with this CPU and these switches per second.
     fn thread(tid: u64, name: &str, cpu: f64, switches: f64) -> ThreadInterval {

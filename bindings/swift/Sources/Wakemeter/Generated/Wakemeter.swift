@@ -891,8 +891,8 @@ public protocol SamplerProtocol: AnyObject, Sendable {
     func findingsWith(thresholds: Thresholds) throws  -> [Finding]
     
     /**
-     * The interval from the oldest snapshot within `window` of the newest
-     * one to the newest one (at least the last two snapshots); `None` with
+     * The interval from the snapshot taken nearest to `window` before the
+     * newest one to the newest one (at least the last two snapshots); `None` with
      * fewer than two snapshots.
      *
      * # Errors
@@ -1175,8 +1175,8 @@ open func findingsWith(thresholds: Thresholds)throws  -> [Finding]  {
 }
     
     /**
-     * The interval from the oldest snapshot within `window` of the newest
-     * one to the newest one (at least the last two snapshots); `None` with
+     * The interval from the snapshot taken nearest to `window` before the
+     * newest one to the newest one (at least the last two snapshots); `None` with
      * fewer than two snapshots.
      *
      * # Errors
@@ -2643,7 +2643,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() != 28143) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() != 12519) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() != 49153) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_is_running() != 15298) {

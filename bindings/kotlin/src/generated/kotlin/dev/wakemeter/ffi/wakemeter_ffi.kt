@@ -1116,7 +1116,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() and 0xFFFF) != 28143) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() and 0xFFFF) != 12519) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() and 0xFFFF) != 49153) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_is_running() and 0xFFFF) != 15298) {
@@ -2111,8 +2111,8 @@ public interface SamplerInterface {
     fun `findingsWith`(`thresholds`: Thresholds): List<Finding>
     
     /**
-     * The interval from the oldest snapshot within `window` of the newest
-     * one to the newest one (at least the last two snapshots); `None` with
+     * The interval from the snapshot taken nearest to `window` before the
+     * newest one to the newest one (at least the last two snapshots); `None` with
      * fewer than two snapshots.
      *
      * # Errors
@@ -2473,8 +2473,8 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 
     
     /**
-     * The interval from the oldest snapshot within `window` of the newest
-     * one to the newest one (at least the last two snapshots); `None` with
+     * The interval from the snapshot taken nearest to `window` before the
+     * newest one to the newest one (at least the last two snapshots); `None` with
      * fewer than two snapshots.
      *
      * # Errors
