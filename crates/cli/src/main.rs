@@ -93,6 +93,11 @@ enum Command {
         /// Seconds between reports (1 to 3600).
         #[arg(long, default_value_t = 5)]
         every: u64,
+        /// Threads each report lists one by one: those the findings name,
+        /// then the busiest by CPU, switches and wakes. Every other thread
+        /// is counted in the report's groups by name. 0 lists none.
+        #[arg(long, value_name = "N", default_value_t = wakemeter::config::DEFAULT_REPORT_THREADS)]
+        report_threads: u32,
         /// Stop after this many seconds, with a last report then (default:
         /// until the process exits).
         #[arg(long)]
@@ -299,6 +304,7 @@ fn main() -> ExitCode {
         Command::Watch {
             selection,
             every,
+            report_threads,
             seconds,
             json,
             kernel,
@@ -309,6 +315,7 @@ fn main() -> ExitCode {
             Some(pid) => watch::run(&watch::Options {
                 pid,
                 every,
+                report_threads,
                 seconds,
                 json,
                 kernel: kernel.choice(),
@@ -322,6 +329,7 @@ fn main() -> ExitCode {
             _ => multi::run(&multi::Options {
                 selection,
                 every,
+                report_threads,
                 seconds,
                 json,
                 kernel: kernel.choice(),

@@ -88,6 +88,7 @@ pub struct Selection {
 pub struct Options {
     pub selection: Selection,
     pub every: u64,
+    pub report_threads: u32,
     pub seconds: Option<u64>,
     pub json: bool,
     pub kernel: kernel::Choice,
@@ -280,7 +281,7 @@ impl Watched {
                 None
             }
         };
-        let sampler = session::sampler(pid, Duration::from_secs(o.every), kernel)
+        let sampler = session::sampler(pid, Duration::from_secs(o.every), o.report_threads, kernel)
             .map_err(|e| e.to_string())?;
         let guard = sampler.start().map_err(|e| e.to_string())?;
         Ok(Watched {

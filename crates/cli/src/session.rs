@@ -57,16 +57,19 @@ pub fn thresholds(every: Duration) -> Thresholds {
     Thresholds::default().with_window(every.max(Duration::from_secs(2)))
 }
 
-/// The sampler of process `pid`, reporting every `every`, with the kernel
-/// source when there is one.
+/// The sampler of process `pid`, reporting every `every` with at most
+/// `report_threads` threads listed per report, with the kernel source when
+/// there is one.
 pub fn sampler(
     pid: u32,
     every: Duration,
+    report_threads: u32,
     kernel: Option<Box<dyn KernelSource>>,
 ) -> wakemeter::Result<Sampler> {
     let mut builder = SamplerBuilder::new()
         .with_target(Target::Pid(pid))
         .with_interval(SAMPLE_EVERY)
+        .with_report_threads(report_threads)
         .with_switch_split_every(SWITCH_SPLIT_EVERY)
         .with_thresholds(thresholds(every));
     if let Some(src) = kernel {

@@ -27,6 +27,8 @@ pub struct Options {
     pub pid: u32,
     /// Seconds between reports.
     pub every: u64,
+    /// Threads each report lists one by one (`--report-threads`).
+    pub report_threads: u32,
     /// Stop after this many seconds.
     pub seconds: Option<u64>,
     /// One JSON line per report instead of tables.
@@ -68,7 +70,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             None
         }
     };
-    let sampler = session::sampler(pid, Duration::from_secs(o.every), kernel)?;
+    let sampler = session::sampler(pid, Duration::from_secs(o.every), o.report_threads, kernel)?;
     let guard = sampler.start()?;
     let mut auto = crate::autoprofile::start(&sampler, o.profile.as_ref())?;
     let _updates = match &endpoint {

@@ -76,21 +76,19 @@ impl Drop for ChildProcess {
     }
 }
 
-#[test]
-fn json_reports_list_a_bounded_number_of_threads_and_count_all() {
+/// Runs `watch --json` on a fresh child with `extra` arguments and checks
+/// every report against the kernel's task list: `listed` threads one by
+/// one, every thread counted in the groups.
+fn reports_list(extra: &[&str], listed: usize) {
     let child = ChildProcess::spawn();
     let pid = child.0.id();
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .count();
     assert!(tasks > WORKERS);
-    let r = run(
-        &mut watch(
-            pid,
-            &["--every", "1", "--seconds", "3", "--json", "--no-ebpf"],
-        ),
-        Duration::from_secs(60),
-    );
+    let mut args = vec!["--every", "1", "--seconds", "3", "--json", "--no-ebpf"];
+    args.extend_from_slice(extra);
+    let r = run(&mut watch(pid, &args), Duration::from_secs(60));
     assert_eq!(r.code, Some(0), "{}", r.said());
     let out = r.stdout();
     let reports: Vec<serde_json::Value> = out
@@ -102,8 +100,11 @@ fn json_reports_list_a_bounded_number_of_threads_and_count_all() {
     for v in &reports {
         let count = v["interval"]["process"]["thread_count"].as_u64().unwrap() as usize;
         assert_eq!(count, tasks, "the kernel's task list is the reference");
-        let listed = v["interval"]["threads"].as_array().unwrap().len();
-        assert_eq!(listed, DEFAULT_REPORT_THREADS as usize);
+        assert_eq!(v["interval"]["threads"].as_array().unwrap().len(), listed);
+        assert_eq!(
+            v["config"]["report_threads"].as_u64().unwrap() as usize,
+            listed
+        );
         assert_eq!(
             v["threads_folded"].as_u64().unwrap() as usize,
             count - listed
@@ -117,6 +118,16 @@ fn json_reports_list_a_bounded_number_of_threads_and_count_all() {
     // Each report is a few tens of KiB, not one record per thread.
     let per_report = out.len() / reports.len();
     assert!(per_report < 64 * 1024, "{per_report} bytes per report");
+}
+
+#[test]
+fn json_reports_list_a_bounded_number_of_threads_and_count_all() {
+    reports_list(&[], DEFAULT_REPORT_THREADS as usize);
+}
+
+#[test]
+fn report_threads_sets_how_many_threads_are_listed() {
+    reports_list(&["--report-threads", "5"], 5);
 }
 
 #[test]

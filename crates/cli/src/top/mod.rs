@@ -33,6 +33,7 @@ use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::{cursor, execute, terminal};
+use wakemeter::config::DEFAULT_REPORT_THREADS;
 use wakemeter::{Interval, Report, SampleWait, Sampler, Target};
 
 use crate::session::{self, End, SAMPLE_EVERY};
@@ -127,7 +128,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         Ok(src) => (Some(src), Kernel::Attached),
         Err(why) => (None, Kernel::Missing(why)),
     };
-    let sampler = session::sampler(pid, o.interval, source)?;
+    let sampler = session::sampler(pid, o.interval, DEFAULT_REPORT_THREADS, source)?;
     let guard = sampler.start()?;
     let interactive =
         io::stdout().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb");
