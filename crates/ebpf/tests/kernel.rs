@@ -441,15 +441,14 @@ fn nanosleep_requested_and_actual_agree_with_userspace_per_syscall() {
     nanosleep_requested_and_actual(Via::PerSyscall);
 }
 
-#[test]
-#[ignore = "needs root"]
-fn wakers_and_lock_waits_are_attributed() {
+fn wakers_and_lock_waits_are_attributed(kind: AttachKind) {
     const MESSAGES: u64 = 20;
     let _g = serial();
     let mut source = attach(
-        "wakers_and_lock_waits",
-        EbpfSource::builder(Target::SelfProcess),
+        &format!("wakers_and_lock_waits({kind:?})"),
+        EbpfSource::builder(Target::SelfProcess).with_attach_kind(kind),
     );
+    assert_eq!(source.attach_kind(), kind);
     let me = gettid();
     let (tx, rx) = mpsc::channel::<u64>();
     let (tid_tx, tid_rx) = mpsc::channel();
@@ -489,6 +488,18 @@ fn wakers_and_lock_waits_are_attributed() {
     assert!(t.run_queue_latency_histogram.count() > 0);
     release_tx.send(()).unwrap();
     handle.join().unwrap();
+}
+
+#[test]
+#[ignore = "needs root"]
+fn wakers_and_lock_waits_are_attributed_tp_btf() {
+    wakers_and_lock_waits_are_attributed(AttachKind::BtfTracepoint);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn wakers_and_lock_waits_are_attributed_raw_tp() {
+    wakers_and_lock_waits_are_attributed(AttachKind::RawTracepoint);
 }
 
 #[test]

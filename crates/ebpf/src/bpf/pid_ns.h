@@ -22,10 +22,8 @@
 /* Deepest nesting of PID namespaces the kernel allows (MAX_PID_NS_LEVEL). */
 #define WM_MAX_PID_NS_LEVEL 32
 
-/* Scratch of task_ns_tid, per CPU. It must not be on the BPF stack: a
- * program whose stack reaches 64 bytes gets a private per-CPU stack on
- * recent kernels (6.14+ on x86_64), and in_interrupt() (sched_classify.h)
- * tells interrupt context by the BPF frame lying off the task's stack. */
+/* Scratch of task_ns_tid, per CPU rather than on the BPF stack, which
+ * keeps the programs' frames small. */
 struct wm_pid_ns_scratch {
 	struct pid *pid;
 	struct pid_namespace *ns;

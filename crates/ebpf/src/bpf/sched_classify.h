@@ -168,16 +168,20 @@ static __always_inline __u32 off_cpu_cause(struct task_struct *prev, bool preemp
 
 /* Whether the program runs in interrupt context: then `current` is just the
  * task the interrupt (a timer, an I/O completion, a softirq) happened to
- * land on, not the waker.
- * - The BPF frame lives on whatever stack the kernel is on: off the current
- *   task's own kernel stack means an interrupt stack.
+ * land on, not the waker. `ctx` is the program's context: the tracepoint's
+ * arguments, which the kernel builds on the stack it runs on.
+ * - That stack is not the current task's own kernel stack: an interrupt
+ *   stack. The arguments are used, not the BPF frame (r10): on kernels
+ *   6.14+ (x86_64) a program whose frame reaches 64 bytes runs on a
+ *   private per-CPU stack, which lies off the task's stack in every
+ *   context (seen: every wake "[interrupt]" on the raw_tp programs).
  * - x86_64 runs an interrupt that hits user mode on the task's stack; then
  *   the registers saved at its top are user mode ones with orig_ax = -1,
  *   where a syscall or an exception would have a number. */
-static __always_inline bool in_interrupt(const bool btf)
+static __always_inline bool in_interrupt(const void *ctx, const bool btf)
 {
 	__u64 fp;
-	asm volatile("%0 = r10" : "=r"(fp));
+	asm volatile("%0 = %1" : "=r"(fp) : "r"(ctx));
 	__u64 base = 0;
 	if (btf) {
 		base = (__u64)bpf_get_current_task_btf()->stack;

@@ -74,10 +74,8 @@ struct {
 	__type(value, struct wm_off_start);
 } off_start SEC(".maps");
 
-/* Scratch key of the wakeup program, per CPU. It must not be on the BPF
- * stack: a program whose stack reaches 64 bytes gets a private per-CPU
- * stack on recent kernels (6.14+ on x86_64), and in_interrupt() tells
- * interrupt context by the BPF frame lying off the task's stack. */
+/* Scratch key of the wakeup program, per CPU rather than on the BPF
+ * stack, which keeps the program's frame small. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -220,7 +218,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	WM_READ(btf, pid, p->pid);
 	if (other_thread((__u32)pid))
 		return 0;
-	bool irq = in_interrupt(btf);
+	bool irq = in_interrupt(ctx, btf);
 	__u32 zero = 0;
 	struct wm_stack_key *key = bpf_map_lookup_elem(&waking_key, &zero);
 	if (!key)

@@ -446,7 +446,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
-	bool irq = in_interrupt(btf);
+	bool irq = in_interrupt(ctx, btf);
 	bool of_target = !irq && (__u32)(bpf_get_current_pid_tgid() >> 32) == target_tgid;
 	__u32 source = irq ? WM_WAKE_INTERRUPT : of_target ? WM_WAKE_TARGET : WM_WAKE_OTHER;
 	if (source < WM_WAKE_SOURCES) /* always true; bounds the index for the verifier */
