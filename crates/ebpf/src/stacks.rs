@@ -114,6 +114,14 @@ pub struct StackCount {
     pub user_stack: Stack,
     /// Kernel stack, innermost first.
     pub kernel_stack: Stack,
+    /// The direct caller of the user stack's innermost frame (a return
+    /// address), when that frame has no frame pointer and the caller was
+    /// recovered from the module's `.eh_frame` at the event: the
+    /// frame-pointer walk skips it, and it has been put back into
+    /// `user_stack`, second from the inside. `None` when the walk needed no
+    /// help or the return address could not be read (counted in
+    /// [`LostStacks::leaf_callers`]).
+    pub leaf_caller: Option<u64>,
     /// On-CPU samples, switch-outs or wakeups with these stacks.
     pub count: u64,
     /// [`StackKind::OffCpu`]: off-CPU time of the finished spans, ns (a
@@ -134,6 +142,11 @@ pub struct LostStacks {
     pub stacks_full: u64,
     /// Off-CPU spans not timed because the per-thread start map was full.
     pub off_cpu_spans: u64,
+    /// User stacks whose innermost frame has no frame pointer and whose
+    /// return address could not be read from the stack (a page not
+    /// resident): kept as the frame-pointer walk gave them, without the
+    /// direct caller of that frame.
+    pub leaf_callers: u64,
 }
 
 impl LostStacks {
@@ -293,6 +306,16 @@ impl StackSession {
     /// Wall time the attach took.
     pub fn attach_duration(&self) -> Duration {
         self.inner.attach_duration()
+    }
+
+    /// Rows of the leaf table loaded for the target (16 bytes of kernel
+    /// memory each, at most 131,072): where the return address of a frame
+    /// without a frame pointer lies, for the target's modules that lack
+    /// frame pointers (see [`StackCount::leaf_caller`]). 0 when every
+    /// module keeps frame pointers, and on other architectures than
+    /// x86_64.
+    pub fn leaf_rows(&self) -> u32 {
+        self.inner.leaf_rows()
     }
 
     /// Whether the target has exited.

@@ -87,6 +87,10 @@ pub(crate) mod stacks {
             match *self {}
         }
 
+        pub(crate) fn leaf_rows(&self) -> u32 {
+            match *self {}
+        }
+
         pub(crate) fn target_exited(&self) -> bool {
             match *self {}
         }

@@ -114,6 +114,79 @@ static __always_inline __s32 stack_id(void *ctx, __u64 flags)
 	return (__s32)id;
 }
 
+/* The leaf table of the target's modules (rows sorted by start), filled by
+ * the loader before attach; leaf_row_count rows. */
+const volatile __u32 leaf_row_count = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_leaf_row);
+} leaf_rows SEC(".maps");
+
+/* The return address of the user leaf frame at (ip, sp) when the leaf
+ * table says where it is (the frame has no frame pointer, e.g. a C library
+ * syscall wrapper), else 0. The frame-pointer walk of bpf_get_stackid
+ * follows the caller's %rbp from such a frame and so skips the direct
+ * caller: this is that caller, one step of .eh_frame unwinding with the
+ * rule looked up in the table. A failed read (a page not resident) is
+ * counted and gives 0: the stack stays as the walk gave it.
+ *
+ * A global function: the verifier checks it once, with ip and sp unknown,
+ * rather than at each call with the rest of the caller's paths (inlined,
+ * the search made the on-CPU program too large to verify). */
+__attribute__((noinline)) __u64 leaf_caller(__u64 ip, __u64 sp)
+{
+	__u32 n = leaf_row_count;
+	if (!n || !ip || !sp)
+		return 0;
+	/* The last row starting at or below ip. Without branches on the
+	 * rows: the verifier would otherwise walk every path of the search.
+	 * User addresses are below 2^47, so the top bit of start - ip - 1 is
+	 * set exactly when start <= ip. */
+	__u32 base = 0, len = n;
+	for (int i = 0; i < WM_LEAF_SEARCH_STEPS; i++) {
+		__u32 half = len / 2;
+		__u32 mid = base + half;
+		struct wm_leaf_row *row = bpf_map_lookup_elem(&leaf_rows, &mid);
+		if (!row)
+			return 0;
+		__u64 keep = (row->start - ip - 1) >> 63; /* 1: start <= ip */
+		/* A multiplication, not a mask: kernels from 6.17 split the
+		 * verifier's state on `{-1, 0} & constant`, 2^24 paths here. */
+		asm volatile("%[keep] *= %[half]" : [keep] "+r"(keep) : [half] "r"((__u64)half));
+		base += (__u32)keep;
+		len -= half;
+	}
+	struct wm_leaf_row *row = bpf_map_lookup_elem(&leaf_rows, &base);
+	if (!row || row->start > ip || row->ra_offset == WM_NO_RA_OFFSET)
+		return 0;
+	__u64 ret = 0;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (const void *)(sp + row->ra_offset)) || !ret) {
+		count_lost(WM_LOST_LEAF_CALLER);
+		return 0;
+	}
+	return ret;
+}
+
+/* leaf_caller() of the user registers `regs` (NULL: none). */
+static __always_inline __u64 leaf_caller_of(struct pt_regs *regs, const bool btf)
+{
+#if defined(__TARGET_ARCH_x86)
+	if (!regs || !leaf_row_count)
+		return 0;
+	unsigned long ip = 0, sp = 0;
+	WM_READ(btf, ip, regs->ip);
+	WM_READ(btf, sp, regs->sp);
+	return leaf_caller(ip, sp);
+#else
+	/* arm64 keeps a leaf's return address in x30, not on the stack: no
+	 * table is built there (see leaf.rs). */
+	return 0;
+#endif
+}
+
 static __always_inline void add_count(struct wm_stack_key *key, __u64 ns)
 {
 	struct wm_stack_count *c = bpf_map_lookup_elem(&stack_counts, key);
@@ -145,6 +218,19 @@ int on_cpu_sample(void *ctx)
 	key.kind = WM_STACK_ON_CPU;
 	key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
 	key.kernel_stack = stack_id(ctx, 0);
+#if defined(__TARGET_ARCH_x86)
+	if (key.user_stack >= 0 && leaf_row_count) {
+		/* The sample's registers are the context (the UAPI struct
+		 * pt_regs: ip, cs and sp are its words 16, 17 and 19). Taken in
+		 * user mode they are the leaf's; in kernel mode, the user
+		 * registers are those saved at kernel entry. */
+		const __u64 *r = ctx;
+		if (r[17] & 3)
+			key.leaf_caller = leaf_caller(r[16], r[19]);
+		else
+			key.leaf_caller = leaf_caller_of(current_user_regs(false), false);
+	}
+#endif
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	add_count(&key, 0);
 	return 0;
@@ -179,6 +265,12 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 			start.key.cause = off_cpu_cause(prev, (bool)ctx[0], prev_state, btf, &regs, &nr);
 			start.key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
 			start.key.kernel_stack = stack_id(ctx, 0);
+			if (start.key.user_stack >= 0 && leaf_row_count) {
+				/* A preempted thread's cause needs no registers. */
+				if (!regs)
+					regs = current_user_regs(btf);
+				start.key.leaf_caller = leaf_caller_of(regs, btf);
+			}
 			bpf_get_current_comm(&start.key.comm, sizeof(start.key.comm));
 			if (bpf_map_update_elem(&off_start, &tid, &start, BPF_ANY))
 				count_lost(WM_LOST_OFF_START_FULL);
@@ -236,6 +328,8 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	} else {
 		key->waker_tid = key_tid(NULL, (__u32)bpf_get_current_pid_tgid());
 		key->user_stack = stack_id(ctx, BPF_F_USER_STACK);
+		if (key->user_stack >= 0 && leaf_row_count)
+			key->leaf_caller = leaf_caller_of(current_user_regs(btf), btf);
 		bpf_get_current_comm(&key->waker_comm, sizeof(key->waker_comm));
 	}
 	add_count(key, 0);
@@ -266,6 +360,7 @@ int tpbtf_stack_exit(__u64 *ctx) { return on_exit(); }
 SEC("raw_tp/sched_process_exit")
 int rawtp_stack_exit(__u64 *ctx) { return on_exit(); }
 
-_Static_assert(sizeof(struct wm_stack_key) == 56, "stacks_abi.rs");
+_Static_assert(sizeof(struct wm_stack_key) == 64, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_stack_count) == 16, "stacks_abi.rs");
-_Static_assert(sizeof(struct wm_off_start) == 64, "stacks_abi.rs");
+_Static_assert(sizeof(struct wm_off_start) == 72, "stacks_abi.rs");
+_Static_assert(sizeof(struct wm_leaf_row) == 16, "stacks_abi.rs");

@@ -24,7 +24,24 @@
 #define WM_LOST_COLLISION 1     /* the stacks map had another stack in the bucket */
 #define WM_LOST_STACKS_FULL 2   /* the stacks map was full (or another error) */
 #define WM_LOST_OFF_START_FULL 3 /* off_start was full: that off-CPU span is lost */
-#define WM_LOST_KINDS 4
+#define WM_LOST_LEAF_CALLER 4   /* the leaf's return address could not be read */
+#define WM_LOST_KINDS 5
+
+/* A row of the leaf table (see leaf_caller() in stacks.bpf.c and
+ * src/linux/stacks/leaf.rs): from `start` (a virtual address of the
+ * target) up to the next row's start, the return address of a function
+ * lies at sp + ra_offset, or WM_NO_RA_OFFSET: the frame has a frame
+ * pointer (or a rule too complex for one step), the frame-pointer walk is
+ * right. */
+#define WM_NO_RA_OFFSET 0xffffffffu
+/* Binary search steps over the rows: enough for 2^24 rows. */
+#define WM_LEAF_SEARCH_STEPS 24
+
+struct wm_leaf_row {
+	__u64 start;
+	__u32 ra_offset;
+	__u32 pad;
+};
 
 struct wm_stack_key {
 	__u32 tid;          /* the sampled, switched-out or woken thread */
@@ -35,6 +52,10 @@ struct wm_stack_key {
 	__s32 kernel_stack;
 	char comm[16];      /* name of `tid` */
 	char waker_comm[16]; /* WM_STACK_WAKEUP: name of the waker */
+	/* The direct caller of the user stack's leaf frame when that frame
+	 * has no frame pointer (its return address, read at sp + the leaf
+	 * table's offset); 0: none recovered. The frame-pointer walk skips it. */
+	__u64 leaf_caller;
 };
 
 struct wm_stack_count {

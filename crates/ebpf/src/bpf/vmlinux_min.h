@@ -67,6 +67,7 @@ struct pt_regs {
 	unsigned long ip;
 	unsigned long cs;
 	unsigned long flags;
+	unsigned long sp;
 } __attribute__((preserve_access_index));
 /* The user registers stay as the syscall got them until it returns (the
  * x86_64 syscall ABI clobbers only rax, rcx and r11), so sys_exit reads

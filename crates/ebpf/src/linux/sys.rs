@@ -99,6 +99,8 @@ pub(crate) fn thread_count(pid: u32) -> Option<u32> {
 
 /// `BPF_MAP_LOOKUP_BATCH` (`enum bpf_cmd`, Linux 5.6+).
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+/// `BPF_MAP_UPDATE_BATCH` (`enum bpf_cmd`, Linux 5.6+).
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 /// `ENOTSUPP`: the kernel-internal "not supported" some map types return.
 const ENOTSUPP: i32 = 524;
 
@@ -127,6 +129,51 @@ pub(crate) enum Batch {
     TooSmall,
     /// The kernel has no batch operations for this map (before Linux 5.6).
     Unsupported,
+}
+
+/// Writes `values` at keys 0, 1, ... of array map `map` in one call.
+/// Returns `Ok(false)` when the kernel has no batch operations (before
+/// Linux 5.6): write them one by one instead.
+///
+/// `V` must be the map's value type and its keys `u32` (checked by aya when
+/// the map was opened).
+pub(crate) fn update_array_batch<V: aya::Pod>(
+    map: BorrowedFd<'_>,
+    values: &[V],
+) -> io::Result<bool> {
+    let keys: Vec<u32> = (0..u32::try_from(values.len()).unwrap_or(u32::MAX)).collect();
+    let mut attr = BatchAttr {
+        in_batch: 0,
+        out_batch: 0,
+        keys: keys.as_ptr() as u64,
+        values: values.as_ptr() as u64,
+        count: u32::try_from(keys.len()).unwrap_or(0),
+        map_fd: u32::try_from(map.as_raw_fd()).unwrap_or(u32::MAX),
+        elem_flags: 0,
+        flags: 0,
+    };
+    let size = libc::c_uint::try_from(size_of::<BatchAttr>()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: `attr` is a valid `batch` member of `bpf_attr` for `size`
+    // bytes. The kernel reads `count` u32 keys from `keys` and `count`
+    // values of the map's value size (V's) from `values`, both exactly that
+    // long, and writes back only `attr.count`. All of them live across the
+    // call; the kernel keeps no pointer after it returns.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_BATCH,
+            std::ptr::from_mut(&mut attr),
+            size,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP) => Ok(false),
+        _ => Err(err),
+    }
 }
 
 /// Copies the next entries of hash map `map` into `keys` and `values`

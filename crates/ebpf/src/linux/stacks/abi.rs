@@ -19,6 +19,7 @@ pub(crate) const LOST_COUNTS_FULL: u32 = 0;
 pub(crate) const LOST_COLLISION: u32 = 1;
 pub(crate) const LOST_STACKS_FULL: u32 = 2;
 pub(crate) const LOST_OFF_START_FULL: u32 = 3;
+pub(crate) const LOST_LEAF_CALLER: u32 = 4;
 
 /// `struct wm_stack_key`.
 #[repr(C)]
@@ -32,6 +33,7 @@ pub(crate) struct StackKey {
     pub kernel_stack: i32,
     pub comm: [u8; COMM_LEN],
     pub waker_comm: [u8; COMM_LEN],
+    pub leaf_caller: u64,
 }
 
 /// `struct wm_stack_count`.
@@ -42,7 +44,20 @@ pub(crate) struct StackCountValue {
     pub total_ns: u64,
 }
 
-const _: () = assert!(size_of::<StackKey>() == 56);
+/// `WM_NO_RA_OFFSET`: the frame-pointer walk is right from this row on.
+pub(crate) const NO_RA_OFFSET: u32 = u32::MAX;
+
+/// `struct wm_leaf_row`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeafRow {
+    pub start: u64,
+    pub ra_offset: u32,
+    pub pad: u32,
+}
+
+const _: () = assert!(size_of::<StackKey>() == 64);
+const _: () = assert!(size_of::<LeafRow>() == 16);
 const _: () = assert!(size_of::<StackCountValue>() == 16);
 
 // SAFETY: plain-old-data records: `repr(C)`, only integers and arrays of
@@ -51,6 +66,8 @@ const _: () = assert!(size_of::<StackCountValue>() == 16);
 unsafe impl aya::Pod for StackKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for StackCountValue {}
+// SAFETY: as above.
+unsafe impl aya::Pod for LeafRow {}
 
 /// The cause of an off-CPU entry (`WM_OFF_*`).
 pub(crate) fn cause(raw: u32) -> OffCpuCause {

@@ -2,13 +2,14 @@
 //! reads the counts with their stacks.
 
 mod abi;
+mod leaf;
 mod perf;
 
 use std::collections::HashMap as StdHashMap;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use aya::maps::{HashMap, MapData, PerCpuArray, StackTraceMap};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap};
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
@@ -70,6 +71,7 @@ pub(crate) struct StackSession {
     kind: StackKind,
     frequency_hz: u64,
     attach_duration: Duration,
+    leaf_rows: u32,
     /// `None` when observing this very process.
     watch: Option<ExitWatch>,
     /// `None` once stopped.
@@ -116,6 +118,8 @@ impl StackSession {
         let pidns_ino = namespace.map_or(0u64, |ns| ns.ino);
         // One off-CPU start entry per thread: sized as the counters' map.
         let threads = super::auto_max_threads(sys::thread_count(pid));
+        let leaf_table = leaf::build(pid);
+        let leaf_rows = u32::try_from(leaf_table.rows.len()).unwrap_or(0);
         let mut ebpf = EbpfLoader::new()
             .btf(Some(btf))
             .override_global("target_tgid", &kernel_tgid, true)
@@ -124,8 +128,38 @@ impl StackSession {
             .map_max_entries("stacks", options.max_stacks)
             .map_max_entries("stack_counts", options.max_entries)
             .map_max_entries("off_start", threads)
+            .override_global("leaf_row_count", &leaf_rows, true)
+            .map_max_entries("leaf_rows", leaf_rows.max(1))
             .load(object)
             .map_err(|source| EbpfError::Load { source })?;
+        // Filled before any program is attached: the programs search the
+        // first leaf_row_count rows.
+        if leaf_rows > 0 {
+            // Borrowed, not taken: the programs still to be loaded refer
+            // to the map by the object's descriptor.
+            let map = ebpf
+                .map_mut("leaf_rows")
+                .ok_or(EbpfError::ObjectMismatch { name: "leaf_rows" })?;
+            let aya::maps::Map::Array(data) = &*map else {
+                return Err(EbpfError::ObjectMismatch { name: "leaf_rows" });
+            };
+            // One call for the ~30,000 rows of a C library, where one call
+            // per row took most of the attach.
+            let batched =
+                sys::update_array_batch(data.fd().as_fd(), &leaf_table.rows).map_err(|source| {
+                    EbpfError::Io {
+                        what: "writing the leaf table".into(),
+                        source,
+                    }
+                })?;
+            if !batched {
+                let mut rows: Array<&mut MapData, abi::LeafRow> =
+                    Array::try_from(map).map_err(map_error("leaf_rows"))?;
+                for (index, row) in (0u32..).zip(&leaf_table.rows) {
+                    rows.set(index, row, 0).map_err(map_error("leaf_rows"))?;
+                }
+            }
+        }
 
         let events = match options.kind {
             StackKind::OnCpu => {
@@ -162,6 +196,7 @@ impl StackSession {
                 0
             },
             attach_duration: started.elapsed(),
+            leaf_rows,
             watch,
             attached: Some(Attached {
                 _events: events,
@@ -183,6 +218,10 @@ impl StackSession {
 
     pub(crate) fn attach_duration(&self) -> Duration {
         self.attach_duration
+    }
+
+    pub(crate) fn leaf_rows(&self) -> u32 {
+        self.leaf_rows
     }
 
     pub(crate) fn target_exited(&self) -> bool {
@@ -216,8 +255,14 @@ impl StackSession {
                     .clone()
                     .ok_or(MissingStack::Evicted)
             };
-            let user_stack = stack(key.user_stack);
+            let mut user_stack = stack(key.user_stack);
             let kernel_stack = stack(key.kernel_stack);
+            let leaf_caller = match &mut user_stack {
+                Ok(frames) => {
+                    leaf::splice_leaf_caller(frames, key.leaf_caller).then_some(key.leaf_caller)
+                }
+                Err(_) => None,
+            };
             entries.push(StackCount {
                 tid: key.tid,
                 thread_name: super::abi::comm_str(&key.comm),
@@ -226,6 +271,7 @@ impl StackSession {
                     .then(|| (key.waker_tid, super::abi::comm_str(&key.waker_comm))),
                 user_stack,
                 kernel_stack,
+                leaf_caller,
                 count: value.count,
                 total_ns: value.total_ns,
             });
@@ -243,6 +289,7 @@ impl StackSession {
             stack_collisions: lost_of(abi::LOST_COLLISION)?,
             stacks_full: lost_of(abi::LOST_STACKS_FULL)?,
             off_cpu_spans: lost_of(abi::LOST_OFF_START_FULL)?,
+            leaf_callers: lost_of(abi::LOST_LEAF_CALLER)?,
         };
         Ok(StackCounts {
             kind: self.kind,
