@@ -253,10 +253,14 @@ pub(crate) fn aggregate(
         }
     }
     let lost = counts.lost;
-    if lost.any() {
-        warnings.push(ProfileWarning::StacksLost {
-            events: lost.counts_full.saturating_add(lost.off_cpu_spans),
-            stacks: lost.stack_collisions.saturating_add(lost.stacks_full),
+    let events = lost.counts_full.saturating_add(lost.off_cpu_spans);
+    let stacks = lost.stack_collisions.saturating_add(lost.stacks_full);
+    if events > 0 || stacks > 0 {
+        warnings.push(ProfileWarning::StacksLost { events, stacks });
+    }
+    if lost.leaf_callers > 0 {
+        warnings.push(ProfileWarning::CallersMissing {
+            stacks: lost.leaf_callers,
         });
     }
     let mut profile = Profile {

@@ -137,6 +137,13 @@ pub enum ProfileWarning {
         /// Stacks missing from counted events.
         stacks: u64,
     },
+    /// Stacks whose innermost user frame has no frame pointer and whose
+    /// direct caller could not be read from the stack (a page not
+    /// resident): they go from that frame to its caller's caller.
+    CallersMissing {
+        /// Events with such a stack.
+        stacks: u64,
+    },
     /// Most user stacks are one or two frames deep: the target was very
     /// likely built without frame pointers, so user stacks stop at the
     /// innermost function. Kernel stacks are complete.
@@ -161,6 +168,10 @@ impl std::fmt::Display for ProfileWarning {
             ProfileWarning::StacksLost { events, stacks } => write!(
                 f,
                 "{events} events and {stacks} stacks lost to full kernel maps or collisions"
+            ),
+            ProfileWarning::CallersMissing { stacks } => write!(
+                f,
+                "{stacks} stacks lack the direct caller of their innermost frame (no frame pointer there, and its return address could not be read)"
             ),
             ProfileWarning::NoFramePointers { shallow_ratio } => write!(
                 f,

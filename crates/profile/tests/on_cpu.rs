@@ -41,12 +41,13 @@ fn on_cpu_shares_match_the_known_answer() {
     assert!((spin - 0.70).abs() <= 0.05, "spin_here {spin}");
     assert!((light - 0.10).abs() <= 0.05, "light_work {light}");
     assert!((other - 0.20).abs() <= 0.05, "other_work {other}");
-    // Lost stacks (a rare stack-map collision) may be reported; nothing else.
+    // Lost stacks (a rare stack-map collision) or a caller not read (a
+    // stack page not resident) may be reported; nothing else.
     assert!(
-        profile
-            .warnings
-            .iter()
-            .all(|w| matches!(w, ProfileWarning::StacksLost { .. })),
+        profile.warnings.iter().all(|w| matches!(
+            w,
+            ProfileWarning::StacksLost { .. } | ProfileWarning::CallersMissing { .. }
+        )),
         "{:?}",
         profile.warnings
     );
