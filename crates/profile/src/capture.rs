@@ -234,6 +234,26 @@ pub(crate) fn aggregate(
     start_unix_ns: u64,
 ) -> Profile {
     let kind = counts.kind;
+    // How deep the frame-pointer walk went, by weight: a caller recovered
+    // from .eh_frame (StackCount::leaf_caller) does not make a stack of a
+    // binary without frame pointers deep.
+    let (mut user_weight, mut shallow_weight) = (0u64, 0u64);
+    for c in &counts.entries {
+        if let Ok(frames) = &c.user_stack {
+            let walked = frames.len() - usize::from(c.leaf_caller.is_some());
+            let weight = if kind == StackKind::OffCpu {
+                c.total_ns
+            } else {
+                c.count
+            };
+            if !frames.is_empty() {
+                user_weight = user_weight.saturating_add(weight);
+                if walked <= SHALLOW_USER_FRAMES {
+                    shallow_weight = shallow_weight.saturating_add(weight);
+                }
+            }
+        }
+    }
     let mut user_memo = HashMap::new();
     let mut kernel_memo = HashMap::new();
     let symbolized = counts
@@ -272,17 +292,12 @@ pub(crate) fn aggregate(
         samples,
         warnings,
     };
-    if kind != StackKind::Wakeups {
-        let with_user = |s: &StackSample| s.frames.iter().any(|f| !f.kernel);
-        let user_weight = profile.share_where(with_user);
-        let shallow = profile.share_where(|s| {
-            let n = s.frames.iter().filter(|f| !f.kernel).count();
-            n > 0 && n <= SHALLOW_USER_FRAMES
-        });
-        if user_weight > 0.0 && shallow / user_weight > SHALLOW_WARN_RATIO {
-            profile.warnings.push(ProfileWarning::NoFramePointers {
-                shallow_ratio: shallow / user_weight,
-            });
+    if kind != StackKind::Wakeups && user_weight > 0 {
+        let shallow_ratio = shallow_weight as f64 / user_weight as f64;
+        if shallow_ratio > SHALLOW_WARN_RATIO {
+            profile
+                .warnings
+                .push(ProfileWarning::NoFramePointers { shallow_ratio });
         }
     }
     profile
