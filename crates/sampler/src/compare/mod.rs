@@ -38,6 +38,14 @@ pub const OTHER_GROUP: &str = "other";
 /// sleep site belongs to. An empty name is `{unnamed}`.
 pub fn group_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
+    group_name_into(name, &mut out);
+    out
+}
+
+/// [`group_name`] written into `out` (cleared first), so that grouping
+/// many threads reuses one buffer and allocates once per group only.
+fn group_name_into(name: &str, out: &mut String) {
+    out.clear();
     let mut in_digits = false;
     for c in name.chars() {
         if c.is_ascii_digit() {
@@ -53,7 +61,6 @@ pub fn group_name(name: &str) -> String {
     if out.is_empty() {
         out.push_str("{unnamed}");
     }
-    out
 }
 
 /// The first line of a recording: what was recorded, how, and by which
@@ -186,6 +193,7 @@ pub fn thread_groups(
 ) -> (Vec<ThreadGroupInterval>, ThreadGroupInterval) {
     let mut by_name: HashMap<String, ThreadGroupInterval> = HashMap::new();
     let mut all = ThreadGroupInterval::empty(String::new());
+    let mut name = String::new();
     for t in threads {
         let one = ThreadGroupInterval {
             name: String::new(),
@@ -197,13 +205,13 @@ pub fn thread_groups(
             wakes_per_sec: t.kernel.as_ref().map(|k| k.wakes_per_sec),
         };
         all.add(&one);
-        let name = group_name(&t.name);
-        match by_name.get_mut(&name) {
+        group_name_into(&t.name, &mut name);
+        match by_name.get_mut(name.as_str()) {
             Some(g) => g.add(&one),
             None => {
                 let mut g = ThreadGroupInterval::empty(name.clone());
                 g.add(&one);
-                by_name.insert(name, g);
+                by_name.insert(name.clone(), g);
             }
         }
     }

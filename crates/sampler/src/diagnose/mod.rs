@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 pub use thresholds::Thresholds;
 
 use crate::history::History;
+use crate::interval::Interval;
 use crate::model::SystemInfo;
 
 /// What a finding is about.
@@ -178,12 +179,15 @@ impl Finding {
 }
 
 /// Runs every rule over `history`. `exclude_tid` is the sampler's own
-/// thread, which is never a subject.
+/// thread, which is never a subject. `known` is an interval of `history`
+/// the caller already computed: a rule whose window has the same ends
+/// uses it rather than computing it again.
 pub(crate) fn diagnose(
     history: &History,
     t: &Thresholds,
     system: &SystemInfo,
     exclude_tid: Option<u64>,
+    known: Option<&Interval>,
 ) -> Vec<Finding> {
-    rules::run(history, t, system, exclude_tid)
+    rules::run(history, t, system, exclude_tid, known)
 }

@@ -1,6 +1,6 @@
 //! The rules of the findings engine.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
@@ -22,9 +22,9 @@ fn ev(name: &str, value: f64, unit: &str) -> Evidence {
     }
 }
 
-/// Oldest and newest stored snapshots of a window ending at the newest,
-/// with their interval; `None` when the history covers less than `min`.
-fn window(h: &History, span: Duration, min: Duration) -> Option<(&Stored, &Stored, Interval)> {
+/// Oldest and newest stored snapshots of a window ending at the newest;
+/// `None` when the history covers less than `min`.
+fn window(h: &History, span: Duration, min: Duration) -> Option<(&Stored, &Stored)> {
     let to = h.latest()?;
     // The newest snapshot at least `span` old, so that a window covers its
     // whole span once the history does (and a minimum equal to the span
@@ -44,7 +44,43 @@ fn window(h: &History, span: Duration, min: Duration) -> Option<(&Stored, &Store
     {
         return None;
     }
-    Some((from, to, between_in_history(h, from, to)))
+    Some((from, to))
+}
+
+/// The intervals of the rules' windows, each computed once: windows that
+/// start at the same snapshot (every window, while the history is shorter
+/// than the shortest) share one, and so does an interval the caller
+/// already has (a report's).
+struct Windows<'a> {
+    known: Option<&'a Interval>,
+    computed: Vec<Interval>,
+}
+
+impl Windows<'_> {
+    /// Where the interval of `(from, to)` is: `None` for the known one,
+    /// else its index in `computed` (computed now if new).
+    fn add(&mut self, h: &History, from: &Stored, to: &Stored) -> Option<usize> {
+        let ends = (from.header.seq, to.header.seq);
+        if self.known.is_some_and(|k| (k.from_seq, k.to_seq) == ends) {
+            return None;
+        }
+        if let Some(i) = self
+            .computed
+            .iter()
+            .position(|c| (c.from_seq, c.to_seq) == ends)
+        {
+            return Some(i);
+        }
+        self.computed.push(between_in_history(h, from, to));
+        Some(self.computed.len() - 1)
+    }
+
+    fn get(&self, at: Option<usize>) -> Option<&Interval> {
+        match at {
+            None => self.known,
+            Some(i) => self.computed.get(i),
+        }
+    }
 }
 
 struct Ctx<'a> {
@@ -260,6 +296,7 @@ pub(super) fn run(
     t: &Thresholds,
     system: &SystemInfo,
     exclude_tid: Option<u64>,
+    known: Option<&Interval>,
 ) -> Vec<Finding> {
     let mut cx = Ctx {
         t,
@@ -267,22 +304,36 @@ pub(super) fn run(
         explained: exclude_tid.into_iter().collect(),
         window_ns: 0,
     };
-    if let Some((from, to, i)) = window(h, t.window, t.min_window) {
+    let mut w = Windows {
+        known,
+        computed: Vec::new(),
+    };
+    let rates = window(h, t.window, t.min_window).map(|(a, b)| (a, b, w.add(h, a, b)));
+    let cpu = window(h, t.cpu_window, t.cpu_min_window).map(|(a, b)| w.add(h, a, b));
+    let wakeups =
+        window(h, t.wakeups_window, t.wakeups_min_window).map(|(a, b)| (a, b, w.add(h, a, b)));
+    if let Some((from, to, at)) = rates
+        && let Some(i) = w.get(at)
+    {
         cx.window_ns = i.duration_ns;
-        busy_poller_loops(&mut cx, &i);
-        sleep_sites(&mut cx, &i);
-        kernel_threads(&mut cx, &i);
-        periodic_loops(&mut cx, &i);
-        periodic_threads(&mut cx, h, from, to, &i);
-        run_queue(&mut cx, &i, system);
+        busy_poller_loops(&mut cx, i);
+        sleep_sites(&mut cx, i);
+        kernel_threads(&mut cx, i);
+        periodic_loops(&mut cx, i);
+        periodic_threads(&mut cx, h, from, to, i);
+        run_queue(&mut cx, i, system);
     }
-    if let Some((_, _, i)) = window(h, t.cpu_window, t.cpu_min_window) {
+    if let Some(at) = cpu
+        && let Some(i) = w.get(at)
+    {
         cx.window_ns = i.duration_ns;
-        cpu_hogs(&mut cx, &i);
+        cpu_hogs(&mut cx, i);
     }
-    if let Some((from, to, i)) = window(h, t.wakeups_window, t.wakeups_min_window) {
+    if let Some((from, to, at)) = wakeups
+        && let Some(i) = w.get(at)
+    {
         cx.window_ns = i.duration_ns;
-        wakeups_budget(&mut cx, h, from, to, &i);
+        wakeups_budget(&mut cx, h, from, to, i);
     }
     memory_growth(&mut cx, h);
     let mut out = group_alike_threads(cx.out, t);
@@ -675,7 +726,8 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
 /// it the finding does not guess.
 fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: &Interval) {
     let t = cx.t;
-    let candidates: HashMap<u64, usize> = i
+    // (serial, candidate number), sorted by serial for lookups.
+    let mut candidates: Vec<(u64, usize)> = i
         .threads
         .iter()
         .filter(|th| !cx.explained.contains(&th.tid) && !th.started_in_interval)
@@ -690,22 +742,35 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
     if candidates.is_empty() {
         return;
     }
+    candidates.sort_unstable();
+    let candidate = |serial: u64| {
+        candidates
+            .binary_search_by_key(&serial, |&(s, _)| s)
+            .ok()
+            .and_then(|at| candidates.get(at))
+            .map(|&(_, k)| k)
+    };
+    let in_window = || {
+        h.iter()
+            .filter(|s| s.header.seq >= from.header.seq && s.header.seq <= to.header.seq)
+    };
+    let snapshots = in_window().count();
     // Per candidate: (monotonic ns, total switches) at every snapshot of the window.
-    let mut series: Vec<Vec<(u64, u64)>> = vec![Vec::new(); candidates.len()];
-    for s in h
-        .iter()
-        .filter(|s| s.header.seq >= from.header.seq && s.header.seq <= to.header.seq)
-    {
+    let mut series: Vec<Vec<(u64, u64)>> = (0..candidates.len())
+        .map(|_| Vec::with_capacity(snapshots))
+        .collect();
+    for s in in_window() {
         for th in &s.threads {
-            if let Some(&k) = candidates.get(&th.ident.serial)
+            if let Some(k) = candidate(th.ident.serial)
                 && let Some(slices) = crate::platform::present(th.switches)
+                && let Some(series) = series.get_mut(k)
             {
-                series[k].push((s.header.monotonic_ns, slices));
+                series.push((s.header.monotonic_ns, slices));
             }
         }
     }
     for th in &i.threads {
-        let Some(&k) = candidates.get(&th.serial) else {
+        let Some(k) = candidate(th.serial) else {
             continue;
         };
         let rates: Vec<f64> = series[k]
@@ -1006,6 +1071,8 @@ const GROUP_TIDS_SHOWN: usize = 8;
 fn group_alike_threads(findings: Vec<Finding>, t: &Thresholds) -> Vec<Finding> {
     // Members of each group, as indexes into `findings`.
     let mut groups: Vec<Vec<usize>> = Vec::new();
+    // The name pattern of each group's first member.
+    let mut patterns: Vec<String> = Vec::new();
     let mut out_order: Vec<Result<usize, usize>> = Vec::new(); // Ok(finding) or Err(group)
     for (n, f) in findings.iter().enumerate() {
         let Subject::Thread { name, .. } = &f.subject else {
@@ -1013,9 +1080,9 @@ fn group_alike_threads(findings: Vec<Finding>, t: &Thresholds) -> Vec<Finding> {
             continue;
         };
         let pattern = name_pattern(name);
-        let found = groups.iter().position(|g| {
+        let found = groups.iter().zip(&patterns).position(|(g, p)| {
             let first = &findings[g[0]];
-            matches!(&first.subject, Subject::Thread { name, .. } if name_pattern(name) == pattern)
+            *p == pattern
                 && first.kind == f.kind
                 && first.severity == f.severity
                 && alike(first, f, t.group_max_difference)
@@ -1024,6 +1091,7 @@ fn group_alike_threads(findings: Vec<Finding>, t: &Thresholds) -> Vec<Finding> {
             Some(g) => groups[g].push(n),
             None => {
                 groups.push(vec![n]);
+                patterns.push(pattern);
                 out_order.push(Err(groups.len() - 1));
             }
         }
@@ -1172,7 +1240,7 @@ mod tests {
             cpu_count: 2,
             os: "linux".into(),
         };
-        run(h, t, &system, None)
+        run(h, t, &system, None, None)
             .into_iter()
             .map(|f| f.kind)
             .collect()

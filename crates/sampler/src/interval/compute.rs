@@ -248,48 +248,149 @@ impl<'a> From<&'a Snapshot> for Ends<'a> {
     }
 }
 
-/// Computes an interval from the two ends and their threads.
+/// Finds the threads of one snapshot by serial. Both ends of an interval
+/// list their threads in the backend's order, which rarely changes between
+/// snapshots, so the thread after the last one found is tried first; a
+/// sorted index, built at the first miss, serves the rest. This replaces a
+/// hash map of every thread, which cost more than the interval's arithmetic.
+struct BySerial<'a, T> {
+    threads: &'a [T],
+    next: usize,
+    sorted: Option<Vec<(u64, usize)>>,
+}
+
+impl<'a, T: ThreadCounters> BySerial<'a, T> {
+    fn new(threads: &'a [T]) -> Self {
+        BySerial {
+            threads,
+            next: 0,
+            sorted: None,
+        }
+    }
+
+    /// The thread with this serial (serials are unique in a snapshot).
+    fn find(&mut self, serial: u64) -> Option<&'a T> {
+        let threads = self.threads;
+        if let Some(t) = threads.get(self.next)
+            && t.serial() == serial
+        {
+            self.next += 1;
+            return Some(t);
+        }
+        let sorted = self.sorted.get_or_insert_with(|| {
+            let mut v: Vec<(u64, usize)> = threads
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.serial(), i))
+                .collect();
+            v.sort_unstable();
+            v
+        });
+        let at = sorted.binary_search_by_key(&serial, |&(s, _)| s).ok()?;
+        let i = sorted.get(at)?.1;
+        self.next = i + 1;
+        threads.get(i)
+    }
+}
+
+/// The kernel counters of one snapshot by TID: a binary search when they
+/// are sorted by TID (as stored snapshots keep them), else a map.
+enum KernelByTid<'a> {
+    Sorted(&'a [KernelThreadStats]),
+    Map(HashMap<u64, &'a KernelThreadStats>),
+}
+
+impl<'a> KernelByTid<'a> {
+    fn new(threads: &'a [KernelThreadStats]) -> Self {
+        if threads.windows(2).all(|w| w[0].tid < w[1].tid) {
+            KernelByTid::Sorted(threads)
+        } else {
+            KernelByTid::Map(threads.iter().map(|k| (k.tid, k)).collect())
+        }
+    }
+
+    fn get(&self, tid: u64) -> Option<&'a KernelThreadStats> {
+        match self {
+            KernelByTid::Sorted(s) => s
+                .binary_search_by_key(&tid, |k| k.tid)
+                .ok()
+                .and_then(|i| s.get(i)),
+            KernelByTid::Map(m) => m.get(&tid).copied(),
+        }
+    }
+}
+
+/// The outermost snapshots inside an interval that read the
+/// voluntary/involuntary split, when its ends did not: the split rates
+/// come from them.
+pub(crate) struct Split<'a, T> {
+    pub from_threads: &'a [T],
+    pub to_threads: &'a [T],
+    pub duration_ns: u64,
+}
+
+/// Computes an interval from the two ends and their threads; with `split`,
+/// the voluntary/involuntary switch figures of the threads alive at its
+/// end come from there.
 pub(crate) fn compute<T: ThreadCounters>(
     from: Ends<'_>,
     from_threads: &[T],
     to: Ends<'_>,
     to_threads: &[T],
+    split: Option<Split<'_, T>>,
 ) -> Interval {
     let d = to.monotonic_ns.saturating_sub(from.monotonic_ns);
-    let earlier: HashMap<u64, &T> = from_threads.iter().map(|t| (t.serial(), t)).collect();
     // Kernel counters are cumulative since the source attached: deltas need both ends.
     let kernel_ends = match (from.kernel.as_deref(), to.kernel.as_deref()) {
-        (Some(a), Some(b)) => Some((
-            a.threads
-                .iter()
-                .map(|k| (k.tid, k))
-                .collect::<HashMap<u64, &KernelThreadStats>>(),
-            b.threads
-                .iter()
-                .map(|k| (k.tid, k))
-                .collect::<HashMap<u64, &KernelThreadStats>>(),
-        )),
+        (Some(a), Some(b)) => Some((KernelByTid::new(&a.threads), KernelByTid::new(&b.threads))),
         _ => None,
     };
-    let mut threads: Vec<ThreadInterval> = to_threads
+    let mut earlier = BySerial::new(from_threads);
+    let matched: Vec<Option<&T>> = to_threads
         .iter()
-        .map(|t| {
-            let e = earlier.get(&t.serial()).copied();
-            let started = e.is_none();
+        .map(|t| earlier.find(t.serial()))
+        .collect();
+    // The order of the result (most CPU first, then by TID; ties keep the
+    // snapshot's order), sorted as small keys rather than as whole records.
+    let mut order: Vec<(u64, u64, usize)> = to_threads
+        .iter()
+        .zip(&matched)
+        .enumerate()
+        .map(|(i, (t, e))| {
             let cpu = delta(
                 Some(t.total_cpu_time_ns()),
                 e.map(|e| e.total_cpu_time_ns()),
-                started,
+                e.is_none(),
             )
             .unwrap_or(0);
+            (cpu, t.tid(), i)
+        })
+        .collect();
+    order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let split_rates = split.map(|s| split_rates(&s, to_threads));
+    let threads: Vec<ThreadInterval> = order
+        .iter()
+        .filter_map(|&(cpu, _, i)| {
+            let t = to_threads.get(i)?;
+            let e = matched.get(i).copied().flatten();
+            let started = e.is_none();
             // The change of one optional counter over the interval.
             let change =
                 |counter: fn(&T) -> Option<u64>| delta(counter(t), e.and_then(counter), started);
             let slices = change(T::total_switches);
-            let vol = change(T::total_voluntary_switches);
-            let invol = change(T::total_involuntary_switches);
+            let (vol, vol_rate, invol, invol_rate) = match split_rates
+                .as_ref()
+                .and_then(|r| r.get(i).copied().flatten())
+            {
+                Some(s) => s,
+                None => {
+                    let vol = change(T::total_voluntary_switches);
+                    let invol = change(T::total_involuntary_switches);
+                    (vol, opt_per_sec(vol, d), invol, opt_per_sec(invol, d))
+                }
+            };
             let wait = change(T::total_run_queue_wait_ns);
-            ThreadInterval {
+            Some(ThreadInterval {
                 tid: t.tid(),
                 serial: t.serial(),
                 name: t.name().to_string(),
@@ -299,24 +400,21 @@ pub(crate) fn compute<T: ThreadCounters>(
                 switches: slices,
                 switches_per_sec: opt_per_sec(slices, d),
                 voluntary_switches: vol,
-                voluntary_switches_per_sec: opt_per_sec(vol, d),
+                voluntary_switches_per_sec: vol_rate,
                 involuntary_switches: invol,
-                involuntary_switches_per_sec: opt_per_sec(invol, d),
+                involuntary_switches_per_sec: invol_rate,
                 run_queue_wait_ns: wait,
                 run_queue_wait_percent: wait.map(|w| percent(w, d)),
                 kernel: kernel_ends.as_ref().and_then(|(a, b)| {
-                    let now = b.get(&t.tid())?;
-                    Some(kernel_interval(a.get(&t.tid()).copied(), now, d))
+                    let now = b.get(t.tid())?;
+                    Some(kernel_interval(a.get(t.tid()), now, d))
                 }),
-            }
+            })
         })
         .collect();
-    threads.sort_by(|a, b| b.cpu_time_ns.cmp(&a.cpu_time_ns).then(a.tid.cmp(&b.tid)));
-    let alive: std::collections::HashSet<u64> = to_threads.iter().map(|t| t.serial()).collect();
-    let threads_exited = from_threads
-        .iter()
-        .filter(|t| !alive.contains(&t.serial()))
-        .count();
+    // Serials are unique in a snapshot: the earlier threads not matched
+    // are the ones that exited.
+    let threads_exited = from_threads.len() - matched.iter().flatten().count();
     let (pf, pt) = (from.process, to.process);
     let cpu = pt.total_cpu_time_ns.saturating_sub(pf.total_cpu_time_ns);
     let wake_rate = |a: Option<u64>, b: Option<u64>| match (a, b) {
@@ -362,7 +460,7 @@ pub(crate) fn compute<T: ThreadCounters>(
         kernel_uncovered_threads: kernel_ends.as_ref().map(|(_, b)| {
             let n = to_threads
                 .iter()
-                .filter(|t| !b.contains_key(&t.tid()))
+                .filter(|t| b.get(t.tid()).is_none())
                 .count();
             u32::try_from(n).unwrap_or(u32::MAX)
         }),
@@ -455,9 +553,38 @@ fn sleep_interval(e: Option<&SleepStats>, l: &SleepStats, d: u64) -> SleepInterv
     }
 }
 
+/// Split figures of one thread: voluntary switches and their rate,
+/// involuntary switches and their rate.
+type SplitFigures = (Option<u64>, Option<f64>, Option<u64>, Option<f64>);
+
+/// The split figures over `split` of each of `threads` (by index), for
+/// those alive at the split's end: what an interval between the split's
+/// two snapshots would give them, without computing the rest of it.
+fn split_rates<T: ThreadCounters>(
+    split: &Split<'_, T>,
+    threads: &[T],
+) -> Vec<Option<SplitFigures>> {
+    let d = split.duration_ns;
+    let mut later = BySerial::new(split.to_threads);
+    let mut earlier = BySerial::new(split.from_threads);
+    threads
+        .iter()
+        .map(|t| {
+            let b = later.find(t.serial())?;
+            let a = earlier.find(t.serial());
+            let started = a.is_none();
+            let change =
+                |counter: fn(&T) -> Option<u64>| delta(counter(b), a.and_then(counter), started);
+            let vol = change(T::total_voluntary_switches);
+            let invol = change(T::total_involuntary_switches);
+            Some((vol, opt_per_sec(vol, d), invol, opt_per_sec(invol, d)))
+        })
+        .collect()
+}
+
 /// Interval between two stored snapshots (no materialization of threads).
 pub(crate) fn between_stored(from: &Stored, to: &Stored) -> Interval {
-    compute(from.into(), &from.threads, to.into(), &to.threads)
+    compute(from.into(), &from.threads, to.into(), &to.threads, None)
 }
 
 /// Interval between two stored snapshots of `history`; when an end did not
@@ -468,30 +595,24 @@ pub(crate) fn between_in_history(
     from: &Stored,
     to: &Stored,
 ) -> Interval {
-    let mut i = between_stored(from, to);
-    if from.header.switch_split_read && to.header.switch_split_read {
-        return i;
-    }
-    let Some((a, b)) = history.split_bounds(from.header.seq, to.header.seq) else {
-        return i;
+    let split = if from.header.switch_split_read && to.header.switch_split_read {
+        None
+    } else {
+        history
+            .split_bounds(from.header.seq, to.header.seq)
+            .map(|(a, b)| Split {
+                from_threads: &a.threads,
+                to_threads: &b.threads,
+                duration_ns: b.header.monotonic_ns.saturating_sub(a.header.monotonic_ns),
+            })
     };
-    let split = between_stored(a, b);
-    let by_serial: HashMap<u64, &ThreadInterval> =
-        split.threads.iter().map(|t| (t.serial, t)).collect();
-    for t in &mut i.threads {
-        if let Some(s) = by_serial.get(&t.serial) {
-            t.voluntary_switches = s.voluntary_switches;
-            t.voluntary_switches_per_sec = s.voluntary_switches_per_sec;
-            t.involuntary_switches = s.involuntary_switches;
-            t.involuntary_switches_per_sec = s.involuntary_switches_per_sec;
-        }
-    }
-    i
+    compute(from.into(), &from.threads, to.into(), &to.threads, split)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::KernelSample;
     use crate::model::{CpuTimeSource, ProcessSample};
 
     fn thread(serial: u64, cpu: u64, slices: u64, vol: Option<u64>) -> ThreadSample {
@@ -568,6 +689,187 @@ mod tests {
         assert_eq!(i.process.rss_change_bytes, 2 << 20);
         assert!((i.process.cpu_percent - 50.0).abs() < 1e-9);
         assert_eq!(i.sampler_cpu_time_ns, 2000);
+    }
+
+    /// A deterministic shuffle (a linear congruential generator).
+    fn shuffle<T>(v: &mut [T], seed: &mut u64) {
+        for i in (1..v.len()).rev() {
+            *seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            v.swap(i, (*seed >> 33) as usize % (i + 1));
+        }
+    }
+
+    fn kernel(tid: u64, wakes: u64) -> KernelThreadStats {
+        KernelThreadStats {
+            tid,
+            total_wakes: wakes,
+            total_on_cpu_ns: wakes * 1000,
+            ..Default::default()
+        }
+    }
+
+    /// Threads are matched across the two ends by serial whatever their
+    /// order, exits and starts are counted, and kernel counters are found
+    /// by TID whether sorted or not: checked against a plain linear search
+    /// of the earlier end for every thread.
+    #[test]
+    fn threads_match_by_serial_in_any_order() {
+        let mut seed = 7;
+        for round in 0..40u64 {
+            // Serials 0..60 earlier; 10..70 later (10 exited, 10 started).
+            let mut earlier: Vec<ThreadSample> = (0..60)
+                .map(|s| thread(s, s * 1_000 + round, s, Some(s)))
+                .collect();
+            let mut later: Vec<ThreadSample> = (10..70)
+                .map(|s| {
+                    thread(
+                        s,
+                        s * 1_000 + (s * 7919 + round) % 50_000,
+                        s * 3,
+                        Some(s * 2),
+                    )
+                })
+                .collect();
+            // Same order most of the time (as a backend lists them),
+            // shuffled in some rounds, swapped locally in others.
+            match round % 4 {
+                0 => {}
+                1 => shuffle(&mut later, &mut seed),
+                2 => {
+                    shuffle(&mut earlier, &mut seed);
+                    shuffle(&mut later, &mut seed);
+                }
+                _ => later.swap(3, 40),
+            }
+            let mut a = snap(0, 1_000_000_000, 0, earlier.clone());
+            let mut b = snap(1, 2_000_000_000, 0, later.clone());
+            let mut ka: Vec<KernelThreadStats> = (0..60).map(|s| kernel(100 + s, s)).collect();
+            let mut kb: Vec<KernelThreadStats> = (5..70).map(|s| kernel(100 + s, s * 5)).collect();
+            if round % 3 == 0 {
+                shuffle(&mut ka, &mut seed);
+                shuffle(&mut kb, &mut seed);
+            }
+            a.kernel = Some(KernelSample {
+                threads: ka.clone(),
+                ..Default::default()
+            });
+            b.kernel = Some(KernelSample {
+                threads: kb.clone(),
+                ..Default::default()
+            });
+            let i = Interval::between(&a, &b);
+            assert_eq!(i.threads.len(), later.len());
+            assert_eq!(i.threads_exited, 10, "round {round}");
+            for t in &i.threads {
+                let now = later.iter().find(|x| x.serial == t.serial).expect("later");
+                let before = earlier.iter().find(|x| x.serial == t.serial);
+                assert_eq!(t.started_in_interval, before.is_none(), "round {round}");
+                let cpu = now.total_cpu_time_ns - before.map_or(0, |x| x.total_cpu_time_ns);
+                assert_eq!(t.cpu_time_ns, cpu, "round {round} serial {}", t.serial);
+                let vol = now.total_voluntary_switches.unwrap_or(0)
+                    - before.map_or(0, |x| x.total_voluntary_switches.unwrap_or(0));
+                assert_eq!(t.voluntary_switches, Some(vol));
+                let kb_t = kb.iter().find(|k| k.tid == t.tid).expect("kernel later");
+                let ka_t = ka.iter().find(|k| k.tid == t.tid);
+                let k = t.kernel.as_ref().expect("kernel interval");
+                let wakes = kb_t.total_wakes - ka_t.map_or(0, |k| k.total_wakes);
+                assert_eq!(k.wakes_per_sec, wakes as f64, "round {round}");
+            }
+            // Most CPU first, then by TID.
+            assert!(i.threads.windows(2).all(|w| {
+                (w[0].cpu_time_ns, std::cmp::Reverse(w[0].tid))
+                    > (w[1].cpu_time_ns, std::cmp::Reverse(w[1].tid))
+            }));
+            assert_eq!(i.kernel_uncovered_threads, Some(0));
+        }
+    }
+
+    /// An interval whose ends did not read the voluntary/involuntary
+    /// split takes it from the outermost snapshots inside that did: the
+    /// same figures as the interval between those two snapshots gives
+    /// each thread, the other figures its own.
+    #[test]
+    fn the_split_comes_from_the_outermost_snapshots_that_read_it() {
+        use crate::history::{Encoders, Header, History};
+        use crate::platform::{ABSENT, ThreadIdent};
+        use std::sync::Arc;
+        let idents: Vec<Arc<ThreadIdent>> = (0..40)
+            .map(|s| {
+                Arc::new(ThreadIdent {
+                    tid: 500 + s,
+                    serial: s,
+                    name: format!("w{s}").into(),
+                    cpu_time_source: CpuTimeSource::ThreadClock,
+                })
+            })
+            .collect();
+        let mut enc = Encoders::default();
+        let mut h = History::new(16);
+        let mut seed = 3;
+        for seq in 0..6u64 {
+            let split = seq == 1 || seq == 4;
+            // Thread 0 exits after snapshot 2; thread 39 starts at 3.
+            let mut threads: Vec<PackedThread> = idents
+                .iter()
+                .filter(|i| !(i.serial == 0 && seq > 2) && !(i.serial == 39 && seq < 3))
+                .map(|i| PackedThread {
+                    ident: i.clone(),
+                    cpu_time_ns: seq * 1_000 * (i.serial + 1),
+                    run_queue_wait_ns: seq * 10,
+                    switches: seq * 100 * (i.serial % 7),
+                    voluntary_switches: if split {
+                        seq * 60 * (i.serial % 5)
+                    } else {
+                        ABSENT
+                    },
+                    involuntary_switches: if split {
+                        seq * 3 * (i.serial % 3)
+                    } else {
+                        ABSENT
+                    },
+                })
+                .collect();
+            if seq == 4 {
+                shuffle(&mut threads, &mut seed);
+            }
+            let header = Header {
+                seq,
+                monotonic_ns: 1_000_000_000 * (seq + 1) + seq * 7_777,
+                unix_time_ns: 0,
+                process: Default::default(),
+                switch_split_read: split,
+                sampler_cost_ns: 0,
+                total_sampler_cpu_time_ns: 0,
+                warnings: Vec::new(),
+            };
+            h.push(Arc::new(Stored::new(
+                &mut enc,
+                header,
+                threads,
+                &[],
+                &[],
+                None,
+            )));
+        }
+        let (from, to) = (h.get(0).expect("0"), h.get(5).expect("5"));
+        let got = between_in_history(&h, from, to);
+        let own = between_stored(from, to);
+        let split = between_stored(h.get(1).expect("1"), h.get(4).expect("4"));
+        assert_eq!(got.threads.len(), own.threads.len());
+        for (g, o) in got.threads.iter().zip(&own.threads) {
+            assert_eq!(g.serial, o.serial);
+            let s = split.thread_by_serial(g.serial).expect("alive at 4");
+            let mut expected = o.clone();
+            expected.voluntary_switches = s.voluntary_switches;
+            expected.voluntary_switches_per_sec = s.voluntary_switches_per_sec;
+            expected.involuntary_switches = s.involuntary_switches;
+            expected.involuntary_switches_per_sec = s.involuntary_switches_per_sec;
+            assert_eq!(*g, expected);
+            assert!(g.voluntary_switches.is_some(), "serial {}", g.serial);
+        }
+        assert_eq!(got.threads_exited, 1);
     }
 
     #[test]

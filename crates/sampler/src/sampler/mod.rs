@@ -324,12 +324,13 @@ impl Sampler {
     }
 
     fn diagnose(&self, t: &Thresholds) -> Vec<Finding> {
-        self.account(|| self.diagnose_in(&self.history(), t))
+        self.account(|| self.diagnose_in(&self.history(), t, None))
     }
 
-    fn diagnose_in(&self, h: &History, t: &Thresholds) -> Vec<Finding> {
+    /// Findings over `h`; `known` is an interval of `h` already computed.
+    fn diagnose_in(&self, h: &History, t: &Thresholds, known: Option<&Interval>) -> Vec<Finding> {
         let tid = self.inner.sampler_tid.load(Ordering::Relaxed);
-        diagnose::diagnose(h, t, &self.inner.system, (tid != 0).then_some(tid))
+        diagnose::diagnose(h, t, &self.inner.system, (tid != 0).then_some(tid), known)
     }
 
     /// Everything a report needs: machine, sampler cost, the interval over
@@ -348,7 +349,7 @@ impl Sampler {
             .as_ref()
             .map(|i| warnings_in(&h, i.from_seq, i.to_seq))
             .unwrap_or_default();
-        let findings = self.diagnose_in(&h, &self.inner.config.thresholds);
+        let findings = self.diagnose_in(&h, &self.inner.config.thresholds, interval.as_ref());
         let keep = usize::try_from(self.inner.config.report_threads).unwrap_or(usize::MAX);
         let (thread_groups, threads_folded) = interval
             .as_mut()
