@@ -813,7 +813,11 @@ mod tests {
             // Thread 0 exits after snapshot 2; thread 39 starts at 3.
             let mut threads: Vec<PackedThread> = idents
                 .iter()
-                .filter(|i| !(i.serial == 0 && seq > 2) && !(i.serial == 39 && seq < 3))
+                .filter(|i| {
+                    let exited = i.serial == 0 && seq > 2;
+                    let unborn = i.serial == 39 && seq < 3;
+                    !(exited || unborn)
+                })
                 .map(|i| PackedThread {
                     ident: i.clone(),
                     cpu_time_ns: seq * 1_000 * (i.serial + 1),
