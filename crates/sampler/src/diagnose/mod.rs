@@ -1,7 +1,7 @@
 //! The findings engine: turns history into plain-words findings with
 //! evidence and advice.
 //!
-//! Each rule looks at an [`Interval`](crate::Interval) over its own window (10 s for rates,
+//! Each rule looks at an [`Interval`] over its own window (10 s for rates,
 //! 60 s for CPU, 300 s for the wakeups budget, the whole history for
 //! memory), so a finding speaks about a sustained behaviour, not one noisy
 //! sample. A thread explained by a more specific finding (a busy-polling
