@@ -14,8 +14,12 @@ use crate::{print, target};
 
 /// Stacks printed when no output file is asked for.
 const TOP_STACKS: usize = 10;
-/// Innermost frames printed per stack.
+/// User-space frames printed per stack, innermost first.
 const TOP_FRAMES: usize = 8;
+/// Kernel frames printed per stack before "… N more kernel frames": an
+/// off-CPU stack has 7–10 of them, which would otherwise leave no room for
+/// the user's own code.
+const KERNEL_FRAMES: usize = 3;
 
 /// What the user asked for.
 #[derive(Debug, Clone)]
@@ -128,9 +132,78 @@ fn summary(out: &mut impl Write, p: &Profile) -> io::Result<()> {
             s.tid,
             s.count
         )?;
-        for f in s.frames.iter().rev().take(TOP_FRAMES) {
-            writeln!(out, "         {}", print::safe(&f.label()))?;
+        for line in shown_frames(&s.frames) {
+            writeln!(out, "         {line}")?;
         }
     }
     Ok(())
+}
+
+/// The lines of one stack (`frames` outermost first), innermost first: at
+/// most [`KERNEL_FRAMES`] kernel frames and a count of the rest, then at
+/// most [`TOP_FRAMES`] user frames, so that the call site in the user's
+/// code is shown under a deep kernel stack.
+fn shown_frames(frames: &[wakemeter_profile::Frame]) -> Vec<String> {
+    let kernel = frames.iter().filter(|f| f.kernel).count();
+    let mut lines: Vec<String> = frames
+        .iter()
+        .rev()
+        .filter(|f| f.kernel)
+        .take(KERNEL_FRAMES)
+        .map(|f| print::safe(&f.label()).into_owned())
+        .collect();
+    if kernel > KERNEL_FRAMES {
+        lines.push(format!("… {} more kernel frames", kernel - KERNEL_FRAMES));
+    }
+    lines.extend(
+        frames
+            .iter()
+            .rev()
+            .filter(|f| !f.kernel)
+            .take(TOP_FRAMES)
+            .map(|f| print::safe(&f.label()).into_owned()),
+    );
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wakemeter_profile::Frame;
+
+    fn frame(name: &str, kernel: bool) -> Frame {
+        let mut f = Frame::unresolved(1, kernel);
+        f.function = Some(name.to_string());
+        f
+    }
+
+    #[test]
+    fn a_deep_kernel_stack_leaves_room_for_the_user_call_site() {
+        // Outermost first, as a profile keeps them.
+        let mut frames = vec![
+            frame("main", false),
+            frame("aeProcessEvents", false),
+            frame("epoll_wait", false),
+        ];
+        for k in [
+            "entry_SYSCALL_64",
+            "do_syscall_64",
+            "do_epoll_wait",
+            "schedule",
+            "__schedule",
+        ] {
+            frames.push(frame(k, true));
+        }
+        let lines = shown_frames(&frames);
+        assert_eq!(lines.len(), 3 + 1 + 3, "{lines:?}");
+        assert!(lines[0].starts_with("__schedule"), "{lines:?}");
+        assert_eq!(lines[3], "… 2 more kernel frames");
+        assert!(lines[4].starts_with("epoll_wait"), "{lines:?}");
+        assert!(lines[5].starts_with("aeProcessEvents"), "{lines:?}");
+        // User frames only: at most TOP_FRAMES of them, innermost first.
+        let user: Vec<Frame> = (0..20).map(|i| frame(&format!("f{i}"), false)).collect();
+        let lines = shown_frames(&user);
+        assert_eq!(lines.len(), TOP_FRAMES);
+        assert!(lines[0].starts_with("f19"), "{lines:?}");
+    }
 }

@@ -124,7 +124,13 @@ pub(crate) fn build(pid: u32) -> LeafTable {
         return table;
     };
     let mut rows = Vec::new();
-    for mapping in exec_mappings(&maps) {
+    let mut mappings = exec_mappings(&maps);
+    // The C library first: its syscall wrappers are the leaf frames of
+    // almost every off-CPU stack and of a poller's on-CPU ones, and a
+    // process linked against large libraries (OpenSSL, libstdc++) has more
+    // rows than the table holds. Then the others, in address order.
+    mappings.sort_by_key(|m| !is_c_library(&m.path));
+    for mapping in mappings {
         table.stats.modules += 1;
         // map_files opens what is mapped even from another mount namespace
         // or when the file was replaced; the path is the fallback.
@@ -147,6 +153,21 @@ pub(crate) fn build(pid: u32) -> LeafTable {
     }
     table.rows = normalize(rows);
     table
+}
+
+/// Whether `path` is the C library or its dynamic loader (glibc, musl).
+fn is_c_library(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    [
+        "libc.so",
+        "libc-",
+        "libpthread",
+        "ld-linux",
+        "ld-musl",
+        "libc.musl",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
 }
 
 /// The rows of one module, or why it has none.
@@ -284,6 +305,25 @@ pub(crate) fn splice_leaf_caller(frames: &mut Vec<u64>, caller: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_c_library_and_its_loader_are_known_by_name() {
+        for p in [
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/ld-musl-x86_64.so.1",
+            "/usr/lib64/ld-linux-x86-64.so.2",
+            "/lib/x86_64-linux-gnu/libpthread.so.0",
+        ] {
+            assert!(is_c_library(p), "{p}");
+        }
+        for p in [
+            "/usr/lib/x86_64-linux-gnu/libcrypto.so.3",
+            "/usr/bin/redis-server",
+            "/usr/lib/libcap.so.2",
+        ] {
+            assert!(!is_c_library(p), "{p}");
+        }
+    }
 
     #[test]
     fn maps_lines_give_executable_file_mappings_once_per_path() {
