@@ -14,11 +14,34 @@ use crate::model::SystemInfo;
 
 use crate::probe::duration_ns as ns;
 
+/// One number behind a finding while the rules run: static name and
+/// unit, made into an [`Evidence`] only for a finding that is kept.
+#[derive(Debug, Clone, Copy)]
+struct Ev {
+    name: &'static str,
+    value: f64,
+    unit: &'static str,
+}
+
+fn number(name: &'static str, value: f64, unit: &'static str) -> Ev {
+    Ev { name, value, unit }
+}
+
 fn ev(name: &str, value: f64, unit: &str) -> Evidence {
     Evidence {
         name: name.to_string(),
         value,
         unit: unit.to_string(),
+    }
+}
+
+impl From<Ev> for Evidence {
+    fn from(e: Ev) -> Evidence {
+        Evidence {
+            name: e.name.to_string(),
+            value: e.value,
+            unit: e.unit.to_string(),
+        }
     }
 }
 
@@ -85,7 +108,7 @@ impl Windows<'_> {
 
 struct Ctx<'a> {
     t: &'a Thresholds,
-    out: Vec<Finding>,
+    out: Grouper,
     /// Threads already explained by a more specific finding (or excluded).
     explained: HashSet<u64>,
     /// Window of the rule running now, in nanoseconds.
@@ -93,24 +116,35 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Adds a finding; `summary` is formatted only when the finding is
+    /// kept (not when it joins a group of alike threads).
     fn push(
         &mut self,
         kind: FindingKind,
         severity: Severity,
         subject: Subject,
-        summary: String,
-        evidence: Vec<Evidence>,
+        summary: impl FnOnce() -> String,
+        evidence: Vec<Ev>,
         advice: &str,
     ) {
-        self.out.push(Finding {
+        let window_ns = self.window_ns;
+        let tolerance = self.t.group_max_difference;
+        self.out.offer(
             kind,
             severity,
             subject,
-            summary,
             evidence,
-            advice: advice.to_string(),
-            window_ns: self.window_ns,
-        });
+            tolerance,
+            |subject, evidence| Finding {
+                kind,
+                severity,
+                summary: summary(),
+                subject,
+                evidence: evidence.into_iter().map(Evidence::from).collect(),
+                advice: advice.to_string(),
+                window_ns,
+            },
+        );
     }
 }
 
@@ -237,8 +271,19 @@ impl WakeSource {
         }
     }
 
-    /// The end of a periodic-wakeups summary, and the advice.
-    fn words(self, k: Option<&KernelThreadInterval>) -> (String, &'static str) {
+    /// What to do about wakeups from this source.
+    fn advice(self) -> &'static str {
+        match self {
+            WakeSource::Timer | WakeSource::Interrupt => PERIODIC_ADVICE,
+            WakeSource::Io => IO_ADVICE,
+            WakeSource::ProcessThreads => THREADS_ADVICE,
+            WakeSource::OtherProcesses => OTHER_PROCESS_ADVICE,
+            WakeSource::Mixed | WakeSource::Unknown => UNKNOWN_SOURCE_ADVICE,
+        }
+    }
+
+    /// The end of a periodic-wakeups summary.
+    fn cause(self, k: Option<&KernelThreadInterval>) -> String {
         let shares = k
             .map(|k| {
                 let total = (k.interrupt_wakes_per_sec
@@ -258,35 +303,20 @@ impl WakeSource {
             .map(|w| format!(" (top waker: {} \"{}\")", w.tid, w.name))
             .unwrap_or_default();
         match self {
-            WakeSource::Timer => (
-                format!("a periodic timer with little work ({shares})"),
-                PERIODIC_ADVICE,
+            WakeSource::Timer => format!("a periodic timer with little work ({shares})"),
+            WakeSource::Io => format!("woken by I/O interrupts with little work each ({shares})"),
+            WakeSource::Interrupt => {
+                format!("woken by interrupts, a timer or I/O, with little work each ({shares})")
+            }
+            WakeSource::ProcessThreads => format!(
+                "woken by other threads of this process{top_thread}, not by a timer ({shares})"
             ),
-            WakeSource::Io => (
-                format!("woken by I/O interrupts with little work each ({shares})"),
-                IO_ADVICE,
-            ),
-            WakeSource::Interrupt => (
-                format!("woken by interrupts, a timer or I/O, with little work each ({shares})"),
-                PERIODIC_ADVICE,
-            ),
-            WakeSource::ProcessThreads => (
-                format!("woken by other threads of this process{top_thread}, not by a timer ({shares})"),
-                THREADS_ADVICE,
-            ),
-            WakeSource::OtherProcesses => (
-                format!("woken by another process{top_thread}, not by a timer ({shares})"),
-                OTHER_PROCESS_ADVICE,
-            ),
-            WakeSource::Mixed => (
-                format!("woken by several sources ({shares})"),
-                UNKNOWN_SOURCE_ADVICE,
-            ),
-            WakeSource::Unknown => (
-                "woken by a timer, another thread or I/O (without the kernel view, which one is unknown)"
-                    .to_string(),
-                UNKNOWN_SOURCE_ADVICE,
-            ),
+            WakeSource::OtherProcesses => {
+                format!("woken by another process{top_thread}, not by a timer ({shares})")
+            }
+            WakeSource::Mixed => format!("woken by several sources ({shares})"),
+            WakeSource::Unknown => "woken by a timer, another thread or I/O (without the kernel view, which one is unknown)"
+                .to_string(),
         }
     }
 }
@@ -300,7 +330,7 @@ pub(super) fn run(
 ) -> Vec<Finding> {
     let mut cx = Ctx {
         t,
-        out: Vec::new(),
+        out: Grouper::default(),
         explained: exclude_tid.into_iter().collect(),
         window_ns: 0,
     };
@@ -336,7 +366,7 @@ pub(super) fn run(
         wakeups_budget(&mut cx, h, from, to, i);
     }
     memory_growth(&mut cx, h);
-    let mut out = group_alike_threads(cx.out, t);
+    let mut out = cx.out.finish(t);
     out.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.kind.cmp(&b.kind)));
     out
 }
@@ -382,17 +412,17 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
             )
         };
         let mut evidence = vec![
-            ev("wakeups_per_sec", l.wakeups_per_sec, "1/s"),
-            ev("idle_wakeup_ratio", l.idle_wakeup_ratio, "ratio"),
-            ev("zero_timeout_ratio", l.zero_timeout_ratio, "ratio"),
-            ev("events_per_wakeup", l.events_per_wakeup, "events"),
-            ev("utilization", l.utilization, "ratio"),
+            number("wakeups_per_sec", l.wakeups_per_sec, "1/s"),
+            number("idle_wakeup_ratio", l.idle_wakeup_ratio, "ratio"),
+            number("zero_timeout_ratio", l.zero_timeout_ratio, "ratio"),
+            number("events_per_wakeup", l.events_per_wakeup, "events"),
+            number("utilization", l.utilization, "ratio"),
         ];
         if let Some(c) = cpu {
-            evidence.push(ev("thread_cpu_percent", c, "%"));
+            evidence.push(number("thread_cpu_percent", c, "%"));
         }
         if let Some(b) = blocked {
-            evidence.push(ev("blocked_percent", b, "%"));
+            evidence.push(number("blocked_percent", b, "%"));
         }
         if let Some(tid) = l.tid {
             cx.explained.insert(tid);
@@ -412,7 +442,7 @@ fn busy_poller_loops(cx: &mut Ctx<'_>, i: &Interval) {
                 name: l.name.clone(),
                 tid: l.tid,
             },
-            format!(
+            move || format!(
                 "loop \"{}\" wakes {:.0} times/s and {why}: it is busy-polling{cpu_text}{blocked_text}",
                 l.name, l.wakeups_per_sec
             ),
@@ -499,7 +529,7 @@ fn kernel_busy_poller(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInt
             tid: th.tid,
             name: th.name.clone(),
         },
-        format!(
+        move || format!(
             "thread {} \"{}\" polls {:.0} times/s{mix}, {:.0} of them find nothing without waiting, \
              and it is blocked only {:.0}% of the time (kernel view): it is busy-polling, using {:.0}% of a core",
             th.tid,
@@ -510,17 +540,17 @@ fn kernel_busy_poller(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInt
             th.cpu_percent
         ),
         vec![
-            ev("poll_calls_per_sec", k.poll_calls_per_sec, "1/s"),
-            ev("idle_polls_per_sec", idle_polls, "1/s"),
-            ev(
+            number("poll_calls_per_sec", k.poll_calls_per_sec, "1/s"),
+            number("idle_polls_per_sec", idle_polls, "1/s"),
+            number(
                 "idle_nonblocking_polls_per_sec",
                 k.idle_nonblocking_polls_per_sec,
                 "1/s",
             ),
-            ev("blocking_polls_per_sec", k.blocking_polls_per_sec, "1/s"),
-            ev("zero_timeout_poll_ratio", k.zero_timeout_poll_ratio, "ratio"),
-            ev("blocked_percent", k.blocked_percent, "%"),
-            ev("thread_cpu_percent", th.cpu_percent, "%"),
+            number("blocking_polls_per_sec", k.blocking_polls_per_sec, "1/s"),
+            number("zero_timeout_poll_ratio", k.zero_timeout_poll_ratio, "ratio"),
+            number("blocked_percent", k.blocked_percent, "%"),
+            number("thread_cpu_percent", th.cpu_percent, "%"),
         ],
         advice,
     );
@@ -549,7 +579,7 @@ fn kernel_signal_wakeups(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThread
             tid: th.tid,
             name: th.name.clone(),
         },
-        format!(
+        move || format!(
             "thread {} \"{}\" is interrupted by signals {:.0} times/s while sleeping: its sleeps ask for {asked} \
              but last {:.2} ms on average ({:.0}% end early, kernel view); the wakeups come from the signals, \
              not from a sleep loop",
@@ -560,11 +590,11 @@ fn kernel_signal_wakeups(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThread
             k.interrupted_sleeps_per_sec * 100.0 / k.sleeps_per_sec
         ),
         vec![
-            ev("interrupted_sleeps_per_sec", k.interrupted_sleeps_per_sec, "1/s"),
-            ev("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
-            ev("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
-            ev("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
-            ev("interrupt_wakes_per_sec", k.interrupt_wakes_per_sec, "1/s"),
+            number("interrupted_sleeps_per_sec", k.interrupted_sleeps_per_sec, "1/s"),
+            number("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
+            number("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
+            number("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
+            number("interrupt_wakes_per_sec", k.interrupt_wakes_per_sec, "1/s"),
         ],
         SIGNAL_ADVICE,
     );
@@ -613,7 +643,7 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
             tid: th.tid,
             name: th.name.clone(),
         },
-        format!(
+        move || format!(
             "thread {} \"{}\" sleeps {completed:.0} times/s{mix}, asking for {} and sleeping {:.2} ms each{interrupted} \
              (kernel view): a sleep-and-check polling loop",
             th.tid,
@@ -622,11 +652,11 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
             k.mean_sleep_actual_ns as f64 / 1e6
         ),
         vec![
-            ev("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
-            ev("completed_sleeps_per_sec", completed, "1/s"),
-            ev("interrupted_sleeps_per_sec", k.interrupted_sleeps_per_sec, "1/s"),
-            ev("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
-            ev("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
+            number("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
+            number("completed_sleeps_per_sec", completed, "1/s"),
+            number("interrupted_sleeps_per_sec", k.interrupted_sleeps_per_sec, "1/s"),
+            number("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
+            number("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
         ],
         SLEEP_ADVICE,
     );
@@ -660,7 +690,7 @@ fn sleep_sites(cx: &mut Ctx<'_>, i: &Interval) {
             FindingKind::SleepOverhead,
             severity,
             Subject::SleepSite { name: s.name.clone(), tid: s.tid },
-            format!(
+            move || format!(
                 "sleep loop \"{}\" sleeps {:.0} times/s for {:.2} ms each; the sleeping itself costs {:.2}% of a core \
                  ({:.1} µs CPU per sleep) and each sleep overruns by {:.0}%",
                 s.name,
@@ -671,11 +701,11 @@ fn sleep_sites(cx: &mut Ctx<'_>, i: &Interval) {
                 oversleep * 100.0
             ),
             vec![
-                ev("sleeps_per_sec", s.sleeps_per_sec, "1/s"),
-                ev("cpu_percent_in_sleep", s.cpu_percent, "%"),
-                ev("cpu_per_sleep_ns", s.cpu_per_sleep_ns as f64, "ns"),
-                ev("mean_requested_ns", s.mean_requested_ns as f64, "ns"),
-                ev("mean_oversleep_ns", s.mean_oversleep_ns as f64, "ns"),
+                number("sleeps_per_sec", s.sleeps_per_sec, "1/s"),
+                number("cpu_percent_in_sleep", s.cpu_percent, "%"),
+                number("cpu_per_sleep_ns", s.cpu_per_sleep_ns as f64, "ns"),
+                number("mean_requested_ns", s.mean_requested_ns as f64, "ns"),
+                number("mean_oversleep_ns", s.mean_oversleep_ns as f64, "ns"),
             ],
             SLEEP_ADVICE,
         );
@@ -703,17 +733,17 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
             FindingKind::PeriodicWakeups,
             if l.wakeups_per_sec >= t.periodic_warning_wakeups_per_sec { Severity::Warning } else { Severity::Info },
             Subject::Loop { name: l.name.clone(), tid: l.tid },
-            format!(
+            move || format!(
                 "loop \"{}\" wakes every {period_ms:.1} ms on its timeout ({:.0}/s) and {:.0}% of those wakeups find nothing",
                 l.name,
                 l.wakeups_per_sec,
                 l.idle_wakeup_ratio * 100.0
             ),
             vec![
-                ev("wakeups_per_sec", l.wakeups_per_sec, "1/s"),
-                ev("period_ms", period_ms, "ms"),
-                ev("timed_out_ratio", timed_out, "ratio"),
-                ev("events_per_wakeup", l.events_per_wakeup, "events"),
+                number("wakeups_per_sec", l.wakeups_per_sec, "1/s"),
+                number("period_ms", period_ms, "ms"),
+                number("timed_out_ratio", timed_out, "ratio"),
+                number("events_per_wakeup", l.events_per_wakeup, "events"),
             ],
             PERIODIC_ADVICE,
         );
@@ -792,27 +822,27 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
         }
         let period_ms = 1e3 / mean;
         let source = WakeSource::of(th.kernel.as_ref(), t);
-        let (cause, advice) = source.words(th.kernel.as_ref());
+        let advice = source.advice();
         let mut evidence = vec![
-            ev("switches_per_sec", mean, "1/s"),
-            ev("period_ms", period_ms, "ms"),
-            ev("rate_variation", cv, "ratio"),
-            ev("thread_cpu_percent", th.cpu_percent, "%"),
+            number("switches_per_sec", mean, "1/s"),
+            number("period_ms", period_ms, "ms"),
+            number("rate_variation", cv, "ratio"),
+            number("thread_cpu_percent", th.cpu_percent, "%"),
         ];
         if let Some(k) = &th.kernel {
             evidence.extend([
-                ev("interrupt_wakes_per_sec", k.interrupt_wakes_per_sec, "1/s"),
-                ev(
+                number("interrupt_wakes_per_sec", k.interrupt_wakes_per_sec, "1/s"),
+                number(
                     "process_thread_wakes_per_sec",
                     k.process_thread_wakes_per_sec,
                     "1/s",
                 ),
-                ev(
+                number(
                     "other_process_wakes_per_sec",
                     k.other_process_wakes_per_sec,
                     "1/s",
                 ),
-                ev("blocked_percent", k.blocked_percent, "%"),
+                number("blocked_percent", k.blocked_percent, "%"),
             ]);
         }
         cx.explained.insert(th.tid);
@@ -820,9 +850,9 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
             FindingKind::PeriodicWakeups,
             if mean >= t.periodic_warning_wakeups_per_sec { Severity::Warning } else { Severity::Info },
             Subject::Thread { tid: th.tid, name: th.name.clone() },
-            format!(
-                "thread {} \"{}\" wakes every {period_ms:.1} ms ({mean:.0}/s, steady) and uses {:.2}% CPU: {cause}",
-                th.tid, th.name, th.cpu_percent
+            move || format!(
+                "thread {} \"{}\" wakes every {period_ms:.1} ms ({mean:.0}/s, steady) and uses {:.2}% CPU: {}",
+                th.tid, th.name, th.cpu_percent, source.cause(th.kernel.as_ref())
             ),
             evidence,
             advice,
@@ -851,16 +881,16 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             FindingKind::RunQueueContention,
             if wait >= t.run_queue_critical_wait_percent { Severity::Critical } else { Severity::Warning },
             Subject::Thread { tid: th.tid, name: th.name.clone() },
-            format!(
+            move || format!(
                 "thread {} \"{}\" waited for a CPU {wait:.0}% of the time while running {:.0}%: \
                  about {runnable:.1} of this process's threads want a CPU on {} cores",
                 th.tid, th.name, th.cpu_percent, system.cpu_count
             ),
             vec![
-                ev("run_queue_wait_percent", wait, "%"),
-                ev("thread_cpu_percent", th.cpu_percent, "%"),
-                ev("runnable_threads", runnable, "threads"),
-                ev("cpu_count", f64::from(system.cpu_count), "cpus"),
+                number("run_queue_wait_percent", wait, "%"),
+                number("thread_cpu_percent", th.cpu_percent, "%"),
+                number("runnable_threads", runnable, "threads"),
+                number("cpu_count", f64::from(system.cpu_count), "cpus"),
             ],
             "The thread is runnable but not running: more runnable threads than cores (check thread-pool sizes \
              against the CPU count), other processes competing, or a container CPU quota throttling the process.",
@@ -878,14 +908,14 @@ fn cpu_hogs(cx: &mut Ctx<'_>, i: &Interval) {
             FindingKind::CpuHog,
             if th.cpu_percent >= t.cpu_hog_critical_percent { Severity::Critical } else { Severity::Warning },
             Subject::Thread { tid: th.tid, name: th.name.clone() },
-            format!(
+            move || format!(
                 "thread {} \"{}\" used {:.0}% of a core for {:.0} s",
                 th.tid,
                 th.name,
                 th.cpu_percent,
                 i.duration_secs()
             ),
-            vec![ev("thread_cpu_percent", th.cpu_percent, "%"), ev("window_s", i.duration_secs(), "s")],
+            vec![number("thread_cpu_percent", th.cpu_percent, "%"), number("window_s", i.duration_secs(), "s")],
             "A thread near a full core for a sustained time drains the battery; iOS kills background apps above 80% \
              CPU over 60 s. Profile it (perf, Instruments, Android Studio) and check for spinning, retries without \
              backoff or work that could be batched.",
@@ -948,7 +978,7 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
         FindingKind::WakeupsBudget,
         if rate >= budget { Severity::Critical } else { Severity::Warning },
         Subject::Process { pid: i.process.pid },
-        format!(
+        move || format!(
             "the process wakes {rate:.0} times/s over {:.0} s ({source}): {:.1}x iOS's budget of {budget:.0}/s \
              ({limit_total:.0} per {:.0} s would be used up in {:.0} s){wakers}",
             i.duration_secs(),
@@ -957,9 +987,9 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
             limit_total / rate
         ),
         vec![
-            ev("wakeups_per_sec", rate, "1/s"),
-            ev("budget_per_sec", budget, "1/s"),
-            ev("seconds_to_limit", limit_total / rate, "s"),
+            number("wakeups_per_sec", rate, "1/s"),
+            number("budget_per_sec", budget, "1/s"),
+            number("seconds_to_limit", limit_total / rate, "s"),
         ],
         "iOS raises EXC_RESOURCE WAKEUPS (and Android vitals flags excessive wakeups) for processes that wake this \
          often. Start with the most woken threads above (the kernel view, with eBPF, names who wakes them) and remove \
@@ -1005,7 +1035,7 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
         FindingKind::MemoryGrowth,
         if growth as f64 >= t.memory_growth_critical_ratio * a as f64 { Severity::Critical } else { Severity::Warning },
         Subject::Process { pid: last.header.process.pid },
-        format!(
+        move || format!(
             "resident memory grew from {:.1} MiB to {:.1} MiB over {:.0} s ({:.1} MiB/min), rising in {:.0}% of samples",
             mib(a),
             mib(b),
@@ -1014,10 +1044,10 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
             rising * 100.0
         ),
         vec![
-            ev("rss_start_bytes", a as f64, "bytes"),
-            ev("rss_end_bytes", b as f64, "bytes"),
-            ev("growth_bytes_per_min", per_min, "bytes/min"),
-            ev("rising_ratio", rising, "ratio"),
+            number("rss_start_bytes", a as f64, "bytes"),
+            number("rss_end_bytes", b as f64, "bytes"),
+            number("growth_bytes_per_min", per_min, "bytes/min"),
+            number("rising_ratio", rising, "ratio"),
         ],
         "Steady growth across the whole history looks like a leak or an unbounded cache/queue. Compare heap \
          profiles at two points (heaptrack, Instruments Allocations, Android Studio) or bound the cache.",
@@ -1042,21 +1072,52 @@ fn name_pattern(name: &str) -> String {
     out
 }
 
+/// One number of evidence, as the rules hold it until a finding is kept.
+trait Number {
+    fn name(&self) -> &str;
+    fn value(&self) -> f64;
+    fn unit(&self) -> &str;
+}
+
+impl Number for Ev {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn value(&self) -> f64 {
+        self.value
+    }
+    fn unit(&self) -> &str {
+        self.unit
+    }
+}
+
+impl Number for Evidence {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn value(&self) -> f64 {
+        self.value
+    }
+    fn unit(&self) -> &str {
+        &self.unit
+    }
+}
+
 /// Whether two findings' numbers tell the same behaviour: every evidence
 /// value within `tolerance` of the other's, relative to the larger, with
 /// a floor for percentages (1 point) and ratios (0.05) so that 0.1% and
 /// 0.15% CPU count as alike.
-fn alike(a: &Finding, b: &Finding, tolerance: f64) -> bool {
-    a.evidence.len() == b.evidence.len()
-        && a.evidence.iter().zip(&b.evidence).all(|(x, y)| {
-            let floor = match x.unit.as_str() {
+fn alike<A: Number, B: Number>(a: &[A], b: &[B], tolerance: f64) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            let floor = match x.unit() {
                 "%" => 1.0,
                 "ratio" => 0.05,
                 _ => 0.0,
             };
-            x.name == y.name
-                && (x.value - y.value).abs()
-                    <= (tolerance * x.value.abs().max(y.value.abs())).max(floor)
+            x.name() == y.name()
+                && (x.value() - y.value()).abs()
+                    <= (tolerance * x.value().abs().max(y.value().abs())).max(floor)
         })
 }
 
@@ -1064,90 +1125,125 @@ fn alike(a: &Finding, b: &Finding, tolerance: f64) -> bool {
 /// its subject).
 const GROUP_TIDS_SHOWN: usize = 8;
 
+/// Threads with the same finding, kept as one: the first member's finding
+/// (at `at` in the output) and every member's TID.
+struct Group {
+    at: usize,
+    pattern: String,
+    tids: Vec<u64>,
+}
+
+/// Collects findings in order, grouping threads with the same kind,
+/// severity, name pattern and behaviour as they come: twenty `worker-N`
+/// threads sleeping 5 ms each are one cause. A finding that joins a group
+/// is not built at all (its summary is never formatted): with hundreds of
+/// alike threads, formatting and dropping their findings cost more than
+/// the rules themselves.
+#[derive(Default)]
+struct Grouper {
+    out: Vec<Finding>,
+    groups: Vec<Group>,
+}
+
+impl Grouper {
+    /// Adds a finding, built by `build` unless it joins a group of alike threads.
+    fn offer<N: Number>(
+        &mut self,
+        kind: FindingKind,
+        severity: Severity,
+        subject: Subject,
+        evidence: Vec<N>,
+        tolerance: f64,
+        build: impl FnOnce(Subject, Vec<N>) -> Finding,
+    ) {
+        if let Subject::Thread { tid, name } = &subject {
+            let pattern = name_pattern(name);
+            let out = &self.out;
+            let found = self.groups.iter_mut().find(|g| {
+                g.pattern == pattern
+                    && out.get(g.at).is_some_and(|first| {
+                        first.kind == kind
+                            && first.severity == severity
+                            && alike(&first.evidence, &evidence, tolerance)
+                    })
+            });
+            if let Some(g) = found {
+                g.tids.push(*tid);
+                return;
+            }
+            self.groups.push(Group {
+                at: self.out.len(),
+                pattern,
+                tids: vec![*tid],
+            });
+        }
+        self.out.push(build(subject, evidence));
+    }
+
+    /// The findings, each group of two or more threads as one: the first
+    /// thread's summary, evidence and advice, with the subject listing
+    /// every TID and an evidence `threads` count.
+    fn finish(mut self, t: &Thresholds) -> Vec<Finding> {
+        for g in self.groups {
+            if g.tids.len() < 2 {
+                continue;
+            }
+            let Some(first) = self.out.get_mut(g.at) else {
+                continue;
+            };
+            let Subject::Thread { tid, name } = first.subject.clone() else {
+                continue;
+            };
+            let tids = g.tids;
+            let mut shown: Vec<String> = tids
+                .iter()
+                .take(GROUP_TIDS_SHOWN)
+                .map(u64::to_string)
+                .collect();
+            if tids.len() > GROUP_TIDS_SHOWN {
+                shown.push(format!("and {} more", tids.len() - GROUP_TIDS_SHOWN));
+            }
+            // The rules start a thread's summary with its label.
+            let own = format!("thread {tid} \"{name}\" ");
+            let rest = first.summary.strip_prefix(&own).unwrap_or(&first.summary);
+            first.summary = format!(
+                "{} threads \"{}\" behave alike (TIDs {}); each {rest} (figures of TID {tid}, \
+                 the others within {:.0}%)",
+                tids.len(),
+                g.pattern,
+                shown.join(", "),
+                t.group_max_difference * 100.0
+            );
+            first
+                .evidence
+                .push(ev("threads", tids.len() as f64, "threads"));
+            first.subject = Subject::Threads {
+                name: g.pattern,
+                tids,
+            };
+        }
+        self.out
+    }
+}
+
 /// One finding for threads with the same kind, severity, name pattern and
-/// behaviour: twenty `worker-N` threads sleeping 5 ms each are one cause.
-/// The group keeps the first thread's summary, evidence and advice, with
-/// the subject listing every TID and an evidence `threads` count.
+/// behaviour (see [`Grouper`]).
+#[cfg(test)]
 fn group_alike_threads(findings: Vec<Finding>, t: &Thresholds) -> Vec<Finding> {
-    // Members of each group, as indexes into `findings`.
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    // The name pattern of each group's first member.
-    let mut patterns: Vec<String> = Vec::new();
-    let mut out_order: Vec<Result<usize, usize>> = Vec::new(); // Ok(finding) or Err(group)
-    for (n, f) in findings.iter().enumerate() {
-        let Subject::Thread { name, .. } = &f.subject else {
-            out_order.push(Ok(n));
-            continue;
-        };
-        let pattern = name_pattern(name);
-        let found = groups.iter().zip(&patterns).position(|(g, p)| {
-            let first = &findings[g[0]];
-            *p == pattern
-                && first.kind == f.kind
-                && first.severity == f.severity
-                && alike(first, f, t.group_max_difference)
-        });
-        match found {
-            Some(g) => groups[g].push(n),
-            None => {
-                groups.push(vec![n]);
-                patterns.push(pattern);
-                out_order.push(Err(groups.len() - 1));
-            }
-        }
+    let mut g = Grouper::default();
+    for f in findings {
+        let (kind, severity, subject) = (f.kind, f.severity, f.subject.clone());
+        let evidence = f.evidence.clone();
+        g.offer(
+            kind,
+            severity,
+            subject,
+            evidence,
+            t.group_max_difference,
+            |_, _| f,
+        );
     }
-    let mut slots: Vec<Option<Finding>> = findings.into_iter().map(Some).collect();
-    let mut out = Vec::with_capacity(out_order.len());
-    for o in out_order {
-        match o {
-            Ok(n) => out.extend(slots[n].take()),
-            Err(g) => {
-                let members = &groups[g];
-                if members.len() == 1 {
-                    out.extend(slots[members[0]].take());
-                    continue;
-                }
-                let tids: Vec<u64> = members
-                    .iter()
-                    .filter_map(|m| slots[*m].as_ref().and_then(|f| f.subject.tid()))
-                    .collect();
-                let Some(mut first) = slots[members[0]].take() else {
-                    continue;
-                };
-                let Subject::Thread { tid, name } = first.subject.clone() else {
-                    continue;
-                };
-                let pattern = name_pattern(&name);
-                let mut shown: Vec<String> = tids
-                    .iter()
-                    .take(GROUP_TIDS_SHOWN)
-                    .map(u64::to_string)
-                    .collect();
-                if tids.len() > GROUP_TIDS_SHOWN {
-                    shown.push(format!("and {} more", tids.len() - GROUP_TIDS_SHOWN));
-                }
-                // The rules start a thread's summary with its label.
-                let own = format!("thread {tid} \"{name}\" ");
-                let rest = first.summary.strip_prefix(&own).unwrap_or(&first.summary);
-                first.summary = format!(
-                    "{} threads \"{pattern}\" behave alike (TIDs {}); each {rest} (figures of TID {tid}, \
-                     the others within {:.0}%)",
-                    tids.len(),
-                    shown.join(", "),
-                    t.group_max_difference * 100.0
-                );
-                first
-                    .evidence
-                    .push(ev("threads", tids.len() as f64, "threads"));
-                first.subject = Subject::Threads {
-                    name: pattern,
-                    tids,
-                };
-                out.push(first);
-            }
-        }
-    }
-    out
+    g.finish(t)
 }
 
 #[cfg(test)]
