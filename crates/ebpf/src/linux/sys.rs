@@ -117,6 +117,21 @@ struct BatchAttr {
     flags: u64,
 }
 
+/// `bpf(cmd, attr)` for a batch command: 0, or -1 with `errno` set.
+///
+/// # Safety
+///
+/// The pointers in `attr` (`in_batch`, `out_batch`, `keys`, `values`, when
+/// not 0) must be valid for what `cmd` reads and writes: `count` keys of
+/// the map's key size and values of its value size, and a u32 cursor.
+unsafe fn batch_call(cmd: libc::c_long, attr: &mut BatchAttr) -> libc::c_long {
+    let size = libc::c_uint::try_from(size_of::<BatchAttr>()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: `attr` is a valid `batch` member of `bpf_attr` for `size`
+    // bytes; the memory its pointers name is the caller's promise (see
+    // above). The kernel keeps no pointer after it returns.
+    unsafe { libc::syscall(libc::SYS_bpf, cmd, std::ptr::from_mut(attr), size) }
+}
+
 /// What one [`lookup_batch`] call did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Batch {
@@ -152,20 +167,10 @@ pub(crate) fn update_array_batch<V: aya::Pod>(
         elem_flags: 0,
         flags: 0,
     };
-    let size = libc::c_uint::try_from(size_of::<BatchAttr>()).unwrap_or(libc::c_uint::MAX);
-    // SAFETY: `attr` is a valid `batch` member of `bpf_attr` for `size`
-    // bytes. The kernel reads `count` u32 keys from `keys` and `count`
+    // SAFETY: the kernel reads `count` u32 keys from `keys` and `count`
     // values of the map's value size (V's) from `values`, both exactly that
-    // long, and writes back only `attr.count`. All of them live across the
-    // call; the kernel keeps no pointer after it returns.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_BATCH,
-            std::ptr::from_mut(&mut attr),
-            size,
-        )
-    };
+    // long, and writes back only `attr.count`. Both live across the call.
+    let rc = unsafe { batch_call(BPF_MAP_UPDATE_BATCH, &mut attr) };
     if rc == 0 {
         return Ok(true);
     }
@@ -203,22 +208,13 @@ pub(crate) fn lookup_batch<K: aya::Pod, V: aya::Pod>(
         elem_flags: 0,
         flags: 0,
     };
-    let size = libc::c_uint::try_from(size_of::<BatchAttr>()).unwrap_or(libc::c_uint::MAX);
-    // SAFETY: `attr` is a valid `batch` member of `bpf_attr` for `size`
-    // bytes. The kernel reads `*in_batch` (a u32 cursor, as hash maps use)
+    // SAFETY: the kernel reads `*in_batch` (a u32 cursor, as hash maps use)
     // and writes `*out_batch` (a u32), up to `count` keys of the map's key
     // size into `keys` and values of its value size into `values`; `count`
     // is at most the length of both slices, and K and V are the map's key
     // and value types, so every write is in bounds. All of them live
-    // across the call; the kernel keeps no pointer after it returns.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_LOOKUP_BATCH,
-            std::ptr::from_mut(&mut attr),
-            size,
-        )
-    };
+    // across the call.
+    let rc = unsafe { batch_call(BPF_MAP_LOOKUP_BATCH, &mut attr) };
     let filled = usize::try_from(attr.count).unwrap_or(0).min(room);
     if rc == 0 {
         *cursor = Some(next);
