@@ -272,7 +272,7 @@ fn thread_woken_main_is_attributed_to_threads_not_a_timer() {
 fn assert_one_group_of_twenty(f: &[Finding], kind: FindingKind) {
     let groups: Vec<_> = f
         .iter()
-        .filter(|x| matches!(&x.subject, Subject::Threads { name, .. } if name == "worker-*"))
+        .filter(|x| matches!(&x.subject, Subject::Threads { name, .. } if name == "worker-{n}"))
         .collect();
     assert_eq!(groups.len(), 1, "{f:#?}");
     let g = groups[0];
@@ -280,7 +280,8 @@ fn assert_one_group_of_twenty(f: &[Finding], kind: FindingKind) {
     let n = g.subject.tids().len();
     assert!(n >= 15, "{g:#?}");
     assert!(
-        g.summary.starts_with(&format!("{n} threads \"worker-*\"")),
+        g.summary
+            .starts_with(&format!("{n} threads \"worker-{{n}}\"")),
         "{g:#?}"
     );
     let alone = f

@@ -153,7 +153,7 @@ fn a_report_of_hundreds_of_threads_lists_few_and_groups_all() {
         assert!(names.contains(&format!("chatty-{i}").as_str()), "{names:?}");
     }
 
-    // The groups: bounded, one per name pattern, adding up to all threads.
+    // The groups: bounded, one per group name, adding up to all threads.
     let groups = &report.thread_groups;
     assert!(groups.len() <= DEFAULT_MAX_GROUPS + 1);
     let group = |name: &str| groups.iter().find(|g| g.name == name).unwrap();

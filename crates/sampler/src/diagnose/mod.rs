@@ -6,7 +6,7 @@
 //! memory), so a finding speaks about a sustained behaviour, not one noisy
 //! sample. A thread explained by a more specific finding (a busy-polling
 //! loop, a sleep loop) is not reported again as a CPU hog or periodic waker.
-//! Threads with the same name pattern and the same finding (twenty
+//! Threads with the same group name and the same finding (twenty
 //! `worker-N` threads sleeping 5 ms each) are reported once, as a group.
 
 mod rules;
@@ -92,10 +92,12 @@ pub enum Subject {
         /// Thread that sleeps there, if known.
         tid: Option<u64>,
     },
-    /// Threads with the same name pattern and the same finding, reported once.
+    /// Threads with the same group name and the same finding, reported once.
     Threads {
-        /// Their name pattern: the names with each run of digits as `*`
-        /// (`worker-*` for `worker-1`, `worker-2`, ...).
+        /// Their group name: the names with each run of digits as `{n}`
+        /// (`worker-{n}` for `worker-1`, `worker-2`, ...), the grouping of
+        /// [`crate::Report::thread_groups`], of recordings and of the
+        /// Prometheus labels ([`crate::compare::group_name`]).
         name: String,
         /// Their OS thread ids, in the order the rule found them.
         tids: Vec<u64>,

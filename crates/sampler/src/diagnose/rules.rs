@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
+use crate::compare::group_name;
 use crate::history::{History, Stored};
 use crate::interval::{
     Interval, KernelThreadInterval, SyscallRate, ThreadInterval, between_in_history,
@@ -1054,24 +1055,6 @@ fn memory_growth(cx: &mut Ctx<'_>, h: &History) {
     );
 }
 
-/// A thread name with each run of digits as `*`: `worker-12` → `worker-*`.
-fn name_pattern(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut in_digits = false;
-    for c in name.chars() {
-        if c.is_ascii_digit() {
-            if !in_digits {
-                out.push('*');
-            }
-            in_digits = true;
-        } else {
-            out.push(c);
-            in_digits = false;
-        }
-    }
-    out
-}
-
 /// One number of evidence, as the rules hold it until a finding is kept.
 trait Number {
     fn name(&self) -> &str;
@@ -1129,12 +1112,13 @@ const GROUP_TIDS_SHOWN: usize = 8;
 /// (at `at` in the output) and every member's TID.
 struct Group {
     at: usize,
+    /// [`group_name`] of the members.
     pattern: String,
     tids: Vec<u64>,
 }
 
 /// Collects findings in order, grouping threads with the same kind,
-/// severity, name pattern and behaviour as they come: twenty `worker-N`
+/// severity, group name and behaviour as they come: twenty `worker-N`
 /// threads sleeping 5 ms each are one cause. A finding that joins a group
 /// is not built at all (its summary is never formatted): with hundreds of
 /// alike threads, formatting and dropping their findings cost more than
@@ -1157,7 +1141,7 @@ impl Grouper {
         build: impl FnOnce(Subject, Vec<N>) -> Finding,
     ) {
         if let Subject::Thread { tid, name } = &subject {
-            let pattern = name_pattern(name);
+            let pattern = group_name(name);
             let out = &self.out;
             let found = self.groups.iter_mut().find(|g| {
                 g.pattern == pattern
@@ -1226,7 +1210,7 @@ impl Grouper {
     }
 }
 
-/// One finding for threads with the same kind, severity, name pattern and
+/// One finding for threads with the same kind, severity, group name and
 /// behaviour (see [`Grouper`]).
 #[cfg(test)]
 fn group_alike_threads(findings: Vec<Finding>, t: &Thresholds) -> Vec<Finding> {
@@ -1384,13 +1368,6 @@ mod tests {
     }
 
     #[test]
-    fn patterns_replace_digit_runs() {
-        assert_eq!(name_pattern("worker-12"), "worker-*");
-        assert_eq!(name_pattern("w1x22"), "w*x*");
-        assert_eq!(name_pattern("node"), "node");
-    }
-
-    #[test]
     fn alike_threads_become_one_finding_others_stay() {
         let t = Thresholds::default();
         let mut f: Vec<Finding> = (0..20)
@@ -1402,13 +1379,13 @@ mod tests {
         assert_eq!(out.len(), 3, "{out:#?}");
         let g = &out[0];
         assert!(
-            matches!(&g.subject, Subject::Threads { name, tids } if name == "worker-*" && tids.len() == 20),
+            matches!(&g.subject, Subject::Threads { name, tids } if name == "worker-{n}" && tids.len() == 20),
             "{g:#?}"
         );
         assert_eq!(g.evidence("threads"), Some(20.0));
         assert!(
             g.summary
-                .starts_with("20 threads \"worker-*\" behave alike (TIDs 100, 101"),
+                .starts_with("20 threads \"worker-{n}\" behave alike (TIDs 100, 101"),
             "{}",
             g.summary
         );

@@ -147,7 +147,7 @@ pub struct Thresholds {
     /// leak. Default 0.7.
     pub memory_growth_rising_ratio: f64,
     /// Grouping: threads whose findings have the same kind, severity and
-    /// name pattern (digits aside: `worker-1`, `worker-2`) become one
+    /// group name (digits aside: `worker-1`, `worker-2` → `worker-{n}`) become one
     /// finding when every number of their evidence is within this relative
     /// difference of the group's first (0–1). Default 0.25.
     pub group_max_difference: f64,

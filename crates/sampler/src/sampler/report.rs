@@ -417,7 +417,7 @@ mod tests {
                 name: "worker-6".to_string(),
             }),
             finding(Subject::Threads {
-                name: "worker-*".to_string(),
+                name: "worker-{n}".to_string(),
                 tids: vec![5, 4, 3],
             }),
         ];

@@ -4804,7 +4804,7 @@ public struct Thresholds: Equatable, Hashable {
     public var memoryGrowthRisingRatio: Double
     /**
      * Grouping: threads whose findings have the same kind, severity and
-     * name pattern (digits aside: `worker-1`, `worker-2`) become one
+     * group name (digits aside: `worker-1`, `worker-2` → `worker-{n}`) become one
      * finding when every number of their evidence is within this relative
      * difference of the group's first (0–1). Default 0.25.
      */
@@ -4982,7 +4982,7 @@ public struct Thresholds: Equatable, Hashable {
          */memoryGrowthRisingRatio: Double, 
         /**
          * Grouping: threads whose findings have the same kind, severity and
-         * name pattern (digits aside: `worker-1`, `worker-2`) become one
+         * group name (digits aside: `worker-1`, `worker-2` → `worker-{n}`) become one
          * finding when every number of their evidence is within this relative
          * difference of the group's first (0–1). Default 0.25.
          */groupMaxDifference: Double) {
@@ -5695,12 +5695,14 @@ public enum Subject: Equatable, Hashable {
          */tid: UInt64?
     )
     /**
-     * Threads with the same name pattern and the same finding, reported once.
+     * Threads with the same group name and the same finding, reported once.
      */
     case threads(
         /**
-         * Their name pattern: the names with each run of digits as `*`
-         * (`worker-*` for `worker-1`, `worker-2`, ...).
+         * Their group name: the names with each run of digits as `{n}`
+         * (`worker-{n}` for `worker-1`, `worker-2`, ...), the grouping of
+         * [`crate::Report::thread_groups`], of recordings and of the
+         * Prometheus labels ([`crate::compare::group_name`]).
          */name: String, 
         /**
          * Their OS thread ids, in the order the rule found them.
