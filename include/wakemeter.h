@@ -145,6 +145,16 @@ typedef struct wm_config {
    * groups by name only (`thread_groups`, `threads_folded`). Default 64.
    */
   uint32_t report_threads;
+  /**
+   * Every other threshold of the findings: NULL (the default), or a
+   * NUL-terminated JSON object with any of the fields of a report's
+   * `config.thresholds` (the same names and units; durations as
+   * `{"secs": 60, "nanos": 0}`), applied over the fields above, e.g.
+   * `{"cpu_hog_percent": 50.0}`. An unknown field, a value of the wrong
+   * type or out of range is `WM_ERR_INVALID_ARGUMENT` naming it. Read
+   * only while the sampler is created.
+   */
+  const char *thresholds_json;
 } wm_config;
 
 /**
@@ -220,7 +230,8 @@ enum wm_status wm_config_default(struct wm_config *config);
  * `*out` is set to the new handle, or NULL on failure.
  *
  * # Safety
- * `config` is NULL or a valid `wm_config`; `out` is NULL or writable.
+ * `config` is NULL or a valid `wm_config` (its `thresholds_json` NULL or
+ * a NUL-terminated string); `out` is NULL or writable.
  */
 enum wm_status wm_sampler_create(const struct wm_config *config, struct wm_sampler **out);
 

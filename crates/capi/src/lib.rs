@@ -121,6 +121,14 @@ pub struct wm_config {
     /// Threads a report lists one by one; the others are counted in its
     /// groups by name only (`thread_groups`, `threads_folded`). Default 64.
     pub report_threads: u32,
+    /// Every other threshold of the findings: NULL (the default), or a
+    /// NUL-terminated JSON object with any of the fields of a report's
+    /// `config.thresholds` (the same names and units; durations as
+    /// `{"secs": 60, "nanos": 0}`), applied over the fields above, e.g.
+    /// `{"cpu_hog_percent": 50.0}`. An unknown field, a value of the wrong
+    /// type or out of range is `WM_ERR_INVALID_ARGUMENT` naming it. Read
+    /// only while the sampler is created.
+    pub thresholds_json: *const c_char,
 }
 
 /// One finding, borrowed from a [`wm_findings`] list: the strings stay
@@ -391,6 +399,7 @@ fn default_config() -> wm_config {
         sleep_calls_per_sec: t.sleep_calls_per_sec,
         sleep_cpu_percent: t.sleep_cpu_percent,
         report_threads: d.report_threads,
+        thresholds_json: std::ptr::null(),
     }
 }
 
@@ -408,7 +417,35 @@ pub unsafe extern "C" fn wm_config_default(config: *mut wm_config) -> wm_status 
     guard(|| unsafe { put(config, default_config(), "config") })
 }
 
-fn builder(c: &wm_config) -> Res<SamplerBuilder> {
+/// `json` (a JSON object of `Thresholds` fields) applied over `t`.
+fn thresholds_over(t: wakemeter::Thresholds, json: &str) -> Res<wakemeter::Thresholds> {
+    let bad = |why: String| {
+        Fail(
+            WM_ERR_INVALID_ARGUMENT,
+            format!("config.thresholds_json: {why}"),
+        )
+    };
+    let serde_json::Value::Object(given) =
+        serde_json::from_str(json).map_err(|e| bad(e.to_string()))?
+    else {
+        return Err(bad("not a JSON object".to_string()));
+    };
+    let mut all = serde_json::to_value(&t).map_err(|e| bad(e.to_string()))?;
+    let Some(fields) = all.as_object_mut() else {
+        return Err(bad("the thresholds are not an object".to_string()));
+    };
+    for (name, value) in given {
+        match fields.get_mut(&name) {
+            Some(field) => *field = value,
+            None => return Err(bad(format!("no threshold is named {name:?}"))),
+        }
+    }
+    serde_json::from_value(all).map_err(|e| bad(e.to_string()))
+}
+
+/// # Safety
+/// `c.thresholds_json` is NULL or a NUL-terminated string valid for reads.
+unsafe fn builder(c: &wm_config) -> Res<SamplerBuilder> {
     if c.size != size_of::<wm_config>() {
         return Err(Fail(
             WM_ERR_INVALID_ARGUMENT,
@@ -428,6 +465,19 @@ fn builder(c: &wm_config) -> Res<SamplerBuilder> {
         .with_busy_poll_zero_timeout_ratio(c.busy_poll_zero_timeout_ratio)
         .with_sleep_calls_per_sec(c.sleep_calls_per_sec)
         .with_sleep_cpu_percent(c.sleep_cpu_percent);
+    let t = if c.thresholds_json.is_null() {
+        t
+    } else {
+        // SAFETY: non-NULL, NUL-terminated and readable per the contract.
+        let json = unsafe { CStr::from_ptr(c.thresholds_json) };
+        let json = json.to_str().map_err(|_| {
+            Fail(
+                WM_ERR_INVALID_ARGUMENT,
+                "config.thresholds_json is not UTF-8".to_string(),
+            )
+        })?;
+        thresholds_over(t, json)?
+    };
     Ok(SamplerBuilder::new()
         .with_interval(Duration::from_nanos(c.interval_ns))
         .with_history(c.history)
@@ -440,7 +490,8 @@ fn builder(c: &wm_config) -> Res<SamplerBuilder> {
 /// `*out` is set to the new handle, or NULL on failure.
 ///
 /// # Safety
-/// `config` is NULL or a valid `wm_config`; `out` is NULL or writable.
+/// `config` is NULL or a valid `wm_config` (its `thresholds_json` NULL or
+/// a NUL-terminated string); `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wm_sampler_create(
     config: *const wm_config,
@@ -453,7 +504,11 @@ pub unsafe extern "C" fn wm_sampler_create(
             // SAFETY: non-NULL, a valid wm_config per the contract.
             unsafe { config.read() }
         };
-        let sampler = builder(&c)?.build().map_err(|e| sampler_error(&e))?;
+        // SAFETY: `thresholds_json` is NULL or a readable C string per the
+        // contract of this function.
+        let sampler = unsafe { builder(&c) }?
+            .build()
+            .map_err(|e| sampler_error(&e))?;
         Ok(handle::alloc(SamplerObj {
             sampler,
             guard: Mutex::new(None),
@@ -944,5 +999,78 @@ mod tests {
         assert!(count >= 4, "{count} threads");
         assert_eq!(v["threads_folded"].as_u64().unwrap(), count - 1);
         assert_eq!(v["config"]["report_threads"], 1);
+    }
+
+    /// A sampler made from `cfg` with `json` as its `thresholds_json`: its
+    /// config as a report says it, or the status and last error.
+    fn thresholds_from(json: &str) -> Result<serde_json::Value, (wm_status, String)> {
+        let mut cfg = std::mem::MaybeUninit::<wm_config>::uninit();
+        // SAFETY: a valid place for one wm_config.
+        assert_eq!(unsafe { wm_config_default(cfg.as_mut_ptr()) }, WM_OK);
+        // SAFETY: filled by wm_config_default.
+        let mut cfg = unsafe { cfg.assume_init() };
+        assert!(cfg.thresholds_json.is_null());
+        cfg.sleep_cpu_percent = 3.0;
+        let json = CString::new(json).unwrap();
+        cfg.thresholds_json = json.as_ptr();
+        let mut s: *mut wm_sampler = std::ptr::null_mut();
+        // SAFETY: a valid config (its string lives past the call) and out pointer.
+        let status = unsafe { wm_sampler_create(&cfg, &mut s) };
+        if status != WM_OK {
+            assert!(s.is_null());
+            // SAFETY: the message of this thread's last error.
+            let msg = unsafe { CStr::from_ptr(wm_last_error()) };
+            return Err((status, msg.to_string_lossy().into_owned()));
+        }
+        let mut out: *mut c_char = std::ptr::null_mut();
+        // SAFETY: a live handle and a writable out pointer.
+        assert_eq!(unsafe { wm_sampler_report_json_alloc(s, &mut out) }, WM_OK);
+        // SAFETY: a NUL-terminated string from the call above.
+        let text = unsafe { CStr::from_ptr(out) }.to_str().unwrap().to_owned();
+        // SAFETY: the string and the handle, each freed once.
+        unsafe {
+            wm_string_free(out);
+            wm_sampler_free(s);
+        }
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        Ok(v["config"]["thresholds"].clone())
+    }
+
+    #[test]
+    fn thresholds_json_sets_any_threshold_over_the_fields() {
+        let t = thresholds_from(
+            r#"{"cpu_hog_percent": 50.0, "cpu_window": {"secs": 120, "nanos": 0}}"#,
+        )
+        .unwrap();
+        assert_eq!(t["cpu_hog_percent"], 50.0);
+        assert_eq!(t["cpu_window"]["secs"], 120);
+        // The struct's own fields still apply, the rest keep the defaults.
+        assert_eq!(t["sleep_cpu_percent"], 3.0);
+        let d = wakemeter::SamplerConfig::default().thresholds;
+        assert_eq!(t["cpu_min_window"]["secs"], d.cpu_min_window.as_secs());
+        // A field set both ways: the JSON wins.
+        let t = thresholds_from(r#"{"sleep_cpu_percent": 7.5}"#).unwrap();
+        assert_eq!(t["sleep_cpu_percent"], 7.5);
+        assert_eq!(thresholds_from("{}").unwrap()["sleep_cpu_percent"], 3.0);
+    }
+
+    #[test]
+    fn bad_thresholds_json_is_an_invalid_argument_naming_the_problem() {
+        let cases = [
+            (r#"{"cpu_hog_pct": 50}"#, "cpu_hog_pct"),
+            (r#"{"cpu_hog_percent": "high"}"#, "thresholds_json"),
+            ("[1, 2]", "not a JSON object"),
+            ("{", "thresholds_json"),
+            // Valid JSON, but a window shorter than its minimum.
+            (
+                r#"{"cpu_window": {"secs": 5, "nanos": 0}}"#,
+                "cpu_min_window",
+            ),
+        ];
+        for (json, named) in cases {
+            let (status, msg) = thresholds_from(json).expect_err(json);
+            assert_eq!(status, WM_ERR_INVALID_ARGUMENT, "{json}: {msg}");
+            assert!(msg.contains(named), "{json}: {msg}");
+        }
     }
 }

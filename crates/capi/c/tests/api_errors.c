@@ -33,6 +33,19 @@ int main(void) {
     cfg.busy_poll_idle_ratio = 2.0;
     CHECK_STATUS(wm_sampler_create(&cfg, &s), WM_ERR_INVALID_ARGUMENT);
     CHECK(strstr(wm_last_error(), "busy_poll_idle_ratio") != NULL);
+    wm_config_default(&cfg);
+    CHECK(cfg.thresholds_json == NULL);
+    cfg.thresholds_json = "{\"cpu_hog_pct\": 50}";
+    CHECK_STATUS(wm_sampler_create(&cfg, &s), WM_ERR_INVALID_ARGUMENT);
+    CHECK(s == NULL && strstr(wm_last_error(), "cpu_hog_pct") != NULL);
+    cfg.thresholds_json = "{\"cpu_hog_percent\": 50.0}";
+    CHECK_STATUS(wm_sampler_create(&cfg, &s), WM_OK);
+    CHECK_STATUS(wm_sampler_report_json_alloc(s, &json), WM_OK);
+    CHECK(strstr(json, "\"cpu_hog_percent\":50.0") != NULL);
+    wm_string_free(json);
+    json = NULL;
+    wm_sampler_free(s);
+    s = NULL;
     CHECK_STATUS(wm_sampler_create(NULL, NULL), WM_ERR_NULL);
 
     /* A working sampler and probes */
