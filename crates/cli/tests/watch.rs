@@ -122,6 +122,37 @@ fn a_closed_stdout_ends_watch_quietly() {
     assert!(start.elapsed() < Duration::from_secs(15), "{stderr}");
 }
 
+/// One snapshot a second: `--every 2 --seconds 6` is a report on
+/// snapshots 2, 4 and 6 (the last at the deadline), each over the two
+/// seconds before it, never one between samples or over one second.
+#[test]
+fn reports_end_on_every_nth_snapshot_and_cover_every_seconds() {
+    let target = Sleeper::new("60");
+    let r = run(
+        &mut watch(
+            target.pid(),
+            &["--every", "2", "--seconds", "6", "--json", "--no-ebpf"],
+        ),
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    let lines = json_lines(&r.stdout());
+    let seqs: Vec<(u64, u64)> = lines
+        .iter()
+        .map(|v| {
+            let i = &v["interval"];
+            (
+                i["from_seq"].as_u64().unwrap(),
+                i["to_seq"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(seqs, vec![(0, 2), (2, 4), (4, 6)], "{}", r.said());
+    for v in &lines {
+        assert_eq!(v["config"]["interval"]["secs"], 1, "one snapshot a second");
+    }
+}
+
 #[test]
 fn seconds_shorter_than_every_stops_at_the_deadline_with_one_report() {
     let target = Sleeper::new("60");
