@@ -4,7 +4,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::{Inner, Sampler, State};
+use super::{Inner, Readings, Sampler, State};
 use crate::Result;
 use crate::config::SamplerConfig;
 use crate::diagnose::Thresholds;
@@ -145,6 +145,7 @@ impl SamplerBuilder {
                 sampler_tid: AtomicU64::new(0),
                 stored_lock: Mutex::new(()),
                 stored: Condvar::new(),
+                readings: Readings::default(),
             }),
         })
     }

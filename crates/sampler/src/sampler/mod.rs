@@ -17,6 +17,7 @@ use crate::{Error, Result, lock};
 
 mod background;
 mod builder;
+mod readings;
 mod report;
 
 pub use crate::config::{
@@ -25,6 +26,7 @@ pub use crate::config::{
 };
 pub use background::SamplingGuard;
 pub use builder::SamplerBuilder;
+use readings::{Key, Readings, ReportBody};
 pub use report::{REPORT_SCHEMA_VERSION, Report, SamplerStats};
 use report::{fold_threads, interval_over_in, warnings_in};
 
@@ -62,6 +64,9 @@ struct Inner {
     /// the one "sample stored" notification every consumer waits on.
     stored_lock: Mutex<()>,
     stored: Condvar,
+    /// Findings and the report body of the newest snapshot, shared by
+    /// every reader until a newer one is stored.
+    readings: Readings,
 }
 
 /// What [`Sampler::wait_for_sample`] saw.
@@ -305,17 +310,40 @@ impl Sampler {
 
     /// Findings over the history with the configured thresholds, most
     /// severe first. The sampler's own thread is never a subject.
+    ///
+    /// Computed once per stored snapshot: every later call (and
+    /// [`Sampler::report`]) until the next snapshot gets a copy.
     pub fn findings(&self) -> Vec<Finding> {
-        self.diagnose(&self.inner.config.thresholds)
+        self.account(|| {
+            if let Some(kept) = self
+                .newest_key()
+                .and_then(|k| self.inner.readings.findings(k))
+            {
+                return kept.to_vec();
+            }
+            let h = self.history();
+            let key = self.key(&h);
+            let tid = key.map_or(0, |k| k.exclude_tid);
+            let findings = self.diagnose_in(&h, &self.inner.config.thresholds, tid, None);
+            if let Some(k) = key {
+                self.inner
+                    .readings
+                    .keep_findings(k, Arc::new(findings.clone()));
+            }
+            findings
+        })
     }
 
-    /// Findings with other thresholds.
+    /// Findings with other thresholds (computed on every call).
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] when a threshold is out of range.
     pub fn findings_with(&self, thresholds: &Thresholds) -> Result<Vec<Finding>> {
         thresholds.validate()?;
-        Ok(self.diagnose(thresholds))
+        Ok(self.account(|| {
+            let tid = self.inner.sampler_tid.load(Ordering::Relaxed);
+            self.diagnose_in(&self.history(), thresholds, tid, None)
+        }))
     }
 
     /// The configured thresholds.
@@ -323,38 +351,58 @@ impl Sampler {
         &self.inner.config.thresholds
     }
 
-    fn diagnose(&self, t: &Thresholds) -> Vec<Finding> {
-        self.account(|| self.diagnose_in(&self.history(), t, None))
+    /// Which history is stored now, for the shared readings, without
+    /// copying the ring (None when empty).
+    fn newest_key(&self) -> Option<Key> {
+        self.key(&lock(&self.inner.history))
     }
 
-    /// Findings over `h`; `known` is an interval of `h` already computed.
-    fn diagnose_in(&self, h: &History, t: &Thresholds, known: Option<&Interval>) -> Vec<Finding> {
-        let tid = self.inner.sampler_tid.load(Ordering::Relaxed);
-        diagnose::diagnose(h, t, &self.inner.system, (tid != 0).then_some(tid), known)
+    /// Which history `h` is, for the shared readings (None when empty).
+    fn key(&self, h: &History) -> Option<Key> {
+        Some(Key {
+            seq: h.latest()?.header.seq,
+            exclude_tid: self.inner.sampler_tid.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Findings over `h`, leaving out thread `exclude_tid` (0: none);
+    /// `known` is an interval of `h` already computed.
+    fn diagnose_in(
+        &self,
+        h: &History,
+        t: &Thresholds,
+        exclude_tid: u64,
+        known: Option<&Interval>,
+    ) -> Vec<Finding> {
+        let exclude = (exclude_tid != 0).then_some(exclude_tid);
+        diagnose::diagnose(h, t, &self.inner.system, exclude, known)
     }
 
     /// Everything a report needs: machine, sampler cost, the interval over
     /// the findings window, and the findings. Serializes to JSON with serde.
     ///
     /// Everything in it comes from one copy of the history, taken under
-    /// the lock; the work is done after releasing it.
+    /// the lock; the work is done after releasing it. What depends on the
+    /// history only (interval, findings, groups, warnings) is computed once
+    /// per stored snapshot and shared with [`Sampler::findings`]; `stats`
+    /// and `unix_time_ns` are read at each call.
     pub fn report(&self) -> Report {
         self.account(|| self.report_uncounted())
     }
 
     fn report_uncounted(&self) -> Report {
-        let h = self.history();
-        let mut interval = interval_over_in(&h, self.inner.config.thresholds.window);
-        let warnings = interval
-            .as_ref()
-            .map(|i| warnings_in(&h, i.from_seq, i.to_seq))
-            .unwrap_or_default();
-        let findings = self.diagnose_in(&h, &self.inner.config.thresholds, interval.as_ref());
-        let keep = usize::try_from(self.inner.config.report_threads).unwrap_or(usize::MAX);
-        let (thread_groups, threads_folded) = interval
-            .as_mut()
-            .map(|i| fold_threads(i, &findings, keep))
-            .unwrap_or_default();
+        let body = match self.newest_key().and_then(|k| self.inner.readings.body(k)) {
+            Some(kept) => ReportBody::clone(&kept),
+            None => {
+                let h = self.history();
+                let key = self.key(&h);
+                let body = self.report_body(&h, key);
+                if let Some(k) = key {
+                    self.inner.readings.keep_body(k, Arc::new(body.clone()));
+                }
+                body
+            }
+        };
         Report {
             schema_version: REPORT_SCHEMA_VERSION,
             library_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -363,10 +411,40 @@ impl Sampler {
             unix_time_ns: clock::unix_ns(),
             system: self.inner.system.clone(),
             stats: self.stats(),
-            findings,
+            findings: body.findings,
+            interval: body.interval,
+            thread_groups: body.thread_groups,
+            threads_folded: body.threads_folded,
+            warnings: body.warnings,
+        }
+    }
+
+    /// What a report of history `h` (`key`, if not empty) says about it:
+    /// the interval over the findings window, its warnings, the findings
+    /// (those already computed for `key`, if any) and the thread groups.
+    fn report_body(&self, h: &History, key: Option<Key>) -> ReportBody {
+        let mut interval = interval_over_in(h, self.inner.config.thresholds.window);
+        let warnings = interval
+            .as_ref()
+            .map(|i| warnings_in(h, i.from_seq, i.to_seq))
+            .unwrap_or_default();
+        let findings = match key.and_then(|k| self.inner.readings.findings(k)) {
+            Some(kept) => kept.to_vec(),
+            None => {
+                let tid = key.map_or(0, |k| k.exclude_tid);
+                self.diagnose_in(h, &self.inner.config.thresholds, tid, interval.as_ref())
+            }
+        };
+        let keep = usize::try_from(self.inner.config.report_threads).unwrap_or(usize::MAX);
+        let (thread_groups, threads_folded) = interval
+            .as_mut()
+            .map(|i| fold_threads(i, &findings, keep))
+            .unwrap_or_default();
+        ReportBody {
             interval,
             thread_groups,
             threads_folded,
+            findings,
             warnings,
         }
     }
@@ -538,6 +616,43 @@ mod tests {
             a.process.cpu_time_ns + b.process.cpu_time_ns,
             whole.process.cpu_time_ns
         );
+    }
+
+    /// Findings and a report's body are computed once per stored snapshot
+    /// and shared: they say what a fresh computation says, the parts read
+    /// at each call (stats, time) still move, and a newer snapshot is never
+    /// answered from an older one's entry.
+    #[test]
+    fn readers_share_one_computation_per_snapshot_and_never_answer_an_older_one() {
+        let s = SamplerBuilder::new().build().unwrap();
+        s.sample().unwrap();
+        let seq = s.sample().unwrap();
+        let first = s.report();
+        let again = s.report();
+        let fresh = s.report_body(&s.history(), None);
+        let body = |r: &Report| ReportBody {
+            interval: r.interval.clone(),
+            thread_groups: r.thread_groups.clone(),
+            threads_folded: r.threads_folded,
+            findings: r.findings.clone(),
+            warnings: r.warnings.clone(),
+        };
+        assert_eq!(body(&first), fresh);
+        assert_eq!(body(&again), fresh);
+        assert_eq!(s.findings(), fresh.findings);
+        assert_eq!(
+            s.findings_with(s.thresholds()).unwrap(),
+            fresh.findings,
+            "the shared findings are what a fresh computation finds"
+        );
+        assert!(again.unix_time_ns >= first.unix_time_ns);
+        assert_eq!(first.interval.as_ref().map(|i| i.to_seq), Some(seq));
+
+        let newer = s.sample().unwrap();
+        let later = s.report();
+        assert_eq!(later.interval.as_ref().map(|i| i.to_seq), Some(newer));
+        assert_eq!(later.stats.total_samples, first.stats.total_samples + 1);
+        assert_eq!(body(&later), s.report_body(&s.history(), None));
     }
 
     /// A reader holds the history lock only to copy the ring: while

@@ -1,0 +1,142 @@
+//! What the readers computed for the newest snapshot, kept until a newer
+//! one is stored, so that every consumer of one tick (a listener's
+//! findings, a report, its JSON, a metrics scrape, a dashboard polling
+//! faster than the sampler) shares one computation instead of redoing it.
+//!
+//! Findings and the body of a report are functions of the history, the
+//! configured thresholds and the sampler's own thread (never a subject).
+//! The thresholds are fixed at build, and the history is determined by
+//! its newest sequence number (the ring only changes by storing a newer
+//! snapshot), so an entry keyed by that number and that thread is exact,
+//! not an approximation. Only the configured thresholds are kept:
+//! [`super::Sampler::findings_with`] computes every time.
+//!
+//! Bounded: one entry, holding one report's worth of records.
+
+use std::sync::{Arc, Mutex};
+
+use crate::compare::ThreadGroupInterval;
+use crate::diagnose::Finding;
+use crate::interval::Interval;
+use crate::lock;
+use crate::model::SampleWarning;
+
+/// Which history an entry was computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Key {
+    /// Sequence number of the newest snapshot.
+    pub seq: u64,
+    /// The sampler's own thread, excluded from the findings (0: none).
+    pub exclude_tid: u64,
+}
+
+/// The part of a report that depends on the history only (not its time
+/// of making or the sampler's running counters).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ReportBody {
+    pub interval: Option<Interval>,
+    pub thread_groups: Vec<ThreadGroupInterval>,
+    pub threads_folded: u32,
+    pub findings: Vec<Finding>,
+    pub warnings: Vec<SampleWarning>,
+}
+
+#[derive(Default)]
+struct Entry {
+    key: Option<Key>,
+    findings: Option<Arc<Vec<Finding>>>,
+    body: Option<Arc<ReportBody>>,
+}
+
+/// The one shared entry; its lock is held only to swap `Arc`s, never
+/// while anything is computed.
+#[derive(Default)]
+pub(super) struct Readings {
+    entry: Mutex<Entry>,
+}
+
+impl Readings {
+    /// The findings computed for `key`, if any reader did.
+    pub fn findings(&self, key: Key) -> Option<Arc<Vec<Finding>>> {
+        let e = lock(&self.entry);
+        (e.key == Some(key)).then(|| e.findings.clone()).flatten()
+    }
+
+    /// The report body computed for `key`, if any reader did.
+    pub fn body(&self, key: Key) -> Option<Arc<ReportBody>> {
+        let e = lock(&self.entry);
+        (e.key == Some(key)).then(|| e.body.clone()).flatten()
+    }
+
+    /// Keeps findings computed for `key`.
+    pub fn keep_findings(&self, key: Key, findings: Arc<Vec<Finding>>) {
+        self.keep(key, |e| e.findings = Some(findings));
+    }
+
+    /// Keeps a report body (and its findings) computed for `key`.
+    pub fn keep_body(&self, key: Key, body: Arc<ReportBody>) {
+        self.keep(key, |e| {
+            e.findings = Some(Arc::new(body.findings.clone()));
+            e.body = Some(body);
+        });
+    }
+
+    /// Stores into the entry of `key`, starting a new entry when `key` is
+    /// newer; a reader that finished after a newer snapshot was read by
+    /// another keeps nothing, so an entry never goes back in time.
+    fn keep(&self, key: Key, store: impl FnOnce(&mut Entry)) {
+        let mut e = lock(&self.entry);
+        match e.key {
+            Some(k) if k == key => {}
+            Some(k) if k.seq > key.seq => return,
+            _ => {
+                *e = Entry {
+                    key: Some(key),
+                    ..Entry::default()
+                }
+            }
+        }
+        store(&mut e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(seq: u64) -> Key {
+        Key {
+            seq,
+            exclude_tid: 7,
+        }
+    }
+
+    #[test]
+    fn an_entry_serves_only_its_own_history() {
+        let r = Readings::default();
+        assert!(r.findings(key(1)).is_none());
+        r.keep_findings(key(1), Arc::new(Vec::new()));
+        assert!(r.findings(key(1)).is_some());
+        assert!(r.body(key(1)).is_none(), "findings alone make no body");
+        assert!(r.findings(key(2)).is_none());
+        assert!(
+            r.findings(Key {
+                seq: 1,
+                exclude_tid: 8
+            })
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn a_newer_snapshot_replaces_the_entry_and_an_older_one_never_does() {
+        let r = Readings::default();
+        r.keep_findings(key(5), Arc::new(Vec::new()));
+        r.keep_findings(key(4), Arc::new(Vec::new()));
+        assert!(r.findings(key(5)).is_some());
+        assert!(r.findings(key(4)).is_none());
+        r.keep_findings(key(6), Arc::new(Vec::new()));
+        assert!(r.findings(key(5)).is_none());
+        assert!(r.findings(key(6)).is_some());
+    }
+}
