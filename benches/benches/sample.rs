@@ -382,6 +382,13 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick")
         || std::env::var_os("WAKEMETER_BENCH_QUICK").is_some();
     let plan = Plan::new(quick);
+    // `-- --background`: only the background runs, full length (about 50 s).
+    if std::env::args().any(|a| a == "--background") {
+        for active in Plan::new(false).background_active {
+            background(Plan::new(false).background, active);
+        }
+        return;
+    }
     let me = std::process::id();
     println!(
         "one sample: ns of the sampling thread's CPU per thread of the target (median), \
