@@ -26,7 +26,7 @@ pub use crate::config::{
 };
 pub use background::SamplingGuard;
 pub use builder::SamplerBuilder;
-use readings::{Key, Readings, ReportBody};
+use readings::{Diagnosis, Key, Readings, ReportBody};
 pub use report::{REPORT_SCHEMA_VERSION, Report, SamplerStats};
 use report::{fold_threads, interval_over_in, warnings_in};
 
@@ -314,24 +314,43 @@ impl Sampler {
     /// Computed once per stored snapshot: every later call (and
     /// [`Sampler::report`]) until the next snapshot gets a copy.
     pub fn findings(&self) -> Vec<Finding> {
-        self.account(|| {
-            if let Some(kept) = self
-                .newest_key()
-                .and_then(|k| self.inner.readings.findings(k))
-            {
-                return kept.to_vec();
-            }
-            let h = self.history();
-            let key = self.key(&h);
-            let tid = key.map_or(0, |k| k.exclude_tid);
-            let findings = self.diagnose_in(&h, &self.inner.config.thresholds, tid, None);
-            if let Some(k) = key {
-                self.inner
-                    .readings
-                    .keep_findings(k, Arc::new(findings.clone()));
-            }
-            findings
-        })
+        self.account(|| self.diagnosis().findings.clone())
+    }
+
+    /// Findings with the configured thresholds and the interval over the
+    /// report's window they were computed with: those kept for the newest
+    /// snapshot, or computed now and kept.
+    fn diagnosis(&self) -> Arc<Diagnosis> {
+        let readings = &self.inner.readings;
+        if let Some(kept) = self.newest_key().and_then(|k| readings.diagnosis(k)) {
+            return kept;
+        }
+        let diagnosis = Arc::new(self.diagnose_history(&self.history()));
+        if let Some(k) = diagnosis.key {
+            readings.keep_diagnosis(k, diagnosis.clone());
+        }
+        diagnosis
+    }
+
+    /// Findings over `h` with the configured thresholds, with the interval
+    /// over the report's window and its warnings. The rate rules' window
+    /// is the report's: it is computed here and handed to the rules.
+    fn diagnose_history(&self, h: &History) -> Diagnosis {
+        let key = self.key(h);
+        let t = &self.inner.config.thresholds;
+        let window = interval_over_in(h, t.window);
+        let tid = key.map_or(0, |k| k.exclude_tid);
+        let findings = self.diagnose_in(h, t, tid, window.as_ref());
+        let warnings = window
+            .as_ref()
+            .map(|i| warnings_in(h, i.from_seq, i.to_seq))
+            .unwrap_or_default();
+        Diagnosis {
+            key,
+            findings,
+            window,
+            warnings,
+        }
     }
 
     /// Findings with other thresholds (computed on every call).
@@ -391,14 +410,14 @@ impl Sampler {
     }
 
     fn report_uncounted(&self) -> Report {
-        let body = match self.newest_key().and_then(|k| self.inner.readings.body(k)) {
+        let readings = &self.inner.readings;
+        let body = match self.newest_key().and_then(|k| readings.body(k)) {
             Some(kept) => ReportBody::clone(&kept),
             None => {
-                let h = self.history();
-                let key = self.key(&h);
-                let body = self.report_body(&h, key);
-                if let Some(k) = key {
-                    self.inner.readings.keep_body(k, Arc::new(body.clone()));
+                let diagnosis = self.diagnosis();
+                let body = self.report_body(&diagnosis);
+                if let Some(k) = diagnosis.key {
+                    readings.keep_body(k, Arc::new(body.clone()));
                 }
                 body
             }
@@ -419,22 +438,12 @@ impl Sampler {
         }
     }
 
-    /// What a report of history `h` (`key`, if not empty) says about it:
-    /// the interval over the findings window, its warnings, the findings
-    /// (those already computed for `key`, if any) and the thread groups.
-    fn report_body(&self, h: &History, key: Option<Key>) -> ReportBody {
-        let mut interval = interval_over_in(h, self.inner.config.thresholds.window);
-        let warnings = interval
-            .as_ref()
-            .map(|i| warnings_in(h, i.from_seq, i.to_seq))
-            .unwrap_or_default();
-        let findings = match key.and_then(|k| self.inner.readings.findings(k)) {
-            Some(kept) => kept.to_vec(),
-            None => {
-                let tid = key.map_or(0, |k| k.exclude_tid);
-                self.diagnose_in(h, &self.inner.config.thresholds, tid, interval.as_ref())
-            }
-        };
+    /// What a report says about the history a diagnosis came from: the
+    /// interval over the findings window with at most `report_threads`
+    /// threads listed, its warnings, the findings and the thread groups.
+    fn report_body(&self, diagnosis: &Diagnosis) -> ReportBody {
+        let mut interval = diagnosis.window.clone();
+        let findings = diagnosis.findings.clone();
         let keep = usize::try_from(self.inner.config.report_threads).unwrap_or(usize::MAX);
         let (thread_groups, threads_folded) = interval
             .as_mut()
@@ -445,7 +454,7 @@ impl Sampler {
             thread_groups,
             threads_folded,
             findings,
-            warnings,
+            warnings: diagnosis.warnings.clone(),
         }
     }
 }
@@ -629,7 +638,7 @@ mod tests {
         let seq = s.sample().unwrap();
         let first = s.report();
         let again = s.report();
-        let fresh = s.report_body(&s.history(), None);
+        let fresh = s.report_body(&s.diagnose_history(&s.history()));
         let body = |r: &Report| ReportBody {
             interval: r.interval.clone(),
             thread_groups: r.thread_groups.clone(),
@@ -652,7 +661,10 @@ mod tests {
         let later = s.report();
         assert_eq!(later.interval.as_ref().map(|i| i.to_seq), Some(newer));
         assert_eq!(later.stats.total_samples, first.stats.total_samples + 1);
-        assert_eq!(body(&later), s.report_body(&s.history(), None));
+        assert_eq!(
+            body(&later),
+            s.report_body(&s.diagnose_history(&s.history()))
+        );
     }
 
     /// A reader holds the history lock only to copy the ring: while

@@ -41,10 +41,23 @@ pub(super) struct ReportBody {
     pub warnings: Vec<SampleWarning>,
 }
 
+/// Findings with the interval over the report's window they were
+/// computed with (the rate rules' window) and its warnings, which a report
+/// needs too, all from one copy of the history.
+#[derive(Debug)]
+pub(super) struct Diagnosis {
+    /// Which history (None: an empty one).
+    pub key: Option<Key>,
+    pub findings: Vec<Finding>,
+    /// None with fewer than two snapshots.
+    pub window: Option<Interval>,
+    pub warnings: Vec<SampleWarning>,
+}
+
 #[derive(Default)]
 struct Entry {
     key: Option<Key>,
-    findings: Option<Arc<Vec<Finding>>>,
+    diagnosis: Option<Arc<Diagnosis>>,
     body: Option<Arc<ReportBody>>,
 }
 
@@ -56,10 +69,10 @@ pub(super) struct Readings {
 }
 
 impl Readings {
-    /// The findings computed for `key`, if any reader did.
-    pub fn findings(&self, key: Key) -> Option<Arc<Vec<Finding>>> {
+    /// The findings (and window) computed for `key`, if any reader did.
+    pub fn diagnosis(&self, key: Key) -> Option<Arc<Diagnosis>> {
         let e = lock(&self.entry);
-        (e.key == Some(key)).then(|| e.findings.clone()).flatten()
+        (e.key == Some(key)).then(|| e.diagnosis.clone()).flatten()
     }
 
     /// The report body computed for `key`, if any reader did.
@@ -69,16 +82,13 @@ impl Readings {
     }
 
     /// Keeps findings computed for `key`.
-    pub fn keep_findings(&self, key: Key, findings: Arc<Vec<Finding>>) {
-        self.keep(key, |e| e.findings = Some(findings));
+    pub fn keep_diagnosis(&self, key: Key, diagnosis: Arc<Diagnosis>) {
+        self.keep(key, |e| e.diagnosis = Some(diagnosis));
     }
 
-    /// Keeps a report body (and its findings) computed for `key`.
+    /// Keeps a report body computed for `key`.
     pub fn keep_body(&self, key: Key, body: Arc<ReportBody>) {
-        self.keep(key, |e| {
-            e.findings = Some(Arc::new(body.findings.clone()));
-            e.body = Some(body);
-        });
+        self.keep(key, |e| e.body = Some(body));
     }
 
     /// Stores into the entry of `key`, starting a new entry when `key` is
@@ -111,16 +121,25 @@ mod tests {
         }
     }
 
+    fn none() -> Arc<Diagnosis> {
+        Arc::new(Diagnosis {
+            key: None,
+            findings: Vec::new(),
+            window: None,
+            warnings: Vec::new(),
+        })
+    }
+
     #[test]
     fn an_entry_serves_only_its_own_history() {
         let r = Readings::default();
-        assert!(r.findings(key(1)).is_none());
-        r.keep_findings(key(1), Arc::new(Vec::new()));
-        assert!(r.findings(key(1)).is_some());
+        assert!(r.diagnosis(key(1)).is_none());
+        r.keep_diagnosis(key(1), none());
+        assert!(r.diagnosis(key(1)).is_some());
         assert!(r.body(key(1)).is_none(), "findings alone make no body");
-        assert!(r.findings(key(2)).is_none());
+        assert!(r.diagnosis(key(2)).is_none());
         assert!(
-            r.findings(Key {
+            r.diagnosis(Key {
                 seq: 1,
                 exclude_tid: 8
             })
@@ -131,12 +150,12 @@ mod tests {
     #[test]
     fn a_newer_snapshot_replaces_the_entry_and_an_older_one_never_does() {
         let r = Readings::default();
-        r.keep_findings(key(5), Arc::new(Vec::new()));
-        r.keep_findings(key(4), Arc::new(Vec::new()));
-        assert!(r.findings(key(5)).is_some());
-        assert!(r.findings(key(4)).is_none());
-        r.keep_findings(key(6), Arc::new(Vec::new()));
-        assert!(r.findings(key(5)).is_none());
-        assert!(r.findings(key(6)).is_some());
+        r.keep_diagnosis(key(5), none());
+        r.keep_diagnosis(key(4), none());
+        assert!(r.diagnosis(key(5)).is_some());
+        assert!(r.diagnosis(key(4)).is_none());
+        r.keep_diagnosis(key(6), none());
+        assert!(r.diagnosis(key(5)).is_none());
+        assert!(r.diagnosis(key(6)).is_some());
     }
 }
