@@ -11,7 +11,9 @@
 //! not an approximation. Only the configured thresholds are kept:
 //! [`super::Sampler::findings_with`] computes every time.
 //!
-//! Bounded: one entry, holding one report's worth of records.
+//! Bounded: one entry. Until a report is made from it, it holds the
+//! findings' window interval (every thread); after, one report's worth of
+//! records (at most `report_threads` threads listed).
 
 use std::sync::{Arc, Mutex};
 
@@ -86,9 +88,21 @@ impl Readings {
         self.keep(key, |e| e.diagnosis = Some(diagnosis));
     }
 
-    /// Keeps a report body computed for `key`.
+    /// Keeps a report body computed for `key`. The diagnosis's window
+    /// interval (every thread of the target: megabytes at thousands of
+    /// threads) is let go: the body holds what a report needs of it.
     pub fn keep_body(&self, key: Key, body: Arc<ReportBody>) {
-        self.keep(key, |e| e.body = Some(body));
+        self.keep(key, |e| {
+            if let Some(d) = e.diagnosis.as_ref().filter(|d| d.window.is_some()) {
+                e.diagnosis = Some(Arc::new(Diagnosis {
+                    key: d.key,
+                    findings: d.findings.clone(),
+                    window: None,
+                    warnings: d.warnings.clone(),
+                }));
+            }
+            e.body = Some(body);
+        });
     }
 
     /// Stores into the entry of `key`, starting a new entry when `key` is
@@ -145,6 +159,39 @@ mod tests {
             })
             .is_none()
         );
+    }
+
+    #[test]
+    fn a_kept_body_lets_the_window_interval_go() {
+        let r = Readings::default();
+        let s = crate::SamplerBuilder::new().build().unwrap();
+        s.sample().unwrap();
+        s.sample().unwrap();
+        let window = s.latest_interval();
+        assert!(window.is_some());
+        r.keep_diagnosis(
+            key(1),
+            Arc::new(Diagnosis {
+                key: Some(key(1)),
+                findings: Vec::new(),
+                window,
+                warnings: Vec::new(),
+            }),
+        );
+        assert!(r.diagnosis(key(1)).is_some_and(|d| d.window.is_some()));
+        r.keep_body(
+            key(1),
+            Arc::new(ReportBody {
+                interval: None,
+                thread_groups: Vec::new(),
+                threads_folded: 0,
+                findings: Vec::new(),
+                warnings: Vec::new(),
+            }),
+        );
+        let d = r.diagnosis(key(1));
+        assert!(d.is_some_and(|d| d.window.is_none() && d.key == Some(key(1))));
+        assert!(r.body(key(1)).is_some());
     }
 
     #[test]
