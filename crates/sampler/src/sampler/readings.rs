@@ -12,8 +12,10 @@
 //! [`super::Sampler::findings_with`] computes every time.
 //!
 //! Bounded: one entry. Until a report is made from it, it holds the
-//! findings' window interval (every thread); after, one report's worth of
-//! records (at most `report_threads` threads listed).
+//! findings' window interval, every thread of the target (432 bytes per
+//! thread plus its name: about 2.2 MB at 5,000 threads, 0.1 MB at 250);
+//! after, one report's worth of records (at most `report_threads` threads
+//! listed). It is replaced at the next snapshot.
 
 use std::sync::{Arc, Mutex};
 
