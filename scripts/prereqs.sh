@@ -20,8 +20,10 @@ apt_install() {
     return 1
   fi
   echo "installing packages: ${missing[*]}"
-  $sudo apt-get update -qq >/dev/null 2>&1 || true
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  # Another apt-get (a test installing its own tool) may hold the dpkg
+  # lock: wait for it rather than fail.
+  $sudo apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}" >/dev/null
 }
 
 ensure_rust() {

@@ -31,6 +31,10 @@ fn have(tool: &str) -> bool {
 /// Installs the Debian package through the project's own script when
 /// the tools are missing.
 fn ensure_prometheus() {
+    // The tests of this file run in parallel: one installs, the others
+    // wait for it (two apt-get runs at once fail on the dpkg lock).
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     if have("prometheus") && have("promtool") {
         return;
     }
