@@ -113,7 +113,18 @@ fn interleaved_report() {
     let base = || {
         std::hint::black_box((Instant::now(), Instant::now()));
     };
-    println!("\n== interleaved batches, median of 101 rounds (ns per call; ratio per round) ==");
+    // A sample calibrates the probes' counter clock (x86_64 Linux with a
+    // trusted TSC, at least 1 s after the first sampler was built; the
+    // criterion part above took longer). `WAKEMETER_PROBE_CLOCK=os` keeps
+    // the OS clock, for the comparison.
+    let _ = sampler.sample();
+    let clock = match std::env::var("WAKEMETER_PROBE_CLOCK") {
+        Ok(v) if v == "os" => "OS clock (WAKEMETER_PROBE_CLOCK=os)",
+        _ => "counter clock where safe, else the OS clock",
+    };
+    println!(
+        "\n== interleaved batches, median of 101 rounds (ns per call; ratio per round); probes: {clock} =="
+    );
     let (a, b, r) = interleaved(101, 20_000, base, || {
         probe.before_wait(Some(Duration::from_millis(1)));
         probe.after_wait(0);

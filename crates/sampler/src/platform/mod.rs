@@ -15,6 +15,7 @@ mod identity;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) mod linux;
 mod system;
+pub(crate) mod ticks;
 pub(crate) use identity::identity;
 // The Mach calls (`sys.rs`) build on Apple targets only; the logic, fake and
 // unit tests build everywhere under `cfg(test)`.

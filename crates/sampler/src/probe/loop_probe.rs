@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::cells::{Counter, Histogram};
 use crate::histogram::Log2Histogram;
 use crate::platform::clock::{current_tid, duration_ns, now_ns};
+use crate::platform::ticks;
 
 /// Counters of one loop, shared with the sampler.
 #[derive(Debug, Default)]
@@ -26,7 +27,8 @@ pub(crate) struct LoopCells {
     pub poll_delay_ns: Counter,
     pub poll_delay: Histogram,
     pub unmatched_calls: Counter,
-    /// Probe-clock time the current wait started, plus one; 0 when not waiting.
+    /// Probe-clock time the current wait started: ns plus one, or counter
+    /// ticks with [`TICKS_MARK`] set; 0 when not waiting.
     pub wait_started: Counter,
 }
 
@@ -93,10 +95,12 @@ impl LoopCells {
             total_poll_delay_ns: self.poll_delay_ns.get(),
             poll_delay_histogram: self.poll_delay.read(),
             total_unmatched_calls: self.unmatched_calls.get(),
-            current_wait_ns: if started == 0 {
-                0
-            } else {
-                now_ns().saturating_sub(started - 1)
+            current_wait_ns: match started {
+                0 => 0,
+                s if s & TICKS_MARK != 0 => {
+                    ticks::to_ns(ticks::read().saturating_sub(s & !TICKS_MARK), ticks::mult())
+                }
+                s => now_ns().saturating_sub(s - 1),
             },
         }
     }
@@ -126,16 +130,24 @@ impl LoopCells {
 pub struct LoopProbe {
     cells: Arc<LoopCells>,
     waiting: bool,
+    /// Whether `wait_start` and `last_wake` are counter ticks
+    /// ([`ticks`], once calibrated) rather than ns of `now_ns`.
+    ticks: bool,
     wait_start: u64,
     timeout_ns: Option<u64>,
     last_wake: Option<u64>,
 }
+
+/// Marks a `wait_started` cell holding counter ticks rather than ns + 1
+/// (the counter stays below 2^63 for a century at 3 GHz).
+const TICKS_MARK: u64 = 1 << 63;
 
 impl LoopProbe {
     pub(crate) fn new(cells: Arc<LoopCells>) -> Self {
         LoopProbe {
             cells,
             waiting: false,
+            ticks: false,
             wait_start: 0,
             timeout_ns: None,
             last_wake: None,
@@ -147,13 +159,17 @@ impl LoopProbe {
     /// `Duration::MAX` behaves as "no timeout" in practice, it never elapses).
     #[inline]
     pub fn before_wait(&mut self, timeout: Option<Duration>) {
-        let now = now_ns();
+        let mult = ticks::mult();
+        if mult != 0 && !self.ticks && !self.waiting {
+            self.switch_to_ticks();
+        }
+        let now = self.now();
         let c = &*self.cells;
         if self.waiting {
             // The previous wait never reported back: drop it.
             c.unmatched_calls.add(1);
         } else if let Some(w) = self.last_wake {
-            c.busy_ns.add(now.saturating_sub(w));
+            c.busy_ns.add(self.span_ns(w, now, mult));
         }
         let timeout_ns = timeout.map(duration_ns);
         if timeout_ns == Some(0) {
@@ -164,7 +180,11 @@ impl LoopProbe {
         if c.tid.get() != tid {
             c.tid.set(tid);
         }
-        c.wait_started.set(now.saturating_add(1));
+        c.wait_started.set(if self.ticks {
+            now | TICKS_MARK
+        } else {
+            now.saturating_add(1)
+        });
         self.timeout_ns = timeout_ns;
         self.wait_start = now;
         self.waiting = true;
@@ -174,14 +194,14 @@ impl LoopProbe {
     /// for nothing). Counts saturate; an absurd count cannot overflow.
     #[inline]
     pub fn after_wait(&mut self, events: usize) {
-        let now = now_ns();
+        let now = self.now();
         let c = &*self.cells;
         if !self.waiting {
             c.unmatched_calls.add(1);
             return;
         }
         self.waiting = false;
-        let waited = now.saturating_sub(self.wait_start);
+        let waited = self.span_ns(self.wait_start, now, ticks::mult());
         c.wakeups.add(1);
         c.wait_ns.add(waited);
         if events == 0 {
@@ -201,6 +221,32 @@ impl LoopProbe {
         }
         c.wait_started.set(0);
         self.last_wake = Some(now);
+    }
+
+    /// The probe's clock: counter ticks once switched, else ns.
+    #[inline]
+    fn now(&self) -> u64 {
+        if self.ticks { ticks::read() } else { now_ns() }
+    }
+
+    /// The ns from `from` to `to`, two readings of [`Self::now`]; `mult`
+    /// is the counter's factor (not 0 when the probe reads ticks).
+    #[inline]
+    fn span_ns(&self, from: u64, to: u64, mult: u64) -> u64 {
+        let d = to.saturating_sub(from);
+        if self.ticks { ticks::to_ns(d, mult) } else { d }
+    }
+
+    /// Moves the probe to the calibrated counter, between a wake and the
+    /// next wait, once per probe: the busy time so far is counted on the
+    /// old clock, every later reading is in ticks.
+    #[cold]
+    #[inline(never)]
+    fn switch_to_ticks(&mut self) {
+        if let Some(w) = self.last_wake.take() {
+            self.cells.busy_ns.add(now_ns().saturating_sub(w));
+        }
+        self.ticks = true;
     }
 
     /// Guard form: `let g = probe.wait(timeout); let n = poll(..); g.done(n);`.
@@ -245,5 +291,101 @@ impl Drop for WaitGuard<'_> {
         if !self.finished {
             self.probe.after_wait(0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// A calibrated counter clock, or None where it is not used (then
+    /// probes read `now_ns`, which the integration tests cover). On
+    /// x86_64 Linux whose kernel clocksource is an invariant TSC it must
+    /// be used.
+    fn counter() -> Option<u64> {
+        ticks::init();
+        std::thread::sleep(Duration::from_millis(60));
+        ticks::calibrate_after(50_000_000);
+        let mult = Some(ticks::mult()).filter(|&m| m != 0);
+        let tsc = std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .is_ok_and(|s| s.trim() == "tsc")
+            && std::fs::read_to_string("/proc/cpuinfo")
+                .is_ok_and(|c| c.contains(" constant_tsc") && c.contains(" nonstop_tsc"));
+        if cfg!(all(target_os = "linux", target_arch = "x86_64")) && tsc {
+            assert!(
+                mult.is_some(),
+                "the kernel trusts the TSC: so do the probes"
+            );
+        }
+        mult
+    }
+
+    /// On the counter clock, waits nest inside an independent clock (to
+    /// the calibration's error), poll delay is still wait minus timeout
+    /// exactly, and a wait in progress shows in `current_wait_ns`.
+    #[test]
+    fn on_the_counter_clock_waits_match_an_independent_clock() {
+        if counter().is_none() {
+            return;
+        }
+        let mut p = LoopProbe::new(Arc::new(LoopCells::default()));
+        let mut outer = Duration::ZERO;
+        for _ in 0..40 {
+            let t0 = Instant::now();
+            p.before_wait(Some(Duration::from_millis(1)));
+            std::thread::sleep(Duration::from_millis(1));
+            p.after_wait(0);
+            outer += t0.elapsed();
+        }
+        assert!(p.ticks, "a calibrated counter is used");
+        let s = p.stats();
+        assert_eq!(s.total_wakeups, 40);
+        assert_eq!(s.total_timed_out_wakeups, 40, "a sleep never ends early");
+        assert!(s.total_wait_ns >= 40_000_000);
+        let outer = outer.as_nanos() as u64;
+        // 1e-5 of the span: ten times the worst calibration error over
+        // the 50 ms this test calibrates on.
+        assert!(
+            s.total_wait_ns <= outer + outer / 100_000,
+            "{} ns waited by the probe, {outer} ns around it",
+            s.total_wait_ns
+        );
+        assert_eq!(s.total_poll_delay_ns, s.total_wait_ns - 40 * 1_000_000);
+
+        p.before_wait(None);
+        std::thread::sleep(Duration::from_millis(5));
+        let current = p.stats().current_wait_ns;
+        p.after_wait(1);
+        assert!(
+            (5_000_000..1_000_000_000).contains(&current),
+            "{current} ns into a 5 ms wait"
+        );
+        assert_eq!(p.stats().current_wait_ns, 0);
+    }
+
+    /// A probe that started on `now_ns` moves to the counter between a
+    /// wake and the next wait, counting the busy time on the old clock.
+    #[test]
+    fn a_probe_moves_to_the_counter_without_losing_busy_time() {
+        if counter().is_none() {
+            return;
+        }
+        let mut p = LoopProbe::new(Arc::new(LoopCells::default()));
+        // As if its last wait ended 3 ms ago on the old clock.
+        p.last_wake = Some(now_ns() - 3_000_000);
+        p.before_wait(Some(Duration::ZERO));
+        p.after_wait(0);
+        assert!(p.ticks);
+        let busy = p.stats().total_busy_ns;
+        assert!((3_000_000..1_000_000_000).contains(&busy), "{busy} ns busy");
+        std::thread::sleep(Duration::from_millis(2));
+        p.before_wait(Some(Duration::ZERO));
+        p.after_wait(0);
+        let more = p.stats().total_busy_ns - busy;
+        assert!((2_000_000..1_000_000_000).contains(&more), "{more} ns busy");
     }
 }

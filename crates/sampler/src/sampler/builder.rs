@@ -122,6 +122,8 @@ impl SamplerBuilder {
         config.validate()?;
         let backend = platform::backend_for(config.target)?;
         let identity = platform::identity(config.target);
+        // Once per process: may the loop probes use the CPU's counter?
+        platform::ticks::init();
         Ok(Sampler {
             inner: Arc::new(Inner {
                 system: system_info(),

@@ -11,7 +11,7 @@ use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, 
 use crate::interval::{Interval, between_in_history, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo, TargetIdentity};
-use crate::platform::{Backend, PackedThread, SampleRequest, Target, clock};
+use crate::platform::{Backend, PackedThread, SampleRequest, Target, clock, ticks};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
 use crate::{Error, Result, lock};
 
@@ -481,6 +481,8 @@ impl Inner {
         };
         let monotonic_ns = clock::monotonic_ns();
         let unix_time_ns = clock::unix_ns();
+        // The loop probes' counter clock rides on the samples (a few reads).
+        ticks::calibrate();
         let mut warnings = Vec::new();
         let process = match st.backend.sample(request, &mut st.scratch, &mut warnings) {
             Ok(p) => p,
