@@ -35,6 +35,10 @@ mod imp {
     use super::MIN_SPAN_NS;
     use crate::platform::clock::monotonic_ns;
 
+    /// Set to `os` in the environment, the probes keep the OS clock even
+    /// where the counter is safe (read once, when the first sampler is built).
+    const OS_CLOCK_ENV: &str = "WAKEMETER_PROBE_CLOCK";
+
     /// ns per tick in 32.32 fixed point; 0 until calibrated.
     static MULT: AtomicU64 = AtomicU64::new(0);
     /// The first calibration point, when the counter is usable.
@@ -70,7 +74,7 @@ mod imp {
     }
 
     fn usable() -> bool {
-        if std::env::var_os(super::OS_CLOCK_ENV).is_some_and(|v| v == "os") {
+        if std::env::var_os(OS_CLOCK_ENV).is_some_and(|v| v == "os") {
             return false;
         }
         let source = std::fs::read_to_string(
@@ -130,10 +134,6 @@ mod imp {
 
     pub fn calibrate(_min_span_ns: u64) {}
 }
-
-/// Set to `os` in the environment, the probes keep the OS clock even
-/// where the counter is safe (read once, when the first sampler is built).
-pub(crate) const OS_CLOCK_ENV: &str = "WAKEMETER_PROBE_CLOCK";
 
 /// The shortest span a published calibration rests on, in ns.
 pub(crate) const MIN_SPAN_NS: u64 = 1_000_000_000;
