@@ -131,20 +131,48 @@ fn the_host_can_still_open_files_while_more_threads_live_than_the_limit_allows()
     }
 }
 
+/// Samples until two samples in a row list the same threads (up to 2 s), so
+/// that threads of the test harness that were finishing are gone.
+fn stable_sample(s: &wakemeter::Sampler) -> Snapshot {
+    let tids = |snap: &Snapshot| {
+        let mut v: Vec<u64> = snap.threads.iter().map(|t| t.tid).collect();
+        v.sort_unstable();
+        v
+    };
+    let mut last = s.sample_now().unwrap();
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let snap = s.sample_now().unwrap();
+        if tids(&snap) == tids(&last) {
+            return snap;
+        }
+        last = snap;
+    }
+    last
+}
+
 #[test]
 fn emfile_degrades_with_a_typed_warning_and_recovers() {
     let _turn = limit_lock();
     let s = SamplerBuilder::new().build().unwrap();
-    s.sample_now().unwrap();
+    let before = stable_sample(&s);
     let (stop, workers, tids) = parked_threads(16);
     let restore = RestoreLimit(set_nofile(common::open_fds() as u64 + 64));
     // The host uses every descriptor: not even open-read-close works.
     let held = fill_table();
     let snap = s.sample_now().expect("sampling keeps working");
     let w = exhausted(&snap);
+    // A thread tracked before that has exited since (say, the test harness's
+    // thread of the other test, finishing) gives back its kept descriptors
+    // during the pass: at most two, so at most two new threads get theirs.
+    let exited = before
+        .threads
+        .iter()
+        .filter(|t| snap.thread_by_tid(t.tid).is_none())
+        .count();
     assert!(
-        w.unwrap_or(0) >= 16,
-        "warning expected: {:?}",
+        w.unwrap_or(0) as usize + 2 * exited >= 16,
+        "warning expected: {:?} ({exited} tracked threads exited)",
         snap.warnings
     );
     for tid in &tids {
