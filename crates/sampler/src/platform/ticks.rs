@@ -83,15 +83,21 @@ mod imp {
         if source.map(|s| s.trim() != "tsc").unwrap_or(true) {
             return false;
         }
-        let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else {
-            return false;
-        };
-        let flags = cpuinfo
-            .lines()
-            .find(|l| l.starts_with("flags"))
-            .unwrap_or("");
-        let has = |f: &str| flags.split_whitespace().any(|w| w == f);
-        has("constant_tsc") && has("nonstop_tsc")
+        invariant_counter()
+    }
+
+    /// Whether the CPU reports an invariant counter (CPUID leaf 0x80000007,
+    /// EDX bit 8): what the kernel shows as `constant_tsc` and
+    /// `nonstop_tsc`, which it sets from this bit. Asked of the CPU rather
+    /// than read from `/proc/cpuinfo`, whose text (and the kernel's time
+    /// to write it) grows with the number of CPUs: on the 2-CPU test VM
+    /// the file took 29 µs a read, `cpuid` 4.3 µs (a VM exit).
+    fn invariant_counter() -> bool {
+        use core::arch::x86_64::__cpuid;
+        const POWER_LEAF: u32 = 0x8000_0007;
+        // Leaf 0x80000000 gives the highest extended leaf: the power leaf
+        // is asked only where it exists.
+        __cpuid(0x8000_0000).eax >= POWER_LEAF && __cpuid(POWER_LEAF).edx & (1 << 8) != 0
     }
 
     pub fn init() {
@@ -158,7 +164,8 @@ pub(crate) fn to_ns(ticks: u64, mult: u64) -> u64 {
 }
 
 /// Decides, once per process, whether the counter may be used, and takes
-/// the first calibration point (reads two small files; at a sampler's build).
+/// the first calibration point (reads one small file and asks the CPU;
+/// at a sampler's build).
 pub(crate) fn init() {
     imp::init();
 }
