@@ -26,11 +26,30 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}" >/dev/null
 }
 
+# The toolchain channel pinned in rust-toolchain.toml (one source for it).
+pinned_toolchain() {
+  sed -n 's/^channel *= *"\(.*\)"/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../rust-toolchain.toml"
+}
+
 ensure_rust() {
-  if ! have cargo; then
-    echo "MISSING: cargo/rustup. Install rustup; rust-toolchain.toml pins Rust 1.95.0 and rustup fetches it." >&2
+  # Installs the pinned toolchain with its components: automatic toolchain
+  # installation may be off (RUSTUP_AUTO_INSTALL=0), so never rely on it.
+  local pin
+  pin="$(pinned_toolchain)"
+  if ! have rustup; then
+    if have cargo && cargo --version | grep -q " ${pin} "; then cargo --version; return 0; fi
+    echo "MISSING: rustup (rust-toolchain.toml pins Rust ${pin}; install rustup from your distribution or rustup.rs, then rerun)" >&2
     exit 1
   fi
+  if ! rustup toolchain list | grep -q "^${pin}-"; then
+    echo "installing the pinned Rust toolchain ${pin}"
+    if ! rustup toolchain install "${pin}" --profile minimal -c rustfmt -c clippy; then
+      echo "MISSING: Rust ${pin} (rustup toolchain install ${pin} failed: no network to the Rust distribution server?)" >&2
+      exit 1
+    fi
+  fi
+  # An existing install may lack a component the pin names.
+  rustup component add --toolchain "${pin}" rustfmt clippy >/dev/null 2>&1 || true
   cargo --version
 }
 
