@@ -325,7 +325,7 @@ impl Session {
         let pidns_ino = namespace.map_or(0u64, |ns| ns.ino);
 
         let mut ebpf = EbpfLoader::new()
-            .btf(Some(btf))
+            .btf(btf)
             .override_global("target_tgid", &kernel_tgid, true)
             .override_global("pidns_ino", &pidns_ino, true)
             .override_global("syscalls_on", &u32::from(options.syscalls), true)
@@ -340,7 +340,7 @@ impl Session {
                 source,
             })?;
         realtime_offset
-            .set(0, realtime_offset_ns(), 0)
+            .set(0, &realtime_offset_ns(), 0)
             .map_err(|source| EbpfError::Map {
                 map: "realtime_offset",
                 source,
@@ -512,7 +512,7 @@ impl Session {
         // A clock step (settimeofday, an NTP step) since the last read
         // reaches the kernel side here.
         live.realtime_offset
-            .set(0, realtime_offset_ns(), 0)
+            .set(0, &realtime_offset_ns(), 0)
             .map_err(read_error("realtime_offset"))?;
         let now = wakemeter::monotonic_ns();
 

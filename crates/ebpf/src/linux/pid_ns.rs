@@ -97,7 +97,7 @@ impl PidNamespace {
             reason,
         };
         let mut ebpf = EbpfLoader::new()
-            .btf(Some(btf))
+            .btf(btf)
             .override_global("ns_ino", &self.ino, true)
             .override_global("ns_tid", &tid, true)
             .load(object()?)

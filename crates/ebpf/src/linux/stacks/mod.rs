@@ -121,7 +121,7 @@ impl StackSession {
         let leaf_table = leaf::build(pid);
         let leaf_rows = u32::try_from(leaf_table.rows.len()).unwrap_or(0);
         let mut ebpf = EbpfLoader::new()
-            .btf(Some(btf))
+            .btf(btf)
             .override_global("target_tgid", &kernel_tgid, true)
             .override_global("target_tid", &kernel_tid, true)
             .override_global("pidns_ino", &pidns_ino, true)
