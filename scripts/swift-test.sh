@@ -171,10 +171,11 @@ run() {
     LD_LIBRARY_PATH=/wakemeter/target/release \
     sh -c "cd /wakemeter/src && exec \"\$@\"" sh "$@"
 }
-flags="--scratch-path /wakemeter/target/swift -Xlinker -L/wakemeter/target/release"
+# The same flags for both commands, or swift test would rebuild everything.
+flags="--scratch-path /wakemeter/target/swift -Xlinker -L/wakemeter/target/release -Xswiftc -warnings-as-errors"
 run swift --version 2>&1 | head -1
 echo "==> swift build (Swift 6 language mode, warnings are errors)"
-run swift build --build-tests $flags -Xswiftc -warnings-as-errors
+run swift build --build-tests $flags
 echo "==> swift test"
 run swift test --skip-build $flags "$@"
 '
@@ -184,6 +185,33 @@ echo "==> building and testing the Swift package in $root" >&2
 # build (forwarded by the traps below).
 setsid unshare --mount --propagation private -- sh -c "$inside" sh "$root" "$repo" "$target_dir" "$@" &
 child=$!
-trap 'kill -TERM -- "-$child" 2>/dev/null; wait "$child"; exit 130' INT
-trap 'kill -TERM -- "-$child" 2>/dev/null; wait "$child"; exit 143' TERM
+# Processes of this run's mount namespace $1 (SwiftPM starts the test
+# runner in a process group of its own, out of reach of the group signal;
+# other runs sharing the Swift root have namespaces of their own).
+in_namespace() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"
+  done
+  return 0
+}
+# Ends the build and everything it started: TERM, then KILL what is still
+# there after 10 s. Their mount namespace, with the bind mounts, goes with them.
+stop_build() {
+  local ns pids i
+  ns="$(readlink "/proc/$child/ns/mnt" 2>/dev/null || true)"
+  kill -TERM -- "-$child" 2>/dev/null || true
+  if [ -n "$ns" ] && [ "$ns" != "$(readlink /proc/self/ns/mnt)" ]; then
+    for i in $(seq 100); do
+      mapfile -t pids < <(in_namespace "$ns")
+      [ "${#pids[@]}" -eq 0 ] && break
+      [ "$i" -eq 1 ] && { kill -TERM "${pids[@]}" 2>/dev/null || true; }
+      [ "$i" -eq 100 ] && { kill -KILL "${pids[@]}" 2>/dev/null || true; }
+      sleep 0.1
+    done
+  fi
+  wait "$child" 2>/dev/null || true
+}
+trap 'stop_build; exit 130' INT
+trap 'stop_build; exit 143' TERM
 wait "$child"
