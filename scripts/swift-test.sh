@@ -63,6 +63,52 @@ unmount_under() {
   done
 }
 
+# Every long step runs in a process group of its own (setsid) through
+# run_child, so that INT or TERM sent to this script alone (not only a
+# terminal's Ctrl-C, which reaches the whole foreground group) ends it.
+child=""
+run_child() {
+  setsid "$@" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  child=""
+  return "$rc"
+}
+
+# Processes of the mount namespace $1 (SwiftPM starts the test runner in a
+# process group of its own, out of reach of the group signal; other runs
+# sharing the Swift root have namespaces of their own).
+in_namespace() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+# Ends the running step and everything it started: TERM, then KILL what is
+# still there after 10 s. A private mount namespace, with its bind mounts,
+# goes with its last process.
+stop_child() {
+  [ -n "$child" ] || return 0
+  local ns pids i
+  ns="$(readlink "/proc/$child/ns/mnt" 2>/dev/null || true)"
+  kill -TERM -- "-$child" 2>/dev/null || true
+  if [ -n "$ns" ] && [ "$ns" != "$(readlink /proc/self/ns/mnt)" ]; then
+    for i in $(seq 100); do
+      mapfile -t pids < <(in_namespace "$ns")
+      [ "${#pids[@]}" -eq 0 ] && break
+      [ "$i" -eq 1 ] && { kill -TERM "${pids[@]}" 2>/dev/null || true; }
+      [ "$i" -eq 100 ] && { kill -KILL "${pids[@]}" 2>/dev/null || true; }
+      sleep 0.1
+    done
+  fi
+  wait "$child" 2>/dev/null || true
+}
+trap 'stop_child; exit 130' INT
+trap 'stop_child; exit 143' TERM
+
 make_root() {
   mkdir -p "$cache_dir"
   local avail_kb
@@ -86,11 +132,9 @@ make_root() {
   done
   tmp="$root.tmp.$$"
   trap 'unmount_under "$tmp"; rm -rf --one-file-system "$tmp"' EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
   local start=$SECONDS
   echo "==> first Swift setup: debootstrap --variant=minbase trixie $tmp (about 1 minute)" >&2
-  if ! debootstrap --variant=minbase trixie "$tmp" "$mirror" >"$cache_dir/debootstrap.log" 2>&1; then
+  if ! run_child debootstrap --variant=minbase trixie "$tmp" "$mirror" >"$cache_dir/debootstrap.log" 2>&1; then
     tail -5 "$cache_dir/debootstrap.log" >&2
     echo "MISSING: a Debian 13 root: debootstrap could not fetch trixie from $mirror (no network? see $cache_dir/debootstrap.log; run: debootstrap --variant=minbase trixie $root.tmp $mirror)" >&2
     exit 1
@@ -99,7 +143,7 @@ make_root() {
   echo "==> installing ${chroot_packages[*]} in the root (about 530 MB, 3 minutes)" >&2
   # In a private mount namespace: /proc and /dev for dpkg's maintainer
   # scripts and for swift (its driver finds itself through /proc/self/exe).
-  if ! unshare --mount --propagation private -- sh -ec '
+  if ! run_child unshare --mount --propagation private -- sh -ec '
       root="$1"; shift
       mount --bind /proc "$root/proc"
       mount --bind /dev "$root/dev"
@@ -116,7 +160,7 @@ make_root() {
   # The rename is what makes the root "finished".
   rm -rf --one-file-system "$root"
   mv "$tmp" "$root"
-  trap - EXIT INT TERM
+  trap - EXIT
   echo "==> Swift root ready in $((SECONDS - start)) s: $root ($(du -sh "$root" | cut -f1))" >&2
 }
 
@@ -181,37 +225,4 @@ run swift test --skip-build $flags "$@"
 '
 
 echo "==> building and testing the Swift package in $root" >&2
-# setsid: its own process group, so a signal reaches every process of the
-# build (forwarded by the traps below).
-setsid unshare --mount --propagation private -- sh -c "$inside" sh "$root" "$repo" "$target_dir" "$@" &
-child=$!
-# Processes of this run's mount namespace $1 (SwiftPM starts the test
-# runner in a process group of its own, out of reach of the group signal;
-# other runs sharing the Swift root have namespaces of their own).
-in_namespace() {
-  local p
-  for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"
-  done
-  return 0
-}
-# Ends the build and everything it started: TERM, then KILL what is still
-# there after 10 s. Their mount namespace, with the bind mounts, goes with them.
-stop_build() {
-  local ns pids i
-  ns="$(readlink "/proc/$child/ns/mnt" 2>/dev/null || true)"
-  kill -TERM -- "-$child" 2>/dev/null || true
-  if [ -n "$ns" ] && [ "$ns" != "$(readlink /proc/self/ns/mnt)" ]; then
-    for i in $(seq 100); do
-      mapfile -t pids < <(in_namespace "$ns")
-      [ "${#pids[@]}" -eq 0 ] && break
-      [ "$i" -eq 1 ] && { kill -TERM "${pids[@]}" 2>/dev/null || true; }
-      [ "$i" -eq 100 ] && { kill -KILL "${pids[@]}" 2>/dev/null || true; }
-      sleep 0.1
-    done
-  fi
-  wait "$child" 2>/dev/null || true
-}
-trap 'stop_build; exit 130' INT
-trap 'stop_build; exit 143' TERM
-wait "$child"
+run_child unshare --mount --propagation private -- sh -c "$inside" sh "$root" "$repo" "$target_dir" "$@"
