@@ -8,8 +8,8 @@
 #      SwiftPM, XCTest, Foundation) is made once and then reused from
 #      $WAKEMETER_CACHE_DIR/swift-trixie (default /var/cache/wakemeter): it
 #      outlives the checkout, so a fresh clone on the same machine reuses it.
-#      First setup: debootstrap (~1 min) + ~530 MB of packages (~3 min),
-#      2.6 GB on disk. It is built in a temporary directory and renamed when
+#      First setup: debootstrap, then ~530 MB of packages (2 min 53 s on
+#      the machine the README's figures come from), 2.6 GB on disk. It is built in a temporary directory and renamed when
 #      complete, so an interrupted setup is never taken for a finished one;
 #   3. `swift build` (warnings are errors) and `swift test` run in that root,
 #      in a private mount namespace (unshare) where /proc, /dev, the checkout
@@ -42,7 +42,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "MISSING: root privilege (the Swift tests run in a Debian 13 chroot: debootstrap, chroot and mount need root; run: sudo scripts/swift-test.sh)" >&2
   exit 1
 fi
-for tool in cargo unshare mount chroot; do
+for tool in cargo unshare setsid flock mount chroot; do
   if ! have "$tool"; then
     case "$tool" in
       cargo) echo "MISSING: cargo (install rustup; rust-toolchain.toml pins the version)" >&2 ;;
@@ -114,7 +114,7 @@ make_root() {
   local avail_kb
   avail_kb=$(df -Pk "$cache_dir" | awk 'NR == 2 { print $4 }')
   if [ "${avail_kb:-0}" -lt $((4 * 1024 * 1024)) ]; then
-    echo "MISSING: disk space: the Swift root needs about 3 GB and $cache_dir has $((avail_kb / 1024)) MB free (free some space or set WAKEMETER_CACHE_DIR to a larger disk)" >&2
+    echo "MISSING: disk space: setting up the Swift root needs 4 GB free (2.6 GB stay) and $cache_dir has $((avail_kb / 1024)) MB free (free some space or set WAKEMETER_CACHE_DIR to a larger disk)" >&2
     exit 1
   fi
   if ! have debootstrap && ! apt_install debootstrap; then
@@ -136,13 +136,14 @@ make_root() {
   echo "==> first Swift setup: debootstrap --variant=minbase trixie $tmp (about 1 minute)" >&2
   if ! run_child debootstrap --variant=minbase trixie "$tmp" "$mirror" >"$cache_dir/debootstrap.log" 2>&1; then
     tail -5 "$cache_dir/debootstrap.log" >&2
-    echo "MISSING: a Debian 13 root: debootstrap could not fetch trixie from $mirror (no network? see $cache_dir/debootstrap.log; run: debootstrap --variant=minbase trixie $root.tmp $mirror)" >&2
+    echo "MISSING: a Debian 13 root: debootstrap could not fetch trixie from $mirror (no network? see $cache_dir/debootstrap.log; rerun scripts/swift-test.sh with access to $mirror, or set DEBIAN_MIRROR to a reachable Debian mirror)" >&2
     exit 1
   fi
   cp /etc/resolv.conf "$tmp/etc/resolv.conf" 2>/dev/null || true
   echo "==> installing ${chroot_packages[*]} in the root (about 530 MB, 3 minutes)" >&2
   # In a private mount namespace: /proc and /dev for dpkg's maintainer
   # scripts and for swift (its driver finds itself through /proc/self/exe).
+  # shellcheck disable=SC2016 # expanded by the inner shell
   if ! run_child unshare --mount --propagation private -- sh -ec '
       root="$1"; shift
       mount --bind /proc "$root/proc"
@@ -152,7 +153,7 @@ make_root() {
       chroot "$root" apt-get clean
       chroot "$root" swift --version' sh "$tmp" "${chroot_packages[@]}" >"$cache_dir/apt.log" 2>&1; then
     tail -5 "$cache_dir/apt.log" >&2
-    echo "MISSING: swiftlang in the Debian 13 root: apt-get install or swift --version failed (no network? see $cache_dir/apt.log; run: chroot $root.tmp apt-get install --no-install-recommends ${chroot_packages[*]})" >&2
+    echo "MISSING: swiftlang in the Debian 13 root: apt-get install or swift --version failed (no network? see $cache_dir/apt.log; rerun scripts/swift-test.sh with access to $mirror, or set DEBIAN_MIRROR)" >&2
     exit 1
   fi
   echo "$marker_text" >"$tmp/.wakemeter-swift-root"
@@ -194,6 +195,7 @@ fi
 # root, then builds and tests as an unprivileged-looking clean environment.
 # The checkout is at /wakemeter/src, the cargo target dir at /wakemeter/target
 # (SwiftPM's build directory goes to its swift/ subdirectory).
+# shellcheck disable=SC2016 # expanded by the inner shell
 inside='
 set -eu
 root="$1" src="$2" target="$3"; shift 3
