@@ -144,9 +144,20 @@ final class ProbeTests: XCTestCase {
         try runLoop(for: 0.7) { _ = try idle.wait(timeout: 0.1) { Thread.sleep(forTimeInterval: 0.1); return 0 } }
         let calm = try s.findings()
         XCTAssertFalse(calm.contains { if case .loop = $0.subject { true } else { false } }, "\(calm)")
-        // Spinning: non-blocking polls that find nothing, as fast as possible.
-        try runLoop(for: 0.7) { _ = try spin.wait(timeout: 0) { 0 } }
-        try s.stop()
+        // Spinning: non-blocking polls that find nothing, as fast as possible,
+        // until the sampler judges it (a window in which the spinning thread
+        // got the CPU; generous bound for a loaded machine).
+        let spinning = Locked(true)
+        let spinnerDone = DispatchSemaphore(value: 0)
+        Thread {
+            while spinning.current { _ = try? spin.wait(timeout: 0) { 0 } }
+            spinnerDone.signal()
+        }.start()
+        let judged = try eventually(30) { try s.findings().contains { $0.kind == .busyPoller } }
+        try s.stop() // while it still spins, so the last window is a spinning one
+        spinning.with { $0 = false }
+        spinnerDone.wait()
+        XCTAssertTrue(judged, "a spinning loop is a busy poller: \((try? s.findings()) ?? [])")
         let found = try s.findings()
         let busy = found.filter { $0.kind == .busyPoller }
         XCTAssertEqual(busy.count, 1, "\(found)")
