@@ -147,16 +147,10 @@ final class ProbeTests: XCTestCase {
         // Spinning: non-blocking polls that find nothing, as fast as possible,
         // until the sampler judges it (a window in which the spinning thread
         // got the CPU; generous bound for a loaded machine).
-        let spinning = Locked(true)
-        let spinnerDone = DispatchSemaphore(value: 0)
-        Thread {
-            while spinning.current { _ = try? spin.wait(timeout: 0) { 0 } }
-            spinnerDone.signal()
-        }.start()
+        let stopSpinning = startSpinning(spin)
         let judged = try eventually(30) { try s.findings().contains { $0.kind == .busyPoller } }
         try s.stop() // while it still spins, so the last window is a spinning one
-        spinning.with { $0 = false }
-        spinnerDone.wait()
+        stopSpinning()
         XCTAssertTrue(judged, "a spinning loop is a busy poller: \((try? s.findings()) ?? [])")
         let found = try s.findings()
         let busy = found.filter { $0.kind == .busyPoller }

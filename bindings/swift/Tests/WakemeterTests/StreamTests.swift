@@ -53,19 +53,13 @@ final class StreamTests: XCTestCase {
         let s = try Sampler(config: config { $0.interval = 0.05; $0.thresholds = quick })
         let spin = try s.loopProbe(name: "spin")
         try s.start()
-        let spinning = Locked(true)
-        let spinnerDone = DispatchSemaphore(value: 0)
-        Thread {
-            while spinning.current { _ = try? spin.wait(timeout: 0) { 0 } }
-            spinnerDone.signal()
-        }.start()
+        let stopSpinning = startSpinning(spin)
         // Generous bound: on a loaded machine the spinning thread may need
         // several windows to get the CPU long enough to be judged.
         let found = await first(s.findingStream(), within: 30) { $0.kind == .busyPoller }
         let recent = try s.intervalOver(window: 5) // the last 5 s, for a rate that does not hang on one short window
         try s.stop()
-        spinning.with { $0 = false }
-        spinnerDone.wait()
+        stopSpinning()
         let finding = try XCTUnwrap(found, "a busy poller within 30 s")
         guard case .loop(let name, _) = finding.subject else { return XCTFail("\(finding.subject)") }
         XCTAssertEqual(name, "spin")

@@ -142,6 +142,22 @@ func runLoop(for seconds: TimeInterval, _ iteration: @escaping @Sendable () thro
     if let error = failure.current { throw error }
 }
 
+/// Spins `probe` on a thread of its own (non-blocking polls that find
+/// nothing, as fast as possible) until the returned function is called,
+/// which waits for the thread to end.
+func startSpinning(_ probe: LoopProbe) -> @Sendable () -> Void {
+    let spinning = Locked(true)
+    let done = DispatchSemaphore(value: 0)
+    Thread {
+        while spinning.current { _ = try? probe.wait(timeout: 0) { 0 } }
+        done.signal()
+    }.start()
+    return {
+        spinning.with { $0 = false }
+        done.wait()
+    }
+}
+
 /// Asserts that `body` throws the `WakemeterError` case `expected` matches,
 /// and returns its message.
 @discardableResult
