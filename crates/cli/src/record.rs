@@ -732,6 +732,8 @@ fn human(v: f64, unit: &str) -> String {
     if !v.is_finite() {
         return "-".to_string();
     }
+    // No "-0.0" for a value that rounds to nothing.
+    let v = if v.abs() < 1e-9 { 0.0 } else { v };
     match unit {
         "bytes" => format!("{:.1} MiB", v / (1u64 << 20) as f64),
         "ns" => format!("{:.1} µs", v / 1e3),
@@ -845,6 +847,14 @@ pub fn table(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
         }
     )?;
     writeln!(out, "test (over {}): {}", c.tested_over, c.test)?;
+    if c.tested_over == "intervals" {
+        writeln!(
+            out,
+            "note: one run on a side: a verdict weighs the noise inside each recording, not the \
+             drift between recordings (a busy machine); give several runs per side (or `ab --runs`) \
+             to test over runs"
+        )?;
+    }
     writeln!(
         out,
         "\ntotals (every recorded process; load as the load tool printed it)"
