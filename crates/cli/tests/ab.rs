@@ -22,7 +22,10 @@ fn ab_starts_each_side_records_the_load_window_and_compares() {
     let name = format!("wmab{}", std::process::id() % 100_000);
     let exe = d.join(&name);
     std::fs::copy("/bin/sleep", &exe).unwrap();
-    let wrk = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/load/wrk-latency.txt");
+    let wrk = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/load/wrk-latency.txt"
+    );
     let load = format!("sleep 2; cat {wrk}");
     let exe = exe.display().to_string();
     let r = run(

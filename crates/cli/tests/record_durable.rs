@@ -289,3 +289,42 @@ fn durations_at_and_beyond_their_maxima_are_checked_not_a_panic() {
     assert!(!r.stderr().contains("panicked"), "{}", r.said());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// As root: a disk that fills up mid-recording (a 64 KiB tmpfs in a
+/// private mount namespace) stops the recording with a clear error, and
+/// the intervals written before are kept, readable as a partial recording.
+#[test]
+fn a_full_disk_keeps_what_was_written_as_root() {
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || Command::new("unshare").arg("--help").output().is_err() {
+        eprintln!("skipped: needs root and unshare");
+        return;
+    }
+    let d = dir("full");
+    let mnt = d.join("small");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let s = Sleeper::new("120");
+    let w = env!("CARGO_BIN_EXE_wakemeter");
+    let script = format!(
+        "mount --make-rprivate / && mount -t tmpfs -o size=64k none {m} && \
+         {w} record --pid {pid} --seconds 300 --interval 0.02 --no-ebpf -o {m}/r.ndjson; \
+         echo record=$?; {w} diff {m}/r.ndjson {m}/r.ndjson > /dev/null; echo diff=$?; ls {m}",
+        m = mnt.display(),
+        pid = s.pid()
+    );
+    let r = run(
+        Command::new("unshare").args(["-m", "sh", "-c", &script]),
+        LIMIT,
+    );
+    let out = r.stdout();
+    let err = r.stderr();
+    assert!(out.contains("record=2"), "{}", r.said());
+    assert!(err.contains("No space left on device"), "{}", r.said());
+    assert!(err.contains("it keeps the"), "{}", r.said());
+    assert!(out.contains("diff=0"), "{}", r.said());
+    assert!(err.contains("partial recording"), "{}", r.said());
+    // The recording has its name; no temporary file is left.
+    assert!(out.lines().any(|l| l == "r.ndjson"), "{}", r.said());
+    assert!(!out.contains(".partial"), "{}", r.said());
+    let _ = std::fs::remove_dir_all(&d);
+}
