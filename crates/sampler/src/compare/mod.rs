@@ -351,15 +351,23 @@ impl IntervalSummary {
             fields.push(("sleeps[].sleeps_per_sec", Some(z.sleeps_per_sec)));
             fields.push(("sleeps[].cpu_percent", Some(z.cpu_percent)));
         }
-        for (name, v) in fields {
-            if let Some(v) = v
-                && !(v.is_finite() && v >= 0.0)
-            {
-                return Err(format!("{name} is {v}, not a finite number >= 0"));
-            }
-        }
-        Ok(())
+        finite_non_negative(fields)
     }
+}
+
+/// The first of `fields` (name, value) whose value is not a finite
+/// number >= 0, as an error.
+fn finite_non_negative<'a>(
+    fields: impl IntoIterator<Item = (&'a str, Option<f64>)>,
+) -> Result<(), String> {
+    for (name, v) in fields {
+        if let Some(v) = v
+            && !(v.is_finite() && v >= 0.0)
+        {
+            return Err(format!("{name} is {v}, not a finite number >= 0"));
+        }
+    }
+    Ok(())
 }
 
 /// What a load tool (`wrk`, `hey`, `redis-benchmark`, `ab`, any program)
@@ -427,19 +435,12 @@ impl LoadRecord {
     /// # Errors
     /// Names the first that is not.
     pub fn validate(&self) -> Result<(), String> {
-        for (name, v) in [
+        finite_non_negative([
             ("requests_per_sec", self.requests_per_sec),
             ("latency_p50_ns", self.latency_p50_ns),
             ("latency_p95_ns", self.latency_p95_ns),
             ("latency_p99_ns", self.latency_p99_ns),
-        ] {
-            if let Some(v) = v
-                && !(v.is_finite() && v >= 0.0)
-            {
-                return Err(format!("{name} is {v}, not a finite number >= 0"));
-            }
-        }
-        Ok(())
+        ])
     }
 }
 
