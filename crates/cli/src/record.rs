@@ -896,3 +896,57 @@ pub fn table(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("wakemeter-output-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_symlink_planted_at_the_temporary_name_is_refused_not_followed() {
+        let d = scratch("planted");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let out = d.join("rec.ndjson");
+        let tmp = beside(&out, &format!(".partial-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        let e = Output::open(&out).err().unwrap();
+        assert!(e.contains("cannot create"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!out.exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_regular_file_is_replaced_whole_at_the_end_only() {
+        let d = scratch("regular");
+        let out = d.join("rec.ndjson");
+        std::fs::write(&out, "old").unwrap();
+        let mut o = Output::open(&out).unwrap();
+        o.line("{\"a\":1}").unwrap();
+        // Until the end, the old file is what the name holds.
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "old");
+        o.finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "{\"a\":1}\n");
+        let left: Vec<_> = std::fs::read_dir(&d).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn values_are_never_printed_as_inf_or_nan() {
+        for v in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+            for unit in ["%", "bytes", "ns", "µs", "s", "1/s"] {
+                assert_eq!(human(v, unit), "-");
+            }
+        }
+        assert_eq!(human(-0.0, "bytes"), "0.0 MiB");
+    }
+}
