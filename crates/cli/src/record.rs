@@ -338,9 +338,14 @@ impl Section {
         Ok(n)
     }
 
-    /// Stops sampling, after writing what was stored.
+    /// Stops sampling with one last sample now (so the window ends at the
+    /// deadline or the load's end, not at the sample before), and writes
+    /// what was stored.
     fn stop(&mut self, out: &mut Output) -> Result<u64, Box<dyn Error>> {
-        drop(self.guard.take());
+        if self.guard.take().is_some() && !self.exited {
+            // A process that has just exited has nothing more to give.
+            let _ = self.sampler.sample();
+        }
         self.write_new(out)
     }
 
@@ -480,9 +485,9 @@ impl Recorder {
             let r = s.write_new(&mut self.out);
             self.wrote(r);
             if target::liveness(pid) != Liveness::Alive || !s.sampler.is_running() {
+                s.exited = true;
                 let r = s.stop(&mut self.out);
                 self.wrote(r);
-                s.exited = true;
                 ended.push(s.label());
                 self.done.push(s);
             } else {
