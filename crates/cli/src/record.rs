@@ -852,6 +852,15 @@ pub fn table(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
         }
     )?;
     writeln!(out, "test (over {}): {}", c.tested_over, c.test)?;
+    let left_out = c.control.values_left_out + c.variant.values_left_out;
+    if left_out > 0 {
+        writeln!(
+            out,
+            "note: more than {} series in a run: {left_out} values of thread groups, loops and \
+             sleep sites past that were left out (totals and process rows are complete)",
+            wakemeter::compare::MAX_SERIES_PER_RUN
+        )?;
+    }
     if c.tested_over == "intervals" {
         writeln!(
             out,

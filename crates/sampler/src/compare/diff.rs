@@ -120,6 +120,9 @@ pub struct SideInfo {
     pub processes: u32,
     /// Intervals over all runs.
     pub intervals: u64,
+    /// Values of thread groups, loops and sleep sites left out because a
+    /// run had more than [`MAX_SERIES_PER_RUN`] series (0 normally).
+    pub values_left_out: u64,
 }
 
 /// A control and a variant: totals, then rows per process identity.
@@ -199,7 +202,14 @@ struct RunAcc {
     load: Option<LoadRecord>,
     complete: bool,
     intervals: u64,
+    /// Values of series left out past [`MAX_SERIES_PER_RUN`].
+    left_out: u64,
 }
+
+/// Most series (metric × identity × subject) kept per run: memory stays
+/// bounded (each series is at most 32 batches) even for a recording whose
+/// thread names never repeat.
+pub const MAX_SERIES_PER_RUN: usize = 100_000;
 
 #[derive(Debug, Default)]
 struct SideAcc {
@@ -298,14 +308,26 @@ impl Experiment {
             key.clear();
             use std::fmt::Write;
             let _ = write!(key, "{identity}\0{prefix}{subject}\0{}", metric.name);
-            let series = match run.series.get_mut(key.as_str()) {
-                Some(s) => s,
-                None => run.series.entry(key.clone()).or_insert_with(|| Series {
-                    identity,
-                    subject: format!("{prefix}{subject}"),
-                    metric,
-                    per_section: Vec::new(),
-                }),
+            if !run.series.contains_key(key.as_str()) {
+                // Past the cap, new thread groups, loops and sleep sites
+                // are left out (and counted); the process rows, which
+                // make the totals, are always kept.
+                if !prefix.is_empty() && run.series.len() >= MAX_SERIES_PER_RUN {
+                    run.left_out += 1;
+                    return;
+                }
+                run.series.insert(
+                    key.clone(),
+                    Series {
+                        identity,
+                        subject: format!("{prefix}{subject}"),
+                        metric,
+                        per_section: Vec::new(),
+                    },
+                );
+            }
+            let Some(series) = run.series.get_mut(key.as_str()) else {
+                return;
             };
             let b = match series.per_section.iter().position(|(s, _)| *s == section) {
                 Some(p) => &mut series.per_section[p].1,
@@ -380,6 +402,7 @@ impl Experiment {
             partial_runs: runs.iter().filter(|r| !r.complete).count() as u32,
             processes: runs.iter().map(|r| r.sections.len() as u32).sum(),
             intervals: runs.iter().map(|r| r.intervals).sum(),
+            values_left_out: runs.iter().map(|r| r.left_out).sum(),
         }
     }
 
@@ -814,6 +837,28 @@ mod tests {
         let c = e.compare();
         let r = row(&c, Some("nginx"), "process", "cpu_percent");
         assert!((r.variant.unwrap().mean - 46.6).abs() < 0.5, "{r:?}");
+    }
+
+    #[test]
+    fn series_past_the_cap_are_left_out_and_counted_but_totals_kept() {
+        let mut e = Experiment::new(IdentityRule::NameAndRole);
+        e.begin_run(Side::Control);
+        e.push(Side::Control, RecordLine::Header(header(1, "app", "app")))
+            .unwrap();
+        // One series per group here (only its CPU is set).
+        let per = MAX_SERIES_PER_RUN + 10;
+        for k in 0..per {
+            let mut i = interval(1, 10.0);
+            i.groups[0].name = format!("g{k}");
+            e.push(Side::Control, RecordLine::Interval(i)).unwrap();
+        }
+        let run = &e.sides[0].runs[0];
+        assert!(run.series.len() <= MAX_SERIES_PER_RUN + 7);
+        assert!(run.left_out > 0);
+        let c = e.compare();
+        assert!(c.control.values_left_out > 0);
+        let t = row(&c, None, "total", "cpu_percent");
+        assert_eq!(t.control.unwrap().intervals, per as u64);
     }
 
     #[test]

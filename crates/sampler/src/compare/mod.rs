@@ -32,7 +32,10 @@ use crate::interval::{Interval, LoopInterval, ProcessInterval, SleepInterval, Th
 use crate::model::{SystemInfo, TargetIdentity};
 use crate::sampler::{REPORT_SCHEMA_VERSION, Sampler};
 
-pub use diff::{Comparison, DiffRow, Experiment, IdentityRule, Side, SideInfo, Spread, Verdict};
+pub use diff::{
+    Comparison, DiffRow, Experiment, IdentityRule, MAX_SERIES_PER_RUN, Side, SideInfo, Spread,
+    Verdict,
+};
 pub use read::{ReadError, ReadSummary, read_recording};
 pub use stats::{BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MIN_INTERVALS, TEST_DESCRIPTION};
 
