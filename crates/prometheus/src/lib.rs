@@ -57,15 +57,18 @@ pub use exporter::{
 };
 pub use groups::EVICT_AFTER_UPDATES;
 pub use names::{OTHER, collapse};
-pub use server::MetricsServer;
+pub use server::{
+    MAX_CONNECTIONS, MAX_MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEADLINE, MetricsServer,
+    REQUEST_DEADLINE, STOP_WITHIN, ServerOptions, ServerStats,
+};
 pub use text::openmetrics_to_prometheus;
 
 /// What can go wrong when exporting.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A configuration field is out of range.
-    #[error("invalid exporter config: {field} {reason}")]
+    /// A configuration field ([`ExporterConfig`], [`ServerOptions`]) is out of range.
+    #[error("invalid exporter or server option: {field} {reason}")]
     InvalidConfig {
         /// The field.
         field: &'static str,
@@ -90,6 +93,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The endpoint's event loop could not be set up (out of descriptors
+    /// or memory).
+    #[error("cannot set up the metrics endpoint's event loop: {0}")]
+    EventLoop(#[source] std::io::Error),
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Spawn(#[source] std::io::Error),

@@ -3,7 +3,8 @@
 
 use wakemeter::histogram::LOG2_BUCKETS;
 use wakemeter::{
-    Log2Histogram, LoopInterval, LoopStats, SleepInterval, SleepStats, ThreadInterval, ThreadSample,
+    KernelThreadInterval, Log2Histogram, LoopInterval, LoopStats, SleepInterval, SleepStats,
+    ThreadInterval, ThreadSample,
 };
 
 use crate::groups::Totals;
@@ -30,7 +31,51 @@ pub struct ThreadTotals {
     pub wakes: u64,
     /// eBPF off-CPU time by cause ([`OFF_CPU_CAUSES`]).
     pub off_cpu_ns: [u64; 6],
+    /// eBPF syscall and switch counts, in the order of [`KERNEL_COUNTS`].
+    pub kernel: [u64; KERNEL_COUNTS.len()],
 }
+
+/// The counts of the eBPF view, each from its per-second rate in
+/// [`KernelThreadInterval`]: the metric's name (after `wakemeter_thread_`),
+/// its help, and the rate it comes from.
+#[allow(clippy::type_complexity)]
+pub const KERNEL_COUNTS: [(&str, &str, fn(&KernelThreadInterval) -> f64); 7] = [
+    (
+        "voluntary_switches",
+        "Voluntary context switches (the thread blocked) of the threads of this name (eBPF sched_switch).",
+        |k| k.voluntary_switches_per_sec,
+    ),
+    (
+        "involuntary_switches",
+        "Involuntary context switches (preemptions) of the threads of this name (eBPF sched_switch).",
+        |k| k.involuntary_switches_per_sec,
+    ),
+    (
+        "poll_calls",
+        "Poll-family syscalls (poll, ppoll, select, pselect6, epoll_wait, epoll_pwait, epoll_pwait2) of the threads of this name (eBPF).",
+        |k| k.poll_calls_per_sec,
+    ),
+    (
+        "blocking_polls",
+        "Poll-family syscalls that blocked before returning (each return ended a wait) (eBPF).",
+        |k| k.blocking_polls_per_sec,
+    ),
+    (
+        "idle_nonblocking_polls",
+        "Poll-family syscalls that returned nothing without blocking: polls that neither found work nor waited (eBPF).",
+        |k| k.idle_nonblocking_polls_per_sec,
+    ),
+    (
+        "sleep_syscalls",
+        "nanosleep and clock_nanosleep calls of the threads of this name (eBPF).",
+        |k| k.sleeps_per_sec,
+    ),
+    (
+        "interrupted_sleeps",
+        "Sleep syscalls ended early by a signal (EINTR) (eBPF).",
+        |k| k.interrupted_sleeps_per_sec,
+    ),
+];
 
 impl Totals for ThreadTotals {
     fn add(&mut self, o: &Self) {
@@ -39,6 +84,9 @@ impl Totals for ThreadTotals {
         self.run_queue_wait_ns = self.run_queue_wait_ns.saturating_add(o.run_queue_wait_ns);
         self.wakes = self.wakes.saturating_add(o.wakes);
         for (a, b) in self.off_cpu_ns.iter_mut().zip(o.off_cpu_ns) {
+            *a = a.saturating_add(b);
+        }
+        for (a, b) in self.kernel.iter_mut().zip(o.kernel) {
             *a = a.saturating_add(b);
         }
     }
@@ -66,8 +114,12 @@ impl ThreadTotals {
         if let Some(k) = &t.kernel {
             // The interval keeps a rate; the count it came from is exact
             // up to float rounding.
-            out.wakes = (k.wakes_per_sec * duration_ns as f64 / 1e9).round() as u64;
+            let count = |per_sec: f64| (per_sec * duration_ns as f64 / 1e9).round() as u64;
+            out.wakes = count(k.wakes_per_sec);
             out.off_cpu_ns = k.off_cpu.by_cause();
+            for (n, (_, _, rate)) in out.kernel.iter_mut().zip(KERNEL_COUNTS) {
+                *n = count(rate(k));
+            }
         }
         out
     }

@@ -262,7 +262,8 @@ fn prometheus_scrapes_the_endpoint_and_promql_sees_the_values() {
     prom.wait_for("wakemeter_loop_events_total{loop=\"io-{n}\"}", 7.0);
     prom.wait_for("wakemeter_sleep_calls_total{sleep_site=\"nap\"}", 4.0);
     prom.wait_for("wakemeter_thread_group_threads{thread=\"worker-{n}\"}", 3.0);
-    prom.wait_for("count(wakemeter_findings)", 21.0);
+    let kinds = wakemeter::FindingKind::ALL.len() * wakemeter::Severity::ALL.len();
+    prom.wait_for("count(wakemeter_findings)", kinds as f64);
     prom.wait_for(
         &format!(
             "count(wakemeter_target_info{{pid=\"{}\"}})",
