@@ -241,3 +241,70 @@ impl SleepTotals {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread interval of 2 s with the eBPF view, from its JSON form
+    /// (the core's structs are non-exhaustive).
+    fn interval_with_kernel() -> ThreadInterval {
+        serde_json::from_value(serde_json::json!({
+            "tid": 7, "serial": 1, "name": "loop", "started_in_interval": false,
+            "cpu_time_ns": 1_000_000, "cpu_percent": 0.05,
+            "switches": 30, "switches_per_sec": 15.0,
+            "voluntary_switches": null, "voluntary_switches_per_sec": null,
+            "involuntary_switches": null, "involuntary_switches_per_sec": null,
+            "run_queue_wait_ns": 0, "run_queue_wait_percent": 0.0,
+            "kernel": {
+                "on_cpu_percent": 0.05,
+                "voluntary_switches_per_sec": 12.5,
+                "involuntary_switches_per_sec": 2.5,
+                "off_cpu": {"sleep_ns": 1, "lock_ns": 2, "poll_ns": 3, "io_ns": 4,
+                            "preempted_ns": 5, "other_ns": 6},
+                "blocked_percent": 90.0,
+                "wakes_per_sec": 14.0,
+                "interrupt_wakes_per_sec": 0.0,
+                "process_thread_wakes_per_sec": 0.0,
+                "other_process_wakes_per_sec": 0.0,
+                "poll_calls_per_sec": 1000.0,
+                "blocking_polls_per_sec": 10.0,
+                "idle_nonblocking_polls_per_sec": 985.5,
+                "idle_poll_ratio": 0.99,
+                "zero_timeout_poll_ratio": 0.99,
+                "sleeps_per_sec": 3.0,
+                "interrupted_sleeps_per_sec": 0.5,
+                "mean_sleep_requested_ns": 0,
+                "unknown_request_sleeps": 0,
+                "mean_sleep_actual_ns": 0,
+                "calls_by_syscall": [],
+                "top_wakers": []
+            }
+        }))
+        .expect("a thread interval")
+    }
+
+    #[test]
+    fn kernel_rates_become_counts_over_the_interval() {
+        let t = ThreadTotals::from_interval(&interval_with_kernel(), 2_000_000_000);
+        let names: Vec<&str> = KERNEL_COUNTS.iter().map(|(n, _, _)| *n).collect();
+        let counts: Vec<(&str, u64)> = names.into_iter().zip(t.kernel).collect();
+        assert_eq!(
+            counts,
+            [
+                ("voluntary_switches", 25),
+                ("involuntary_switches", 5),
+                ("poll_calls", 2000),
+                ("blocking_polls", 20),
+                ("idle_nonblocking_polls", 1971),
+                ("sleep_syscalls", 6),
+                ("interrupted_sleeps", 1),
+            ]
+        );
+        assert_eq!(t.wakes, 28);
+        assert_eq!(t.off_cpu_ns, [1, 2, 3, 4, 5, 6]);
+        let mut sum = t.clone();
+        sum.add(&t);
+        assert_eq!(sum.kernel[2], 4000);
+    }
+}
