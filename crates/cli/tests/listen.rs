@@ -117,3 +117,79 @@ fn watch_serves_the_target_on_loopback() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn watch_ends_on_time_while_slow_clients_hold_the_endpoint() {
+    let target = Sleeper::new("60");
+    let mut child = watch(
+        target.pid(),
+        &[
+            "--every",
+            "1",
+            "--seconds",
+            "2",
+            "--no-ebpf",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "no address announced"
+        );
+        if let Some(rest) = line
+            .trim()
+            .strip_prefix("wakemeter: serving metrics at http://")
+        {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    // Clients that send a byte of a request every 200 ms for as long as
+    // the test lasts (reconnecting when cut off), and one that never sends.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _idle = TcpStream::connect(&addr).unwrap();
+    let tricklers: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, addr) = (stop.clone(), addr.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut c) = TcpStream::connect(&addr) else {
+                        return;
+                    };
+                    for b in b"GET /metrics HTTP/1.1\r\nX-Slow: ".iter().cycle() {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed)
+                            || c.write_all(&[*b]).is_err()
+                        {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+            })
+        })
+        .collect();
+    // `watch` ends at its --seconds while they are all still connected
+    // (it used to wait for a slow client to leave).
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("watch --seconds 2 still running after {LIMIT:?} with slow clients connected");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    tricklers.into_iter().for_each(|t| t.join().unwrap());
+}
