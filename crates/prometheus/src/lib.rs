@@ -30,6 +30,13 @@
 //! fit and counts it in `wakemeter_exporter_dropped_series_total`. The
 //! metric names are listed in the README ("Prometheus").
 //!
+//! The endpoint ([`MetricsServer`]) serves every client at once on one
+//! thread, with a deadline per request ([`REQUEST_DEADLINE`]), a cap on
+//! open connections ([`MAX_CONNECTIONS`]), gzip when asked, a pause
+//! instead of a spin when out of descriptors, and a drop that returns
+//! within [`STOP_WITHIN`] whatever its clients do ([`ServerOptions`] sets
+//! other limits). Label values never carry a raw control character.
+//!
 //! Several processes (a pod, every process of a name): with
 //! [`ExporterConfig::per_process`], one exporter follows one sampler per
 //! process ([`Exporter::update_set`], [`Exporter::spawn_set_updater`]),
