@@ -57,16 +57,24 @@ fn an_address_not_on_this_host_is_one_clear_error() {
     );
 }
 
-#[test]
-fn watch_serves_the_target_on_loopback() {
-    let target = Sleeper::new("30");
+/// `watch --listen 127.0.0.1:0 --seconds SECONDS` of `pid` (without
+/// eBPF), the address it announced, and its stderr (kept open, so that
+/// what it says later never meets a closed pipe).
+fn listening(
+    pid: u32,
+    seconds: &str,
+) -> (
+    std::process::Child,
+    String,
+    BufReader<std::process::ChildStderr>,
+) {
     let mut child = watch(
-        target.pid(),
+        pid,
         &[
             "--every",
             "1",
             "--seconds",
-            "20",
+            seconds,
             "--no-ebpf",
             "--listen",
             "127.0.0.1:0",
@@ -91,6 +99,13 @@ fn watch_serves_the_target_on_loopback() {
             break rest.trim_end_matches("/metrics").to_string();
         }
     };
+    (child, addr, err)
+}
+
+#[test]
+fn watch_serves_the_target_on_loopback() {
+    let target = Sleeper::new("30");
+    let (mut child, addr, _err) = listening(target.pid(), "20");
     let start = Instant::now();
     let body = loop {
         let mut c = TcpStream::connect(&addr).unwrap();
@@ -121,37 +136,7 @@ fn watch_serves_the_target_on_loopback() {
 #[test]
 fn watch_ends_on_time_while_slow_clients_hold_the_endpoint() {
     let target = Sleeper::new("60");
-    let mut child = watch(
-        target.pid(),
-        &[
-            "--every",
-            "1",
-            "--seconds",
-            "2",
-            "--no-ebpf",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "no address announced"
-        );
-        if let Some(rest) = line
-            .trim()
-            .strip_prefix("wakemeter: serving metrics at http://")
-        {
-            break rest.trim_end_matches("/metrics").to_string();
-        }
-    };
+    let (mut child, addr, _err) = listening(target.pid(), "2");
     // Clients that send a byte of a request every 200 ms for as long as
     // the test lasts (reconnecting when cut off), and one that never sends.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
