@@ -764,6 +764,25 @@ mod tests {
         assert_eq!(route(b""), Route::BadRequest);
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Any bytes a client sends get a route (no panic), and a head
+        /// that starts like a request for /metrics is one.
+        #[test]
+        fn any_head_gets_a_route(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            text in "[ -~\r\n]{0,300}",
+        ) {
+            let _ = route(&bytes);
+            let _ = allows_gzip(&text);
+            let _ = head_end(&bytes);
+            let head = format!("GET /metrics HTTP/1.1\r\nAccept-Encoding: {}", text.replace(['\r', '\n'], ""));
+            let is_metrics = matches!(route(head.as_bytes()), Route::Metrics { .. });
+            proptest::prop_assert!(is_metrics);
+        }
+    }
+
     #[test]
     fn gzip_is_allowed_unless_refused() {
         assert!(allows_gzip("gzip"));
