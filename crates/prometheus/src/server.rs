@@ -17,7 +17,11 @@
 //! readiness layer under tokio, already in the CLI's build (crossterm
 //! uses it), and gives a waker that ends the loop at once on drop; an
 //! HTTP server crate would bring an async runtime or a thread per
-//! connection, for an endpoint that answers one path. The request parser
+//! connection, for an endpoint that answers one path. What it costs: no
+//! new crate in the CLI's build (crossterm already brings mio, the
+//! profiler flate2); the release CLI grew by 50 KB (6,163,032 to
+//! 6,213,376 bytes, with gzip and the new series), and this crate builds
+//! in 9 s of the CLI's 2 min 23 s release rebuild. The request parser
 //! is hand-written because all it reads is the request line and two
 //! headers (`Accept`, `Accept-Encoding`) of a head of at most 8 KiB.
 //!
