@@ -547,7 +547,10 @@ impl Exporter {
 /// How often the updater thread looks at its stop flag while no snapshot comes.
 const STOP_CHECK_EVERY: Duration = Duration::from_millis(200);
 
-/// Keeps an [`Exporter::spawn_updater`] thread running; stops and joins it on drop.
+/// Keeps an [`Exporter::spawn_updater`] or [`Exporter::spawn_set_updater`]
+/// thread running; stops and joins it on drop, which returns within about
+/// 200 ms (the thread's longest wait between looks at its stop flag) plus
+/// the update in progress, if any.
 #[derive(Debug)]
 pub struct Updater {
     stop: Arc<AtomicBool>,
