@@ -155,6 +155,11 @@ enum Command {
         /// Where to write the recording (written whole at the end).
         #[arg(short, long)]
         output: PathBuf,
+        /// Exit 0 even when some selected processes could not be recorded
+        /// (e.g. out of file descriptors); without it such a recording is
+        /// still written but the exit status is 1.
+        #[arg(long)]
+        allow_partial: bool,
         #[command(flatten)]
         kernel: kernel::Args,
     },
@@ -353,6 +358,7 @@ fn main() -> ExitCode {
             seconds,
             interval,
             output,
+            allow_partial,
             kernel,
         } => record::record(&record::RecordOptions {
             selection,
@@ -360,6 +366,7 @@ fn main() -> ExitCode {
             interval_secs: interval,
             output,
             kernel: kernel.choice(),
+            allow_partial,
         }),
         Command::Diff {
             control,

@@ -262,6 +262,72 @@ impl Selection {
     }
 }
 
+/// Processes of the selection that could not be started (out of file
+/// descriptors, unreadable, ...), named together in one warning instead of
+/// one line per process at every look. A process that exited between the
+/// listing and its start is not left out: it is gone.
+#[derive(Debug, Default)]
+pub(crate) struct LeftOut {
+    /// Left out at the latest look, with the first reason seen.
+    now: BTreeMap<u32, String>,
+    /// Named by the last warning (so an unchanged set is not repeated).
+    said: Vec<u32>,
+    /// Every process left out at some look and never started since.
+    never_started: BTreeSet<u32>,
+}
+
+impl LeftOut {
+    /// Starts a look at the selection.
+    pub(crate) fn begin(&mut self) {
+        self.now.clear();
+    }
+
+    /// `pid` could not be started for `why` (it is checked here whether it
+    /// simply exited meanwhile).
+    pub(crate) fn failed(&mut self, pid: u32, why: String) {
+        if target::liveness(pid) == Liveness::Alive {
+            self.now.insert(pid, why);
+            self.never_started.insert(pid);
+        }
+    }
+
+    /// `pid` was started.
+    pub(crate) fn started(&mut self, pid: u32) {
+        self.never_started.remove(&pid);
+    }
+
+    /// Ends a look: one warning naming the processes left out (`doing`:
+    /// "watched", "recorded"), when they differ from the last warning's.
+    pub(crate) fn end(&mut self, doing: &str) {
+        let pids: Vec<u32> = self.now.keys().copied().collect();
+        if pids == self.said {
+            return;
+        }
+        if let Some(why) = self.now.values().next() {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            let hint = if why.contains("file descriptors") {
+                " (raise the descriptor limit, `ulimit -n`, or select fewer processes)"
+            } else {
+                ""
+            };
+            print::note(&format!(
+                "wakemeter: warning: {} process{} not {doing}: {why}{hint}: {}",
+                pids.len(),
+                if pids.len() == 1 { " is" } else { "es are" },
+                list.join(", ")
+            ));
+        } else if !self.said.is_empty() {
+            print::note(&format!("wakemeter: every selected process is {doing} now"));
+        }
+        self.said = pids;
+    }
+
+    /// Processes left out at some look and never started since.
+    pub(crate) fn never_started(&self) -> &BTreeSet<u32> {
+        &self.never_started
+    }
+}
+
 /// One watched process.
 struct Watched {
     target: Resolved,
@@ -360,6 +426,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let mut next = start;
     let mut set: BTreeMap<u32, Watched> = BTreeMap::new();
     let mut last_dropped: Vec<u32> = Vec::new();
+    let mut left_out = LeftOut::default();
     let mut waiting_said = false;
     let mut measured = false;
     loop {
@@ -396,6 +463,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             }
             // Resolve again: new processes of the name or cgroup join.
             let kept = sel.resolve_capped("watching", &mut last_dropped)?;
+            left_out.begin();
             for pid in kept {
                 if set.contains_key(&pid) {
                     continue;
@@ -403,15 +471,17 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 match Watched::start(pid, o) {
                     Ok(w) => {
                         print::note(&format!("wakemeter: watching {}", w.label()));
+                        left_out.started(pid);
                         set.insert(pid, w);
                         publish(&set);
                         waiting_said = false;
                     }
-                    // Exited between the listing and the start: the next
-                    // look decides again.
-                    Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
+                    // Left out, or exited between the listing and the
+                    // start: the next look tries again.
+                    Err(e) => left_out.failed(pid, e),
                 }
             }
+            left_out.end("watched");
         }
         if set.is_empty() {
             if !follows {

@@ -39,6 +39,9 @@ pub struct RecordOptions {
     pub interval_secs: f64,
     pub output: PathBuf,
     pub kernel: crate::kernel::Choice,
+    /// Exit 0 even when some selected processes could not be recorded
+    /// (`--allow-partial`).
+    pub allow_partial: bool,
 }
 
 /// `output` with `suffix` appended to its file name.
@@ -178,6 +181,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
     let mut live: BTreeMap<u32, Section> = BTreeMap::new();
     let mut done: Vec<Section> = Vec::new();
     let mut last_dropped: Vec<u32> = Vec::new();
+    let mut left_out = crate::multi::LeftOut::default();
     let mut next_resolve = Instant::now();
     loop {
         let now = Instant::now();
@@ -187,6 +191,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
         if now >= next_resolve {
             next_resolve = now + resolve_every;
             let kept = sel.resolve_capped("recording", &mut last_dropped)?;
+            left_out.begin();
             for pid in kept {
                 if live.contains_key(&pid) {
                     continue;
@@ -196,12 +201,14 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
                         if follows || sel.pids.len() > 1 {
                             print::note(&format!("wakemeter: recording {}", s.label()));
                         }
+                        left_out.started(pid);
                         live.insert(pid, s);
                     }
-                    // Exited between the listing and the start.
-                    Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
+                    // Left out, or exited between the listing and the start.
+                    Err(e) => left_out.failed(pid, e.to_string()),
                 }
             }
+            left_out.end("recorded");
         }
         let mut ended = Vec::new();
         for (pid, s) in &mut live {
@@ -291,6 +298,25 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
             ""
         }
     ));
+    let missing = left_out.never_started();
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(u32::to_string).collect();
+        print::note(&format!(
+            "wakemeter: {}: {} selected process{} never recorded: {}",
+            if o.allow_partial { "warning" } else { "error" },
+            missing.len(),
+            if missing.len() == 1 {
+                " was"
+            } else {
+                "es were"
+            },
+            list.join(", ")
+        ));
+        if !o.allow_partial {
+            print::note("wakemeter: the recording is incomplete (--allow-partial accepts that)");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
