@@ -291,9 +291,15 @@ impl Sampler {
             0 => 0,
             f => clock::monotonic_ns().saturating_sub(f - 1),
         };
-        let (history_len, history_bytes) = {
+        let (history_len, history_bytes, budget, for_bytes, for_count) = {
             let h = lock(&i.history);
-            (h.len(), h.bytes())
+            (
+                h.len(),
+                h.bytes(),
+                h.budget(),
+                h.dropped_for_bytes(),
+                h.dropped_for_count(),
+            )
         };
         SamplerStats {
             total_samples: samples,
@@ -303,6 +309,9 @@ impl Sampler {
             history_len: u32::try_from(history_len).unwrap_or(u32::MAX),
             bytes_per_stored_thread_sample: BYTES_PER_STORED_THREAD_SAMPLE as u32,
             history_bytes: history_bytes as u64,
+            history_budget_bytes: budget as u64,
+            total_history_dropped_for_bytes: for_bytes,
+            total_history_dropped_for_count: for_count,
             running: i.run.load(Ordering::Acquire) != 0,
             last_error: lock(&i.last_error).clone(),
         }
