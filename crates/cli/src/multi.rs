@@ -374,7 +374,13 @@ fn write_report(out: &mut impl Write, w: &Watched, json: bool) -> io::Result<boo
         let line = print::json(&report).map_err(io::Error::other)?;
         writeln!(out, "{line}")?;
     } else if let Some(i) = &report.interval {
-        writeln!(out, "== {} ==", w.label())?;
+        // The name now: a process that called execve has a new one.
+        writeln!(
+            out,
+            "== process {} ({}) ==",
+            w.target.pid,
+            print::safe(&report.target.name)
+        )?;
         print::threads(out, i)?;
         print::thread_groups(out, &report.thread_groups, report.threads_folded)?;
         print::kernel(out, i)?;
@@ -433,20 +439,23 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         let now = Instant::now();
         let at_deadline = deadline.is_some_and(|d| now >= d);
         // Processes that exited since the last look: a last report, then out.
+        // A sampler that stopped by itself met a fatal error: its target
+        // exited, or its PID now names another process.
         let gone: Vec<u32> = set
-            .keys()
-            .copied()
-            .filter(|&p| target::liveness(p) != Liveness::Alive)
+            .iter()
+            .filter(|(p, w)| target::liveness(**p) != Liveness::Alive || !w.sampler.is_running())
+            .map(|(p, _)| *p)
             .collect();
         for pid in gone {
             if let Some(mut w) = set.remove(&pid) {
                 publish(&set);
                 drop(w.guard.take());
                 measured |= write_report(&mut out, &w, o.json)?;
-                print::note(&format!(
-                    "wakemeter: {} exited; no longer watched",
-                    w.label()
-                ));
+                let why = match w.sampler.stats().last_error {
+                    Some(e) if target::liveness(pid) == Liveness::Alive => format!(": {e}"),
+                    _ => " exited".to_string(),
+                };
+                print::note(&format!("wakemeter: {}{why}; no longer watched", w.label()));
             }
         }
         if now >= next || at_deadline {

@@ -11,9 +11,11 @@ use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, 
 use crate::interval::{Interval, between_in_history, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo, TargetIdentity};
-use crate::platform::{Backend, PackedThread, SampleRequest, Target, clock, ticks};
+use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock, ticks};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
-use crate::{Error, Result, lock};
+#[cfg(any(doc, test))]
+use crate::Error;
+use crate::{Result, lock};
 
 mod background;
 mod builder;
@@ -123,7 +125,8 @@ impl Sampler {
     /// Takes a snapshot now, stores it in history and returns it.
     ///
     /// # Errors
-    /// [`Error::NoSuchProcess`] once the target has exited; [`Error::Unreadable`]
+    /// [`Error::NoSuchProcess`] once the target has exited ([`Error::PidReused`]
+    /// when its PID now names another process); [`Error::Unreadable`]
     /// when the process-level `/proc` files cannot be read.
     pub fn sample_now(&self) -> Result<Snapshot> {
         self.inner.take_snapshot()
@@ -273,6 +276,22 @@ impl Sampler {
     /// The process this sampler observes, as identified when it was built.
     pub fn target_identity(&self) -> &TargetIdentity {
         &self.inner.identity
+    }
+
+    /// The target's identity with its name as it is now: a target that
+    /// called `execve` has a new name (same PID, same start time). A PID
+    /// now naming another process (another start time) keeps the old name.
+    fn current_identity(&self) -> TargetIdentity {
+        let built = &self.inner.identity;
+        let mut id = built.clone();
+        let now = platform::identity(self.inner.config.target);
+        if built.start_time_unix_ns.is_some()
+            && now.start_time_unix_ns == built.start_time_unix_ns
+            && !now.name.is_empty()
+        {
+            id.name = now.name;
+        }
+        id
     }
 
     /// Whether background sampling is running (as [`SamplerStats::running`],
@@ -434,7 +453,7 @@ impl Sampler {
         Report {
             schema_version: REPORT_SCHEMA_VERSION,
             library_version: env!("CARGO_PKG_VERSION").to_string(),
-            target: self.inner.identity.clone(),
+            target: self.current_identity(),
             config: self.inner.config.clone(),
             unix_time_ns: clock::unix_ns(),
             system: self.inner.system.clone(),
@@ -496,7 +515,7 @@ impl Inner {
         let process = match st.backend.sample(request, &mut st.scratch, &mut warnings) {
             Ok(p) => p,
             Err(e) => {
-                if matches!(e, Error::NoSuchProcess { .. }) {
+                if e.target_gone() {
                     // The target is gone: detach the kernel source now
                     // (programs, maps, links), not when the sampler is dropped.
                     st.kernel = None;

@@ -821,7 +821,14 @@ impl<S: Sys> Reader<S> {
 
     /// Maps a failed process-level read to the right error.
     fn process_error(&mut self, e: io::Error, file: &str) -> Error {
-        if is_gone(&e) || !self.sys.target_alive() {
+        let alive = self.sys.target_alive();
+        if is_gone(&e) && alive && !self.self_target {
+            // The kept descriptor is bound to the process it was opened
+            // for, which is gone; a process with its PID exists: another one.
+            Error::PidReused {
+                pid: self.sys.pid(),
+            }
+        } else if is_gone(&e) || !alive {
             Error::NoSuchProcess {
                 pid: self.sys.pid(),
             }
