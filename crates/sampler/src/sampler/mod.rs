@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+#[cfg(any(doc, test))]
+use crate::Error;
 use crate::diagnose::{self, Finding, Thresholds};
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
 use crate::interval::{Interval, between_in_history, percent};
@@ -13,8 +15,6 @@ use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo, TargetIdentity};
 use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock, ticks};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
-#[cfg(any(doc, test))]
-use crate::Error;
 use crate::{Result, lock};
 
 mod background;
