@@ -957,13 +957,18 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    #[test]
-    fn history_budget_bytes_defaults_with_the_library_and_out_of_range_is_refused() {
+    /// A `wm_config` filled by `wm_config_default`, as a C host makes one.
+    fn filled_default() -> wm_config {
         let mut cfg = std::mem::MaybeUninit::<wm_config>::uninit();
         // SAFETY: a valid place for one wm_config.
         assert_eq!(unsafe { wm_config_default(cfg.as_mut_ptr()) }, WM_OK);
         // SAFETY: filled by wm_config_default.
-        let mut cfg = unsafe { cfg.assume_init() };
+        unsafe { cfg.assume_init() }
+    }
+
+    #[test]
+    fn history_budget_bytes_defaults_with_the_library_and_out_of_range_is_refused() {
+        let mut cfg = filled_default();
         assert_eq!(
             cfg.history_budget_bytes,
             wakemeter::SamplerConfig::default().history_budget_bytes
@@ -1001,11 +1006,7 @@ mod tests {
 
     #[test]
     fn report_threads_defaults_with_the_library_and_bounds_the_report() {
-        let mut cfg = std::mem::MaybeUninit::<wm_config>::uninit();
-        // SAFETY: a valid place for one wm_config.
-        assert_eq!(unsafe { wm_config_default(cfg.as_mut_ptr()) }, WM_OK);
-        // SAFETY: filled by wm_config_default.
-        let mut cfg = unsafe { cfg.assume_init() };
+        let mut cfg = filled_default();
         assert_eq!(
             cfg.report_threads,
             wakemeter::SamplerConfig::default().report_threads
@@ -1054,11 +1055,7 @@ mod tests {
     /// A sampler made from `cfg` with `json` as its `thresholds_json`: its
     /// config as a report says it, or the status and last error.
     fn thresholds_from(json: &str) -> Result<serde_json::Value, (wm_status, String)> {
-        let mut cfg = std::mem::MaybeUninit::<wm_config>::uninit();
-        // SAFETY: a valid place for one wm_config.
-        assert_eq!(unsafe { wm_config_default(cfg.as_mut_ptr()) }, WM_OK);
-        // SAFETY: filled by wm_config_default.
-        let mut cfg = unsafe { cfg.assume_init() };
+        let mut cfg = filled_default();
         assert!(cfg.thresholds_json.is_null());
         cfg.sleep_cpu_percent = 3.0;
         let json = CString::new(json).unwrap();

@@ -332,6 +332,28 @@ mod tests {
         Arc::new(Stored::new(enc, header(seq), threads, &[probe], &[], None))
     }
 
+    /// The identity of one thread, shared by its samples.
+    fn one_ident() -> Arc<ThreadIdent> {
+        Arc::new(ThreadIdent {
+            tid: 1,
+            serial: 0,
+            name: "t".into(),
+            cpu_time_source: CpuTimeSource::ThreadClock,
+        })
+    }
+
+    /// A sample of `ident`'s thread with `cpu_ns` of CPU time.
+    fn thread(ident: &Arc<ThreadIdent>, cpu_ns: u64) -> PackedThread {
+        PackedThread {
+            ident: ident.clone(),
+            cpu_time_ns: cpu_ns,
+            run_queue_wait_ns: 0,
+            switches: 0,
+            voluntary_switches: 0,
+            involuntary_switches: 0,
+        }
+    }
+
     /// The bytes of `h` counted from scratch: every snapshot, and every
     /// distinct key frame once.
     fn recount(h: &History) -> usize {
@@ -358,25 +380,13 @@ mod tests {
 
     #[test]
     fn ring_is_bounded_reuses_buffers_and_counts_its_bytes() {
-        let ident = Arc::new(ThreadIdent {
-            tid: 1,
-            serial: 0,
-            name: "t".into(),
-            cpu_time_source: CpuTimeSource::ThreadClock,
-        });
+        let ident = one_ident();
         let mut enc = Encoders::default();
         let mut h = History::new(3, u64::MAX);
         let mut buf = Vec::new();
         let mut reused = 0;
         for seq in 0..100 {
-            buf.push(PackedThread {
-                ident: ident.clone(),
-                cpu_time_ns: seq,
-                run_queue_wait_ns: 0,
-                switches: 0,
-                voluntary_switches: 0,
-                involuntary_switches: 0,
-            });
+            buf.push(thread(&ident, seq));
             let threads = std::mem::take(&mut buf);
             buf = h.push(stored(&mut enc, seq, threads));
             assert!(buf.is_empty());
@@ -421,27 +431,14 @@ mod tests {
 
     #[test]
     fn the_byte_budget_drops_the_oldest_first_and_keeps_two() {
-        let ident = Arc::new(ThreadIdent {
-            tid: 1,
-            serial: 0,
-            name: "t".into(),
-            cpu_time_source: CpuTimeSource::ThreadClock,
-        });
-        let thread = |seq| PackedThread {
-            ident: ident.clone(),
-            cpu_time_ns: seq,
-            run_queue_wait_ns: 0,
-            switches: 0,
-            voluntary_switches: 0,
-            involuntary_switches: 0,
-        };
+        let ident = one_ident();
         // Snapshots of 100 threads each (about 5 KB): a 64 KiB budget holds
         // about a dozen, far fewer than the 1,000 of the count.
         let mut enc = Encoders::default();
         let budget = 64 * 1024;
         let mut h = History::new(1000, budget);
         for seq in 0..200 {
-            let threads = (0..100).map(|_| thread(seq)).collect();
+            let threads = (0..100).map(|_| thread(&ident, seq)).collect();
             h.push(stored(&mut enc, seq, threads));
             assert!(h.bytes() <= budget as usize, "{} after {seq}", h.bytes());
             assert_eq!(h.bytes(), recount(&h), "after snapshot {seq}");
@@ -460,7 +457,7 @@ mod tests {
         // Snapshots bigger than the whole budget: the two newest stay.
         let mut h = History::new(1000, budget);
         for seq in 0..10 {
-            let threads = (0..5000).map(|_| thread(seq)).collect();
+            let threads = (0..5000).map(|_| thread(&ident, seq)).collect();
             h.push(stored(&mut enc, seq, threads));
             assert!(h.len() <= MIN_KEPT_SNAPSHOTS);
             assert_eq!(h.bytes(), recount(&h));
