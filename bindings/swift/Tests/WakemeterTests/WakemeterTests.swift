@@ -58,8 +58,9 @@ private final class Recorder: SamplerListener, @unchecked Sendable {
     }
 }
 
-/// Polls `condition` until it holds or `timeout` passes.
-private func eventually(_ timeout: TimeInterval = 5, _ condition: () -> Bool) -> Bool {
+/// Polls `condition` until it holds or `timeout` passes (generous: a
+/// loaded machine is slow, never wrong; only a hang reaches it).
+private func eventually(_ timeout: TimeInterval = 120, _ condition: () -> Bool) -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while !condition() {
         if Date() > deadline { return false }

@@ -2797,8 +2797,23 @@ data class SamplerConfig (
     , 
     /**
      * Snapshots kept in history (1 to [`MAX_HISTORY`]). Default 300.
+     * The history also stays within [`SamplerConfig::history_budget_bytes`]:
+     * whichever limit is reached first drops the oldest snapshots.
      */
     val `history`: kotlin.UInt
+    , 
+    /**
+     * Byte budget of the history, in bytes ([`MIN_HISTORY_BUDGET_BYTES`] to
+     * [`MAX_HISTORY_BUDGET_BYTES`]). When the stored snapshots reach it, the
+     * oldest are dropped before `history` is reached (counted in
+     * [`crate::SamplerStats::total_history_dropped_for_bytes`]); the two
+     * newest are always kept, since an interval needs two. A budget out
+     * of range is [`Error::InvalidConfig`]; a `history` the budget cannot
+     * hold at the target's thread count is not an error (the thread count
+     * changes while sampling), it is clamped as described. Default
+     * [`DEFAULT_HISTORY_BUDGET_BYTES`].
+     */
+    val `historyBudgetBytes`: kotlin.ULong
     , 
     /**
      * The process to observe. Default: this one.
@@ -2851,6 +2866,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
         return SamplerConfig(
             FfiConverterDuration.read(buf),
             FfiConverterUInt.read(buf),
+            FfiConverterULong.read(buf),
             FfiConverterTypeTarget.read(buf),
             FfiConverterUInt.read(buf),
             FfiConverterString.read(buf),
@@ -2862,6 +2878,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
     override fun allocationSize(value: SamplerConfig) = (
             FfiConverterDuration.allocationSize(value.`interval`) +
             FfiConverterUInt.allocationSize(value.`history`) +
+            FfiConverterULong.allocationSize(value.`historyBudgetBytes`) +
             FfiConverterTypeTarget.allocationSize(value.`target`) +
             FfiConverterUInt.allocationSize(value.`switchSplitEvery`) +
             FfiConverterString.allocationSize(value.`threadName`) +
@@ -2872,6 +2889,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
     override fun write(value: SamplerConfig, buf: ByteBuffer) {
             FfiConverterDuration.write(value.`interval`, buf)
             FfiConverterUInt.write(value.`history`, buf)
+            FfiConverterULong.write(value.`historyBudgetBytes`, buf)
             FfiConverterTypeTarget.write(value.`target`, buf)
             FfiConverterUInt.write(value.`switchSplitEvery`, buf)
             FfiConverterString.write(value.`threadName`, buf)
@@ -2924,6 +2942,27 @@ data class SamplerStats (
     val `historyBytes`: kotlin.ULong
     , 
     /**
+     * The history's byte budget, in bytes
+     * ([`crate::SamplerConfig::history_budget_bytes`]).
+     */
+    val `historyBudgetBytes`: kotlin.ULong
+    , 
+    /**
+     * Snapshots dropped from history, oldest first, because the byte
+     * budget was reached before `history` snapshots were stored: the
+     * history then spans fewer snapshots than configured. Nonzero means
+     * the configured `history` does not fit the budget at the target's
+     * thread count; raise `history_budget_bytes` or lower `history`.
+     */
+    val `totalHistoryDroppedForBytes`: kotlin.ULong
+    , 
+    /**
+     * Snapshots dropped from history, oldest first, because `history`
+     * snapshots were stored (the ring's normal turnover).
+     */
+    val `totalHistoryDroppedForCount`: kotlin.ULong
+    , 
+    /**
      * Whether background sampling is running: false once the sampling
      * thread stopped, by its guard or on a fatal error such as the
      * target's exit (see `last_error`).
@@ -2957,6 +2996,9 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterUInt.read(buf),
             FfiConverterUInt.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
             FfiConverterBoolean.read(buf),
             FfiConverterOptionalString.read(buf),
         )
@@ -2970,6 +3012,9 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterUInt.allocationSize(value.`historyLen`) +
             FfiConverterUInt.allocationSize(value.`bytesPerStoredThreadSample`) +
             FfiConverterULong.allocationSize(value.`historyBytes`) +
+            FfiConverterULong.allocationSize(value.`historyBudgetBytes`) +
+            FfiConverterULong.allocationSize(value.`totalHistoryDroppedForBytes`) +
+            FfiConverterULong.allocationSize(value.`totalHistoryDroppedForCount`) +
             FfiConverterBoolean.allocationSize(value.`running`) +
             FfiConverterOptionalString.allocationSize(value.`lastError`)
     )
@@ -2982,6 +3027,9 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterUInt.write(value.`historyLen`, buf)
             FfiConverterUInt.write(value.`bytesPerStoredThreadSample`, buf)
             FfiConverterULong.write(value.`historyBytes`, buf)
+            FfiConverterULong.write(value.`historyBudgetBytes`, buf)
+            FfiConverterULong.write(value.`totalHistoryDroppedForBytes`, buf)
+            FfiConverterULong.write(value.`totalHistoryDroppedForCount`, buf)
             FfiConverterBoolean.write(value.`running`, buf)
             FfiConverterOptionalString.write(value.`lastError`, buf)
     }
