@@ -125,6 +125,19 @@ fn the_byte_budget_bounds_a_5000_thread_kernel_view() {
     // The newest stay: the last snapshot is the last taken.
     let seqs: Vec<u64> = s.snapshots().iter().map(|x| x.seq).collect();
     assert_eq!(seqs.last(), Some(&(taken - 1)));
+    // And the report says the configuration was clamped.
+    let warned = s.latest().unwrap().warnings;
+    assert!(
+        warned.iter().any(|w| matches!(
+            w,
+            wakemeter::SampleWarning::HistoryOverBudget {
+                configured_snapshots: 300,
+                budget_bytes,
+                held_snapshots,
+            } if *budget_bytes == budget && u64::from(*held_snapshots) <= u64::from(stats.history_len)
+        )),
+        "{warned:?}"
+    );
 }
 
 /// 256 threads × 300 snapshots with a kernel source where every thread

@@ -143,6 +143,7 @@ impl SamplerBuilder {
                     scratch: Vec::new(),
                     encoders: Encoders::default(),
                     dropped_events: 0,
+                    held_over_budget: None,
                 }),
                 history: Mutex::new(History::new(
                     config.history as usize,

@@ -40,6 +40,9 @@ struct State {
     encoders: Encoders,
     /// The kernel source's `dropped_events` at the previous snapshot.
     dropped_events: u64,
+    /// Snapshots the history held when storing the previous snapshot
+    /// dropped one for its byte budget; `None` when it did not.
+    held_over_budget: Option<u32>,
 }
 
 struct Inner {
@@ -547,6 +550,13 @@ impl Inner {
                 None
             }
         };
+        if let Some(held) = st.held_over_budget {
+            warnings.push(SampleWarning::HistoryOverBudget {
+                held_snapshots: held,
+                configured_snapshots: self.config.history,
+                budget_bytes: self.config.history_budget_bytes,
+            });
+        }
         let (loops, sleeps) = self.probes.collect();
         let threads = std::mem::take(&mut st.scratch);
         let header = Header {
@@ -580,7 +590,13 @@ impl Inner {
             Ordering::Relaxed,
         );
         let stored = Arc::new(stored);
-        st.scratch = lock(&self.history).push(stored.clone());
+        {
+            let mut history = lock(&self.history);
+            let dropped_before = history.dropped_for_bytes();
+            st.scratch = history.push(stored.clone());
+            st.held_over_budget = (history.dropped_for_bytes() > dropped_before)
+                .then(|| u32::try_from(history.len()).unwrap_or(u32::MAX));
+        }
         self.samples_taken.store(seq + 1, Ordering::Release);
         self.notify_stored();
         Ok(stored)

@@ -273,15 +273,21 @@ pub struct SamplerStats {
     pub history_bytes: u64,
     /// The history's byte budget, in bytes
     /// ([`crate::SamplerConfig::history_budget_bytes`]).
+    /// (Read as 0 from a report saved before it existed.)
+    #[serde(default)]
     pub history_budget_bytes: u64,
     /// Snapshots dropped from history, oldest first, because the byte
     /// budget was reached before `history` snapshots were stored: the
     /// history then spans fewer snapshots than configured. Nonzero means
     /// the configured `history` does not fit the budget at the target's
     /// thread count; raise `history_budget_bytes` or lower `history`.
+    /// (Read as 0 from a report saved before it existed.)
+    #[serde(default)]
     pub total_history_dropped_for_bytes: u64,
     /// Snapshots dropped from history, oldest first, because `history`
     /// snapshots were stored (the ring's normal turnover).
+    /// (Read as 0 from a report saved before it existed.)
+    #[serde(default)]
     pub total_history_dropped_for_count: u64,
     /// Whether background sampling is running: false once the sampling
     /// thread stopped, by its guard or on a fatal error such as the

@@ -3083,6 +3083,7 @@ public struct SamplerStats: Equatable, Hashable {
     /**
      * The history's byte budget, in bytes
      * ([`crate::SamplerConfig::history_budget_bytes`]).
+     * (Read as 0 from a report saved before it existed.)
      */
     public var historyBudgetBytes: UInt64
     /**
@@ -3091,11 +3092,13 @@ public struct SamplerStats: Equatable, Hashable {
      * history then spans fewer snapshots than configured. Nonzero means
      * the configured `history` does not fit the budget at the target's
      * thread count; raise `history_budget_bytes` or lower `history`.
+     * (Read as 0 from a report saved before it existed.)
      */
     public var totalHistoryDroppedForBytes: UInt64
     /**
      * Snapshots dropped from history, oldest first, because `history`
      * snapshots were stored (the ring's normal turnover).
+     * (Read as 0 from a report saved before it existed.)
      */
     public var totalHistoryDroppedForCount: UInt64
     /**
@@ -3138,6 +3141,7 @@ public struct SamplerStats: Equatable, Hashable {
         /**
          * The history's byte budget, in bytes
          * ([`crate::SamplerConfig::history_budget_bytes`]).
+         * (Read as 0 from a report saved before it existed.)
          */historyBudgetBytes: UInt64, 
         /**
          * Snapshots dropped from history, oldest first, because the byte
@@ -3145,10 +3149,12 @@ public struct SamplerStats: Equatable, Hashable {
          * history then spans fewer snapshots than configured. Nonzero means
          * the configured `history` does not fit the budget at the target's
          * thread count; raise `history_budget_bytes` or lower `history`.
+         * (Read as 0 from a report saved before it existed.)
          */totalHistoryDroppedForBytes: UInt64, 
         /**
          * Snapshots dropped from history, oldest first, because `history`
          * snapshots were stored (the ring's normal turnover).
+         * (Read as 0 from a report saved before it existed.)
          */totalHistoryDroppedForCount: UInt64, 
         /**
          * Whether background sampling is running: false once the sampling
@@ -5561,6 +5567,26 @@ public enum SampleWarning: Equatable, Hashable {
          * Events lost since the previous snapshot.
          */droppedEvents: UInt64
     )
+    /**
+     * The history reached its byte budget
+     * ([`crate::SamplerConfig::history_budget_bytes`]) before holding
+     * `history` snapshots: it holds fewer than configured, the oldest
+     * dropped first (counted in
+     * [`crate::SamplerStats::total_history_dropped_for_bytes`]). The
+     * configuration is clamped, not refused: the thread count, and so the
+     * size of a snapshot, changes while sampling.
+     */
+    case historyOverBudget(
+        /**
+         * Snapshots the history held after the last one was stored.
+         */heldSnapshots: UInt32, 
+        /**
+         * Snapshots configured ([`crate::SamplerConfig::history`]).
+         */configuredSnapshots: UInt32, 
+        /**
+         * The byte budget, in bytes.
+         */budgetBytes: UInt64
+    )
 
 
 
@@ -5591,6 +5617,9 @@ public struct FfiConverterTypeSampleWarning: FfiConverterRustBuffer {
         case 3: return .kernelEventsDropped(droppedEvents: try FfiConverterUInt64.read(from: &buf)
         )
         
+        case 4: return .historyOverBudget(heldSnapshots: try FfiConverterUInt32.read(from: &buf), configuredSnapshots: try FfiConverterUInt32.read(from: &buf), budgetBytes: try FfiConverterUInt64.read(from: &buf)
+        )
+        
         default: throw UniffiInternalError.unexpectedEnumCase
         }
     }
@@ -5612,6 +5641,13 @@ public struct FfiConverterTypeSampleWarning: FfiConverterRustBuffer {
         case let .kernelEventsDropped(droppedEvents):
             writeInt(&buf, Int32(3))
             FfiConverterUInt64.write(droppedEvents, into: &buf)
+            
+        
+        case let .historyOverBudget(heldSnapshots,configuredSnapshots,budgetBytes):
+            writeInt(&buf, Int32(4))
+            FfiConverterUInt32.write(heldSnapshots, into: &buf)
+            FfiConverterUInt32.write(configuredSnapshots, into: &buf)
+            FfiConverterUInt64.write(budgetBytes, into: &buf)
             
         }
     }

@@ -2944,6 +2944,7 @@ data class SamplerStats (
     /**
      * The history's byte budget, in bytes
      * ([`crate::SamplerConfig::history_budget_bytes`]).
+     * (Read as 0 from a report saved before it existed.)
      */
     val `historyBudgetBytes`: kotlin.ULong
     , 
@@ -2953,12 +2954,14 @@ data class SamplerStats (
      * history then spans fewer snapshots than configured. Nonzero means
      * the configured `history` does not fit the budget at the target's
      * thread count; raise `history_budget_bytes` or lower `history`.
+     * (Read as 0 from a report saved before it existed.)
      */
     val `totalHistoryDroppedForBytes`: kotlin.ULong
     , 
     /**
      * Snapshots dropped from history, oldest first, because `history`
      * snapshots were stored (the ring's normal turnover).
+     * (Read as 0 from a report saved before it existed.)
      */
     val `totalHistoryDroppedForCount`: kotlin.ULong
     , 
@@ -4699,6 +4702,35 @@ sealed class SampleWarning {
         companion object
     }
     
+    /**
+     * The history reached its byte budget
+     * ([`crate::SamplerConfig::history_budget_bytes`]) before holding
+     * `history` snapshots: it holds fewer than configured, the oldest
+     * dropped first (counted in
+     * [`crate::SamplerStats::total_history_dropped_for_bytes`]). The
+     * configuration is clamped, not refused: the thread count, and so the
+     * size of a snapshot, changes while sampling.
+     */
+    data class HistoryOverBudget(
+        /**
+         * Snapshots the history held after the last one was stored.
+         */
+        val `heldSnapshots`: kotlin.UInt, 
+        /**
+         * Snapshots configured ([`crate::SamplerConfig::history`]).
+         */
+        val `configuredSnapshots`: kotlin.UInt, 
+        /**
+         * The byte budget, in bytes.
+         */
+        val `budgetBytes`: kotlin.ULong) : SampleWarning()
+        
+    {
+        
+
+        companion object
+    }
+    
 
     
 
@@ -4722,6 +4754,11 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
                 FfiConverterString.read(buf),
                 )
             3 -> SampleWarning.KernelEventsDropped(
+                FfiConverterULong.read(buf),
+                )
+            4 -> SampleWarning.HistoryOverBudget(
+                FfiConverterUInt.read(buf),
+                FfiConverterUInt.read(buf),
                 FfiConverterULong.read(buf),
                 )
             else -> throw RuntimeException("invalid enum value, something is very wrong!!")
@@ -4750,6 +4787,15 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
                 + FfiConverterULong.allocationSize(value.`droppedEvents`)
             )
         }
+        is SampleWarning.HistoryOverBudget -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`heldSnapshots`)
+                + FfiConverterUInt.allocationSize(value.`configuredSnapshots`)
+                + FfiConverterULong.allocationSize(value.`budgetBytes`)
+            )
+        }
     }
 
     override fun write(value: SampleWarning, buf: ByteBuffer) {
@@ -4767,6 +4813,13 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
             is SampleWarning.KernelEventsDropped -> {
                 buf.putInt(3)
                 FfiConverterULong.write(value.`droppedEvents`, buf)
+                Unit
+            }
+            is SampleWarning.HistoryOverBudget -> {
+                buf.putInt(4)
+                FfiConverterUInt.write(value.`heldSnapshots`, buf)
+                FfiConverterUInt.write(value.`configuredSnapshots`, buf)
+                FfiConverterULong.write(value.`budgetBytes`, buf)
                 Unit
             }
         }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
