@@ -27,7 +27,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 # Tests that need root (eBPF) are `#[ignore = "needs root"]`: as root they
 # run for real, otherwise they are counted as ignored, never as passed.
 # The workspace tests include the fuzz harnesses' short pass (crates/fuzz,
-# 5,000 cases per parser, about 15 s in all; FUZZ_CASES sets it).
+# 5,000 cases per parser, about 7 s in all; FUZZ_CASES sets it).
 if [ "$(id -u)" -eq 0 ]; then
   step "cargo test (workspace, all features, root-only tests included)"
   cargo test --workspace --all-features -- --include-ignored

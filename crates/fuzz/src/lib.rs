@@ -5,10 +5,11 @@
 //! (`tests/`) are proptest properties over the inputs made here: arbitrary
 //! bytes, and mutations of a seed corpus (`corpus/`) with overwrites,
 //! inserts, deletions, truncations, splices and tokens of the format.
-//! proptest shrinks a failing input and keeps it in `proptest-regressions/`,
+//! proptest shrinks a failing input and keeps it next to its harness
+//! (`tests/NAME.proptest-regressions`, proptest's default place),
 //! which is committed so every later run tries it first.
 //!
-//! How long: `FUZZ_CASES` cases per property (default 5,000: about 5 to 10 s
+//! How long: `FUZZ_CASES` cases per property (default 5,000: about 3 to 4 s
 //! each in a debug build, the short pass of `scripts/test.sh`). A longer run:
 //! `FUZZ_CASES=500000 cargo test --release -p wakemeter-fuzz` (README,
 //! "Fuzzing").
