@@ -164,6 +164,11 @@ enum Command {
         /// taken), or a device, FIFO or /dev/stdout (written directly).
         #[arg(short, long)]
         output: PathBuf,
+        /// Exit 0 even when some selected processes could not be recorded
+        /// (e.g. out of file descriptors); without it such a recording is
+        /// still written but the exit status is 1.
+        #[arg(long)]
+        allow_partial: bool,
         #[command(flatten)]
         kernel: kernel::Args,
     },
@@ -447,6 +452,7 @@ fn main() -> ExitCode {
             seconds,
             interval,
             output,
+            allow_partial,
             kernel,
         } => record::record(&record::RecordOptions {
             selection,
@@ -454,6 +460,7 @@ fn main() -> ExitCode {
             interval,
             output,
             kernel: kernel.choice(),
+            allow_partial,
         }),
         Command::Diff {
             control,

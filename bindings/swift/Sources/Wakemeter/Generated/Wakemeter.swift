@@ -2303,6 +2303,12 @@ enum WakemeterError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError
      */
     case Other(message: String)
     
+    /**
+     * The observed process exited and its PID now names another process
+     * (last, so the earlier variants keep their wire indices).
+     */
+    case PidReused(message: String)
+    
 
     
 
@@ -2384,6 +2390,10 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             message: try FfiConverterString.read(from: &buf)
         )
         
+        case 14: return .PidReused(
+            message: try FfiConverterString.read(from: &buf)
+        )
+        
 
         default: throw UniffiInternalError.unexpectedEnumCase
         }
@@ -2421,6 +2431,8 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             writeInt(&buf, Int32(12))
         case .Other(_ /* message is ignored*/):
             writeInt(&buf, Int32(13))
+        case .PidReused(_ /* message is ignored*/):
+            writeInt(&buf, Int32(14))
 
         
         }

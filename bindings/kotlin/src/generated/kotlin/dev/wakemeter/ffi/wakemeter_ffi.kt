@@ -3973,6 +3973,12 @@ sealed class WakemeterException(message: String): kotlin.Exception(message) {
      */
         class Other(message: String) : WakemeterException(message)
         
+    /**
+     * The observed process exited and its PID now names another process
+     * (last, so the earlier variants keep their wire indices).
+     */
+        class PidReused(message: String) : WakemeterException(message)
+        
 
     companion object ErrorHandler : UniffiRustCallStatusErrorHandler<WakemeterException> {
         override fun lift(error_buf: RustBuffer.ByValue): WakemeterException = FfiConverterTypeWakemeterError.lift(error_buf)
@@ -3999,6 +4005,7 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
             11 -> WakemeterException.SamplerGone(FfiConverterString.read(buf))
             12 -> WakemeterException.Serialization(FfiConverterString.read(buf))
             13 -> WakemeterException.Other(FfiConverterString.read(buf))
+            14 -> WakemeterException.PidReused(FfiConverterString.read(buf))
             else -> throw RuntimeException("invalid error enum value, something is very wrong!!")
         }
         
@@ -4060,6 +4067,10 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
             }
             is WakemeterException.Other -> {
                 buf.putInt(13)
+                Unit
+            }
+            is WakemeterException.PidReused -> {
+                buf.putInt(14)
                 Unit
             }
         }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
