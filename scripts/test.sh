@@ -55,4 +55,9 @@ if [ -x scripts/swift-check.sh ]; then
   scripts/swift-check.sh
 fi
 
+if [ -x scripts/arm64-test.sh ]; then
+  step "core and FFI tests on aarch64 Linux under qemu-user"
+  scripts/arm64-test.sh
+fi
+
 step "all tests passed in ${SECONDS}s"
