@@ -16,8 +16,13 @@
 # The build goes to its own directory inside the normal target dir
 # (`<target>/arm64-qemu`), so host builds are never invalidated.
 # Usage: scripts/arm64-test.sh [extra libtest args, e.g. a test name filter]
+#        scripts/arm64-test.sh --prereqs   (install the cross tools only;
+#        exit 1 when they are missing, as scripts/kotlin-test.sh uses it)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+
+PREREQS_ONLY=0
+if [ "${1:-}" = "--prereqs" ]; then PREREQS_ONLY=1; fi
 
 TARGET=aarch64-unknown-linux-gnu
 SYSROOT=/usr/aarch64-linux-gnu
@@ -25,6 +30,7 @@ SECONDS=0
 
 step() { printf '\n==> %s\n' "$*"; }
 skip() {
+  [ "$PREREQS_ONLY" = 0 ] || exit 1
   echo "arm64: SKIPPED: $* (the aarch64 tests did not run)"
   exit 0
 }
@@ -104,6 +110,8 @@ if ! installed; then
   echo "MISSING: Rust target $TARGET (rustup target add $TARGET)" >&2
   skip "no Rust standard library for $TARGET"
 fi
+
+[ "$PREREQS_ONLY" = 0 ] || exit 0
 
 # --- build and run -----------------------------------------------------
 host_target_dir="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps |

@@ -48,7 +48,8 @@
 //! would be wrong, so the sampler restarts the span when the time slept
 //! (`CLOCK_BOOTTIME` − `CLOCK_MONOTONIC`; on Apple `CLOCK_MONOTONIC` −
 //! `CLOCK_UPTIME_RAW`) has changed since its start, keeping the factor
-//! already published.
+//! already published. A single wait that spans a suspend counts the time
+//! asleep on such a counter, where the OS clock would not.
 //!
 //! Accuracy: each calibration point is the closest of three
 //! (counter, clock, counter) triples, within about 20 ns on x86_64 (more
