@@ -96,19 +96,22 @@ if [ -n "$need" ]; then
   fi
   need="$(missing_pkgs)"
 fi
-if [ -n "$need" ]; then
-  echo "MISSING: $need (Debian/Ubuntu packages: apt-get install $need)" >&2
-  skip "no qemu-user or no aarch64 cross linker"
-fi
 
 installed() { [ -d "$(rustc --print sysroot)/lib/rustlib/$TARGET/lib" ]; }
 if ! installed && command -v rustup >/dev/null 2>&1; then
   step "rustup target add $TARGET"
   rustup target add "$TARGET" || true
 fi
+
+# Everything missing is named at once.
+if [ -n "$need" ]; then
+  echo "MISSING: $need (Debian/Ubuntu packages: apt-get install $need)" >&2
+fi
 if ! installed; then
   echo "MISSING: Rust target $TARGET (rustup target add $TARGET)" >&2
-  skip "no Rust standard library for $TARGET"
+fi
+if [ -n "$need" ] || ! installed; then
+  skip "no qemu-user, aarch64 cross linker or Rust target"
 fi
 
 [ "$PREREQS_ONLY" = 0 ] || exit 0
