@@ -196,31 +196,42 @@ mod counter {
     }
 }
 
-/// Set to `os` in the environment, the probes keep the OS clock even
-/// where the counter is safe (read once, when the first sampler is built).
-#[cfg(any(
+#[cfg(not(any(
     all(target_os = "linux", target_arch = "x86_64"),
     all(
         any(target_os = "linux", target_os = "android"),
         target_arch = "aarch64"
     ),
     target_vendor = "apple",
-))]
-const OS_CLOCK_ENV: &str = "WAKEMETER_PROBE_CLOCK";
+)))]
+mod counter {
+    /// Unused: no counter here, the probes keep `now_ns`.
+    pub const AWAKE_CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
+    /// Unused, as [`AWAKE_CLOCK`].
+    pub const WITH_SLEEP_CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
 
-#[cfg(any(
-    all(target_os = "linux", target_arch = "x86_64"),
-    all(
-        any(target_os = "linux", target_os = "android"),
-        target_arch = "aarch64"
-    ),
-    target_vendor = "apple",
-))]
+    #[inline]
+    pub fn read() -> u64 {
+        0
+    }
+
+    pub fn nominal_mult() -> Option<u64> {
+        None
+    }
+
+    /// No counter known to be safe on this platform.
+    pub fn usable() -> bool {
+        false
+    }
+}
+
+/// The calibration and the published factor, over the platform's counter.
 mod imp {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Mutex, OnceLock, TryLockError};
 
-    use super::{OS_CLOCK_ENV, Point, Step, counter, step};
+    use super::calibration::{OS_CLOCK_ENV, Point, Step, step};
+    use super::counter;
     use crate::platform::clock::read_ns;
 
     /// ns per tick in 32.32 fixed point; 0 until calibrated.
@@ -314,151 +325,75 @@ mod imp {
     }
 }
 
-#[cfg(not(any(
-    all(target_os = "linux", target_arch = "x86_64"),
-    all(
-        any(target_os = "linux", target_os = "android"),
-        target_arch = "aarch64"
-    ),
-    target_vendor = "apple",
-)))]
-mod imp {
-    #[inline]
-    pub fn read() -> u64 {
-        0
-    }
-
-    #[inline]
-    pub fn mult() -> u64 {
-        0
-    }
-
-    pub fn init() {}
-
-    pub fn calibrate(_min_span_ns: u64) {}
-}
-
 /// The shortest span a published calibration rests on, in ns.
 pub(crate) const MIN_SPAN_NS: u64 = 1_000_000_000;
 
-/// How far a calibrated factor may be from the counter's nominal one
-/// (`CNTFRQ_EL0`, the Mach timebase): 1/100. NTP slews the OS clocks by at
-/// most 500 ppm; a larger gap is a wrong nominal rate or a counter that
-/// does not keep it.
-#[cfg_attr(
-    not(any(
-        test,
-        all(target_os = "linux", target_arch = "x86_64"),
-        all(
-            any(target_os = "linux", target_os = "android"),
-            target_arch = "aarch64"
-        ),
-        target_vendor = "apple",
-    )),
-    allow(dead_code)
-)]
-const NOMINAL_TOLERANCE: u64 = 100;
+/// The calibration's rules, the same for every counter (pure, so tested
+/// on any host).
+mod calibration {
+    /// Set to `os` in the environment, the probes keep the OS clock even
+    /// where the counter is safe (read once, when the first sampler is built).
+    pub(super) const OS_CLOCK_ENV: &str = "WAKEMETER_PROBE_CLOCK";
 
-/// A change in the time slept above this, in ns, between two calibration
-/// points means the system suspended between them (the clocks' difference
-/// otherwise moves only by the few ns between their reads).
-#[cfg_attr(
-    not(any(
-        test,
-        all(target_os = "linux", target_arch = "x86_64"),
-        all(
-            any(target_os = "linux", target_os = "android"),
-            target_arch = "aarch64"
-        ),
-        target_vendor = "apple",
-    )),
-    allow(dead_code)
-)]
-const SLEPT_TOLERANCE_NS: u64 = 1_000_000;
+    /// How far a calibrated factor may be from the counter's nominal one
+    /// (`CNTFRQ_EL0`, the Mach timebase): 1/100. NTP slews the OS clocks by at
+    /// most 500 ppm; a larger gap is a wrong nominal rate or a counter that
+    /// does not keep it.
+    const NOMINAL_TOLERANCE: u64 = 100;
 
-/// One calibration point: the counter, the OS clock the probes read
-/// otherwise (ns), and the time the system has slept so far (ns).
-#[cfg_attr(
-    not(any(
-        test,
-        all(target_os = "linux", target_arch = "x86_64"),
-        all(
-            any(target_os = "linux", target_os = "android"),
-            target_arch = "aarch64"
-        ),
-        target_vendor = "apple",
-    )),
-    allow(dead_code)
-)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Point {
-    ticks: u64,
-    ns: u64,
-    slept_ns: u64,
-}
+    /// A change in the time slept above this, in ns, between two calibration
+    /// points means the system suspended between them (the clocks' difference
+    /// otherwise moves only by the few ns between their reads).
+    const SLEPT_TOLERANCE_NS: u64 = 1_000_000;
 
-/// What a new calibration point does to the calibration.
-#[cfg_attr(
-    not(any(
-        test,
-        all(target_os = "linux", target_arch = "x86_64"),
-        all(
-            any(target_os = "linux", target_os = "android"),
-            target_arch = "aarch64"
-        ),
-        target_vendor = "apple",
-    )),
-    allow(dead_code)
-)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    /// The system slept since the origin: the new point is the origin.
-    Restart,
-    /// The span is too short yet.
-    Wait,
-    /// Publish this factor (ns per tick, 32.32 fixed point).
-    Publish(u64),
-    /// The factor is implausible: keep the OS clock (or the factor
-    /// already published).
-    Reject,
-}
+    /// One calibration point: the counter, the OS clock the probes read
+    /// otherwise (ns), and the time the system has slept so far (ns).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) struct Point {
+        pub(super) ticks: u64,
+        pub(super) ns: u64,
+        pub(super) slept_ns: u64,
+    }
 
-/// The step from calibration point `start` to `now`: the factor of the
-/// span, when it is long enough (`min_span_ns`), no suspend falls inside
-/// it, its rate lies between 1 MHz and 20 GHz and, when the counter has
-/// a `nominal` factor, it agrees with it to [`NOMINAL_TOLERANCE`].
-#[cfg_attr(
-    not(any(
-        test,
-        all(target_os = "linux", target_arch = "x86_64"),
-        all(
-            any(target_os = "linux", target_os = "android"),
-            target_arch = "aarch64"
-        ),
-        target_vendor = "apple",
-    )),
-    allow(dead_code)
-)]
-fn step(start: &Point, now: &Point, min_span_ns: u64, nominal: Option<u64>) -> Step {
-    if now.slept_ns.abs_diff(start.slept_ns) > SLEPT_TOLERANCE_NS {
-        return Step::Restart;
+    /// What a new calibration point does to the calibration.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Step {
+        /// The system slept since the origin: the new point is the origin.
+        Restart,
+        /// The span is too short yet.
+        Wait,
+        /// Publish this factor (ns per tick, 32.32 fixed point).
+        Publish(u64),
+        /// The factor is implausible: keep the OS clock (or the factor
+        /// already published).
+        Reject,
     }
-    let span_ns = now.ns.saturating_sub(start.ns);
-    let ticks = now.ticks.saturating_sub(start.ticks);
-    if span_ns < min_span_ns.max(1) || ticks == 0 {
-        return Step::Wait;
+
+    /// The step from calibration point `start` to `now`: the factor of the
+    /// span, when it is long enough (`min_span_ns`), no suspend falls inside
+    /// it, its rate lies between 1 MHz and 20 GHz and, when the counter has
+    /// a `nominal` factor, it agrees with it to [`NOMINAL_TOLERANCE`].
+    pub(super) fn step(start: &Point, now: &Point, min_span_ns: u64, nominal: Option<u64>) -> Step {
+        if now.slept_ns.abs_diff(start.slept_ns) > SLEPT_TOLERANCE_NS {
+            return Step::Restart;
+        }
+        let span_ns = now.ns.saturating_sub(start.ns);
+        let ticks = now.ticks.saturating_sub(start.ticks);
+        if span_ns < min_span_ns.max(1) || ticks == 0 {
+            return Step::Wait;
+        }
+        let Ok(mult) = u64::try_from((u128::from(span_ns) << 32) / u128::from(ticks)) else {
+            return Step::Reject;
+        };
+        // 20 GHz (0.05 ns a tick) to 1 MHz (1000 ns a tick).
+        if !((1 << 32) / 20..=1000 << 32).contains(&mult) {
+            return Step::Reject;
+        }
+        if nominal.is_some_and(|n| mult.abs_diff(n) > n / NOMINAL_TOLERANCE) {
+            return Step::Reject;
+        }
+        Step::Publish(mult)
     }
-    let Ok(mult) = u64::try_from((u128::from(span_ns) << 32) / u128::from(ticks)) else {
-        return Step::Reject;
-    };
-    // 20 GHz (0.05 ns a tick) to 1 MHz (1000 ns a tick).
-    if !((1 << 32) / 20..=1000 << 32).contains(&mult) {
-        return Step::Reject;
-    }
-    if nominal.is_some_and(|n| mult.abs_diff(n) > n / NOMINAL_TOLERANCE) {
-        return Step::Reject;
-    }
-    Step::Publish(mult)
 }
 
 /// The counter, in ticks. Meaningful only when [`mult`] is not 0.
@@ -501,6 +436,7 @@ pub(crate) fn calibrate_after(min_span_ns: u64) {
 
 #[cfg(test)]
 mod tests {
+    use super::calibration::{Point, Step, step};
     use super::*;
 
     #[test]
