@@ -2,8 +2,8 @@
 # Runs every test of wakemeter on a fresh Debian/Ubuntu machine: format,
 # lints, rustdoc (warnings are errors), Rust tests (eBPF ones for real when
 # run as root), cross-target compile checks for iOS/macOS/Android, the
-# Kotlin tests on the JVM and the Swift syntax check. Installs what it
-# needs and names what is missing.
+# Kotlin tests on the JVM and the Swift tests (Swift 6 in a Debian 13
+# chroot). Installs what it needs and names what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,9 +50,9 @@ if [ -x scripts/c-test.sh ]; then
   scripts/c-test.sh
 fi
 
-if [ -x scripts/swift-check.sh ]; then
-  step "Swift syntax check"
-  scripts/swift-check.sh
+if [ -x scripts/swift-test.sh ]; then
+  step "Swift package: swift build and swift test (Swift 6.0.3 in a Debian 13 chroot)"
+  scripts/swift-test.sh
 fi
 
 if [ -x scripts/arm64-test.sh ]; then

@@ -19,7 +19,9 @@
 //! - a 64-active-thread target (32 unpinned ping-pong pairs): ns per run of
 //!   our `sched_switch` and `sched_waking`, and the kernel time per second
 //!   of ours against the bpftrace one-liner counting switches per thread,
-//!   alone and both attached, over several rounds (`pool.rs`).
+//!   alone and both attached, over several rounds (`pool.rs`);
+//! - one watched process against 64: programs loaded, the syscall and
+//!   per-event cost every other process pays, the time to join (`many.rs`).
 //!
 //! Needs root and kernel BTF; bpftrace is optional (`apt-get install
 //! bpftrace`) and needs tracefs, which this bench mounts on
@@ -27,7 +29,8 @@
 //! `tracefs.rs`).
 //!
 //! Run: `cargo bench -p wakemeter-benches --bench ebpf`
-//! (`WAKEMETER_EBPF_BENCH=pool` for the 64-thread part alone,
+//! (`WAKEMETER_EBPF_BENCH=pool` for the 64-thread part alone, `=many` for
+//! one against 64 watched processes alone,
 //! `WAKEMETER_BENCH_ROUNDS=N` for its rounds).
 
 #[cfg(target_os = "linux")]
@@ -36,6 +39,8 @@ mod bpftrace;
 mod costs;
 #[cfg(target_os = "linux")]
 mod criterion_part;
+#[cfg(target_os = "linux")]
+mod many;
 #[cfg(target_os = "linux")]
 mod pool;
 #[cfg(target_os = "linux")]
@@ -87,12 +92,26 @@ fn linux_main() {
         pool::run();
         return;
     }
+    if std::env::var("WAKEMETER_EBPF_BENCH").as_deref() == Ok("many") {
+        run_many();
+        return;
+    }
     let mut c = criterion::Criterion::default().configure_from_args();
     criterion_part::benches(&mut c);
     c.final_summary();
 
     costs::event_costs();
     pool::run();
+    run_many();
+}
+
+/// One watched process against 64 (`many.rs`).
+#[cfg(target_os = "linux")]
+fn run_many() {
+    match workload::Workload::start() {
+        Some(mut w) => many::run(&mut w),
+        None => println!("one vs many: skipped (cannot start the workload process)"),
+    }
 }
 
 #[cfg(target_os = "linux")]

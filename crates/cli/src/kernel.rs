@@ -52,11 +52,29 @@ fn attach_inner(target: Target, syscall_hook: bool) -> Result<Box<dyn KernelSour
     // What one syscall costs this process before and after attaching: the
     // syscall program runs for every syscall of every process (it filters
     // on the target inside), so this is what each one on the machine pays.
+    static FIRST: std::sync::Once = std::sync::Once::new();
+    // The first attach of a run parses the kernel's BTF and loads and
+    // verifies the programs, which takes seconds on a loaded machine: say
+    // so before, so that it never looks hung. Later attaches join them.
+    FIRST.call_once(|| {
+        crate::print::note("eBPF: loading the kernel programs (once for every watched process)...");
+    });
     let before = syscall_hook.then(ns_per_syscall);
     let src = wakemeter_ebpf::EbpfSource::builder(target)
         .with_syscalls(syscall_hook)
         .attach()
         .map_err(|e| e.to_string())?;
+    if !src.loaded_programs() {
+        // One set of programs serves every watched process: nothing new
+        // runs on the machine, so there is no new cost to measure.
+        crate::print::note(&format!(
+            "eBPF: pid {} joined the attached programs in {:.1} ms ({} processes watched by one set)",
+            src.pid(),
+            src.attach_duration().as_secs_f64() * 1e3,
+            src.watched_processes()
+        ));
+        return Ok(Box::new(src));
+    }
     crate::print::note(&format!(
         "eBPF: attached ({:?}, syscalls via {:?}) in {:.0} ms",
         src.attach_kind(),

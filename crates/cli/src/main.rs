@@ -1,9 +1,12 @@
 //! `wakemeter`: the demo and the sidecar watcher.
 
+mod ab;
 mod autoprofile;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod demo;
+mod duration;
 mod kernel;
+mod loadgen;
 mod metrics;
 mod multi;
 mod print;
@@ -27,7 +30,7 @@ mod top {
     pub struct Options {
         pub pid: u32,
         pub interval: Duration,
-        pub seconds: Option<u64>,
+        pub seconds: Option<Duration>,
         pub kernel: crate::kernel::Choice,
     }
 
@@ -98,10 +101,12 @@ enum Command {
         /// is counted in the report's groups by name. 0 lists none.
         #[arg(long, value_name = "N", default_value_t = wakemeter::config::DEFAULT_REPORT_THREADS)]
         report_threads: u32,
-        /// Stop after this many seconds, with a last report then (default:
-        /// until the process exits).
-        #[arg(long)]
-        seconds: Option<u64>,
+        /// Stop after this long, with a last report then (default: until
+        /// the process exits): seconds, or `500ms`, `30s`, `5m`; at most
+        /// 365 days. Counted from when every process is measured (after
+        /// the eBPF attach).
+        #[arg(long, value_parser = duration::parse_positive)]
+        seconds: Option<std::time::Duration>,
         /// Print each report as one JSON line instead of tables.
         #[arg(long)]
         json: bool,
@@ -132,10 +137,10 @@ enum Command {
         /// Seconds between refreshes, 1 to 60 (`2s` or `2`).
         #[arg(long, default_value = "1s", value_parser = top::parse_interval)]
         interval: std::time::Duration,
-        /// Stop after this many seconds (default: until `q`, or until the
-        /// process exits).
-        #[arg(long)]
-        seconds: Option<u64>,
+        /// Stop after this long (default: until `q`, or until the process
+        /// exits): seconds, or `500ms`, `30s`, `5m`; at most 365 days.
+        #[arg(long, value_parser = duration::parse_positive)]
+        seconds: Option<std::time::Duration>,
         #[command(flatten)]
         kernel: kernel::Args,
     },
@@ -146,13 +151,17 @@ enum Command {
     Record {
         #[command(flatten)]
         selection: multi::Selection,
-        /// How long to record, in seconds.
-        #[arg(long, default_value_t = 60)]
-        seconds: u64,
-        /// Seconds between samples (0.01 to 60).
-        #[arg(long, default_value_t = 1.0)]
-        interval: f64,
-        /// Where to write the recording (written whole at the end).
+        /// How long to record (at most one day): seconds, or `500ms`,
+        /// `30s`, `5m`. Counted from when every selected process is
+        /// measured (after the eBPF attach, which stderr reports).
+        #[arg(long, default_value = "60", value_parser = duration::parse_positive)]
+        seconds: std::time::Duration,
+        /// Time between samples (0.01 to 60 seconds; `500ms` works too).
+        #[arg(long, default_value = "1", value_parser = duration::parse)]
+        interval: std::time::Duration,
+        /// Where to write the recording: a file (written beside it and
+        /// renamed at the end; each interval reaches the disk as it is
+        /// taken), or a device, FIFO or /dev/stdout (written directly).
         #[arg(short, long)]
         output: PathBuf,
         #[command(flatten)]
@@ -171,13 +180,98 @@ enum Command {
         /// One JSON object instead of the table.
         #[arg(long)]
         json: bool,
+        /// How processes are matched across runs and sides: `role` (name
+        /// plus command line, the parent's first when it has the same
+        /// name; processes of one run that share it are summed) or `name`.
+        #[arg(long = "match", value_name = "BY", default_value = "role", value_parser = ["role", "name"])]
+        match_by: String,
     },
+    /// Runs a whole control-vs-variant experiment: per side, starts the
+    /// side's command (optional), waits for the selected processes, runs
+    /// the load (wrk, hey, redis-benchmark, ab, any program) and records
+    /// the processes over the load window only, keeping the load tool's
+    /// output; repeats --runs times alternating sides, then prints the
+    /// comparison (requests/s, latency, CPU, CPU per request, memory,
+    /// switches, wakes; the change and its verdict).
+    #[command(after_help = AB_HELP)]
+    Ab(AbArgs),
     /// Where in the code, off-CPU or wakeup stacks of a process
     /// (eBPF, needs root or CAP_BPF+CAP_PERFMON), as a flame graph SVG,
     /// folded stacks or pprof. Without an output file, prints the
     /// heaviest stacks.
     #[cfg(feature = "ebpf")]
     Profile(ProfileArgs),
+}
+
+/// Arguments of `wakemeter ab`.
+#[derive(clap::Args, Debug)]
+struct AbArgs {
+    #[command(flatten)]
+    selection: multi::Selection,
+    /// The load of both sides (run by `sh -c`), e.g.
+    /// `wrk -t2 -c50 -d10s --latency http://127.0.0.1:8080/`.
+    #[arg(long, value_name = "CMD", required_unless_present_all = ["control_load", "variant_load"])]
+    load: Option<String>,
+    /// The control's load, when it differs (another port, another URL).
+    #[arg(long, value_name = "CMD")]
+    control_load: Option<String>,
+    /// The variant's load, when it differs.
+    #[arg(long, value_name = "CMD")]
+    variant_load: Option<String>,
+    /// Starts the control's processes before each of its runs (`sh -c`,
+    /// its own process group, stopped with SIGTERM after the run; a
+    /// server must stay in the foreground, e.g. nginx -g 'daemon off;').
+    #[arg(long, value_name = "CMD")]
+    control: Option<String>,
+    /// Starts the variant's processes before each of its runs.
+    #[arg(long, value_name = "CMD")]
+    variant: Option<String>,
+    /// Runs per side (1 to 100); with 2 or more the verdicts are tested
+    /// over runs.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// Time between samples (0.01 to 60 s; `500ms` works).
+    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+    interval: std::time::Duration,
+    /// How long the selected processes must stay the same before a run
+    /// starts (warm-up).
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    settle: std::time::Duration,
+    /// Longest wait for the selected processes to appear.
+    #[arg(long, default_value = "30s", value_parser = duration::parse_positive)]
+    ready_timeout: std::time::Duration,
+    /// Longest a load command may run (then it is stopped).
+    #[arg(long, default_value = "10m", value_parser = duration::parse_positive)]
+    load_timeout: std::time::Duration,
+    /// Where the recordings go (one per run and side, read by `diff`).
+    #[arg(long, default_value = "wakemeter-ab")]
+    dir: PathBuf,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// How processes are matched: `role` or `name` (see `diff --match`).
+    #[arg(long = "match", value_name = "BY", default_value = "role", value_parser = ["role", "name"])]
+    match_by: String,
+    #[command(flatten)]
+    kernel: kernel::Args,
+}
+
+const AB_HELP: &str = "\
+Example (a reverse proxy in front of nginx, against nginx alone):
+  wakemeter ab --name nginx --runs 3 \\
+    --control-load 'wrk -t2 -c50 -d10s --latency http://127.0.0.1:8081/' \\
+    --variant-load 'wrk -t2 -c50 -d10s --latency http://127.0.0.1:8080/' \\
+    --variant \"nginx -c /etc/proxy.conf -g 'daemon off;'\"
+
+Exit status: 0 compared; 2 bad arguments, processes that never appeared, a
+load or recording that failed, or interrupted (the recordings so far are kept).";
+
+fn identity_rule(by: &str) -> wakemeter::compare::IdentityRule {
+    if by == "name" {
+        wakemeter::compare::IdentityRule::Name
+    } else {
+        wakemeter::compare::IdentityRule::NameAndRole
+    }
 }
 
 /// Continuous profiling options of `wakemeter watch`.
@@ -356,8 +450,8 @@ fn main() -> ExitCode {
             kernel,
         } => record::record(&record::RecordOptions {
             selection,
-            seconds,
-            interval_secs: interval,
+            duration: seconds,
+            interval,
             output,
             kernel: kernel.choice(),
         }),
@@ -365,7 +459,27 @@ fn main() -> ExitCode {
             control,
             variant,
             json,
-        } => record::diff(&control, &variant, json),
+            match_by,
+        } => record::diff(&control, &variant, json, identity_rule(&match_by)),
+        Command::Ab(a) => {
+            let both = a.load.clone().unwrap_or_default();
+            ab::run(&ab::Options {
+                selection: a.selection,
+                control: a.control,
+                variant: a.variant,
+                control_load: a.control_load.unwrap_or_else(|| both.clone()),
+                variant_load: a.variant_load.unwrap_or(both),
+                runs: a.runs,
+                interval: a.interval,
+                settle: a.settle,
+                ready_timeout: a.ready_timeout,
+                load_timeout: a.load_timeout,
+                dir: a.dir,
+                json: a.json,
+                rule: identity_rule(&a.match_by),
+                kernel: a.kernel.choice(),
+            })
+        }
         #[cfg(feature = "ebpf")]
         Command::Profile(a) => profile::run(&profile::Options {
             pid: a.pid,

@@ -89,7 +89,7 @@ pub struct Options {
     pub selection: Selection,
     pub every: u64,
     pub report_threads: u32,
-    pub seconds: Option<u64>,
+    pub seconds: Option<Duration>,
     pub json: bool,
     pub kernel: kernel::Choice,
     /// Serve metrics of every watched process on this address (`--listen`).
@@ -323,8 +323,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if !(1..=3600).contains(&o.every) {
         return Err("--every must be between 1 and 3600 seconds".into());
     }
-    if o.seconds == Some(0) {
-        return Err("--seconds must be at least 1".into());
+    if o.seconds.is_some_and(|s| s.is_zero()) {
+        return Err("--seconds must be more than 0".into());
     }
     let sel = &o.selection;
     sel.check()?;
@@ -355,11 +355,38 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let follows = sel.name.is_some() || sel.cgroup.is_some();
     let mut out = io::stdout().lock();
     let every = Duration::from_secs(o.every);
-    let start = Instant::now();
-    let deadline = o.seconds.map(|s| start + Duration::from_secs(s));
-    let mut next = start;
     let mut set: BTreeMap<u32, Watched> = BTreeMap::new();
     let mut last_dropped: Vec<u32> = Vec::new();
+    // Attach to the processes there now before the clock starts: an eBPF
+    // attach takes seconds (more under load), which must not eat into
+    // --seconds. Each one and the total are said, so it never looks hung.
+    let attaching = Instant::now();
+    for pid in sel.resolve_capped("watching", &mut last_dropped)? {
+        let t = Instant::now();
+        match Watched::start(pid, o) {
+            Ok(w) => {
+                print::note(&format!(
+                    "wakemeter: watching {} (attached in {:.1} s)",
+                    w.label(),
+                    t.elapsed().as_secs_f64()
+                ));
+                set.insert(pid, w);
+            }
+            Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
+        }
+    }
+    publish(&set);
+    print::note(&format!(
+        "wakemeter: {} processes measured after {:.1} s of attaching; the window starts now",
+        set.len(),
+        attaching.elapsed().as_secs_f64()
+    ));
+    let start = Instant::now();
+    let deadline = match o.seconds {
+        Some(s) => Some(start.checked_add(s).ok_or("--seconds is too large")?),
+        None => None,
+    };
+    let mut next = if set.is_empty() { start } else { start + every };
     let mut waiting_said = false;
     let mut measured = false;
     loop {

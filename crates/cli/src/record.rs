@@ -1,28 +1,36 @@
 //! `wakemeter record` and `wakemeter diff`: a control and a variant, side
 //! by side.
 //!
-//! A recording is NDJSON: the [`RecordingHeader`] on the first line, then
-//! one [`IntervalSummary`] per sampling interval. Recording several
-//! processes (`--pid` repeated, `--name`, `--cgroup`) writes one such
-//! section per process into the one file, one after the other: each
-//! process keeps its own versioned header (its identity, its sampler), and
-//! `diff` compares processes of the same name. The file is written to a
-//! `.partial` file beside the output (each process's section first to a
-//! `.partial-PID` file of its own, joined at the end) and renamed at the
-//! end, so a failed or interrupted recording never leaves a file that
-//! looks complete.
+//! A recording is NDJSON: a [`RecordingHeader`] per process (written with
+//! its first interval), one [`IntervalSummary`] per sampling interval of
+//! each process, tagged with its PID (so that the processes' lines can
+//! interleave as they are taken), and an end record ([`RecordingEnd`]).
+//! Each line is written whole, with one `write`, when its interval is
+//! taken: a recording killed mid-way holds every interval taken before,
+//! and `diff` reads it, saying that it is partial. SIGINT and SIGTERM end
+//! a recording cleanly, with its end record.
+//!
+//! Where it is written ([`Output`]): a regular file (or a name that does
+//! not exist yet) is written to a temporary file created new beside it
+//! (create-new, no symlink followed) and renamed over it at the end, so a
+//! file of that name is either the previous one or a recording with
+//! everything taken; a device, a FIFO or standard output (`/dev/stdout`)
+//! is written to directly; anything else is refused.
 
 use std::collections::BTreeMap;
 use std::error::Error;
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use wakemeter::compare::{
-    self, Comparison, DEFAULT_MAX_GROUPS, IntervalSummary, RECORDING_SCHEMA_VERSION, RecordLine,
-    RecordingHeader, Run, Spread, Verdict,
+    Comparison, DEFAULT_MAX_GROUPS, DiffRow, Experiment, IdentityRule, IntervalSummary, LoadRecord,
+    RecordLine, RecordingEnd, RecordingHeader, Side, Spread, Verdict, read_recording,
 };
 use wakemeter::{Sampler, SamplerBuilder, SamplingGuard, Target};
 
@@ -35,10 +43,27 @@ use crate::{kernel, print};
 pub struct RecordOptions {
     /// The processes: `--pid` (repeatable), `--name`, `--cgroup`.
     pub selection: Selection,
-    pub seconds: u64,
-    pub interval_secs: f64,
+    /// How long to record, counted from the moment every selected process
+    /// is measured (after the eBPF attach).
+    pub duration: Duration,
+    pub interval: Duration,
     pub output: PathBuf,
     pub kernel: crate::kernel::Choice,
+}
+
+/// Longest `record --seconds`: one day.
+pub const MAX_RECORD: Duration = Duration::from_secs(86_400);
+
+/// Where a recording goes.
+pub enum Output {
+    /// A regular file: written to `tmp` beside it, renamed at the end.
+    Regular {
+        tmp: PathBuf,
+        target: PathBuf,
+        file: File,
+    },
+    /// A device, FIFO or standard output: written to as it is.
+    Direct { target: PathBuf, file: File },
 }
 
 /// `output` with `suffix` appended to its file name.
@@ -51,102 +76,280 @@ fn beside(output: &Path, suffix: &str) -> PathBuf {
     output.with_file_name(name)
 }
 
-/// Removes the partial file unless disarmed.
-struct Cleanup(Option<PathBuf>);
+/// Whether `path` names this process's standard output.
+fn is_stdout(path: &Path) -> bool {
+    matches!(
+        path.to_str(),
+        Some("/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1" | "-")
+    )
+}
 
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_file(p);
+impl Output {
+    /// Opens `path` for a recording (see the module docs).
+    ///
+    /// # Errors
+    /// One line for the user: what the path is and why it is refused, or
+    /// why it cannot be created.
+    pub fn open(path: &Path) -> Result<Output, String> {
+        let shown = print::safe(&path.to_string_lossy()).into_owned();
+        if is_stdout(path) {
+            let fd = std::os::fd::AsFd::as_fd(&io::stdout())
+                .try_clone_to_owned()
+                .map_err(|e| format!("cannot write to standard output: {e}"))?;
+            return Ok(Output::Direct {
+                target: path.to_path_buf(),
+                file: File::from(fd),
+            });
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_file() => {}
+            Ok(m) if m.file_type().is_symlink() => {
+                // Only a link to a device or FIFO is written through; a
+                // link to a file would be replaced by the rename.
+                let to = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+                let t = to.file_type();
+                if t.is_char_device() || t.is_block_device() || t.is_fifo() {
+                    return Self::direct(path, &shown);
+                }
+                return Err(format!(
+                    "{shown} is a symbolic link; give the file it points to \
+                     (a recording replaces its output, and would replace the link)"
+                ));
+            }
+            Ok(m) => {
+                let t = m.file_type();
+                if t.is_char_device() || t.is_block_device() || t.is_fifo() {
+                    return Self::direct(path, &shown);
+                }
+                let what = if t.is_dir() {
+                    "a directory"
+                } else if t.is_socket() {
+                    "a socket"
+                } else {
+                    "not a regular file"
+                };
+                return Err(format!(
+                    "{shown} is {what}; give a file name (or a device, FIFO or /dev/stdout)"
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot write {shown}: {e}")),
+        }
+        let tmp = beside(path, &format!(".partial-{}", std::process::id()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .map_err(|e| format!("cannot create {}: {e}", print::safe(&tmp.to_string_lossy())))?;
+        Ok(Output::Regular {
+            tmp,
+            target: path.to_path_buf(),
+            file,
+        })
+    }
+
+    fn direct(path: &Path, shown: &str) -> Result<Output, String> {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("cannot write {shown}: {e}"))?;
+        Ok(Output::Direct {
+            target: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// Writes one line with one `write` call (a line is never split
+    /// between two writes, so a reader never sees half a record unless
+    /// the disk filled up mid-line).
+    pub fn line(&mut self, text: &str) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(text.len() + 1);
+        buf.extend_from_slice(text.as_bytes());
+        buf.push(b'\n');
+        let file = match self {
+            Output::Regular { file, .. } | Output::Direct { file, .. } => file,
+        };
+        file.write_all(&buf)
+    }
+
+    /// The path the user gave.
+    pub fn target(&self) -> &Path {
+        match self {
+            Output::Regular { target, .. } | Output::Direct { target, .. } => target,
+        }
+    }
+
+    /// Makes the recording visible under its name: synced and renamed (a
+    /// regular file), or flushed.
+    ///
+    /// # Errors
+    /// When the sync or the rename fails.
+    pub fn finish(self) -> Result<(), String> {
+        match self {
+            Output::Regular { tmp, target, file } => {
+                file.sync_all()
+                    .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
+                std::fs::rename(&tmp, &target)
+                    .map_err(|e| format!("cannot write {}: {e}", target.display()))
+            }
+            Output::Direct { mut file, .. } => file.flush().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Removes what was written, when it can be (a regular file).
+    pub fn abandon(self) {
+        if let Output::Regular { tmp, .. } = self {
+            let _ = std::fs::remove_file(tmp);
         }
     }
 }
 
-/// The recording of one process: its sampler and its section, written to
-/// a file of its own until the end.
-struct Section {
-    target: Resolved,
+/// SIGINT and SIGTERM set the returned flag instead of ending the process.
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
+    }
+    Ok(flag)
+}
+
+fn now_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// What a process does, to tell apart processes of one name: its command
+/// line, after its parent's when the parent has the same name (an nginx
+/// worker under its master, which names the configuration).
+pub fn role(pid: u32) -> Option<String> {
+    let cmdline = |pid: u32| -> Option<String> {
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let text: String = String::from_utf8_lossy(&raw)
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let text = text.trim().to_string();
+        // Bounded: a role is a name, not a document.
+        Some(text.chars().take(200).collect())
+    };
+    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok();
+    let own = cmdline(pid)?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 4, after the name in parentheses (which may hold spaces).
+    let ppid: Option<u32> = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+    match ppid {
+        Some(pp) if pp > 1 && comm(pp).is_some() && comm(pp) == comm(pid) => {
+            Some(format!("{} > {own}", cmdline(pp).unwrap_or_default()))
+        }
+        _ => Some(own),
+    }
+}
+
+/// The recording of one process.
+pub struct Section {
+    pub target: Resolved,
     sampler: Sampler,
     guard: Option<SamplingGuard>,
-    out: BufWriter<File>,
-    file: Cleanup,
+    header: Option<RecordingHeader>,
     /// The newest snapshot written up to.
     last: Option<u64>,
-    written: u64,
-    exited: bool,
+    pub written: u64,
+    pub exited: bool,
 }
 
 impl Section {
-    fn start(pid: u32, o: &RecordOptions) -> Result<Section, Box<dyn Error>> {
+    /// Attaches to `pid` (eBPF when asked and allowed) and builds its
+    /// sampler, without starting it.
+    pub fn prepare(
+        pid: u32,
+        interval: Duration,
+        choice: kernel::Choice,
+        label: Option<String>,
+    ) -> Result<Section, Box<dyn Error>> {
         let target = target::resolve(pid)?;
-        let path = beside(&o.output, &format!(".partial-{pid}"));
-        let file =
-            File::create(&path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        let cleanup = Cleanup(Some(path));
-        let mut out = BufWriter::new(file);
         let mut builder = SamplerBuilder::new()
             .with_target(Target::Pid(pid))
-            .with_interval(Duration::from_secs_f64(o.interval_secs))
+            .with_interval(interval)
             .with_switch_split_every(1);
-        match kernel::attach(Target::Pid(pid), o.kernel) {
+        match kernel::attach(Target::Pid(pid), choice) {
             Ok(src) => builder = builder.with_kernel_source(src),
             Err(why) => print::note(&format!(
                 "eBPF: not attached to process {pid} ({why}); /proc sampling only"
             )),
         }
         let sampler = builder.build()?;
-        let start_unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        let header = RecordLine::Header(RecordingHeader::of(&sampler, start_unix));
-        writeln!(out, "{}", print::json(&header)?)?;
-        let guard = sampler.start()?;
+        let header = RecordingHeader::of(&sampler, now_unix_ns()).with_role(role(pid), label);
         Ok(Section {
             target,
             sampler,
-            guard: Some(guard),
-            out,
-            file: cleanup,
+            guard: None,
+            header: Some(header),
             last: None,
             written: 0,
             exited: false,
         })
     }
 
-    /// Writes one line per sampling interval stored since the last call.
-    fn write_new(&mut self) -> Result<(), Box<dyn Error>> {
+    /// Starts sampling.
+    pub fn start(&mut self) -> Result<(), Box<dyn Error>> {
+        if let Some(h) = &mut self.header {
+            h.start_unix_time_ns = now_unix_ns();
+        }
+        self.guard = Some(self.sampler.start()?);
+        Ok(())
+    }
+
+    /// Writes one line per sampling interval stored since the last call
+    /// (the header before the first).
+    fn write_new(&mut self, out: &mut Output) -> Result<u64, Box<dyn Error>> {
         let Some(newest) = self.sampler.stats().total_samples.checked_sub(1) else {
-            return Ok(());
+            return Ok(0);
         };
         let Some(mut from) = self.last else {
             self.last = Some(newest);
-            return Ok(());
+            return Ok(0);
         };
+        let mut n = 0;
         while from < newest {
             let to = from + 1;
             if let Some(i) = self.sampler.interval_between(from, to) {
                 let line = self.sampler.account(|| {
-                    print::json(&RecordLine::Interval(IntervalSummary::of(
-                        &i,
-                        DEFAULT_MAX_GROUPS,
-                    )))
+                    print::json(&RecordLine::Interval(
+                        IntervalSummary::of(&i, DEFAULT_MAX_GROUPS).for_pid(self.target.pid),
+                    ))
                 })?;
-                writeln!(self.out, "{line}")?;
+                if let Some(h) = self.header.take() {
+                    out.line(&print::json(&RecordLine::Header(h))?)?;
+                }
+                out.line(&line)?;
                 self.written += 1;
+                n += 1;
             }
             from = to;
+            self.last = Some(from);
         }
-        self.last = Some(newest);
-        Ok(())
+        Ok(n)
     }
 
-    /// Stops sampling, after writing what was stored.
-    fn stop(&mut self) -> Result<(), Box<dyn Error>> {
-        drop(self.guard.take());
-        self.write_new()
+    /// Stops sampling with one last sample now (so the window ends at the
+    /// deadline or the load's end, not at the sample before), and writes
+    /// what was stored.
+    fn stop(&mut self, out: &mut Output) -> Result<u64, Box<dyn Error>> {
+        if self.guard.take().is_some() && !self.exited {
+            // A process that has just exited has nothing more to give.
+            let _ = self.sampler.sample();
+        }
+        self.write_new(out)
     }
 
-    fn label(&self) -> String {
+    pub fn label(&self) -> String {
         format!(
             "process {} ({})",
             self.target.pid,
@@ -155,122 +358,275 @@ impl Section {
     }
 }
 
-pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
-    if !(1..=86_400).contains(&o.seconds) {
-        return Err("--seconds must be between 1 and 86400".into());
+/// Attaches to every process of `pids`, saying on stderr how long each
+/// took and in total, so a loaded machine never looks hung.
+pub fn prepare_all(
+    pids: impl IntoIterator<Item = u32>,
+    interval: Duration,
+    choice: kernel::Choice,
+    label: impl Fn(u32) -> Option<String>,
+) -> Vec<Section> {
+    let all = Instant::now();
+    let mut ready = Vec::new();
+    let mut tried = 0;
+    for pid in pids {
+        tried += 1;
+        let t = Instant::now();
+        match Section::prepare(pid, interval, choice, label(pid)) {
+            Ok(s) => {
+                print::note(&format!(
+                    "wakemeter: attached to {} in {:.1} s",
+                    s.label(),
+                    t.elapsed().as_secs_f64()
+                ));
+                ready.push(s);
+            }
+            // Exited between the listing and the attach.
+            Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
+        }
     }
-    if !(0.01..=60.0).contains(&o.interval_secs) {
+    if tried == 0 {
+        return ready;
+    }
+    print::note(&format!(
+        "wakemeter: {} process{} ready in {:.1} s; measuring from now",
+        ready.len(),
+        if ready.len() == 1 { "" } else { "es" },
+        all.elapsed().as_secs_f64()
+    ));
+    ready
+}
+
+/// Why a recording ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    Deadline,
+    Interrupted,
+    Exited,
+    LoadDone,
+}
+
+impl EndReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Deadline => "deadline",
+            EndReason::Interrupted => "interrupted",
+            EndReason::Exited => "exited",
+            EndReason::LoadDone => "load_done",
+        }
+    }
+}
+
+/// Processes being recorded into one output.
+pub struct Recorder {
+    pub out: Output,
+    live: BTreeMap<u32, Section>,
+    done: Vec<Section>,
+    pub intervals: u64,
+    /// The first write error; recording stops at it.
+    write_error: Option<String>,
+}
+
+impl Recorder {
+    /// Starts every prepared section at once.
+    pub fn start(out: Output, sections: Vec<Section>) -> Recorder {
+        let mut r = Recorder {
+            out,
+            live: BTreeMap::new(),
+            done: Vec::new(),
+            intervals: 0,
+            write_error: None,
+        };
+        for s in sections {
+            r.add(s);
+        }
+        r
+    }
+
+    /// Starts one more section (a process that appeared).
+    pub fn add(&mut self, mut s: Section) {
+        match s.start() {
+            Ok(()) => {
+                self.live.insert(s.target.pid, s);
+            }
+            Err(e) => print::note(&format!("wakemeter: {}: {e}", s.label())),
+        }
+    }
+
+    pub fn has(&self, pid: u32) -> bool {
+        self.live.contains_key(&pid)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    fn wrote(&mut self, r: Result<u64, Box<dyn Error>>) {
+        match r {
+            Ok(n) => self.intervals += n,
+            Err(e) => {
+                if self.write_error.is_none() {
+                    self.write_error = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Writes what every process has stored; moves those that exited to
+    /// the done list (returned, to be announced). `false` after a write
+    /// error.
+    pub fn poll(&mut self) -> (bool, Vec<String>) {
+        let mut ended = Vec::new();
+        let pids: Vec<u32> = self.live.keys().copied().collect();
+        for pid in pids {
+            let Some(mut s) = self.live.remove(&pid) else {
+                continue;
+            };
+            let r = s.write_new(&mut self.out);
+            self.wrote(r);
+            if target::liveness(pid) != Liveness::Alive || !s.sampler.is_running() {
+                s.exited = true;
+                let r = s.stop(&mut self.out);
+                self.wrote(r);
+                ended.push(s.label());
+                self.done.push(s);
+            } else {
+                self.live.insert(pid, s);
+            }
+        }
+        (self.write_error.is_none(), ended)
+    }
+
+    /// Stops every process, writes the `load` record and the end record,
+    /// and makes the file visible. Returns the sections (for the summary).
+    ///
+    /// # Errors
+    /// Nothing was recorded (the output is removed when it can be), or a
+    /// write failed (what was written is kept, without end record).
+    pub fn finish(
+        mut self,
+        reason: EndReason,
+        load: Option<LoadRecord>,
+    ) -> Result<(Vec<Section>, PathBuf), Box<dyn Error>> {
+        for (_, mut s) in std::mem::take(&mut self.live) {
+            let r = s.stop(&mut self.out);
+            self.wrote(r);
+            self.done.push(s);
+        }
+        let target = self.out.target().to_path_buf();
+        let shown = print::safe(&target.to_string_lossy()).into_owned();
+        if let Some(e) = self.write_error.take() {
+            // Keep what reached the disk: every line before is complete.
+            let kept = self.intervals;
+            let _ = self.out.finish();
+            return Err(format!(
+                "writing {shown}: {e}; it keeps the {kept} intervals written before \
+                 (no end record: diff reads it as partial)"
+            )
+            .into());
+        }
+        if self.intervals == 0 {
+            self.out.abandon();
+            return Err(format!(
+                "nothing recorded: {} before two samples were taken; {shown} not written",
+                match &self.done[..] {
+                    [one] if one.exited => format!("{} exited", one.label()),
+                    [one] => format!("{} was not sampled", one.label()),
+                    _ => "the processes gave no two samples in a row".to_string(),
+                }
+            )
+            .into());
+        }
+        let mut tail = Vec::new();
+        if let Some(l) = load {
+            tail.push(print::json(&RecordLine::Load(l))?);
+        }
+        tail.push(print::json(&RecordLine::End(RecordingEnd::new(
+            self.intervals,
+            reason.as_str(),
+            now_unix_ns(),
+        )))?);
+        for t in &tail {
+            if let Err(e) = self.out.line(t) {
+                let _ = self.out.finish();
+                return Err(format!("writing {shown}: {e}").into());
+            }
+        }
+        self.out.finish()?;
+        let mut done = self.done;
+        done.sort_by_key(|s| s.target.pid);
+        Ok((done, target))
+    }
+}
+
+pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
+    if o.duration.is_zero() || o.duration > MAX_RECORD {
+        return Err(format!(
+            "--seconds must be more than 0 and at most {} (one day)",
+            MAX_RECORD.as_secs()
+        )
+        .into());
+    }
+    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&o.interval) {
         return Err("--interval must be between 0.01 and 60 seconds".into());
     }
     let sel = &o.selection;
     // Every bad input is found here, before any file is created.
     sel.check()?;
+    let out = Output::open(&o.output)?;
+    let stop = stop_on_signals()?;
     let follows = sel.name.is_some() || sel.cgroup.is_some();
-    let tmp = beside(&o.output, ".partial");
-    let file = File::create(&tmp).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    let mut cleanup = Cleanup(Some(tmp.clone()));
-    let interval = Duration::from_secs_f64(o.interval_secs);
-    // Looks at the samplers twice an interval (within 5 ms to 200 ms).
-    let step = (interval / 2).clamp(Duration::from_millis(5), Duration::from_millis(200));
-    let resolve_every = interval.max(Duration::from_secs(1));
-    let deadline = Instant::now() + Duration::from_secs(o.seconds);
-    // Sections by PID while recording; those ended, in the order they ended.
-    let mut live: BTreeMap<u32, Section> = BTreeMap::new();
-    let mut done: Vec<Section> = Vec::new();
+    let many = follows || sel.pids.len() > 1;
     let mut last_dropped: Vec<u32> = Vec::new();
-    let mut next_resolve = Instant::now();
-    loop {
+    let first = sel.resolve_capped("recording", &mut last_dropped)?;
+    let sections = prepare_all(first, o.interval, o.kernel, |_| None);
+    let mut rec = Recorder::start(out, sections);
+    // The window opens when every selected process is measured.
+    let deadline = Instant::now()
+        .checked_add(o.duration)
+        .ok_or("--seconds is too large")?;
+    // Looks at the samplers twice an interval (within 5 ms to 200 ms).
+    let step = (o.interval / 2).clamp(Duration::from_millis(5), Duration::from_millis(200));
+    let resolve_every = o.interval.max(Duration::from_secs(1));
+    let mut next_resolve = Instant::now() + resolve_every;
+    let reason = loop {
+        if stop.load(Ordering::Relaxed) {
+            break EndReason::Interrupted;
+        }
         let now = Instant::now();
         if now >= deadline {
-            break;
+            break EndReason::Deadline;
         }
-        if now >= next_resolve {
+        if follows && now >= next_resolve {
             next_resolve = now + resolve_every;
             let kept = sel.resolve_capped("recording", &mut last_dropped)?;
-            for pid in kept {
-                if live.contains_key(&pid) {
-                    continue;
+            let new: Vec<u32> = kept.into_iter().filter(|p| !rec.has(*p)).collect();
+            for s in prepare_all(new, o.interval, o.kernel, |_| None) {
+                if many {
+                    print::note(&format!("wakemeter: recording {}", s.label()));
                 }
-                match Section::start(pid, o) {
-                    Ok(s) => {
-                        if follows || sel.pids.len() > 1 {
-                            print::note(&format!("wakemeter: recording {}", s.label()));
-                        }
-                        live.insert(pid, s);
-                    }
-                    // Exited between the listing and the start.
-                    Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
-                }
+                rec.add(s);
             }
         }
-        let mut ended = Vec::new();
-        for (pid, s) in &mut live {
-            s.write_new()?;
-            if target::liveness(*pid) != Liveness::Alive || !s.sampler.is_running() {
-                ended.push(*pid);
+        let (ok, ended) = rec.poll();
+        if many {
+            for e in ended {
+                print::note(&format!("wakemeter: {e} exited"));
             }
         }
-        for pid in ended {
-            if let Some(mut s) = live.remove(&pid) {
-                s.stop()?;
-                s.exited = true;
-                if follows || sel.pids.len() > 1 {
-                    print::note(&format!("wakemeter: {} exited", s.label()));
-                }
-                done.push(s);
-            }
+        if !ok {
+            break EndReason::Deadline;
         }
         // Only a name or a cgroup can come back; fixed PIDs that are all
-        // gone (or never started) end the recording.
-        if live.is_empty() && !follows {
-            break;
+        // gone end the recording.
+        if rec.is_empty() && !follows {
+            break EndReason::Exited;
         }
         std::thread::sleep(step.min(deadline.saturating_duration_since(Instant::now())));
-    }
-    for (_, mut s) in std::mem::take(&mut live) {
-        s.stop()?;
-        done.push(s);
-    }
-    // Sections with something measured, in PID order; the others are
-    // not written (a header alone is not a recording).
-    done.sort_by_key(|s| (s.target.pid, s.sampler.target_identity().start_time_unix_ns));
-    let (mut kept, empty): (Vec<Section>, Vec<Section>) =
-        done.into_iter().partition(|s| s.written > 0);
-    if kept.is_empty() {
-        let who = match &empty[..] {
-            [one] => format!(
-                "process {} ({}) {}",
-                one.target.pid,
-                print::safe(&one.target.name),
-                if one.exited {
-                    "exited"
-                } else {
-                    "was not sampled"
-                }
-            ),
-            _ => format!("{} gave no two samples in a row", sel.describe()),
-        };
-        return Err(format!(
-            "nothing recorded: {who} before two samples were taken; {} not written",
-            o.output.display()
-        )
-        .into());
-    }
-    let mut out = BufWriter::new(file);
-    for s in &mut kept {
-        s.out.flush()?;
-        let path = s.file.0.clone().ok_or("a section without its file")?;
-        let mut section =
-            File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        io::copy(&mut section, &mut out)?;
-    }
-    out.flush()?;
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    std::fs::rename(&tmp, &o.output)
-        .map_err(|e| format!("cannot write {}: {e}", o.output.display()))?;
-    cleanup.0 = None;
+    };
+    let (kept, target) = rec.finish(reason, None)?;
+    let kept: Vec<&Section> = kept.iter().filter(|s| s.written > 0).collect();
     let written: u64 = kept.iter().map(|s| s.written).sum();
-    let exited = kept.iter().any(|s| s.exited);
     let what = match &kept[..] {
         [one] => one.label(),
         many => format!(
@@ -282,206 +638,132 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
                 .join(", ")
         ),
     };
+    let why = match reason {
+        EndReason::Interrupted => " (interrupted: ended by a signal, with what was taken)",
+        EndReason::Exited if kept.len() == 1 => " (the process exited before --seconds)",
+        EndReason::Exited => " (the processes exited before --seconds)",
+        _ => "",
+    };
     print::note(&format!(
-        "wakemeter: recorded {written} intervals of {what} to {}{}",
-        o.output.display(),
-        if exited && kept.len() == 1 {
-            " (the process exited before --seconds)"
-        } else {
-            ""
-        }
+        "wakemeter: recorded {written} intervals of {what} to {}{why}",
+        print::safe(&target.to_string_lossy())
     ));
     Ok(ExitCode::SUCCESS)
 }
 
-/// Reads one recording (one run per process section), or says precisely
-/// what is wrong with it.
-pub fn read_runs(path: &Path) -> Result<Vec<Run>, String> {
-    let name = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .peekable();
-    if lines.peek().is_none() {
-        return Err(format!("{name}: empty; not a wakemeter recording"));
+/// Reads one recording into `exp` as a run of `side`, line by line. A
+/// cut-off last line and a missing end record are warnings on stderr; a
+/// malformed line is an error naming the file and line.
+pub fn read_run(exp: &mut Experiment, side: Side, path: &Path) -> Result<(), String> {
+    let name = print::safe(&path.to_string_lossy()).into_owned();
+    let file = File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    exp.begin_run(side);
+    let summary = read_recording(BufReader::with_capacity(1 << 16, file), |line| {
+        exp.push(side, line)
+    })
+    .map_err(|e| match e.line {
+        0 => format!("{name}: {}", e.message),
+        n => format!("{name}:{n}: {}", e.message),
+    })?;
+    if summary.intervals == 0 {
+        return Err(format!("{name}: no intervals recorded"));
     }
-    let mut runs = Vec::new();
-    while let Some((n, first)) = lines.next() {
-        let at = n + 1;
-        let v: serde_json::Value = serde_json::from_str(first)
-            .map_err(|e| format!("{name}:{at}: not a wakemeter recording (not JSON: {e})"))?;
-        if v.get("record").and_then(|r| r.as_str()) != Some("header") {
-            return Err(if at == 1 {
-                format!("{name}:1: not a wakemeter recording (the first line is not a header)")
-            } else {
-                format!("{name}:{at}: malformed interval")
-            });
-        }
-        let version = v.get("schema_version").and_then(|s| s.as_u64());
-        if version != Some(u64::from(RECORDING_SCHEMA_VERSION)) {
-            return Err(format!(
-                "{name}: recording schema version {}; this wakemeter reads version {RECORDING_SCHEMA_VERSION} \
-                 (record it again with this version)",
-                version.map_or_else(|| "missing".to_string(), |v| v.to_string())
-            ));
-        }
-        let header = match serde_json::from_value::<RecordLine>(v) {
-            Ok(RecordLine::Header(h)) => h,
-            Ok(_) => return Err(format!("{name}:{at}: not a header")),
-            Err(e) => return Err(format!("{name}:{at}: malformed header: {e}")),
-        };
-        let mut intervals = Vec::new();
-        // The section's intervals: every line up to the next header.
-        while let Some((n, line)) = lines.next_if(|(_, l)| !is_header(l)) {
-            match serde_json::from_str::<RecordLine>(line) {
-                Ok(RecordLine::Interval(i)) => intervals.push(i),
-                Ok(_) => return Err(format!("{name}:{}: a second header", n + 1)),
-                Err(e) => return Err(format!("{name}:{}: malformed interval: {e}", n + 1)),
-            }
-        }
-        if intervals.is_empty() {
-            return Err(format!(
-                "{name}:{at}: no intervals recorded for process {} ({})",
-                header.target.pid,
-                print::safe(&header.target.name)
-            ));
-        }
-        runs.push(Run::new(header, intervals));
+    if let Some(n) = summary.truncated_line {
+        print::note(&format!(
+            "wakemeter: warning: {name}:{n}: the last line is cut off; compared the {} intervals before it",
+            summary.intervals
+        ));
     }
-    Ok(runs)
+    if !summary.complete {
+        print::note(&format!(
+            "wakemeter: warning: {name}: partial recording (no end record: it was cut short); \
+             compared the {} intervals it holds",
+            summary.intervals
+        ));
+    }
+    Ok(())
 }
 
-/// Whether a line is a section's header (`"record":"header"`).
-fn is_header(line: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(line)
-        .is_ok_and(|v| v.get("record").and_then(|r| r.as_str()) == Some("header"))
-}
-
-/// Each side's runs by process name, names in order of first appearance.
-fn by_name<'a>(runs: &'a [(PathBuf, Run)], names: &mut Vec<String>) -> Vec<(&'a str, Run)> {
-    runs.iter()
-        .map(|(_, r)| {
-            let n = r.header.target.name.as_str();
-            if !names.iter().any(|x| x == n) {
-                names.push(n.to_string());
-            }
-            (n, r.clone())
-        })
-        .collect()
-}
-
-/// The comparison: as one process when each side holds one process name
-/// (whatever the names), else per process name, each row's subject
-/// prefixed with it (`envoy: thread worker-{n}`). A name on one side only
-/// gives rows that say so.
-fn compare_runs(control: &[(PathBuf, Run)], variant: &[(PathBuf, Run)]) -> Comparison {
-    let mut names = Vec::new();
-    let c = by_name(control, &mut names);
-    let v = by_name(variant, &mut names);
-    let distinct = |side: &[(&str, Run)]| {
-        let mut n: Vec<&str> = side.iter().map(|(n, _)| *n).collect();
-        n.sort_unstable();
-        n.dedup();
-        n.len()
-    };
-    let runs = |side: &[(&str, Run)], name: Option<&str>| -> Vec<Run> {
-        side.iter()
-            .filter(|(n, _)| name.is_none_or(|x| x == *n))
-            .map(|(_, r)| r.clone())
-            .collect()
-    };
-    if distinct(&c) <= 1 && distinct(&v) <= 1 {
-        return compare::compare(&runs(&c, None), &runs(&v, None));
+/// The files of each side, from `diff`'s arguments.
+pub fn sides(
+    control: &[PathBuf],
+    variant: &[PathBuf],
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
+    match (control, variant) {
+        ([c, v], []) => Ok((vec![c.clone()], vec![v.clone()])),
+        (c, v) if !c.is_empty() && !v.is_empty() => Ok((c.to_vec(), v.to_vec())),
+        _ => Err(
+            "give two recordings (CONTROL VARIANT), or control runs, --, variant runs \
+                  (a1 a2 a3 -- b1 b2 b3)"
+                .to_string(),
+        ),
     }
-    let mut all: Option<Comparison> = None;
-    for name in &names {
-        let (cr, vr) = (runs(&c, Some(name)), runs(&v, Some(name)));
-        let mut one = compare::compare(&cr, &vr);
-        for row in &mut one.rows {
-            row.subject = format!("{name}: {}", row.subject);
-        }
-        match &mut all {
-            None => all = Some(one),
-            Some(a) => {
-                // Runs per process name: the most of any name, which is
-                // what the spread legend needs to know.
-                a.control_runs = a.control_runs.max(one.control_runs);
-                a.variant_runs = a.variant_runs.max(one.variant_runs);
-                a.rows.append(&mut one.rows);
-            }
-        }
-    }
-    all.unwrap_or_else(|| compare::compare(&[], &[]))
 }
 
 pub fn diff(
     control: &[PathBuf],
     variant: &[PathBuf],
     json: bool,
+    rule: IdentityRule,
 ) -> Result<ExitCode, Box<dyn Error>> {
-    let (control, variant) = match (control, variant) {
-        ([c, v], []) => (vec![c.clone()], vec![v.clone()]),
-        (c, v) if !c.is_empty() && !v.is_empty() => (c.to_vec(), v.to_vec()),
-        _ => {
-            return Err(
-                "give two recordings (CONTROL VARIANT), or control runs, --, variant runs \
-                        (a1 a2 a3 -- b1 b2 b3)"
-                    .into(),
-            );
-        }
-    };
-    let read = |paths: &[PathBuf]| -> Result<Vec<(PathBuf, Run)>, String> {
-        let mut all = Vec::new();
-        for p in paths {
-            all.extend(read_runs(p)?.into_iter().map(|r| (p.clone(), r)));
-        }
-        Ok(all)
-    };
-    let (c, v) = (read(&control)?, read(&variant)?);
-    let cmp = compare_runs(&c, &v);
+    let (control, variant) = sides(control, variant)?;
+    let mut exp = Experiment::new(rule);
+    for p in &control {
+        read_run(&mut exp, Side::Control, p)?;
+    }
+    for p in &variant {
+        read_run(&mut exp, Side::Variant, p)?;
+    }
+    let cmp = exp.compare();
     let mut out = io::stdout().lock();
     if json {
         writeln!(out, "{}", print::json(&cmp)?)?;
     } else {
-        describe(&mut out, "control", &c)?;
-        describe(&mut out, "variant", &v)?;
+        for (side, files) in [("control", &control), ("variant", &variant)] {
+            let list: Vec<String> = files
+                .iter()
+                .map(|p| print::safe(&p.to_string_lossy()).into_owned())
+                .collect();
+            writeln!(out, "{side}: {}", list.join(" "))?;
+        }
         table(&mut out, &cmp)?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn describe(out: &mut impl Write, side: &str, runs: &[(PathBuf, Run)]) -> io::Result<()> {
-    for (p, r) in runs {
-        let secs: f64 = r.intervals.iter().map(|i| i.duration_ns as f64 / 1e9).sum();
-        writeln!(
-            out,
-            "{side}: {} (process {} \"{}\", {} intervals, {secs:.0} s)",
-            print::safe(&p.display().to_string()),
-            r.header.target.pid,
-            print::safe(&r.header.target.name),
-            r.intervals.len()
-        )?;
-    }
-    Ok(())
-}
-
-/// A value in the unit a person reads: MiB, µs, %.
+/// A value in the unit a person reads: MiB, µs, %. Never `inf` or `NaN`.
 fn human(v: f64, unit: &str) -> String {
+    if !v.is_finite() {
+        return "-".to_string();
+    }
+    // No "-0.0" for a value that rounds to nothing.
+    let v = if v.abs() < 1e-9 { 0.0 } else { v };
     match unit {
         "bytes" => format!("{:.1} MiB", v / (1u64 << 20) as f64),
         "ns" => format!("{:.1} µs", v / 1e3),
+        "µs" => format!("{v:.1} µs"),
+        "s" => format!("{v:.2} s"),
         "%" => format!("{v:.2}%"),
         "ratio" => format!("{v:.3}"),
+        "count" => format!("{v:.1}"),
         _ => format!("{v:.1}"),
+    }
+}
+
+fn signed(v: f64, unit: &str) -> String {
+    let h = human(v, unit);
+    if v >= 0.0 && v.is_finite() {
+        format!("+{h}")
+    } else {
+        h
     }
 }
 
 fn side(s: Option<Spread>, unit: &str) -> String {
     match s {
         None => "-".to_string(),
+        Some(s) if s.low == s.high => human(s.mean, unit),
         Some(s) => format!(
             "{} [{}…{}]",
             human(s.mean, unit),
@@ -491,49 +773,194 @@ fn side(s: Option<Spread>, unit: &str) -> String {
     }
 }
 
-fn table(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
+fn verdict(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Changed => "CHANGED",
+        Verdict::WithinNoise => "within noise",
+        Verdict::NotEnoughData => "not enough data",
+        Verdict::OnlyInControl => "control only",
+        Verdict::OnlyInVariant => "variant only",
+        _ => "",
+    }
+}
+
+/// The names people read for the totals.
+fn total_name(metric: &str) -> &str {
+    match metric {
+        "cpu_percent" => "CPU",
+        "cpu_seconds" => "CPU time",
+        "cpu_us_per_request" => "CPU per request",
+        "rss_bytes" => "memory (RSS)",
+        "switches_per_sec" => "context switches/s",
+        "wakes_per_sec" => "wakes/s (eBPF)",
+        "requests_per_sec" => "requests/s",
+        "latency_p50_ns" => "latency p50",
+        "latency_p95_ns" => "latency p95",
+        "latency_p99_ns" => "latency p99",
+        m => m,
+    }
+}
+
+fn change(r: &DiffRow) -> String {
+    let Some(d) = r.delta else {
+        return "-".to_string();
+    };
+    let mut s = signed(d, &r.unit);
+    if let Some(x) = r.relative.filter(|x| x.is_finite()) {
+        s.push_str(&format!(" ({:+.1}%)", x * 100.0));
+    }
+    if let Some((lo, hi)) = r.delta_interval {
+        s.push_str(&format!(
+            " [{}…{}]",
+            signed(lo, &r.unit),
+            signed(hi, &r.unit)
+        ));
+    }
+    s
+}
+
+/// Prints a comparison: how it was tested, the totals, then the rows.
+pub fn table(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
+    let sides = |s: &wakemeter::compare::SideInfo| {
+        format!(
+            "{} run{}, {} process section{}, {} intervals{}",
+            s.runs,
+            if s.runs == 1 { "" } else { "s" },
+            s.processes,
+            if s.processes == 1 { "" } else { "s" },
+            s.intervals,
+            if s.partial_runs > 0 {
+                format!(", {} partial", s.partial_runs)
+            } else {
+                String::new()
+            }
+        )
+    };
     writeln!(
         out,
-        "\nspread in [ ]: {}\n",
-        if c.control_runs > 1 || c.variant_runs > 1 {
-            "lowest…highest run (one run: its intervals' 5th…95th percentile)"
+        "control: {}; variant: {}",
+        sides(&c.control),
+        sides(&c.variant)
+    )?;
+    writeln!(
+        out,
+        "processes matched by {}; values are means, [ ] their 95% interval",
+        if c.identity == "name" {
+            "name"
         } else {
-            "the intervals' 5th…95th percentile"
+            "name and role (command line; the parent's first when it has the same name)"
         }
     )?;
-    writeln!(
-        out,
-        "{:<26} {:<27} {:>30} {:>30} {:>12} {:>8}  verdict",
-        "subject", "metric", "control", "variant", "delta", "rel"
-    )?;
-    for r in &c.rows {
-        let delta = r.delta.map_or_else(
-            || "-".to_string(),
-            |d| {
-                let h = human(d, &r.unit);
-                if d >= 0.0 { format!("+{h}") } else { h }
-            },
-        );
-        let rel = r
-            .relative
-            .map_or_else(|| "-".to_string(), |x| format!("{:+.1}%", x * 100.0));
-        let verdict = match r.verdict {
-            Verdict::Changed => "CHANGED",
-            Verdict::WithinNoise => "within noise",
-            Verdict::OnlyInControl => "control only",
-            Verdict::OnlyInVariant => "variant only",
-            _ => "",
-        };
+    writeln!(out, "test (over {}): {}", c.tested_over, c.test)?;
+    let left_out = c.control.values_left_out + c.variant.values_left_out;
+    if left_out > 0 {
         writeln!(
             out,
-            "{:<26} {:<27} {:>30} {:>30} {:>12} {:>8}  {verdict}",
+            "note: more than {} series in a run: {left_out} values of thread groups, loops and \
+             sleep sites past that were left out (totals and process rows are complete)",
+            wakemeter::compare::MAX_SERIES_PER_RUN
+        )?;
+    }
+    if c.tested_over == "intervals" {
+        writeln!(
+            out,
+            "note: one run on a side: a verdict weighs the noise inside each recording, not the \
+             drift between recordings (a busy machine); give several runs per side (or `ab --runs`) \
+             to test over runs"
+        )?;
+    }
+    writeln!(
+        out,
+        "\ntotals (every recorded process; load as the load tool printed it)"
+    )?;
+    writeln!(
+        out,
+        "  {:<22} {:>30} {:>30}  {:<40} verdict",
+        "", "control", "variant", "change"
+    )?;
+    for r in &c.totals {
+        writeln!(
+            out,
+            "  {:<22} {:>30} {:>30}  {:<40} {}",
+            total_name(&r.metric),
+            side(r.control, &r.unit),
+            side(r.variant, &r.unit),
+            change(r),
+            verdict(r.verdict)
+        )?;
+    }
+    writeln!(out, "\nper process (largest CPU change first)")?;
+    let mut current: Option<&str> = None;
+    for r in &c.rows {
+        let p = r.process.as_deref().unwrap_or("");
+        if current != Some(p) {
+            writeln!(out, "{}", print::safe(p))?;
+            current = Some(p);
+        }
+        writeln!(
+            out,
+            "  {:<24} {:<27} {:>30} {:>30}  {:<40} {}",
             print::safe(&r.subject),
             r.metric,
             side(r.control, &r.unit),
             side(r.variant, &r.unit),
-            delta,
-            rel
+            change(r),
+            verdict(r.verdict)
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("wakemeter-output-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_symlink_planted_at_the_temporary_name_is_refused_not_followed() {
+        let d = scratch("planted");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let out = d.join("rec.ndjson");
+        let tmp = beside(&out, &format!(".partial-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        let e = Output::open(&out).err().unwrap();
+        assert!(e.contains("cannot create"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!out.exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_regular_file_is_replaced_whole_at_the_end_only() {
+        let d = scratch("regular");
+        let out = d.join("rec.ndjson");
+        std::fs::write(&out, "old").unwrap();
+        let mut o = Output::open(&out).unwrap();
+        o.line("{\"a\":1}").unwrap();
+        // Until the end, the old file is what the name holds.
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "old");
+        o.finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "{\"a\":1}\n");
+        let left: Vec<_> = std::fs::read_dir(&d).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn values_are_never_printed_as_inf_or_nan() {
+        for v in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+            for unit in ["%", "bytes", "ns", "µs", "s", "1/s"] {
+                assert_eq!(human(v, unit), "-");
+            }
+        }
+        assert_eq!(human(-0.0, "bytes"), "0.0 MiB");
+    }
 }

@@ -29,8 +29,8 @@ pub struct Options {
     pub every: u64,
     /// Threads each report lists one by one (`--report-threads`).
     pub report_threads: u32,
-    /// Stop after this many seconds.
-    pub seconds: Option<u64>,
+    /// Stop after this long (at most [`crate::duration::MAX`]).
+    pub seconds: Option<Duration>,
     /// One JSON line per report instead of tables.
     pub json: bool,
     /// Which kernel view to try to attach.
@@ -47,8 +47,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if !(1..=3600).contains(&o.every) {
         return Err("--every must be between 1 and 3600 seconds".into());
     }
-    if o.seconds == Some(0) {
-        return Err("--seconds must be at least 1".into());
+    if o.seconds.is_some_and(|s| s.is_zero()) {
+        return Err("--seconds must be more than 0".into());
     }
     let target = session::resolve(o.pid)?;
     let pid = target.pid;
@@ -85,14 +85,18 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     // watcher never reports between two samples (a report a sample late,
     // or one with nothing new).
     let per_report = session::samples_in(Duration::from_secs(o.every));
-    let last_seq = o
-        .seconds
-        .map(|s| session::samples_in(Duration::from_secs(s)));
+    let last_seq = o.seconds.map(session::samples_in);
     // If sampling stalls (a sample failed, a stopped machine), the
     // deadline still holds, a little late.
-    let deadline = o
-        .seconds
-        .map(|s| Instant::now() + Duration::from_secs(s) + 2 * SAMPLE_EVERY);
+    let deadline = match o.seconds {
+        Some(s) => Some(
+            Instant::now()
+                .checked_add(s)
+                .and_then(|d| d.checked_add(2 * SAMPLE_EVERY))
+                .ok_or("--seconds is too large")?,
+        ),
+        None => None,
+    };
     let mut measured = false;
     let mut reported_error: Option<String> = None;
     let mut last = None;

@@ -57,16 +57,24 @@ fn an_address_not_on_this_host_is_one_clear_error() {
     );
 }
 
-#[test]
-fn watch_serves_the_target_on_loopback() {
-    let target = Sleeper::new("30");
+/// `watch --listen 127.0.0.1:0 --seconds SECONDS` of `pid` (without
+/// eBPF), the address it announced, and its stderr (kept open, so that
+/// what it says later never meets a closed pipe).
+fn listening(
+    pid: u32,
+    seconds: &str,
+) -> (
+    std::process::Child,
+    String,
+    BufReader<std::process::ChildStderr>,
+) {
     let mut child = watch(
-        target.pid(),
+        pid,
         &[
             "--every",
             "1",
             "--seconds",
-            "20",
+            seconds,
             "--no-ebpf",
             "--listen",
             "127.0.0.1:0",
@@ -91,6 +99,13 @@ fn watch_serves_the_target_on_loopback() {
             break rest.trim_end_matches("/metrics").to_string();
         }
     };
+    (child, addr, err)
+}
+
+#[test]
+fn watch_serves_the_target_on_loopback() {
+    let target = Sleeper::new("30");
+    let (mut child, addr, _err) = listening(target.pid(), "20");
     let start = Instant::now();
     let body = loop {
         let mut c = TcpStream::connect(&addr).unwrap();
@@ -116,4 +131,50 @@ fn watch_serves_the_target_on_loopback() {
     );
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn watch_ends_on_time_while_slow_clients_hold_the_endpoint() {
+    let target = Sleeper::new("60");
+    let (mut child, addr, _err) = listening(target.pid(), "2");
+    // Clients that send a byte of a request every 200 ms for as long as
+    // the test lasts (reconnecting when cut off), and one that never sends.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _idle = TcpStream::connect(&addr).unwrap();
+    let tricklers: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, addr) = (stop.clone(), addr.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut c) = TcpStream::connect(&addr) else {
+                        return;
+                    };
+                    for b in b"GET /metrics HTTP/1.1\r\nX-Slow: ".iter().cycle() {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed)
+                            || c.write_all(&[*b]).is_err()
+                        {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+            })
+        })
+        .collect();
+    // `watch` ends at its --seconds while they are all still connected
+    // (it used to wait for a slow client to leave).
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("watch --seconds 2 still running after {LIMIT:?} with slow clients connected");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    tricklers.into_iter().for_each(|t| t.join().unwrap());
 }

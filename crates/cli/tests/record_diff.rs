@@ -67,17 +67,22 @@ fn record_then_diff_runs_and_repeated_runs() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines[0]["record"], "header");
-    assert_eq!(lines[0]["schema_version"], 1);
+    assert_eq!(lines[0]["schema_version"], 2);
     assert_eq!(lines[0]["target"]["pid"], a.pid());
     assert_eq!(lines[0]["target"]["name"], "sleep");
-    assert!(lines.len() >= 2, "{text}");
+    assert_eq!(lines[0]["role"], "sleep 30");
+    assert!(lines.len() >= 3, "{text}");
+    let (last, middle) = lines[1..].split_last().unwrap();
     assert!(
-        lines[1..]
-            .iter()
-            .all(|l| l["record"] == "interval" && l["groups"][0]["name"] == "sleep"),
+        middle.iter().all(|l| l["record"] == "interval"
+            && l["pid"] == a.pid()
+            && l["groups"][0]["name"] == "sleep"),
         "{text}"
     );
-    assert!(!d.join("run0.ndjson.partial").exists());
+    assert_eq!(last["record"], "end", "{text}");
+    assert_eq!(last["reason"], "deadline", "{text}");
+    assert_eq!(last["intervals"], middle.len(), "{text}");
+    assert_no_partials(&d);
 
     let r = diff(&[&files[0], &files[2]], false);
     assert_eq!(r.code, Some(0), "{}", r.said());
@@ -85,7 +90,11 @@ fn record_then_diff_runs_and_repeated_runs() {
     for want in [
         "control: ",
         "variant: ",
-        "cpu_percent_p95",
+        "test (over intervals): ",
+        "totals (every recorded process",
+        "  CPU  ",
+        "memory (RSS)",
+        "sleep [sleep 30]",
         "rss_bytes",
         "switches_per_sec",
         "thread sleep",
@@ -99,16 +108,27 @@ fn record_then_diff_runs_and_repeated_runs() {
     assert_eq!(r.code, Some(0), "{}", r.said());
     let v: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
     assert_eq!(
-        (v["control_runs"].as_u64(), v["variant_runs"].as_u64()),
+        (v["control"]["runs"].as_u64(), v["variant"]["runs"].as_u64()),
         (Some(2), Some(2))
     );
+    assert_eq!(v["tested_over"], "runs");
+    let total = v["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metric"] == "cpu_percent")
+        .unwrap();
+    assert_eq!(total["control"]["runs"], 2, "{total}");
     let cpu = v["rows"]
         .as_array()
         .unwrap()
         .iter()
         .find(|r| r["subject"] == "process" && r["metric"] == "cpu_percent")
         .unwrap();
+    // Two different `sleep 30` processes have one identity: matched.
+    assert_eq!(cpu["process"], "sleep [sleep 30]", "{cpu}");
     assert_eq!(cpu["control"]["runs"], 2, "{cpu}");
+    assert_eq!(cpu["variant"]["runs"], 2, "{cpu}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -139,6 +159,7 @@ fn bad_recordings_and_targets_are_clear_errors_and_write_nothing() {
         let r = diff(&[&good, &p], false);
         assert_eq!(r.code, Some(2), "{}", r.said());
         assert!(r.stderr().contains(says), "{name}: {}", r.said());
+        assert_eq!(r.stderr().lines().count(), 1, "one line: {}", r.said());
         assert!(r.stdout.is_empty(), "{}", r.said());
     };
     let header = text.lines().next().unwrap();
@@ -154,25 +175,90 @@ fn bad_recordings_and_targets_are_clear_errors_and_write_nothing() {
     );
     case(
         "future.ndjson",
-        &header.replace("\"schema_version\":1,", "\"schema_version\":99,"),
-        "future.ndjson: recording schema version 99; this wakemeter reads version 1",
+        &header.replace("\"schema_version\":2,", "\"schema_version\":99,"),
+        "future.ndjson:1: recording schema version 99; this wakemeter reads versions 1 to 2",
     );
     case(
         "headeronly.ndjson",
         &format!("{header}\n"),
-        "headeronly.ndjson:1: no intervals recorded for process",
+        "headeronly.ndjson: no intervals recorded",
     );
-    let mut broken: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut broken = lines.clone();
     broken.insert(2, "{\"record\":\"interval\",\"duration_ns\":\"x\"}");
     case(
         "broken.ndjson",
         &broken.join("\n"),
         "broken.ndjson:3: malformed interval",
     );
+    // Numbers JSON cannot hold as finite doubles, and negative rates.
+    let cpu = regex_free_cpu(lines[1]);
+    for (name, bad) in [("inf.ndjson", "1e999"), ("negative.ndjson", "-5.0")] {
+        let mut l = lines.clone();
+        let swapped = lines[1].replace(&cpu, &format!("\"cpu_percent\":{bad}"));
+        l[1] = &swapped;
+        case(name, &l.join("\n"), &format!("{name}:2: "));
+    }
+    let mut after_end = lines.clone();
+    after_end.push(lines[1]);
+    case(
+        "afterend.ndjson",
+        &after_end.join("\n"),
+        &format!(
+            "afterend.ndjson:{}: a line after the end record",
+            lines.len() + 1
+        ),
+    );
+
+    // Cut short: no end record, then a last line cut mid-way. Compared,
+    // with a warning each.
+    let n = lines.len();
+    let partial = d.join("partial.ndjson");
+    std::fs::write(&partial, format!("{}\n", lines[..n - 1].join("\n"))).unwrap();
+    let r = diff(&[&good, &partial], false);
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    assert!(
+        r.stderr()
+            .contains("partial.ndjson: partial recording (no end record"),
+        "{}",
+        r.said()
+    );
+    let cut = d.join("cut.ndjson");
+    let half = &lines[n - 2][..lines[n - 2].len() / 2];
+    std::fs::write(&cut, format!("{}\n{half}", lines[..n - 2].join("\n"))).unwrap();
+    let r = diff(&[&good, &cut], false);
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    assert!(
+        r.stderr()
+            .contains(&format!("cut.ndjson:{}: the last line is cut off", n - 1)),
+        "{}",
+        r.said()
+    );
+    assert!(!r.stdout().contains("inf") && !r.stdout().contains("NaN"));
     let r = diff(&[&good], false);
     assert_eq!(r.code, Some(2), "{}", r.said());
     assert!(r.stderr().contains("give two recordings"), "{}", r.said());
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The `"cpu_percent":…` of the process in an interval line.
+fn regex_free_cpu(line: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let cpu = &v["process"]["cpu_percent"];
+    let text = format!("\"cpu_percent\":{cpu}");
+    assert!(line.contains(&text), "{text} not in {line}");
+    text
+}
+
+/// No temporary file is left in `d`.
+fn assert_no_partials(d: &Path) {
+    let left: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".partial"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A copy of `sleep` named `name` (in `d`), started for 60 s and past its
@@ -248,37 +334,51 @@ fn several_processes_are_one_file_of_sections_that_diff_pairs_by_name() {
         let mut want = vec![u64::from(p.0.id()), u64::from(a.0.id())];
         want.sort_unstable();
         assert_eq!(pids, want, "one header per process");
-        assert!(!d.join("control.ndjson.partial").exists());
     }
-    // No section files are left beside the recordings.
-    let left: Vec<_> = std::fs::read_dir(&d)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".partial"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_no_partials(&d);
 
     let r = diff(&[&control, &variant], true);
     assert_eq!(r.code, Some(0), "{}", r.said());
     let v: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
     let rows = v["rows"].as_array().unwrap();
     for name in [&proxy, &app] {
+        let identity = format!("{name} [{} 60]", d.join(name).display());
         let row = rows
             .iter()
             .find(|row| {
-                row["subject"] == format!("{name}: process") && row["metric"] == "cpu_percent"
+                row["process"] == identity.as_str()
+                    && row["subject"] == "process"
+                    && row["metric"] == "cpu_percent"
             })
-            .unwrap_or_else(|| panic!("no {name}: process cpu_percent row: {v}"));
+            .unwrap_or_else(|| panic!("no {identity} process cpu_percent row: {v}"));
         // Paired by name across the two pods (their PIDs differ).
         assert!(
             !row["control"].is_null() && !row["variant"].is_null(),
             "{row}"
         );
     }
+    let total = v["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metric"] == "rss_bytes")
+        .unwrap();
+    // The total holds both processes: more than either one.
+    let one = rows
+        .iter()
+        .find(|r| r["subject"] == "process" && r["metric"] == "rss_bytes")
+        .unwrap();
+    assert!(
+        total["control"]["mean"].as_f64().unwrap() > one["control"]["mean"].as_f64().unwrap(),
+        "{total} {one}"
+    );
     let r = diff(&[&control, &variant], false);
     assert_eq!(r.code, Some(0), "{}", r.said());
-    assert_eq!(r.stdout().matches("control: ").count(), 2, "{}", r.said());
+    assert!(
+        r.stdout().contains("control: 1 run, 2 process sections"),
+        "{}",
+        r.said()
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 

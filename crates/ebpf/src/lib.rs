@@ -148,9 +148,11 @@ impl EbpfSourceBuilder {
     /// fails with [`EbpfError::MaxThreadsOutOfRange`]. Each entry takes
     /// about 2.4 KiB of kernel memory, allocated at attach.
     ///
-    /// By default the capacity is twice the target's thread count at attach
-    /// (`Threads:` of `/proc/<pid>/status`), at least
-    /// [`DEFAULT_MAX_THREADS`] and at most [`MAX_THREADS_LIMIT`]. Threads
+    /// A source with an explicit capacity loads a program set of its own
+    /// (see [`EbpfSource::loaded_programs`]). By default a shared set is
+    /// joined, whose map was sized when it was loaded at twice its first
+    /// process's thread count (`Threads:` of `/proc/<pid>/status`), at
+    /// least [`DEFAULT_MAX_THREADS`] and at most [`MAX_THREADS_LIMIT`]. Threads
     /// beyond the capacity are not tracked (absent from the sample), and
     /// every event of theirs counts in
     /// [`KernelSample::total_dropped_events`](wakemeter::KernelSample::total_dropped_events).
@@ -250,7 +252,12 @@ pub struct MapUsage {
     /// Entries of the per-thread map: threads of the target being tracked
     /// (threads that exited are removed at once).
     pub threads: u32,
-    /// Capacity of the per-thread map, in threads, fixed at attach.
+    /// Entries of the per-thread map over every process watched by the
+    /// same program set (see [`EbpfSource::loaded_programs`]), this one
+    /// included.
+    pub set_threads: u32,
+    /// Capacity of the per-thread map, in threads, fixed when its program
+    /// set was loaded (shared by every process the set watches).
     pub max_threads: u32,
     /// Occupied waker slots, summed over the tracked threads (at most
     /// [`WAKER_SLOTS`] per thread; they are part of the thread's entry).
@@ -278,9 +285,11 @@ pub fn enable_run_stats() -> Result<RunStatsGuard, EbpfError> {
     imp::RunStats::enable().map(|inner| RunStatsGuard { _inner: inner })
 }
 
-/// An attached set of kernel programs observing one process. Implements
-/// [`KernelSource`]; dropping it detaches and unloads the programs and frees
-/// their maps.
+/// One process observed by kernel programs. Implements [`KernelSource`].
+/// Sources of one host process with the same options share one attached set
+/// of programs (see [`EbpfSource::loaded_programs`]); dropping a source
+/// takes its process out of the set and frees its entries, and dropping the
+/// last one detaches and unloads the programs and frees their maps.
 #[derive(Debug)]
 pub struct EbpfSource {
     inner: imp::Session,
@@ -306,9 +315,36 @@ impl EbpfSource {
     }
 
     /// Wall time [`EbpfSource::attach`] took: checks, BTF parse (first time
-    /// only), load, verification and attach of every program.
+    /// only), and either the load, verification and attach of every program
+    /// or, when it joined programs already attached for other processes
+    /// (see [`EbpfSource::loaded_programs`]), two map updates.
     pub fn attach_duration(&self) -> Duration {
         self.inner.attach_duration()
+    }
+
+    /// Whether this attach loaded and attached the kernel programs. `false`
+    /// when it joined a set already attached by another `EbpfSource` of
+    /// this process with the same options: one set of programs serves
+    /// every watched process (their ids are kept in a kernel map), so the
+    /// cost to every other process on the machine does not grow with the
+    /// number watched. A source built with
+    /// [`EbpfSourceBuilder::with_max_threads`],
+    /// [`EbpfSourceBuilder::with_calibration_program`] or
+    /// [`EbpfSourceBuilder::with_kernel_btf_path`] always loads its own.
+    pub fn loaded_programs(&self) -> bool {
+        self.inner.loaded_programs()
+    }
+
+    /// What loading and attaching the programs this source uses took (once,
+    /// by whichever source loaded them); `None` once the target has exited.
+    pub fn programs_load_duration(&self) -> Option<Duration> {
+        self.inner.load_duration()
+    }
+
+    /// Processes watched by the program set this source uses (itself
+    /// included); 0 once the target has exited.
+    pub fn watched_processes(&self) -> usize {
+        self.inner.watched_processes()
     }
 
     /// How the programs ended up attached (`tp_btf`, `raw_tp` or a mix).

@@ -28,6 +28,18 @@ impl Session {
         match *self {}
     }
 
+    pub(crate) fn loaded_programs(&self) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn load_duration(&self) -> Option<Duration> {
+        match *self {}
+    }
+
+    pub(crate) fn watched_processes(&self) -> usize {
+        match *self {}
+    }
+
     pub(crate) fn syscall_hook(&self) -> SyscallHook {
         match *self {}
     }

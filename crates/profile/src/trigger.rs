@@ -176,17 +176,7 @@ impl Trigger {
 
 /// The finding kind's name as in JSON (`busy_poller`, `cpu_hog`, ...).
 pub fn finding_kind_name(kind: FindingKind) -> &'static str {
-    match kind {
-        FindingKind::BusyPoller => "busy_poller",
-        FindingKind::SleepOverhead => "sleep_overhead",
-        FindingKind::PeriodicWakeups => "periodic_wakeups",
-        FindingKind::CpuHog => "cpu_hog",
-        FindingKind::RunQueueContention => "run_queue_contention",
-        FindingKind::WakeupsBudget => "wakeups_budget",
-        FindingKind::MemoryGrowth => "memory_growth",
-        FindingKind::SignalWakeups => "signal_wakeups",
-        _ => "finding",
-    }
+    kind.as_str()
 }
 
 /// Who a trigger is about, for the cooldown of repeats and for matching
@@ -1051,15 +1041,7 @@ mod tests {
 
     #[test]
     fn kind_names_are_the_json_names() {
-        for kind in [
-            FindingKind::BusyPoller,
-            FindingKind::SleepOverhead,
-            FindingKind::PeriodicWakeups,
-            FindingKind::CpuHog,
-            FindingKind::RunQueueContention,
-            FindingKind::WakeupsBudget,
-            FindingKind::MemoryGrowth,
-        ] {
+        for kind in FindingKind::ALL {
             let json = serde_json::to_value(kind).expect("json");
             assert_eq!(json.as_str(), Some(finding_kind_name(kind)));
         }

@@ -12,11 +12,14 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
+use wakemeter::{FindingKind, Severity};
 
 use crate::exporter::{ExporterConfig, State};
 use crate::groups::{Groups, Totals};
 use crate::names::OTHER;
-use crate::totals::{LoopTotals, OFF_CPU_CAUSES, SleepTotals, ThreadTotals};
+use crate::names::label_value;
+use crate::server::ServerStats;
+use crate::totals::{KERNEL_COUNTS, LoopTotals, OFF_CPU_CAUSES, SleepTotals, ThreadTotals};
 
 /// Smallest finite histogram bound: `2^10` ns (about 1 µs); faster
 /// observations all fall in this first bucket.
@@ -26,19 +29,6 @@ pub const HISTOGRAM_LOW_POW2: u32 = 10;
 pub const HISTOGRAM_HIGH_POW2: u32 = 33;
 /// Series of one histogram: the finite buckets, `+Inf`, `_sum`, `_count`.
 const HISTOGRAM_SERIES: usize = (HISTOGRAM_HIGH_POW2 - HISTOGRAM_LOW_POW2 + 1) as usize + 3;
-
-/// Finding kinds and severities, each always exposed (0 when absent),
-/// so that an alert can tell "none" from "no data".
-const KINDS: [&str; 7] = [
-    "busy_poller",
-    "sleep_overhead",
-    "periodic_wakeups",
-    "cpu_hog",
-    "run_queue_contention",
-    "wakeups_budget",
-    "memory_growth",
-];
-const SEVERITIES: [&str; 3] = ["info", "warning", "critical"];
 
 /// A log2 histogram (core bucket layout) as Prometheus buckets: the
 /// count of each `(le, count)` bucket alone, as prometheus-client wants.
@@ -96,6 +86,7 @@ pub(crate) struct Exposed {
     parts: Vec<Part>,
     series: usize,
     dropped_total: u64,
+    http: ServerStats,
 }
 
 /// The labelled groups heaviest first, then `other` if it ever counted anything.
@@ -147,9 +138,11 @@ fn fit_in_turns<T>(lists: &mut [Vec<T>], cost: impl Fn(usize) -> usize, left: &m
 /// then any other the core reported.
 fn all_findings(s: &State) -> Vec<((String, String), u64)> {
     let mut findings: Vec<((String, String), u64)> = Vec::new();
-    for k in KINDS {
-        for sev in SEVERITIES {
-            let key = (k.to_string(), sev.to_string());
+    // Every kind and severity of the core, each always exposed (0 when
+    // absent), so that an alert can tell "none" from "no data".
+    for k in FindingKind::ALL {
+        for sev in Severity::ALL {
+            let key = (k.as_str().to_string(), sev.as_str().to_string());
             let n = s
                 .findings
                 .iter()
@@ -173,8 +166,8 @@ impl Exposed {
     /// not fit is left out whole), then thread groups, loops and sleep
     /// sites, each kind in turns over the processes.
     pub(crate) fn plan(states: &[&State], config: &ExporterConfig) -> (Exposed, u64) {
-        // The exporter's own two series.
-        let mut left = config.max_series.saturating_sub(2);
+        // The exporter's own series.
+        let mut left = config.max_series.saturating_sub(EXPORTER_SERIES);
         let mut dropped = 0u64;
         let mut parts = Vec::new();
         let mut thread_lists = Vec::new();
@@ -182,7 +175,7 @@ impl Exposed {
         let mut sleep_lists = Vec::new();
         for s in states {
             let findings = all_findings(s);
-            let thread_cost = 3 + usize::from(s.switches_seen) + if s.kernel_seen { 7 } else { 0 };
+            let thread_cost = thread_series(s.switches_seen, s.kernel_seen);
             let threads = with_other(&s.threads);
             let loops: Vec<(String, LoopTotals)> = with_other(&s.loops)
                 .into_iter()
@@ -206,7 +199,7 @@ impl Exposed {
             let labels = if config.per_process {
                 vec![
                     ("pid", s.target.pid.to_string()),
-                    ("process", s.target.name.clone()),
+                    ("process", label_value(&s.target.name)),
                 ]
             } else {
                 Vec::new()
@@ -214,7 +207,7 @@ impl Exposed {
             parts.push(Part {
                 labels,
                 target_pid: s.target.pid.to_string(),
-                target_name: s.target.name.clone(),
+                target_name: label_value(&s.target.name),
                 process_cpu_ns: s.process_cpu_ns,
                 rss_bytes: s.rss_bytes,
                 peak_rss_bytes: s.peak_rss_bytes,
@@ -235,7 +228,7 @@ impl Exposed {
         }
         let thread_costs: Vec<usize> = parts
             .iter()
-            .map(|p| 3 + usize::from(p.switches) + if p.kernel { 7 } else { 0 })
+            .map(|p| thread_series(p.switches, p.kernel))
             .collect();
         dropped += fit_in_turns(
             &mut thread_lists,
@@ -259,6 +252,7 @@ impl Exposed {
             parts,
             series: config.max_series.saturating_sub(left),
             dropped_total: 0,
+            http: ServerStats::default(),
         };
         (exposed, dropped)
     }
@@ -268,7 +262,25 @@ impl Exposed {
         self.dropped_total = total;
         self
     }
+
+    /// With what the HTTP endpoints did so far.
+    pub(crate) fn with_http(mut self, http: ServerStats) -> Self {
+        self.http = http;
+        self
+    }
 }
+
+/// Series of one thread group: CPU, run-queue wait, members; switches
+/// when counted; with eBPF, wakes, off-CPU time by cause and the
+/// [`KERNEL_COUNTS`].
+fn thread_series(switches: bool, kernel: bool) -> usize {
+    let ebpf = 1 + OFF_CPU_CAUSES.len() + KERNEL_COUNTS.len();
+    3 + usize::from(switches) + if kernel { ebpf } else { 0 }
+}
+
+/// The exporter's own series: its series count, series dropped, and
+/// the four HTTP counters.
+const EXPORTER_SERIES: usize = 2 + 4;
 
 /// Series of one loop group: four counters, two times, a histogram.
 const LOOP_SERIES: usize = 6 + HISTOGRAM_SERIES;
@@ -321,7 +333,7 @@ const BYTES: Option<&Unit> = Some(&Unit::Bytes);
 /// `base` then `extra`: a process's labels, then the family's own.
 fn with(base: &Labels, extra: &[(&'static str, &String)]) -> Labels {
     let mut l = base.clone();
-    l.extend(extra.iter().map(|(k, v)| (*k, (*v).clone())));
+    l.extend(extra.iter().map(|(k, v)| (*k, label_value(v))));
     l
 }
 
@@ -536,6 +548,14 @@ impl Collector for Exposed {
             &off_cpu,
             counter_secs,
         )?;
+        for (i, (name, help, _)) in KERNEL_COUNTS.iter().enumerate() {
+            family(
+                e,
+                (&format!("wakemeter_thread_{name}"), help, None, Counter),
+                &self.by_thread(&|t| t.kernel.get(i).copied().unwrap_or(0), |p| p.kernel),
+                counter_u64,
+            )?;
+        }
 
         for (name, help, f) in [
             (
@@ -743,6 +763,30 @@ impl Collector for Exposed {
             &one(self.dropped_total),
             counter_u64,
         )?;
+        for (name, help, v) in [
+            (
+                "wakemeter_exporter_http_connections",
+                "Connections the metrics endpoint accepted.",
+                self.http.connections,
+            ),
+            (
+                "wakemeter_exporter_http_shed_connections",
+                "Connections closed to keep the endpoint within its cap on open connections (the oldest one still waiting for its request goes first).",
+                self.http.shed,
+            ),
+            (
+                "wakemeter_exporter_http_timeouts",
+                "Connections closed because their request and answer took longer than the endpoint's deadline.",
+                self.http.timeouts,
+            ),
+            (
+                "wakemeter_exporter_http_accept_errors",
+                "Accepts that failed for lack of file descriptors or memory, each followed by a pause of accepting (up to 1 s).",
+                self.http.accept_errors,
+            ),
+        ] {
+            family(e, (name, help, None, Counter), &one(v), counter_u64)?;
+        }
         Ok(())
     }
 }

@@ -14,6 +14,7 @@ use wakemeter::{Interval, SampleWait, Sampler, Snapshot, TargetIdentity};
 use crate::encode::Exposed;
 use crate::groups::Groups;
 use crate::names::collapse;
+use crate::server::HttpCounters;
 use crate::totals::{LoopTotals, SleepTotals, ThreadTotals};
 use crate::{Error, text};
 
@@ -248,6 +249,8 @@ struct Inner {
     /// The OpenMetrics text of the latest update; a scrape clones the
     /// pointer under this lock and nothing else.
     exposition: Mutex<Arc<str>>,
+    /// What the HTTP endpoints serving this exporter did.
+    http: HttpCounters,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -288,6 +291,7 @@ impl Exporter {
                 config,
                 state: Mutex::new(Followed::default()),
                 exposition: Mutex::new(Arc::from("# EOF\n")),
+                http: HttpCounters::default(),
             }),
         })
     }
@@ -409,7 +413,7 @@ impl Exporter {
         }
         let mut findings: Vec<((String, String), u64)> = Vec::new();
         for f in sampler.findings() {
-            let key = (snake(&f.kind), snake(&f.severity));
+            let key = (f.kind.as_str().to_string(), f.severity.as_str().to_string());
             match findings.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, n)) => *n += 1,
                 None => findings.push((key, 1)),
@@ -430,7 +434,11 @@ impl Exporter {
         let total = followed.dropped_series.saturating_add(dropped);
         followed.dropped_series = total;
         let mut registry = Registry::default();
-        registry.register_collector(Box::new(exposed.with_dropped(total)));
+        registry.register_collector(Box::new(
+            exposed
+                .with_dropped(total)
+                .with_http(self.inner.http.stats()),
+        ));
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
             // Writing to a String cannot fail; the encoder fails only on
@@ -442,6 +450,11 @@ impl Exporter {
         *lock(&self.inner.exposition) = Arc::from(out);
         drop(followed);
         true
+    }
+
+    /// The counters of the HTTP endpoints serving this exporter.
+    pub(crate) fn http(&self) -> &HttpCounters {
+        &self.inner.http
     }
 
     /// The OpenMetrics 1.0 text of the latest update (ends in `# EOF`).
@@ -534,7 +547,10 @@ impl Exporter {
 /// How often the updater thread looks at its stop flag while no snapshot comes.
 const STOP_CHECK_EVERY: Duration = Duration::from_millis(200);
 
-/// Keeps an [`Exporter::spawn_updater`] thread running; stops and joins it on drop.
+/// Keeps an [`Exporter::spawn_updater`] or [`Exporter::spawn_set_updater`]
+/// thread running; stops and joins it on drop, which returns within about
+/// 200 ms (the thread's longest wait between looks at its stop flag) plus
+/// the update in progress, if any.
 #[derive(Debug)]
 pub struct Updater {
     stop: Arc<AtomicBool>,
@@ -547,14 +563,5 @@ impl Drop for Updater {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
-    }
-}
-
-/// The JSON name of a unit enum of the core (`busy_poller`, `warning`):
-/// the one name of the glossary.
-fn snake<T: serde::Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => "unknown".to_string(),
     }
 }

@@ -30,6 +30,13 @@
 //! fit and counts it in `wakemeter_exporter_dropped_series_total`. The
 //! metric names are listed in the README ("Prometheus").
 //!
+//! The endpoint ([`MetricsServer`]) serves every client at once on one
+//! thread, with a deadline per request ([`REQUEST_DEADLINE`]), a cap on
+//! open connections ([`MAX_CONNECTIONS`]), gzip when asked, a pause
+//! instead of a spin when out of descriptors, and a drop that returns
+//! within [`STOP_WITHIN`] whatever its clients do ([`ServerOptions`] sets
+//! other limits). Label values never carry a raw control character.
+//!
 //! Several processes (a pod, every process of a name): with
 //! [`ExporterConfig::per_process`], one exporter follows one sampler per
 //! process ([`Exporter::update_set`], [`Exporter::spawn_set_updater`]),
@@ -57,15 +64,18 @@ pub use exporter::{
 };
 pub use groups::EVICT_AFTER_UPDATES;
 pub use names::{OTHER, collapse};
-pub use server::MetricsServer;
+pub use server::{
+    MAX_CONNECTIONS, MAX_MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEADLINE, MetricsServer,
+    REQUEST_DEADLINE, STOP_WITHIN, ServerOptions, ServerStats,
+};
 pub use text::openmetrics_to_prometheus;
 
 /// What can go wrong when exporting.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A configuration field is out of range.
-    #[error("invalid exporter config: {field} {reason}")]
+    /// A configuration field ([`ExporterConfig`], [`ServerOptions`]) is out of range.
+    #[error("invalid exporter or server option: {field} {reason}")]
     InvalidConfig {
         /// The field.
         field: &'static str,
@@ -90,6 +100,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The endpoint's event loop could not be set up (out of descriptors
+    /// or memory).
+    #[error("cannot set up the metrics endpoint's event loop: {0}")]
+    EventLoop(#[source] std::io::Error),
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Spawn(#[source] std::io::Error),

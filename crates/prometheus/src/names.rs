@@ -17,6 +17,27 @@ pub fn collapse(name: &str) -> String {
     out
 }
 
+/// A label value that shows every control character but the newline
+/// as visible text (`\x1b` for ESC): no raw control byte reaches a
+/// scraper, a log or a terminal that prints the label. The encoder then
+/// escapes `\`, `"` and newline as OpenMetrics asks (`\\`, `\"`, `\n`),
+/// so ESC arrives as the four characters `\x1b`.
+pub(crate) fn label_value(v: &str) -> String {
+    if !v.chars().any(|c| c.is_control() && c != '\n') {
+        return v.to_string();
+    }
+    let mut out = String::with_capacity(v.len() + 8);
+    for c in v.chars() {
+        if c.is_control() && c != '\n' {
+            // C0, DEL and C1 controls are all below U+0100.
+            out.push_str(&format!("\\x{:02x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,5 +52,15 @@ mod tests {
         assert_eq!(collapse(""), "{unnamed}");
         assert_eq!(collapse("other"), "other_");
         assert_eq!(collapse("工作-3"), "工作-{n}");
+    }
+
+    #[test]
+    fn control_characters_become_visible_text() {
+        assert_eq!(label_value("plain"), "plain");
+        assert_eq!(label_value("a\x1b[31mred"), "a\\x1b[31mred");
+        assert_eq!(label_value("\t\r\x7f\u{85}"), "\\x09\\x0d\\x7f\\x85");
+        // Left to the encoder, which escapes them as OpenMetrics says.
+        assert_eq!(label_value("a\nb\\c\"d"), "a\nb\\c\"d");
+        assert_eq!(label_value("工作"), "工作");
     }
 }

@@ -3,7 +3,8 @@
 
 use wakemeter::histogram::LOG2_BUCKETS;
 use wakemeter::{
-    Log2Histogram, LoopInterval, LoopStats, SleepInterval, SleepStats, ThreadInterval, ThreadSample,
+    KernelThreadInterval, Log2Histogram, LoopInterval, LoopStats, SleepInterval, SleepStats,
+    ThreadInterval, ThreadSample,
 };
 
 use crate::groups::Totals;
@@ -30,7 +31,51 @@ pub struct ThreadTotals {
     pub wakes: u64,
     /// eBPF off-CPU time by cause ([`OFF_CPU_CAUSES`]).
     pub off_cpu_ns: [u64; 6],
+    /// eBPF syscall and switch counts, in the order of [`KERNEL_COUNTS`].
+    pub kernel: [u64; KERNEL_COUNTS.len()],
 }
+
+/// The counts of the eBPF view, each from its per-second rate in
+/// [`KernelThreadInterval`]: the metric's name (after `wakemeter_thread_`),
+/// its help, and the rate it comes from.
+#[allow(clippy::type_complexity)]
+pub const KERNEL_COUNTS: [(&str, &str, fn(&KernelThreadInterval) -> f64); 7] = [
+    (
+        "voluntary_switches",
+        "Voluntary context switches (the thread blocked) of the threads of this name (eBPF sched_switch).",
+        |k| k.voluntary_switches_per_sec,
+    ),
+    (
+        "involuntary_switches",
+        "Involuntary context switches (preemptions) of the threads of this name (eBPF sched_switch).",
+        |k| k.involuntary_switches_per_sec,
+    ),
+    (
+        "poll_calls",
+        "Poll-family syscalls (poll, ppoll, select, pselect6, epoll_wait, epoll_pwait, epoll_pwait2) of the threads of this name (eBPF).",
+        |k| k.poll_calls_per_sec,
+    ),
+    (
+        "blocking_polls",
+        "Poll-family syscalls that blocked before returning (each return ended a wait) (eBPF).",
+        |k| k.blocking_polls_per_sec,
+    ),
+    (
+        "idle_nonblocking_polls",
+        "Poll-family syscalls that returned nothing without blocking: polls that neither found work nor waited (eBPF).",
+        |k| k.idle_nonblocking_polls_per_sec,
+    ),
+    (
+        "sleep_syscalls",
+        "nanosleep and clock_nanosleep calls of the threads of this name (eBPF).",
+        |k| k.sleeps_per_sec,
+    ),
+    (
+        "interrupted_sleeps",
+        "Sleep syscalls ended early by a signal (EINTR) (eBPF).",
+        |k| k.interrupted_sleeps_per_sec,
+    ),
+];
 
 impl Totals for ThreadTotals {
     fn add(&mut self, o: &Self) {
@@ -39,6 +84,9 @@ impl Totals for ThreadTotals {
         self.run_queue_wait_ns = self.run_queue_wait_ns.saturating_add(o.run_queue_wait_ns);
         self.wakes = self.wakes.saturating_add(o.wakes);
         for (a, b) in self.off_cpu_ns.iter_mut().zip(o.off_cpu_ns) {
+            *a = a.saturating_add(b);
+        }
+        for (a, b) in self.kernel.iter_mut().zip(o.kernel) {
             *a = a.saturating_add(b);
         }
     }
@@ -66,8 +114,12 @@ impl ThreadTotals {
         if let Some(k) = &t.kernel {
             // The interval keeps a rate; the count it came from is exact
             // up to float rounding.
-            out.wakes = (k.wakes_per_sec * duration_ns as f64 / 1e9).round() as u64;
+            let count = |per_sec: f64| (per_sec * duration_ns as f64 / 1e9).round() as u64;
+            out.wakes = count(k.wakes_per_sec);
             out.off_cpu_ns = k.off_cpu.by_cause();
+            for (n, (_, _, rate)) in out.kernel.iter_mut().zip(KERNEL_COUNTS) {
+                *n = count(rate(k));
+            }
         }
         out
     }
@@ -187,5 +239,72 @@ impl SleepTotals {
             oversleep_ns: s.mean_oversleep_ns.saturating_mul(s.calls),
             oversleep_buckets: s.oversleep_histogram.buckets.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread interval of 2 s with the eBPF view, from its JSON form
+    /// (the core's structs are non-exhaustive).
+    fn interval_with_kernel() -> ThreadInterval {
+        serde_json::from_value(serde_json::json!({
+            "tid": 7, "serial": 1, "name": "loop", "started_in_interval": false,
+            "cpu_time_ns": 1_000_000, "cpu_percent": 0.05,
+            "switches": 30, "switches_per_sec": 15.0,
+            "voluntary_switches": null, "voluntary_switches_per_sec": null,
+            "involuntary_switches": null, "involuntary_switches_per_sec": null,
+            "run_queue_wait_ns": 0, "run_queue_wait_percent": 0.0,
+            "kernel": {
+                "on_cpu_percent": 0.05,
+                "voluntary_switches_per_sec": 12.5,
+                "involuntary_switches_per_sec": 2.5,
+                "off_cpu": {"sleep_ns": 1, "lock_ns": 2, "poll_ns": 3, "io_ns": 4,
+                            "preempted_ns": 5, "other_ns": 6},
+                "blocked_percent": 90.0,
+                "wakes_per_sec": 14.0,
+                "interrupt_wakes_per_sec": 0.0,
+                "process_thread_wakes_per_sec": 0.0,
+                "other_process_wakes_per_sec": 0.0,
+                "poll_calls_per_sec": 1000.0,
+                "blocking_polls_per_sec": 10.0,
+                "idle_nonblocking_polls_per_sec": 985.5,
+                "idle_poll_ratio": 0.99,
+                "zero_timeout_poll_ratio": 0.99,
+                "sleeps_per_sec": 3.0,
+                "interrupted_sleeps_per_sec": 0.5,
+                "mean_sleep_requested_ns": 0,
+                "unknown_request_sleeps": 0,
+                "mean_sleep_actual_ns": 0,
+                "calls_by_syscall": [],
+                "top_wakers": []
+            }
+        }))
+        .expect("a thread interval")
+    }
+
+    #[test]
+    fn kernel_rates_become_counts_over_the_interval() {
+        let t = ThreadTotals::from_interval(&interval_with_kernel(), 2_000_000_000);
+        let names: Vec<&str> = KERNEL_COUNTS.iter().map(|(n, _, _)| *n).collect();
+        let counts: Vec<(&str, u64)> = names.into_iter().zip(t.kernel).collect();
+        assert_eq!(
+            counts,
+            [
+                ("voluntary_switches", 25),
+                ("involuntary_switches", 5),
+                ("poll_calls", 2000),
+                ("blocking_polls", 20),
+                ("idle_nonblocking_polls", 1971),
+                ("sleep_syscalls", 6),
+                ("interrupted_sleeps", 1),
+            ]
+        );
+        assert_eq!(t.wakes, 28);
+        assert_eq!(t.off_cpu_ns, [1, 2, 3, 4, 5, 6]);
+        let mut sum = t.clone();
+        sum.add(&t);
+        assert_eq!(sum.kernel[2], 4000);
     }
 }

@@ -242,3 +242,37 @@ fn a_stalled_client_holds_up_neither_sampling_nor_other_state() {
     assert!(om.ends_with("# EOF\n"), "{om}");
     assert!(get(server.local_addr(), "/other", "*/*").starts_with("HTTP/1.1 404"));
 }
+
+#[test]
+fn control_characters_in_names_never_reach_the_scraper_raw() {
+    let _one = one_at_a_time();
+    let names = ["esc\x1b[2Jbell\x07", "q\"b\\s", "nl\nx\tz"];
+    let (gate, hs) = named_threads(names.len(), |i| names[i].to_string());
+    let s = SamplerBuilder::new().build().unwrap();
+    s.sample().unwrap();
+    let exporter = Exporter::new(ExporterConfig::default().with_top_threads(100)).unwrap();
+    assert!(exporter.update(&s));
+    let om = exporter.openmetrics().to_string();
+    for text in [om.clone(), exporter.prometheus_text()] {
+        assert!(
+            !text.bytes().any(|b| b.is_ascii_control() && b != b'\n'),
+            "a raw control byte:\n{text:?}"
+        );
+        // ESC and BEL as visible text (the backslash escaped as
+        // OpenMetrics asks); digits collapsed as for every name.
+        assert!(
+            text.contains(r#"wakemeter_thread_cpu_seconds_total{thread="esc\\x1b[{n}Jbell\\x07"}"#),
+            "{text}"
+        );
+        // `"` escaped as OpenMetrics says, a tab shown. (The core may
+        // already show `\` and newline in its own way: the names of
+        // /proc's `status` escape them.)
+        assert!(
+            text.contains(r#"wakemeter_thread_cpu_seconds_total{thread="q\"b"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"x\\x09z"}"#), "{text}");
+    }
+    gate.wait();
+    hs.into_iter().for_each(|h| h.join().unwrap());
+}

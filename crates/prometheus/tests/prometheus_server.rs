@@ -146,6 +146,19 @@ impl Server {
         v["data"]["result"].as_array().cloned().unwrap_or_default()
     }
 
+    /// The single value of `q` evaluated at `at` (Unix seconds), if one.
+    fn value_at(&self, q: &str, at: f64) -> Option<f64> {
+        let body = http_get(
+            self.addr,
+            &format!("/api/v1/query?query={}&time={at:.3}", encode_query(q)),
+        )?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        match v["data"]["result"].as_array()?.as_slice() {
+            [one] => one["value"][1].as_str()?.parse().ok(),
+            _ => None,
+        }
+    }
+
     /// Waits (bounded) until `q` returns exactly one value, and returns it.
     fn wait_for_one(&self, q: &str) -> f64 {
         let start = Instant::now();
@@ -262,7 +275,8 @@ fn prometheus_scrapes_the_endpoint_and_promql_sees_the_values() {
     prom.wait_for("wakemeter_loop_events_total{loop=\"io-{n}\"}", 7.0);
     prom.wait_for("wakemeter_sleep_calls_total{sleep_site=\"nap\"}", 4.0);
     prom.wait_for("wakemeter_thread_group_threads{thread=\"worker-{n}\"}", 3.0);
-    prom.wait_for("count(wakemeter_findings)", 21.0);
+    let kinds = wakemeter::FindingKind::ALL.len() * wakemeter::Severity::ALL.len();
+    prom.wait_for("count(wakemeter_findings)", kinds as f64);
     prom.wait_for(
         &format!(
             "count(wakemeter_target_info{{pid=\"{}\"}})",
@@ -434,4 +448,153 @@ fn two_processes_are_two_sets_of_series_that_agree_with_proc() {
             .is_empty()
     );
     drop(set);
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Raises this process's soft descriptor limit to `want` (at most the
+/// hard limit): the hostile clients and their server ends take two each.
+fn raise_fd_limit(want: u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own and nothing else.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) }, 0);
+    if r.rlim_cur < want {
+        r.rlim_cur = want.min(r.rlim_max);
+        // SAFETY: setrlimit reads the struct we own.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) }, 0);
+    }
+}
+
+/// `idle` connections that never send a byte and `trickling` ones that
+/// send one byte of a request head a second, held open (each reconnected
+/// when the server closes it) by one thread until dropped.
+struct Hostile {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Hostile {
+    fn start(addr: SocketAddr, idle: usize, trickling: usize) -> Hostile {
+        let connect = move || {
+            let c = TcpStream::connect(addr).unwrap();
+            c.set_nonblocking(true).unwrap();
+            c
+        };
+        let mut idle: Vec<TcpStream> = (0..idle).map(|_| connect()).collect();
+        let mut slow: Vec<(TcpStream, usize)> = (0..trickling).map(|_| (connect(), 0)).collect();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let head = b"GET /metrics HTTP/1.1\r\nX-Slow: ";
+            let mut reconnects = 0u64;
+            let mut last_byte = Instant::now();
+            let mut buf = [0u8; 512];
+            while !flag.load(Ordering::Relaxed) {
+                for c in &mut idle {
+                    // Closed by the server (its deadline): data or EOF.
+                    if !matches!(c.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                    {
+                        *c = connect();
+                        reconnects += 1;
+                    }
+                }
+                if last_byte.elapsed() >= Duration::from_secs(1) {
+                    last_byte = Instant::now();
+                    for (c, i) in &mut slow {
+                        let byte = head.get(*i).copied().unwrap_or(b'a');
+                        let closed = !matches!(c.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+                        if closed || c.write(&[byte]).is_err() {
+                            *c = connect();
+                            *i = 0;
+                            reconnects += 1;
+                        } else {
+                            *i += 1;
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            reconnects
+        });
+        Hostile {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops; returns how many times a connection was re-opened.
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap())
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The acceptance test of the endpoint: 200 idle and 10 trickling
+/// connections held open for the whole window while the real Prometheus
+/// scrapes every second; its own record shows every scrape of the 30 s
+/// succeeded (`up` always 1, one sample a second).
+#[test]
+fn prometheus_misses_no_scrape_while_200_idle_and_10_trickling_clients_hold_on() {
+    ensure_prometheus();
+    raise_fd_limit(4096);
+    let s = SamplerBuilder::new()
+        .with_interval(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let _sampling = s.start().unwrap();
+    let exporter = Exporter::new(ExporterConfig::default()).unwrap();
+    let _updates = exporter.spawn_updater(s.clone()).unwrap();
+    let endpoint = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), exporter.clone()).unwrap();
+    let hostile = Hostile::start(endpoint.local_addr(), 200, 10);
+    let prom = Server::start(endpoint.local_addr());
+    prom.wait_for("up{job=\"wakemeter\"}", 1.0);
+    let from = unix_now();
+    // 30 s of scrapes, and a little more for the last one to be stored.
+    std::thread::sleep(Duration::from_secs(32));
+    let to = from + 31.0;
+    let stats = endpoint.stats();
+    let reconnects = hostile.stop();
+    let at = |q: &str| {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = prom.value_at(q, to) {
+                return v;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "`{q}` gave no value"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    let scrapes = at("count_over_time(up{job=\"wakemeter\"}[30s])");
+    let worst = at("min_over_time(up{job=\"wakemeter\"}[30s])");
+    let slowest = at("max_over_time(scrape_duration_seconds{job=\"wakemeter\"}[30s])");
+    eprintln!(
+        "30 s under 200 idle + 10 trickling clients: {scrapes} scrapes, min up {worst}, \
+         slowest scrape {slowest:.4} s; endpoint {stats:?}; {reconnects} hostile reconnects"
+    );
+    assert_eq!(worst, 1.0, "a scrape failed");
+    assert!(scrapes >= 30.0, "only {scrapes} scrapes in 30 s");
+    // The hostile clients were there all along: the server cut them at
+    // its deadline and they came back.
+    assert!(stats.connections >= 210, "{stats:?}");
+    assert!(stats.timeouts > 0 && reconnects > 0, "{stats:?}");
 }

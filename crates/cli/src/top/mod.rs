@@ -54,7 +54,7 @@ pub struct Options {
     /// Time between refreshes.
     pub interval: Duration,
     /// Stop after this long.
-    pub seconds: Option<u64>,
+    pub seconds: Option<Duration>,
     /// Which kernel view to attach (`--no-ebpf`, `--no-syscall-hook`).
     pub kernel: kernel::Choice,
 }
@@ -117,8 +117,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if !INTERVALS.contains(&o.interval) {
         return Err("--interval must be 1 to 60 seconds".into());
     }
-    if o.seconds == Some(0) {
-        return Err("--seconds must be at least 1".into());
+    if o.seconds.is_some_and(|s| s.is_zero()) {
+        return Err("--seconds must be more than 0".into());
     }
     // Everything that can fail with a message happens before the screen
     // is taken, so a message is never drawn over or lost.
@@ -354,7 +354,8 @@ impl Top<'_> {
     /// Runs until something ends it: draws on `screen`, or prints plain
     /// frames without one.
     fn run(&mut self, rx: &Receiver<Msg>, mut screen: Option<&mut Screen>) -> io::Result<Stop> {
-        let deadline = self.o.seconds.map(|s| self.start + Duration::from_secs(s));
+        // Checked: a deadline past the clock's range is no deadline.
+        let deadline = self.o.seconds.and_then(|s| self.start.checked_add(s));
         let split = u64::from(session::SWITCH_SPLIT_EVERY);
         let mut next_refresh = self.start;
         // The newest snapshot with the switch split.

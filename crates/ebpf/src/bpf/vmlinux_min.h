@@ -37,8 +37,18 @@ struct pid {
 	struct upid numbers[1];
 } __attribute__((preserve_access_index));
 
+/* Threads of a process that have not yet exited: 0 once the last one is
+ * in do_exit (the whole process is dead). */
+typedef struct {
+	int counter;
+} atomic_t;
+struct signal_struct {
+	atomic_t live;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	void *stack; /* base of the task's kernel stack (THREAD_SIZE bytes) */
+	struct signal_struct *signal;
 	int pid;  /* TID, in the initial PID namespace */
 	int tgid; /* process id, in the initial PID namespace */
 	char comm[16];

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 /*
  * Kernel side of wakemeter-ebpf: per-thread scheduling and syscall counters
- * of one process (`target_tgid`).
+ * of the watched processes (the `watched` set). One loaded set of programs
+ * serves every watched process: adding or removing one is a map update, not
+ * a new attach, so the cost to the machine does not grow with their number.
  *
  * Every handler exists twice, as `tp_btf/...` (BTF-typed arguments, direct
  * field loads) and as `raw_tp/...` (untyped arguments, reads through
@@ -9,7 +11,8 @@
  * constant `btf` flag, so the compiler keeps only one kind of read in each.
  * The loader attaches the tp_btf flavour and falls back to raw_tp.
  *
- * Every handler tests the process id first and returns at once for other
+ * Every handler tests the process id against the watched set first (one
+ * bit in an array the verifier inlines) and returns at once for other
  * processes: that path is what the whole machine pays.
  */
 #include "vmlinux_min.h"
@@ -22,9 +25,6 @@
  * (bpf_probe_read_kernel/user); the source itself is MIT OR Apache-2.0. */
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-/* Process id to observe (in the initial PID namespace), set by the loader
- * before load. */
-const volatile __u32 target_tgid = 0;
 /* The nsfs inode of the PID namespace the observer names threads in, 0 for
  * the initial one (set by the loader). When set, each entry and waker slot
  * also keeps the thread's id there (see pid_ns.h); when 0, the verifier
@@ -34,34 +34,35 @@ const volatile __u64 pidns_ino = 0;
  * does a switch-out note the poll or sleep call it blocks in. */
 const volatile __u32 syscalls_on = 1;
 
-/* One entry per live thread of the target; deleted when the thread exits
- * (or moved, when a thread other than the leader calls execve and takes
- * over the leader's id). Its wakers live inside the entry. max_entries is
- * overridden by the loader (sized from the target's thread count). */
+/* The watched processes (initial-namespace ids), as bits: see WM_TGID_WORDS.
+ * Written by the loader only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WM_TGID_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} watched SEC(".maps");
+
+/* Per watched process (by tgid): exits, drops and death. The loader creates
+ * the entry before it sets the process's bit and deletes it after clearing
+ * the bit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, struct wm_target);
+} targets SEC(".maps");
+
+/* One entry per live thread of a watched process; deleted when the thread
+ * exits (or moved, when a thread other than the leader calls execve and
+ * takes over the leader's id). Its wakers live inside the entry.
+ * max_entries is overridden by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, __u32);
 	__type(value, struct wm_thread);
 } threads SEC(".maps");
-
-/* Events lost, per CPU: events of threads the full threads map could not
- * take, and wakeups whose waker lost its slot (see note_waker). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} dropped SEC(".maps");
-
-/* Threads of the target that exited, per CPU: every one, also those that
- * started and ended between two reads (sampling /proc sees neither). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} exits SEC(".maps");
 
 /* All-zero template for new thread entries (too big for the 512-byte stack). */
 struct {
@@ -98,12 +99,20 @@ struct {
 #define NSEC_PER_MSEC 1000000ULL
 
 
-static __always_inline void count_drops(__u64 events)
+/* Whether process `tgid` is watched. */
+static __always_inline bool is_watched(__u32 tgid)
 {
-	__u32 zero = 0;
-	__u64 *n = bpf_map_lookup_elem(&dropped, &zero);
-	if (n)
-		*n += events;
+	__u32 word = tgid >> 6;
+	__u64 *bits = bpf_map_lookup_elem(&watched, &word);
+	return bits && ((*bits >> (tgid & 63)) & 1);
+}
+
+/* Events of process `tgid` lost because the threads map was full. */
+static __always_inline void count_drops(__u32 tgid, __u64 events)
+{
+	struct wm_target *t = bpf_map_lookup_elem(&targets, &tgid);
+	if (t)
+		__sync_fetch_and_add(&t->dropped, events);
 }
 
 /* Keeps the compiler from reordering the stores around it. */
@@ -131,25 +140,32 @@ static __always_inline void hist_add(__u64 *hist, __u64 value)
 		hist[i] += 1;
 }
 
-/* The entry of `tid`, created (zeroed, with the task's comm, or current's
- * when `task` is NULL) if missing. NULL when the map is full (counted as a
- * dropped event). */
-static __always_inline struct wm_thread *thread_entry(__u32 tid, struct task_struct *task)
+/* The entry of `tid` of watched process `tgid`, created (zeroed, with the
+ * task's comm, or current's when `task` is NULL) if missing. NULL when the
+ * map is full (counted as a dropped event), and when the process is not
+ * (or no longer) a live member of the set: an id reused by a new process
+ * before the loader took the dead one out gets no entry. */
+static __always_inline struct wm_thread *thread_entry(__u32 tid, __u32 tgid,
+						      struct task_struct *task)
 {
 	struct wm_thread *st = bpf_map_lookup_elem(&threads, &tid);
 	if (st)
 		return st;
+	struct wm_target *target = bpf_map_lookup_elem(&targets, &tgid);
+	if (!target || target->dead)
+		return NULL;
 	__u32 zero = 0;
 	struct wm_thread *init = bpf_map_lookup_elem(&zero_thread, &zero);
 	if (!init)
 		return NULL;
 	long err = bpf_map_update_elem(&threads, &tid, init, BPF_NOEXIST);
 	if (err && err != -WM_EEXIST) {
-		count_drops(1);
+		count_drops(tgid, 1);
 		return NULL;
 	}
 	st = bpf_map_lookup_elem(&threads, &tid);
 	if (st && !err) {
+		st->tgid = tgid;
 		if (task)
 			bpf_probe_read_kernel(&st->comm, sizeof(st->comm), &task->comm);
 		else
@@ -276,17 +292,18 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 {
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
-	__u32 target = target_tgid;
 	__u64 cur = bpf_get_current_pid_tgid(); /* current == prev */
 	__u32 prev_tgid = (__u32)(cur >> 32);
 	int next_tgid_raw = 0;
 	WM_READ(btf, next_tgid_raw, next->tgid);
 	__u32 next_tgid = (__u32)next_tgid_raw;
-	if (prev_tgid != target && next_tgid != target)
+	bool prev_watched = is_watched(prev_tgid);
+	bool next_watched = is_watched(next_tgid);
+	if (!prev_watched && !next_watched)
 		return 0;
 
 	__u64 now = bpf_ktime_get_ns();
-	if (prev_tgid == target) {
+	if (prev_watched) {
 		__u32 tid = (__u32)cur;
 		bool preempt = (bool)ctx[0];
 		__u32 prev_state = (__u32)ctx[3];
@@ -294,7 +311,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 			/* Final switch of an exiting thread: never recreate it. */
 			bpf_map_delete_elem(&threads, &tid);
 		} else {
-			struct wm_thread *st = thread_entry(tid, prev);
+			struct wm_thread *st = thread_entry(tid, prev_tgid, prev);
 			if (st) {
 				if (st->on_since_ns && now > st->on_since_ns)
 					st->on_cpu_ns += now - st->on_since_ns;
@@ -326,11 +343,11 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 			}
 		}
 	}
-	if (next_tgid == target) {
+	if (next_watched) {
 		int next_pid = 0;
 		WM_READ(btf, next_pid, next->pid);
 		__u32 tid = (__u32)next_pid;
-		struct wm_thread *st = thread_entry(tid, next);
+		struct wm_thread *st = thread_entry(tid, next_tgid, next);
 		if (st) {
 			if (st->off_since_ns && now > st->off_since_ns) {
 				__u64 d = now - st->off_since_ns;
@@ -434,20 +451,20 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	struct task_struct *p = (struct task_struct *)ctx[0];
 	int tgid = 0;
 	WM_READ(btf, tgid, p->tgid);
-	if ((__u32)tgid != target_tgid)
+	if (!is_watched((__u32)tgid))
 		return 0;
 
 	int pid = 0;
 	WM_READ(btf, pid, p->pid);
 	__u32 tid = (__u32)pid;
-	struct wm_thread *st = thread_entry(tid, p);
+	struct wm_thread *st = thread_entry(tid, (__u32)tgid, p);
 	if (!st)
 		return 0;
 	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
 	bool irq = in_interrupt(ctx, btf);
-	bool of_target = !irq && (__u32)(bpf_get_current_pid_tgid() >> 32) == target_tgid;
+	bool of_target = !irq && (__u32)(bpf_get_current_pid_tgid() >> 32) == (__u32)tgid;
 	__u32 source = irq ? WM_WAKE_INTERRUPT : of_target ? WM_WAKE_TARGET : WM_WAKE_OTHER;
 	if (source < WM_WAKE_SOURCES) /* always true; bounds the index for the verifier */
 		__sync_fetch_and_add(&st->wakes_by[source], 1);
@@ -461,27 +478,37 @@ int tpbtf_sched_waking(__u64 *ctx) { return on_waking(ctx, true); }
 SEC("raw_tp/sched_waking")
 int rawtp_sched_waking(__u64 *ctx) { return on_waking(ctx, false); }
 
-/* --- sched_process_exit(task *p, ...): runs in the exiting thread --- */
+/* --- sched_process_exit(task *p, ...): runs in the exiting thread, after
+ * do_exit has counted it out of its process's live threads --- */
 
-static __always_inline int on_exit(void)
+static __always_inline int on_exit(__u64 *ctx, const bool btf)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
+	__u32 tgid = (__u32)(id >> 32);
+	if (!is_watched(tgid))
 		return 0;
 	__u32 tid = (__u32)id;
 	bpf_map_delete_elem(&threads, &tid);
-	__u32 zero = 0;
-	__u64 *n = bpf_map_lookup_elem(&exits, &zero);
-	if (n)
-		*n += 1;
+	struct wm_target *t = bpf_map_lookup_elem(&targets, &tgid);
+	if (!t)
+		return 0;
+	__sync_fetch_and_add(&t->exits, 1);
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	struct signal_struct *signal = NULL;
+	WM_READ(btf, signal, p->signal);
+	int live = 1;
+	if (signal)
+		WM_READ(btf, live, signal->live.counter);
+	if (live == 0)
+		t->dead = 1;
 	return 0;
 }
 
 SEC("tp_btf/sched_process_exit")
-int tpbtf_sched_process_exit(__u64 *ctx) { return on_exit(); }
+int tpbtf_sched_process_exit(__u64 *ctx) { return on_exit(ctx, true); }
 
 SEC("raw_tp/sched_process_exit")
-int rawtp_sched_process_exit(__u64 *ctx) { return on_exit(); }
+int rawtp_sched_process_exit(__u64 *ctx) { return on_exit(ctx, false); }
 
 /* --- sched_process_exec(task *p, pid_t old_pid, linux_binprm *bprm) ---
  *
@@ -516,7 +543,8 @@ static __always_inline void add_counters(struct wm_thread *dst, struct wm_thread
 static __always_inline int on_exec(__u64 *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
+	__u32 tgid = (__u32)(id >> 32);
+	if (!is_watched(tgid))
 		return 0;
 	__u32 tid = (__u32)id;
 	__u32 old_tid = (__u32)ctx[1];
@@ -531,7 +559,7 @@ static __always_inline int on_exec(__u64 *ctx)
 		long err = bpf_map_update_elem(&threads, &tid, old, BPF_NOEXIST);
 		moved = !err;
 		if (err && err != -WM_EEXIST)
-			count_drops(1); /* the map is full: the counters are lost */
+			count_drops(tgid, 1); /* the map is full: the counters are lost */
 		now = bpf_map_lookup_elem(&threads, &tid);
 	}
 	if (now) {
@@ -606,7 +634,7 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 		return 0;
 
 	__u32 tid = (__u32)id;
-	struct wm_thread *st = thread_entry(tid, NULL);
+	struct wm_thread *st = thread_entry(tid, (__u32)(id >> 32), NULL);
 	if (!st)
 		return 0;
 	if (cls == WM_SC_RENAME) {
@@ -672,7 +700,7 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 static __always_inline int on_sys_exit(__u64 *ctx, const bool btf)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
+	if (!is_watched((__u32)(id >> 32)))
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)ctx[0];
 	WM_SYSCALL_NR_T raw_nr = 0;
@@ -703,7 +731,7 @@ SEC("tracepoint/syscalls/sys_exit")
 int tp_sys_exits(struct wm_sys_exit_record *rec)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
+	if (!is_watched((__u32)(id >> 32)))
 		return 0;
 	struct pt_regs *regs = bpf_task_pt_regs(bpf_get_current_task_btf());
 	return syscall_returned(id, (long)rec->nr, (long)rec->ret, regs, true);
@@ -719,7 +747,8 @@ int tpbtf_calibrate(__u64 *ctx) { return 0; }
 SEC("raw_tp/sched_switch")
 int rawtp_calibrate(__u64 *ctx) { return 0; }
 
-_Static_assert(sizeof(struct wm_thread) == 2440, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_thread) == 2448, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_target) == 24, "wm_target layout changed: update abi.rs");
 /* The same offsets are asserted in abi.rs. */
 _Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) == 24, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, wakeups) == 32, "abi.rs");
@@ -737,6 +766,7 @@ _Static_assert(__builtin_offsetof(struct wm_thread, waker_of_target) == 2104, "a
 _Static_assert(__builtin_offsetof(struct wm_thread, waker_comm) == 2112, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, waker_ns_tid) == 2368, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, ns_tid) == 2432, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, tgid) == 2440, "abi.rs");
 /* on_exec's word ranges: counters, state, counters, then comm. */
 _Static_assert(__builtin_offsetof(struct wm_thread, sc_arg_ns) / 8 + 1 == WM_W_SYSCALL, "on_exec");
 _Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) / 8 + 1 == WM_W_SCHED, "on_exec");

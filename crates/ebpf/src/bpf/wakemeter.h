@@ -125,6 +125,28 @@ struct wm_thread {
 	 * and waker_tid stay initial-namespace ids, which the programs compare. */
 	__u32 waker_ns_tid[WM_WAKER_SLOTS];
 	__u64 ns_tid;
+	/* The process the thread belongs to (initial-namespace id): one map
+	 * serves every watched process, and its reader splits it by this. */
+	__u64 tgid;
+};
+
+/* The watched set: bit (tgid % 64) of word (tgid / 64). PID_MAX_LIMIT is
+ * 4,194,304 on 64-bit kernels, so 65,536 words (512 KiB) cover every id. */
+#define WM_TGID_WORDS 65536
+/* Processes watched at once by one program set (the `targets` map). */
+#define WM_MAX_TARGETS 4096
+
+/* Per watched process: what cannot be told per thread. Written by the
+ * programs with atomic adds (exits, dropped) and once (dead). */
+struct wm_target {
+	/* Threads of the process that exited since it joined the set. */
+	__u64 exits;
+	/* Events of its threads that the full threads map could not take. */
+	__u64 dropped;
+	/* 1 once its last thread exited: from then on no entry is created
+	 * for its id, so a new process that reuses the id before the loader
+	 * takes it out of the set is never counted as this one. */
+	__u64 dead;
 };
 
 #endif

@@ -74,6 +74,7 @@ pub(crate) struct WmThread {
     /// thread's own id there.
     pub waker_ns_tid: [u32; WAKER_SLOTS],
     pub ns_tid: u64,
+    pub tgid: u64,
 }
 
 impl WmThread {
@@ -116,6 +117,7 @@ impl WmThread {
         waker_comm: [[0; COMM_LEN]; WAKER_SLOTS],
         waker_ns_tid: [0; WAKER_SLOTS],
         ns_tid: 0,
+        tgid: 0,
     };
 
     /// Occupied waker slots.
@@ -124,7 +126,7 @@ impl WmThread {
     }
 }
 
-const _: () = assert!(size_of::<WmThread>() == 2440);
+const _: () = assert!(size_of::<WmThread>() == 2448);
 // Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
 // side only fails the build instead of reading garbage.
 const _: () = assert!(std::mem::offset_of!(WmThread, woken_at_ns) == 24);
@@ -143,6 +145,27 @@ const _: () = assert!(std::mem::offset_of!(WmThread, waker_of_target) == 2104);
 const _: () = assert!(std::mem::offset_of!(WmThread, waker_comm) == 2112);
 const _: () = assert!(std::mem::offset_of!(WmThread, waker_ns_tid) == 2368);
 const _: () = assert!(std::mem::offset_of!(WmThread, ns_tid) == 2432);
+const _: () = assert!(std::mem::offset_of!(WmThread, tgid) == 2440);
+
+/// `struct wm_target`: per watched process (see the C header).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WmTarget {
+    pub exits: u64,
+    pub dropped: u64,
+    pub dead: u64,
+}
+
+// SAFETY: plain integers, no padding (asserted on both sides).
+unsafe impl aya::Pod for WmTarget {}
+
+const _: () = assert!(size_of::<WmTarget>() == 24);
+
+/// Words of the watched-process bitmap (`WM_TGID_WORDS`): one bit per
+/// possible process id up to `PID_MAX_LIMIT`.
+pub(crate) const TGID_WORDS: u32 = 65_536;
+/// Processes one program set watches at once (`WM_MAX_TARGETS`).
+pub(crate) const MAX_TARGETS: usize = 4096;
 const _: () = assert!(BUCKETS == wakemeter::histogram::LOG2_BUCKETS);
 const _: () = assert!(WAKER_SLOTS == crate::WAKER_SLOTS);
 const _: () = assert!(SYSCALLS == wakemeter::kernel::Syscall::ALL.len());

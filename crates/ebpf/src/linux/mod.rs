@@ -9,10 +9,10 @@ mod sys;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray};
+use aya::maps::{Array, HashMap, Map, MapData, MapError};
 use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use wakemeter::histogram::Log2Histogram;
@@ -21,7 +21,7 @@ use wakemeter::kernel::{
 };
 use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
 
-use self::abi::WmThread;
+use self::abi::{WmTarget, WmThread};
 use self::sys::{Batch, ExitWatch};
 use crate::{
     AttachKind, DEFAULT_MAX_THREADS, EbpfError, EbpfSourceBuilder, MAX_THREADS_LIMIT, MapUsage,
@@ -151,15 +151,17 @@ fn auto_max_threads(threads: Option<u32>) -> u32 {
         .clamp(DEFAULT_MAX_THREADS, MAX_THREADS_LIMIT)
 }
 
-/// Maps and programs of an attached session. Field order is drop order:
+/// Maps and programs of one loaded program set. Field order is drop order:
 /// the programs detach first.
 struct Live {
     ebpf: Ebpf,
-    /// The per-thread map (a `BPF_MAP_TYPE_HASH` of u32 to [`WmThread`]).
+    /// The per-thread map (a `BPF_MAP_TYPE_HASH` of u32 to [`WmThread`]),
+    /// shared by every watched process of the set.
     threads: Map,
-    dropped: PerCpuArray<MapData, u64>,
-    /// Exits of the target's threads, per CPU.
-    exits: PerCpuArray<MapData, u64>,
+    /// The watched-process bitmap (`abi::TGID_WORDS` words).
+    watched: Array<MapData, u64>,
+    /// Per watched process: exits, drops, death ([`WmTarget`]).
+    targets: HashMap<MapData, u32, WmTarget>,
     /// `CLOCK_REALTIME - CLOCK_MONOTONIC` for the kernel side (see
     /// [`realtime_offset_ns`]), refreshed at every read.
     realtime_offset: Array<MapData, i64>,
@@ -186,6 +188,11 @@ impl Live {
                 "eBPF map threads is not a hash map".into(),
             ));
         };
+        if self.keys.is_empty() {
+            let len = READ_BATCH.min(self.max_threads.max(1));
+            self.keys = vec![0; len];
+            self.values = vec![WmThread::ZERO; len];
+        }
         let mut cursor = None;
         let mut fetched = 0u32;
         loop {
@@ -251,100 +258,104 @@ impl Live {
         }
         Ok(fetched)
     }
+
+    /// Calls `each` with the entry of every thread in `tids` that has one:
+    /// one lookup per thread, whatever else the map holds.
+    fn for_each_listed_thread(
+        &self,
+        tids: &[u32],
+        mut each: impl FnMut(u32, &WmThread),
+    ) -> Result<u32, KernelSourceError> {
+        let map: HashMap<&MapData, u32, WmThread> =
+            HashMap::try_from(&self.threads).map_err(read_error("threads"))?;
+        let mut fetched = 0u32;
+        for &tid in tids {
+            match map.get(&tid, 0) {
+                Ok(raw) => {
+                    fetched = fetched.saturating_add(1);
+                    each(tid, &raw);
+                }
+                // Not seen by the programs yet, or exited since the listing.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(read_error("threads")(e)),
+            }
+        }
+        Ok(fetched)
+    }
 }
 
-pub(crate) struct Session {
-    pid: u32,
-    /// Whether ids are reported as a PID namespace of the observer's own
-    /// numbers them (the entries' `ns_tid`), not as the map keys.
-    in_namespace: bool,
-    /// `None` when observing this very process.
-    watch: Option<ExitWatch>,
-    attach_duration: Duration,
+/// One watched process of a [`ProgramSet`].
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    /// Entries of the per-thread map set aside for it (twice its threads at
+    /// join).
+    reserved: u32,
+    /// Sessions watching it (two samplers may watch one process).
+    sessions: u32,
+}
+
+/// One loaded and attached set of kernel programs and the processes it
+/// watches. Every [`Session`] with the same options shares one (see
+/// [`shared_set`]), so watching N processes costs one attach and one set of
+/// hooks: the machine-wide cost of a syscall or a switch does not grow with N.
+struct ProgramSet {
+    live: Live,
+    /// Watched processes by initial-namespace id.
+    members: std::collections::BTreeMap<u32, Member>,
+    /// Sum of the members' reservations, in entries.
+    reserved: u32,
+    /// The nonzero words of the watched bitmap, as last written.
+    words: std::collections::HashMap<u32, u64>,
     kind: AttachKind,
     syscall_hook: SyscallHook,
-    top_wakers: usize,
-    max_threads: u32,
-    /// Entries the last read fetched.
-    last_read_entries: u32,
-    /// `None` once the target has exited (programs detached).
-    live: Option<Live>,
+    /// What loading and attaching took.
+    load_duration: Duration,
 }
 
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EbpfSession")
-            .field("pid", &self.pid)
-            .field("attach_duration", &self.attach_duration)
-            .field("kind", &self.kind)
-            .field("syscall_hook", &self.syscall_hook)
-            .field("attached", &self.live.is_some())
-            .finish()
-    }
+/// Options two sessions must agree on to share a [`ProgramSet`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShareKey {
+    syscalls: bool,
+    kind: AttachKind,
 }
 
-/// The process a target names, and an exit watch when it is another one.
-///
-/// # Errors
-/// [`EbpfError::NoSuchProcess`] for a PID or TID that does not exist;
-/// [`EbpfError::UnsupportedTarget`] for a target kind added to the core later.
-pub(crate) fn resolve_target(target: Target) -> Result<(u32, Option<ExitWatch>), EbpfError> {
-    let own = std::process::id();
-    match target {
-        Target::SelfProcess => Ok((own, None)),
-        Target::Pid(p) => {
-            let pid = sys::process_of(p)?;
-            let watch = (pid != own).then(|| ExitWatch::new(pid)).transpose()?;
-            Ok((pid, watch))
-        }
-        // A target kind added to the core later: refuse it rather than
-        // observe the wrong process.
-        other => Err(EbpfError::UnsupportedTarget {
-            target: format!("{other:?}"),
-        }),
-    }
+/// The program sets that sessions may join, by their options. Weak: a set
+/// goes (programs detached, maps freed) when its last session drops.
+static SHARED_SETS: Mutex<Vec<(ShareKey, Weak<Mutex<ProgramSet>>)>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain maps behind, still usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Session {
-    pub(crate) fn attach(options: &EbpfSourceBuilder) -> Result<Session, EbpfError> {
+impl ProgramSet {
+    /// Loads the object with a per-thread map of `max_threads` entries and
+    /// attaches its programs as `options` ask.
+    fn load(
+        options: &EbpfSourceBuilder,
+        max_threads: u32,
+        btf: &Btf,
+        pidns_ino: u64,
+    ) -> Result<ProgramSet, EbpfError> {
         let started = Instant::now();
-        let (pid, watch) = resolve_target(options.target)?;
-        let max_threads = options
-            .max_threads
-            .unwrap_or_else(|| auto_max_threads(sys::thread_count(pid)));
-        let object = object()?;
-        sys::check_kernel_btf(options.kernel_btf.as_deref())?;
-        sys::check_privileges()?;
-        let btf = kernel_btf(options.kernel_btf.as_deref())?;
-        let btf = btf.as_ref();
-        let namespace = pid_ns::proc_namespace();
-        let kernel_tgid = match namespace {
-            Some(ns) => ns.host_ids(pid, btf)?.tgid,
-            None => pid,
-        };
-        let pidns_ino = namespace.map_or(0u64, |ns| ns.ino);
-
         let mut ebpf = EbpfLoader::new()
             .btf(btf)
-            .override_global("target_tgid", &kernel_tgid, true)
             .override_global("pidns_ino", &pidns_ino, true)
             .override_global("syscalls_on", &u32::from(options.syscalls), true)
             .map_max_entries("threads", max_threads)
-            .load(object)
+            .load(object()?)
             .map_err(|source| EbpfError::Load { source })?;
 
         // Before any program runs: absolute CLOCK_REALTIME sleeps need it.
         let mut realtime_offset = Array::try_from(take_map(&mut ebpf, "realtime_offset")?)
-            .map_err(|source| EbpfError::Map {
-                map: "realtime_offset",
-                source,
-            })?;
+            .map_err(map_error("realtime_offset"))?;
         realtime_offset
             .set(0, &realtime_offset_ns(), 0)
-            .map_err(|source| EbpfError::Map {
-                map: "realtime_offset",
-                source,
-            })?;
+            .map_err(map_error("realtime_offset"))?;
+        let watched =
+            Array::try_from(take_map(&mut ebpf, "watched")?).map_err(map_error("watched"))?;
+        let targets =
+            HashMap::try_from(take_map(&mut ebpf, "targets")?).map_err(map_error("targets"))?;
 
         let mut programs = Vec::with_capacity(HOOKS.len());
         let (mut on_btf, mut on_raw) = (0usize, 0usize);
@@ -384,46 +395,290 @@ impl Session {
 
         let threads = take_map(&mut ebpf, "threads")?;
         // Checks the type and the key and value sizes once.
-        HashMap::<&MapData, u32, WmThread>::try_from(&threads).map_err(|source| {
-            EbpfError::Map {
-                map: "threads",
-                source,
-            }
-        })?;
-        let dropped = PerCpuArray::try_from(take_map(&mut ebpf, "dropped")?).map_err(|source| {
-            EbpfError::Map {
-                map: "dropped",
-                source,
-            }
-        })?;
-        let exits = PerCpuArray::try_from(take_map(&mut ebpf, "exits")?).map_err(|source| {
-            EbpfError::Map {
-                map: "exits",
-                source,
-            }
-        })?;
+        HashMap::<&MapData, u32, WmThread>::try_from(&threads).map_err(map_error("threads"))?;
 
-        Ok(Session {
-            pid,
-            in_namespace: namespace.is_some(),
-            watch,
-            attach_duration: started.elapsed(),
-            kind,
-            syscall_hook,
-            top_wakers: options.top_wakers.min(abi::WAKER_SLOTS),
-            max_threads,
-            last_read_entries: 0,
-            live: Some(Live {
+        Ok(ProgramSet {
+            live: Live {
                 ebpf,
                 threads,
-                dropped,
-                exits,
+                watched,
+                targets,
                 realtime_offset,
                 programs,
                 max_threads: usize::try_from(max_threads).unwrap_or(usize::MAX),
                 keys: Vec::new(),
                 values: Vec::new(),
-            }),
+            },
+            members: std::collections::BTreeMap::new(),
+            reserved: 0,
+            words: std::collections::HashMap::new(),
+            kind,
+            syscall_hook,
+            load_duration: started.elapsed(),
+        })
+    }
+
+    /// Capacity of the per-thread map, in entries.
+    fn capacity(&self) -> u32 {
+        u32::try_from(self.live.max_threads).unwrap_or(u32::MAX)
+    }
+
+    /// Whether a process needing `reserve` entries fits beside the members.
+    fn has_room(&self, tgid: u32, reserve: u32) -> bool {
+        self.members.contains_key(&tgid)
+            || (self.members.len() < abi::MAX_TARGETS
+                && self.reserved.saturating_add(reserve) <= self.capacity())
+    }
+
+    /// Adds process `tgid` (initial-namespace id) to the watched set: its
+    /// record first, then its bit, so the programs never see a watched
+    /// process without a record. From the next event on its threads are
+    /// counted, with no new attach.
+    fn join(&mut self, tgid: u32, reserve: u32) -> Result<(), EbpfError> {
+        if let Some(m) = self.members.get_mut(&tgid) {
+            m.sessions = m.sessions.saturating_add(1);
+            return Ok(());
+        }
+        let word = tgid >> 6;
+        if word >= abi::TGID_WORDS {
+            // Above PID_MAX_LIMIT: no process can have this id.
+            return Err(EbpfError::UnsupportedTarget {
+                target: format!("process id {tgid}"),
+            });
+        }
+        self.live
+            .targets
+            .insert(&tgid, &WmTarget::default(), 0)
+            .map_err(map_error("targets"))?;
+        let bits = self.words.get(&word).copied().unwrap_or(0) | (1u64 << (tgid & 63));
+        if let Err(e) = self.live.watched.set(word, &bits, 0) {
+            let _ = self.live.targets.remove(&tgid);
+            return Err(map_error("watched")(e));
+        }
+        self.words.insert(word, bits);
+        self.members.insert(
+            tgid,
+            Member {
+                reserved: reserve,
+                sessions: 1,
+            },
+        );
+        self.reserved = self.reserved.saturating_add(reserve);
+        Ok(())
+    }
+
+    /// One session of `tgid` leaves; with the last one, the process leaves
+    /// the watched set: its bit is cleared first (no new entries), then its
+    /// threads' entries and its record are deleted.
+    fn leave(&mut self, tgid: u32) {
+        let Some(m) = self.members.get_mut(&tgid) else {
+            return;
+        };
+        m.sessions = m.sessions.saturating_sub(1);
+        if m.sessions > 0 {
+            return;
+        }
+        let reserved = m.reserved;
+        self.members.remove(&tgid);
+        self.reserved = self.reserved.saturating_sub(reserved);
+        let word = tgid >> 6;
+        let bits = self.words.get(&word).copied().unwrap_or(0) & !(1u64 << (tgid & 63));
+        // Best effort: a failed update leaves the bit set, and the dead
+        // flag still keeps a reused id from being counted.
+        let _ = self.live.watched.set(word, &bits, 0);
+        if bits == 0 {
+            self.words.remove(&word);
+        } else {
+            self.words.insert(word, bits);
+        }
+        let mut stale = Vec::new();
+        let _ = self.live.for_each_thread(|tid, raw| {
+            if raw.tgid == u64::from(tgid) {
+                stale.push(tid);
+            }
+        });
+        if let Ok(mut map) =
+            HashMap::<&mut MapData, u32, WmThread>::try_from(&mut self.live.threads)
+        {
+            for tid in stale {
+                let _ = map.remove(&tid);
+            }
+        }
+        let _ = self.live.targets.remove(&tgid);
+    }
+
+    /// The record of `tgid` (zero when it has none).
+    fn target(&self, tgid: u32) -> Result<WmTarget, KernelSourceError> {
+        match self.live.targets.get(&tgid, 0) {
+            Ok(t) => Ok(t),
+            Err(MapError::KeyNotFound) => Ok(WmTarget::default()),
+            Err(e) => Err(read_error("targets")(e)),
+        }
+    }
+}
+
+/// A program set for `options` that has room for `reserve` entries: a
+/// shared one with the same options when one has room, else a new one
+/// (shared from then on, unless `options` ask for a private one). Returns
+/// the set and whether this call loaded it.
+fn program_set(
+    options: &EbpfSourceBuilder,
+    tgid: u32,
+    reserve: u32,
+    capacity: u32,
+    btf: &Btf,
+    pidns_ino: u64,
+) -> Result<(Arc<Mutex<ProgramSet>>, bool), EbpfError> {
+    // A fixed capacity, a calibration program or another BTF file are
+    // asked for by tests and benches: those get a set of their own.
+    let private =
+        options.max_threads.is_some() || options.calibration || options.kernel_btf.is_some();
+    if private {
+        let max_threads = options.max_threads.unwrap_or(capacity);
+        let set = ProgramSet::load(options, max_threads, btf, pidns_ino)?;
+        return Ok((Arc::new(Mutex::new(set)), true));
+    }
+    let key = ShareKey {
+        syscalls: options.syscalls,
+        kind: options.kind,
+    };
+    // Held while loading, so that concurrent attaches wait and join one
+    // set instead of loading two.
+    let mut shared = lock(&SHARED_SETS);
+    shared.retain(|(_, weak)| weak.strong_count() > 0);
+    for (k, weak) in shared.iter() {
+        if *k != key {
+            continue;
+        }
+        if let Some(set) = weak.upgrade()
+            && lock(&set).has_room(tgid, reserve)
+        {
+            return Ok((set, false));
+        }
+    }
+    let set = ProgramSet::load(options, capacity, btf, pidns_ino)?;
+    let set = Arc::new(Mutex::new(set));
+    shared.push((key, Arc::downgrade(&set)));
+    Ok((set, true))
+}
+
+pub(crate) struct Session {
+    pid: u32,
+    /// `pid` in the initial PID namespace: the id the programs see.
+    kernel_tgid: u32,
+    /// Whether ids are reported as a PID namespace of the observer's own
+    /// numbers them (the entries' `ns_tid`), not as the map keys.
+    in_namespace: bool,
+    /// `None` when observing this very process.
+    watch: Option<ExitWatch>,
+    attach_duration: Duration,
+    /// Whether this attach loaded the programs (else it joined a set).
+    loaded: bool,
+    top_wakers: usize,
+    /// Entries the last read fetched.
+    last_read_entries: u32,
+    /// Thread ids of the last listing (a reused buffer).
+    tids: Vec<u32>,
+    /// `None` once the target has exited (it left the set).
+    set: Option<Arc<Mutex<ProgramSet>>>,
+    /// Kind, hook and capacity of the set, kept after it is gone.
+    kind: AttachKind,
+    syscall_hook: SyscallHook,
+    max_threads: u32,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EbpfSession")
+            .field("pid", &self.pid)
+            .field("attach_duration", &self.attach_duration)
+            .field("loaded_programs", &self.loaded)
+            .field("kind", &self.kind)
+            .field("syscall_hook", &self.syscall_hook)
+            .field("attached", &self.set.is_some())
+            .finish()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(set) = self.set.take() {
+            lock(&set).leave(self.kernel_tgid);
+        }
+    }
+}
+
+/// The process a target names, and an exit watch when it is another one.
+///
+/// # Errors
+/// [`EbpfError::NoSuchProcess`] for a PID or TID that does not exist;
+/// [`EbpfError::UnsupportedTarget`] for a target kind added to the core later.
+pub(crate) fn resolve_target(target: Target) -> Result<(u32, Option<ExitWatch>), EbpfError> {
+    let own = std::process::id();
+    match target {
+        Target::SelfProcess => Ok((own, None)),
+        Target::Pid(p) => {
+            let pid = sys::process_of(p)?;
+            let watch = (pid != own).then(|| ExitWatch::new(pid)).transpose()?;
+            Ok((pid, watch))
+        }
+        // A target kind added to the core later: refuse it rather than
+        // observe the wrong process.
+        other => Err(EbpfError::UnsupportedTarget {
+            target: format!("{other:?}"),
+        }),
+    }
+}
+
+impl Session {
+    pub(crate) fn attach(options: &EbpfSourceBuilder) -> Result<Session, EbpfError> {
+        let started = Instant::now();
+        let (pid, watch) = resolve_target(options.target)?;
+        let threads = sys::thread_count(pid);
+        // Twice its threads now, as a new map would be sized for it alone.
+        let reserve = threads
+            .unwrap_or(1)
+            .saturating_mul(2)
+            .clamp(2, MAX_THREADS_LIMIT);
+        object()?;
+        sys::check_kernel_btf(options.kernel_btf.as_deref())?;
+        sys::check_privileges()?;
+        let btf = kernel_btf(options.kernel_btf.as_deref())?;
+        let btf = btf.as_ref();
+        let namespace = pid_ns::proc_namespace();
+        let kernel_tgid = match namespace {
+            Some(ns) => ns.host_ids(pid, btf)?.tgid,
+            None => pid,
+        };
+        let pidns_ino = namespace.map_or(0u64, |ns| ns.ino);
+
+        let (set, loaded) = program_set(
+            options,
+            kernel_tgid,
+            reserve,
+            auto_max_threads(threads),
+            btf,
+            pidns_ino,
+        )?;
+        let (kind, syscall_hook, max_threads) = {
+            let mut s = lock(&set);
+            s.join(kernel_tgid, reserve)?;
+            (s.kind, s.syscall_hook, s.capacity())
+        };
+        Ok(Session {
+            pid,
+            kernel_tgid,
+            in_namespace: namespace.is_some(),
+            watch,
+            attach_duration: started.elapsed(),
+            loaded,
+            top_wakers: options.top_wakers.min(abi::WAKER_SLOTS),
+            last_read_entries: 0,
+            tids: Vec::new(),
+            set: Some(set),
+            kind,
+            syscall_hook,
+            max_threads,
         })
     }
 
@@ -431,36 +686,54 @@ impl Session {
         self.max_threads
     }
 
-    /// The live maps, or [`KernelSourceError::TargetExited`] once the target
-    /// is gone, detaching everything the moment that is noticed.
-    fn live(&mut self) -> Result<&mut Live, KernelSourceError> {
-        if self.watch.as_ref().is_some_and(ExitWatch::has_exited) {
-            // Detach now rather than when the source is dropped, and let go
+    pub(crate) fn loaded_programs(&self) -> bool {
+        self.loaded
+    }
+
+    pub(crate) fn watched_processes(&self) -> usize {
+        self.set.as_ref().map_or(0, |s| lock(s).members.len())
+    }
+
+    /// The program set, or [`KernelSourceError::TargetExited`] once the
+    /// target is gone, leaving the set the moment that is noticed.
+    fn live_set(&mut self) -> Result<Arc<Mutex<ProgramSet>>, KernelSourceError> {
+        let exited = self.watch.as_ref().is_some_and(ExitWatch::has_exited)
+            || self
+                .set
+                .as_ref()
+                .and_then(|s| lock(s).target(self.kernel_tgid).ok())
+                .is_some_and(|t| t.dead != 0);
+        if exited {
+            // Leave now rather than when the source is dropped, and let go
             // of the process handle too.
-            self.live = None;
+            if let Some(set) = self.set.take() {
+                lock(&set).leave(self.kernel_tgid);
+            }
             self.watch = None;
         }
         let pid = self.pid;
-        let live = self
-            .live
-            .as_mut()
-            .ok_or(KernelSourceError::TargetExited { pid })?;
-        if live.keys.is_empty() {
-            let len = READ_BATCH.min(usize::try_from(self.max_threads).unwrap_or(READ_BATCH));
-            live.keys = vec![0; len];
-            live.values = vec![WmThread::ZERO; len];
-        }
-        Ok(live)
+        self.set
+            .clone()
+            .ok_or(KernelSourceError::TargetExited { pid })
     }
 
     pub(crate) fn map_usage(&mut self) -> Result<MapUsage, KernelSourceError> {
         let last_read_entries = self.last_read_entries;
         let max_threads = self.max_threads;
-        let live = self.live()?;
+        let tgid = u64::from(self.kernel_tgid);
+        let set = self.live_set()?;
+        let mut set = lock(&set);
         let mut waker_slots = 0usize;
-        let threads = live.for_each_thread(|_, raw| waker_slots += raw.waker_slots_used())?;
+        let mut threads = 0u32;
+        let set_threads = set.live.for_each_thread(|_, raw| {
+            if raw.tgid == tgid {
+                threads += 1;
+                waker_slots += raw.waker_slots_used();
+            }
+        })?;
         Ok(MapUsage {
             threads,
+            set_threads,
             max_threads,
             waker_slots: u32::try_from(waker_slots).unwrap_or(u32::MAX),
             last_read_entries,
@@ -475,6 +748,10 @@ impl Session {
         self.attach_duration
     }
 
+    pub(crate) fn load_duration(&self) -> Option<Duration> {
+        self.set.as_ref().map(|s| lock(s).load_duration)
+    }
+
     pub(crate) fn attach_kind(&self) -> AttachKind {
         self.kind
     }
@@ -484,9 +761,11 @@ impl Session {
     }
 
     pub(crate) fn program_stats(&self) -> Result<Vec<ProgramRunStats>, EbpfError> {
-        let Some(live) = &self.live else {
+        let Some(set) = &self.set else {
             return Ok(Vec::new());
         };
+        let set = lock(set);
+        let live = &set.live;
         live.programs
             .iter()
             .map(|&name| {
@@ -506,18 +785,24 @@ impl Session {
 
     pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
         let pid = self.pid;
+        let tgid = self.kernel_tgid;
         let top_wakers = self.top_wakers;
         let in_namespace = self.in_namespace;
-        let live = self.live()?;
+        let set = self.live_set()?;
+        let mut set = lock(&set);
         // A clock step (settimeofday, an NTP step) since the last read
         // reaches the kernel side here.
-        live.realtime_offset
+        set.live
+            .realtime_offset
             .set(0, &realtime_offset_ns(), 0)
             .map_err(read_error("realtime_offset"))?;
         let now = wakemeter::monotonic_ns();
 
         let mut threads = Vec::new();
-        let fetched = live.for_each_thread(|tid, raw| {
+        let mut each = |tid: u32, raw: &WmThread| {
+            if raw.tgid != u64::from(tgid) {
+                return;
+            }
             if !in_namespace {
                 threads.push(thread_stats(tid, raw, now, top_wakers));
             } else if let Ok(ns_tid) = u32::try_from(raw.ns_tid)
@@ -532,21 +817,34 @@ impl Session {
                 }
                 threads.push(t);
             }
-        })?;
+        };
+        // Alone in its set (or named by another PID namespace's ids), a
+        // process reads the whole map in batches. Beside others, it looks
+        // up its own threads, listed from /proc: a read then costs its own
+        // threads, not every watched process's.
+        let mine = set.members.get(&tgid).map_or(0, |m| m.reserved);
+        let alone = mine.saturating_mul(2) >= set.reserved;
+        let fetched = if alone || in_namespace || !sys::list_tids(pid, &mut self.tids) {
+            set.live.for_each_thread(&mut each)?
+        } else {
+            set.live.for_each_listed_thread(&self.tids, &mut each)?
+        };
         threads.sort_by_key(|t| t.tid);
-
-        let dropped_events = per_cpu_total(&live.dropped, "dropped")?;
-        let thread_exits = per_cpu_total(&live.exits, "exits")?;
+        let record = set.target(tgid)?;
         self.last_read_entries = fetched;
 
         let mut sample = KernelSample::default();
         sample.source = "ebpf".to_owned();
         sample.pid = pid;
         sample.threads = threads;
-        sample.total_dropped_events = dropped_events;
-        sample.total_thread_exits = thread_exits;
+        sample.total_dropped_events = record.dropped;
+        sample.total_thread_exits = record.exits;
         Ok(sample)
     }
+}
+
+fn map_error(map: &'static str) -> impl Fn(MapError) -> EbpfError {
+    move |source| EbpfError::Map { map, source }
 }
 
 /// `CLOCK_REALTIME - CLOCK_MONOTONIC` now, in nanoseconds: the monotonic
@@ -562,18 +860,6 @@ fn realtime_offset_ns() -> i64 {
     let mono = (i128::from(before) + i128::from(after)) / 2;
     let offset = i64::try_from(real - mono).unwrap_or(0);
     if offset == 0 { 1 } else { offset }
-}
-
-/// The sum over CPUs of a one-entry per-CPU counter map.
-fn per_cpu_total(
-    map: &PerCpuArray<MapData, u64>,
-    name: &'static str,
-) -> Result<u64, KernelSourceError> {
-    Ok(map
-        .get(&0, 0)
-        .map_err(read_error(name))?
-        .iter()
-        .fold(0u64, |a, b| a.saturating_add(*b)))
 }
 
 fn read_error(map: &'static str) -> impl Fn(MapError) -> KernelSourceError {

@@ -97,6 +97,21 @@ pub(crate) fn thread_count(pid: u32) -> Option<u32> {
     status_field(&status, "Threads")?.parse().ok()
 }
 
+/// The thread ids of process `pid`, from `/proc/<pid>/task`, into `out`
+/// (cleared first). `false` when the directory cannot be read (the
+/// process is gone, or `/proc` is another PID namespace's).
+pub(crate) fn list_tids(pid: u32, out: &mut Vec<u32>) -> bool {
+    out.clear();
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    out.extend(
+        dir.filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())),
+    );
+    true
+}
+
 /// `BPF_MAP_LOOKUP_BATCH` (`enum bpf_cmd`, Linux 5.6+).
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 /// `BPF_MAP_UPDATE_BATCH` (`enum bpf_cmd`, Linux 5.6+).

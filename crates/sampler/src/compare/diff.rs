@@ -1,48 +1,65 @@
 //! The comparison of a control and a variant, each one or more runs.
 //!
-//! Each metric of a run is the duration-weighted mean over its intervals
-//! (the process CPU's p95 is the 95th percentile of its intervals). The
-//! spread shown beside it is what a person needs to tell a change from
-//! noise:
-//! - one run: the 5th to 95th percentile of its intervals;
-//! - several runs: the lowest and highest of the runs' values, and the
-//!   mean is the mean of the runs.
+//! Processes are matched by identity ([`RecordingHeader::identity`]): name
+//! plus role (command line, or the parent's when it has the same name),
+//! or a user label. Processes of one run that share an identity are
+//! summed (two identical workers are twice the CPU), never averaged with
+//! each other; runs of a side are replicates.
 //!
-//! A row is [`Verdict::Changed`] when the two spreads do not overlap.
+//! A run's value of a metric is its duration-weighted mean over the
+//! intervals; a side's value is the mean of its runs'. The totals add up
+//! every recorded process of a run (the processes the selection matched,
+//! on each side), so a proxy that only the variant has counts in the
+//! variant's total. Verdicts come from the test described in
+//! [`TEST_DESCRIPTION`](super::TEST_DESCRIPTION).
+//!
+//! Memory is bounded by the number of distinct series (metric × process
+//! identity × thread group), not by the number of intervals; every step is
+//! linear in the number of series.
+
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{IntervalSummary, RecordingHeader};
+use super::stats::{self, Batches, Combine, Quantity, TEST_DESCRIPTION};
+use super::{IntervalSummary, LoadRecord, RecordLine, RecordingHeader};
 
-/// One recorded run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How processes are matched across runs and sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub struct Run {
-    /// What was recorded, and how.
-    pub header: RecordingHeader,
-    /// Its intervals, oldest first.
-    pub intervals: Vec<IntervalSummary>,
+pub enum IdentityRule {
+    /// Name plus role (command line, parent's when it has the same name),
+    /// or the user's label.
+    #[default]
+    NameAndRole,
+    /// Name only (or the label): every process of a name in a run is one.
+    Name,
 }
 
-impl Run {
-    /// A run from its header and intervals.
-    pub fn new(header: RecordingHeader, intervals: Vec<IntervalSummary>) -> Self {
-        Run { header, intervals }
-    }
+/// Which side a run belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The baseline.
+    Control,
+    /// The changed setup.
+    Variant,
 }
 
-/// A metric's value on one side, with its spread.
+/// A metric's value on one side, with its 95% interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Spread {
-    /// The value (see the module docs).
+    /// The side's value: the mean of its runs' values.
     pub mean: f64,
-    /// Low end of the spread.
+    /// Low end of the 95% bootstrap interval of the value (equal to
+    /// `mean` when no test could be made).
     pub low: f64,
-    /// High end of the spread.
+    /// High end of that interval.
     pub high: f64,
     /// Runs that had this metric.
     pub runs: u32,
+    /// Intervals of the longest series behind it (per-run figures: runs).
+    pub intervals: u64,
 }
 
 /// What a row says.
@@ -50,11 +67,13 @@ pub struct Spread {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Verdict {
-    /// The spreads do not overlap.
+    /// The 95% interval of the difference excludes 0.
     Changed,
-    /// The spreads overlap: the difference may be noise.
+    /// It includes 0: the difference may be noise.
     WithinNoise,
-    /// Only the control has this metric (e.g. a thread group the variant lacks).
+    /// Too few intervals or runs for the test (see [`super::MIN_INTERVALS`]).
+    NotEnoughData,
+    /// Only the control has this metric (e.g. a process the variant lacks).
     OnlyInControl,
     /// Only the variant has it.
     OnlyInVariant,
@@ -64,11 +83,16 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct DiffRow {
-    /// What it is about: `process`, `thread worker-{n}`, `loop io`, `sleep site nap`.
+    /// The process identity; `None` for the totals.
+    pub process: Option<String>,
+    /// What in it: `total`, `process`, `thread worker-{n}`, `loop io`,
+    /// `sleep site nap`.
     pub subject: String,
-    /// The metric, named as in [`crate::Interval`] (`cpu_percent`, `switches_per_sec`, …).
+    /// The metric, named as in [`crate::Interval`] (`cpu_percent`,
+    /// `switches_per_sec`, …), or a total (`cpu_seconds`,
+    /// `cpu_us_per_request`, `requests_per_sec`, `latency_p95_ns`).
     pub metric: String,
-    /// Its unit: `%`, `bytes`, `1/s`, `ns`, `ratio`, `count`.
+    /// Its unit: `%`, `s`, `bytes`, `1/s`, `ns`, `µs`, `ratio`, `count`.
     pub unit: String,
     /// The control's value.
     pub control: Option<Spread>,
@@ -78,259 +102,573 @@ pub struct DiffRow {
     pub delta: Option<f64>,
     /// `delta / control.mean` (a fraction; `None` when the control is 0).
     pub relative: Option<f64>,
-    /// Whether it changed beyond the spread.
+    /// The 95% interval of `delta`, when tested.
+    pub delta_interval: Option<(f64, f64)>,
+    /// What the test says.
     pub verdict: Verdict,
 }
 
-/// A control and a variant, metric by metric.
+/// What one side was made of.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SideInfo {
+    /// Runs (recordings).
+    pub runs: u32,
+    /// Runs without an end record (cut short; read up to where they stop).
+    pub partial_runs: u32,
+    /// Process sections over all runs.
+    pub processes: u32,
+    /// Intervals over all runs.
+    pub intervals: u64,
+    /// Values of thread groups, loops and sleep sites left out because a
+    /// run had more than [`MAX_SERIES_PER_RUN`] series (0 normally).
+    pub values_left_out: u64,
+}
+
+/// A control and a variant: totals, then rows per process identity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Comparison {
-    /// Runs of the control.
-    pub control_runs: u32,
-    /// Runs of the variant.
-    pub variant_runs: u32,
-    /// Process first, then thread groups, loops and sleep sites.
+    /// The test behind the verdicts, in words.
+    pub test: String,
+    /// `runs` (two or more runs per side) or `intervals`.
+    pub tested_over: String,
+    /// How processes were matched: `name_and_role` or `name`.
+    pub identity: String,
+    /// The control's runs.
+    pub control: SideInfo,
+    /// The variant's runs.
+    pub variant: SideInfo,
+    /// Totals over every recorded process of a run, and the load tool's
+    /// figures where recorded: each row holds both sides.
+    pub totals: Vec<DiffRow>,
+    /// Per process identity (largest CPU change first): the process's
+    /// metrics, then its thread groups (largest change first), loops and
+    /// sleep sites.
     pub rows: Vec<DiffRow>,
 }
 
-type Key = (String, &'static str, &'static str);
-
-/// Per metric of one run: (value, weight) per interval.
-#[derive(Default)]
-struct Series {
-    keys: Vec<Key>,
-    values: Vec<Vec<(f64, f64)>>,
+/// A metric kept per interval.
+#[derive(Debug)]
+struct Metric {
+    name: &'static str,
+    unit: &'static str,
+    combine: Combine,
 }
 
-impl Series {
-    fn push(
-        &mut self,
-        subject: &str,
-        metric: &'static str,
-        unit: &'static str,
-        v: Option<f64>,
-        w: f64,
-    ) {
-        let Some(v) = v.filter(|v| v.is_finite()) else {
-            return;
-        };
-        let i = match self
-            .keys
-            .iter()
-            .position(|k| k.0 == subject && k.1 == metric)
-        {
-            Some(i) => i,
-            None => {
-                self.keys.push((subject.to_string(), metric, unit));
-                self.values.push(Vec::new());
-                self.keys.len() - 1
-            }
-        };
-        if let Some(vs) = self.values.get_mut(i) {
-            vs.push((v, w));
+const fn m(name: &'static str, unit: &'static str, combine: Combine) -> Metric {
+    Metric {
+        name,
+        unit,
+        combine,
+    }
+}
+
+const P_CPU: Metric = m("cpu_percent", "%", Combine::Sum);
+const P_RSS: Metric = m("rss_bytes", "bytes", Combine::Sum);
+const P_THREADS: Metric = m("threads", "count", Combine::Sum);
+const P_SW: Metric = m("switches_per_sec", "1/s", Combine::Sum);
+const P_VSW: Metric = m("voluntary_switches_per_sec", "1/s", Combine::Sum);
+const P_WAKES: Metric = m("wakes_per_sec", "1/s", Combine::Sum);
+const P_SAMPLER: Metric = m("sampler_cpu_percent", "%", Combine::Sum);
+const L_WAKEUPS: Metric = m("wakeups_per_sec", "1/s", Combine::Sum);
+const L_IDLE: Metric = m("idle_wakeup_ratio", "ratio", Combine::Mean);
+const L_UTIL: Metric = m("utilization", "ratio", Combine::Mean);
+const L_DELAY: Metric = m("mean_poll_delay_ns", "ns", Combine::Mean);
+const S_SLEEPS: Metric = m("sleeps_per_sec", "1/s", Combine::Sum);
+const S_OVERSLEEP: Metric = m("mean_oversleep_ns", "ns", Combine::Mean);
+
+/// The order of a process's own metrics in the output.
+const PROCESS_METRICS: [&Metric; 7] = [
+    &P_CPU, &P_RSS, &P_THREADS, &P_SW, &P_VSW, &P_WAKES, &P_SAMPLER,
+];
+
+/// One metric of one subject of one identity, per process section.
+#[derive(Debug)]
+struct Series {
+    identity: u32,
+    subject: String,
+    metric: &'static Metric,
+    per_section: Vec<(u32, Batches)>,
+}
+
+#[derive(Debug, Default)]
+struct RunAcc {
+    /// Identity of each section (header), in order.
+    sections: Vec<u32>,
+    /// The latest section of each PID.
+    by_pid: HashMap<u32, u32>,
+    series: HashMap<String, Series>,
+    load: Option<LoadRecord>,
+    complete: bool,
+    intervals: u64,
+    /// Values of series left out past [`MAX_SERIES_PER_RUN`].
+    left_out: u64,
+}
+
+/// Most series (metric × identity × subject) kept per run: memory stays
+/// bounded (each series is at most 32 batches) even for a recording whose
+/// thread names never repeat.
+pub const MAX_SERIES_PER_RUN: usize = 100_000;
+
+#[derive(Debug, Default)]
+struct SideAcc {
+    runs: Vec<RunAcc>,
+}
+
+/// Runs of a control and a variant, read line by line; see the module
+/// docs.
+#[derive(Debug, Default)]
+pub struct Experiment {
+    rule: IdentityRule,
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+    sides: [SideAcc; 2],
+    key: String,
+}
+
+fn index(side: Side) -> usize {
+    match side {
+        Side::Control => 0,
+        Side::Variant => 1,
+    }
+}
+
+impl Experiment {
+    /// An empty experiment matching processes by `rule`.
+    pub fn new(rule: IdentityRule) -> Self {
+        Experiment {
+            rule,
+            ..Default::default()
         }
     }
-}
 
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
+    /// Starts a run (one recording) of `side`; the lines pushed next
+    /// belong to it.
+    pub fn begin_run(&mut self, side: Side) {
+        self.sides[index(side)].runs.push(RunAcc::default());
     }
-    let rank = ((sorted.len() as f64) * q).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
-}
 
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(f64::total_cmp);
-    v
-}
+    /// Adds one line of the current run of `side`.
+    ///
+    /// # Errors
+    /// An interval before any header, or of a PID no header introduced.
+    pub fn push(&mut self, side: Side, line: RecordLine) -> Result<(), String> {
+        if self.sides[index(side)].runs.is_empty() {
+            self.begin_run(side);
+        }
+        match line {
+            RecordLine::Header(h) => {
+                let identity = h.identity(self.rule);
+                let next = self.names.len() as u32;
+                let id = *self.ids.entry(identity.clone()).or_insert(next);
+                if id == next {
+                    self.names.push(identity);
+                }
+                let run = self.run(side)?;
+                let section = run.sections.len() as u32;
+                run.sections.push(id);
+                run.by_pid.insert(h.target.pid, section);
+            }
+            RecordLine::Interval(i) => self.interval(side, &i)?,
+            RecordLine::Load(l) => self.run(side)?.load = Some(l),
+            RecordLine::End(_) => self.run(side)?.complete = true,
+        }
+        Ok(())
+    }
 
-/// Every metric of one run, per interval.
-fn series(run: &Run) -> Series {
-    let mut s = Series::default();
-    for i in &run.intervals {
-        let w = i.duration_ns as f64;
-        let p = "process";
-        s.push(p, "cpu_percent", "%", Some(i.process.cpu_percent), w);
-        s.push(p, "cpu_percent_p95", "%", Some(i.process.cpu_percent), w);
-        s.push(p, "rss_bytes", "bytes", Some(i.process.rss_bytes as f64), w);
-        s.push(
-            p,
-            "threads",
-            "count",
-            Some(f64::from(i.process.thread_count)),
-            w,
-        );
-        s.push(p, "switches_per_sec", "1/s", i.switches_per_sec, w);
-        s.push(
-            p,
-            "voluntary_switches_per_sec",
-            "1/s",
-            i.voluntary_switches_per_sec,
-            w,
-        );
-        s.push(p, "wakes_per_sec", "1/s", i.wakes_per_sec, w);
-        s.push(
-            p,
-            "sampler_cpu_percent",
-            "%",
-            Some(i.sampler_cpu_percent),
-            w,
-        );
+    fn run(&mut self, side: Side) -> Result<&mut RunAcc, String> {
+        self.sides[index(side)]
+            .runs
+            .last_mut()
+            .ok_or_else(|| "no run started".to_string())
+    }
+
+    fn interval(&mut self, side: Side, i: &IntervalSummary) -> Result<(), String> {
+        let mut key = std::mem::take(&mut self.key);
+        let run = self.sides[index(side)]
+            .runs
+            .last_mut()
+            .ok_or("no run started")?;
+        let section = match i.pid {
+            Some(pid) => *run.by_pid.get(&pid).ok_or_else(|| {
+                format!("an interval of process {pid}, which no header introduced")
+            })?,
+            None => run
+                .sections
+                .len()
+                .checked_sub(1)
+                .ok_or("an interval before any header")? as u32,
+        };
+        let identity = run.sections.get(section as usize).copied().unwrap_or(0);
+        run.intervals += 1;
+        let w = i.duration_ns as f64 / 1e9;
+        let mut add = |subject: &str, prefix: &str, metric: &'static Metric, v: Option<f64>| {
+            let Some(v) = v else { return };
+            key.clear();
+            use std::fmt::Write;
+            let _ = write!(key, "{identity}\0{prefix}{subject}\0{}", metric.name);
+            if !run.series.contains_key(key.as_str()) {
+                // Past the cap, new thread groups, loops and sleep sites
+                // are left out (and counted); the process rows, which
+                // make the totals, are always kept.
+                if !prefix.is_empty() && run.series.len() >= MAX_SERIES_PER_RUN {
+                    run.left_out += 1;
+                    return;
+                }
+                run.series.insert(
+                    key.clone(),
+                    Series {
+                        identity,
+                        subject: format!("{prefix}{subject}"),
+                        metric,
+                        per_section: Vec::new(),
+                    },
+                );
+            }
+            let Some(series) = run.series.get_mut(key.as_str()) else {
+                return;
+            };
+            let b = match series.per_section.iter().position(|(s, _)| *s == section) {
+                Some(p) => &mut series.per_section[p].1,
+                None => {
+                    series.per_section.push((section, Batches::default()));
+                    let last = series.per_section.len() - 1;
+                    &mut series.per_section[last].1
+                }
+            };
+            b.push(v, w);
+        };
+        let p = &i.process;
+        add("process", "", &P_CPU, Some(p.cpu_percent));
+        add("process", "", &P_RSS, Some(p.rss_bytes as f64));
+        add("process", "", &P_THREADS, Some(f64::from(p.thread_count)));
+        add("process", "", &P_SW, i.switches_per_sec);
+        add("process", "", &P_VSW, i.voluntary_switches_per_sec);
+        add("process", "", &P_WAKES, i.wakes_per_sec);
+        add("process", "", &P_SAMPLER, Some(i.sampler_cpu_percent));
         for g in &i.groups {
-            let t = format!("thread {}", g.name);
-            s.push(&t, "cpu_percent", "%", Some(g.cpu_percent), w);
-            s.push(&t, "switches_per_sec", "1/s", g.switches_per_sec, w);
-            s.push(&t, "wakes_per_sec", "1/s", g.wakes_per_sec, w);
+            add(&g.name, "thread ", &P_CPU, Some(g.cpu_percent));
+            add(&g.name, "thread ", &P_SW, g.switches_per_sec);
+            add(&g.name, "thread ", &P_WAKES, g.wakes_per_sec);
         }
         for l in &i.loops {
-            let t = format!("loop {}", l.name);
-            s.push(&t, "wakeups_per_sec", "1/s", Some(l.wakeups_per_sec), w);
-            s.push(
-                &t,
-                "idle_wakeup_ratio",
-                "ratio",
-                Some(l.idle_wakeup_ratio),
-                w,
-            );
-            s.push(&t, "utilization", "ratio", Some(l.utilization), w);
-            s.push(
-                &t,
-                "mean_poll_delay_ns",
-                "ns",
+            add(&l.name, "loop ", &L_WAKEUPS, Some(l.wakeups_per_sec));
+            add(&l.name, "loop ", &L_IDLE, Some(l.idle_wakeup_ratio));
+            add(&l.name, "loop ", &L_UTIL, Some(l.utilization));
+            add(
+                &l.name,
+                "loop ",
+                &L_DELAY,
                 Some(l.mean_poll_delay_ns as f64),
-                w,
             );
         }
         for z in &i.sleeps {
-            let t = format!("sleep site {}", z.name);
-            s.push(&t, "sleeps_per_sec", "1/s", Some(z.sleeps_per_sec), w);
-            s.push(&t, "cpu_percent", "%", Some(z.cpu_percent), w);
-            s.push(
-                &t,
-                "mean_oversleep_ns",
-                "ns",
+            add(&z.name, "sleep site ", &S_SLEEPS, Some(z.sleeps_per_sec));
+            add(&z.name, "sleep site ", &P_CPU, Some(z.cpu_percent));
+            add(
+                &z.name,
+                "sleep site ",
+                &S_OVERSLEEP,
                 Some(z.mean_oversleep_ns as f64),
-                w,
             );
         }
+        self.key = key;
+        Ok(())
     }
-    s
+
+    /// Adds a whole run: `header` and its `intervals` (one process).
+    pub fn add_run(
+        &mut self,
+        side: Side,
+        header: RecordingHeader,
+        intervals: Vec<IntervalSummary>,
+    ) {
+        self.begin_run(side);
+        let _ = self.push(side, RecordLine::Header(header));
+        for i in intervals {
+            let _ = self.push(side, RecordLine::Interval(i.clone_without_pid()));
+        }
+        let _ = self.push(
+            side,
+            RecordLine::End(super::RecordingEnd::new(0, "deadline", 0)),
+        );
+    }
+
+    fn info(&self, side: Side) -> SideInfo {
+        let runs = &self.sides[index(side)].runs;
+        SideInfo {
+            runs: runs.len() as u32,
+            partial_runs: runs.iter().filter(|r| !r.complete).count() as u32,
+            processes: runs.iter().map(|r| r.sections.len() as u32).sum(),
+            intervals: runs.iter().map(|r| r.intervals).sum(),
+            values_left_out: runs.iter().map(|r| r.left_out).sum(),
+        }
+    }
+
+    /// The comparison (see the module docs).
+    pub fn compare(&self) -> Comparison {
+        let [c, v] = &self.sides;
+        let replicates = c.runs.len() >= 2 && v.runs.len() >= 2;
+        let totals = self.totals(replicates);
+        // Every series key of either side, in order of first appearance.
+        let mut keys: Vec<(&str, &Series)> = Vec::new();
+        let mut seen: HashMap<&str, ()> = HashMap::new();
+        for run in c.runs.iter().chain(&v.runs) {
+            for (k, s) in &run.series {
+                if seen.insert(k.as_str(), ()).is_none() {
+                    keys.push((k.as_str(), s));
+                }
+            }
+        }
+        fn quantity<'a>(side: &'a SideAcc, key: &str, how: Combine) -> Quantity<'a> {
+            let runs: Vec<(Vec<&Batches>, f64)> = side
+                .runs
+                .iter()
+                .filter_map(|r| r.series.get(key))
+                .map(|s| (s.per_section.iter().map(|(_, b)| b).collect(), 1.0))
+                .collect();
+            Quantity::Series(runs, how)
+        }
+        let mut rows: Vec<(u32, String, DiffRow)> = keys
+            .iter()
+            .map(|(k, s)| {
+                let process = self
+                    .names
+                    .get(s.identity as usize)
+                    .cloned()
+                    .unwrap_or_default();
+                let row = make_row(
+                    Some(process),
+                    &s.subject,
+                    s.metric.name,
+                    s.metric.unit,
+                    &quantity(c, k, s.metric.combine),
+                    &quantity(v, k, s.metric.combine),
+                    replicates,
+                );
+                (s.identity, s.subject.clone(), row)
+            })
+            .collect();
+        sort_rows(&mut rows);
+        Comparison {
+            test: TEST_DESCRIPTION.to_string(),
+            tested_over: if replicates { "runs" } else { "intervals" }.to_string(),
+            identity: match self.rule {
+                IdentityRule::Name => "name",
+                IdentityRule::NameAndRole => "name_and_role",
+            }
+            .to_string(),
+            control: self.info(Side::Control),
+            variant: self.info(Side::Variant),
+            totals,
+            rows: rows.into_iter().map(|(_, _, r)| r).collect(),
+        }
+    }
+
+    fn totals(&self, replicates: bool) -> Vec<DiffRow> {
+        let [c, v] = &self.sides;
+        // Per run: the process-level series of one metric, every identity.
+        fn process_series<'a>(
+            side: &'a SideAcc,
+            metric: &str,
+            per_request: bool,
+        ) -> Vec<(Vec<&'a Batches>, f64)> {
+            side.runs
+                .iter()
+                .filter_map(|r| {
+                    let factor = if per_request {
+                        // CPU % → µs of CPU per request: % / 100 × 1e6 / rps.
+                        let rps = r.load.as_ref()?.requests_per_sec.filter(|x| *x > 0.0)?;
+                        1e4 / rps
+                    } else {
+                        1.0
+                    };
+                    let s: Vec<&Batches> = r
+                        .series
+                        .values()
+                        .filter(|s| s.subject == "process" && s.metric.name == metric)
+                        .flat_map(|s| s.per_section.iter().map(|(_, b)| b))
+                        .collect();
+                    (!s.is_empty()).then_some((s, factor))
+                })
+                .collect::<Vec<_>>()
+        }
+        let mut rows = Vec::new();
+        let mut total = |metric: &str, unit: &str, src: &str, how: Combine, per_request: bool| {
+            let (cq, vq) = (
+                Quantity::Series(process_series(c, src, per_request), how),
+                Quantity::Series(process_series(v, src, per_request), how),
+            );
+            let row = make_row(None, "total", metric, unit, &cq, &vq, replicates);
+            if row.control.is_some() || row.variant.is_some() {
+                rows.push(row);
+            }
+        };
+        total("cpu_percent", "%", "cpu_percent", Combine::Sum, false);
+        total(
+            "cpu_seconds",
+            "s",
+            "cpu_percent",
+            Combine::CpuSeconds,
+            false,
+        );
+        total(
+            "cpu_us_per_request",
+            "µs",
+            "cpu_percent",
+            Combine::Sum,
+            true,
+        );
+        total("rss_bytes", "bytes", "rss_bytes", Combine::Sum, false);
+        total(
+            "switches_per_sec",
+            "1/s",
+            "switches_per_sec",
+            Combine::Sum,
+            false,
+        );
+        total("wakes_per_sec", "1/s", "wakes_per_sec", Combine::Sum, false);
+        let load = |side: &SideAcc, f: &dyn Fn(&LoadRecord) -> Option<f64>| {
+            Quantity::PerRun(
+                side.runs
+                    .iter()
+                    .filter_map(|r| r.load.as_ref().and_then(f))
+                    .collect(),
+            )
+        };
+        type Field = fn(&LoadRecord) -> Option<f64>;
+        let fields: [(&str, &str, Field); 4] = [
+            ("requests_per_sec", "1/s", |l| l.requests_per_sec),
+            ("latency_p50_ns", "ns", |l| l.latency_p50_ns),
+            ("latency_p95_ns", "ns", |l| l.latency_p95_ns),
+            ("latency_p99_ns", "ns", |l| l.latency_p99_ns),
+        ];
+        for (metric, unit, f) in fields {
+            let row = make_row(
+                None,
+                "load",
+                metric,
+                unit,
+                &load(c, &f),
+                &load(v, &f),
+                replicates,
+            );
+            if row.control.is_some() || row.variant.is_some() {
+                rows.push(row);
+            }
+        }
+        rows
+    }
 }
 
-/// A run's value of one metric, and its intervals' 5th–95th percentiles.
-fn run_value(metric: &str, vs: &[(f64, f64)]) -> (f64, f64, f64) {
-    let all = sorted(vs.iter().map(|(v, _)| *v).collect());
-    let value = if metric == "cpu_percent_p95" {
-        percentile(&all, 0.95)
-    } else {
-        let wsum: f64 = vs.iter().map(|(_, w)| w).sum();
-        if wsum > 0.0 {
-            vs.iter().map(|(v, w)| v * w).sum::<f64>() / wsum
+impl IntervalSummary {
+    fn clone_without_pid(mut self) -> Self {
+        self.pid = None;
+        self
+    }
+}
+
+fn make_row(
+    process: Option<String>,
+    subject: &str,
+    metric: &str,
+    unit: &str,
+    c: &Quantity,
+    v: &Quantity,
+    replicates: bool,
+) -> DiffRow {
+    let name = format!("{}\0{subject}\0{metric}", process.as_deref().unwrap_or(""));
+    let t = stats::test(c, v, replicates, &name);
+    let spread = |s: Option<(f64, f64, f64, u32, u64)>| {
+        s.map(|(mean, low, high, runs, intervals)| Spread {
+            mean,
+            low,
+            high,
+            runs,
+            intervals,
+        })
+    };
+    let (control, variant) = (spread(t.control), spread(t.variant));
+    let delta = control.zip(variant).map(|(c, v)| v.mean - c.mean);
+    let relative = control
+        .zip(delta)
+        .and_then(|(c, d)| (c.mean != 0.0).then(|| d / c.mean));
+    let verdict = match (control, variant, t.delta_interval) {
+        (Some(_), None, _) => Verdict::OnlyInControl,
+        (None, _, _) => Verdict::OnlyInVariant,
+        (Some(_), Some(_), Some((lo, hi))) if lo > 0.0 || hi < 0.0 => Verdict::Changed,
+        (Some(_), Some(_), Some(_)) => Verdict::WithinNoise,
+        _ => Verdict::NotEnoughData,
+    };
+    DiffRow {
+        process,
+        subject: subject.to_string(),
+        metric: metric.to_string(),
+        unit: unit.to_string(),
+        control,
+        variant,
+        delta,
+        relative,
+        delta_interval: t.delta_interval.filter(|_| t.enough),
+        verdict,
+    }
+}
+
+/// The size of a row's change, for sorting: |delta|, or the one side's
+/// value when only one side has it.
+fn size(r: &DiffRow) -> f64 {
+    match (r.delta, r.control, r.variant) {
+        (Some(d), _, _) => d.abs(),
+        (None, Some(s), None) | (None, None, Some(s)) => s.mean.abs(),
+        _ => 0.0,
+    }
+}
+
+/// Identities by their process CPU change; in each, the process's metrics
+/// in a fixed order, then thread groups by their CPU change, loops, sleep
+/// sites.
+fn sort_rows(rows: &mut [(u32, String, DiffRow)]) {
+    let mut by_identity: HashMap<u32, f64> = HashMap::new();
+    let mut by_subject: HashMap<(u32, String), f64> = HashMap::new();
+    for (id, subject, r) in rows.iter() {
+        if r.metric == P_CPU.name {
+            if subject == "process" {
+                by_identity.insert(*id, size(r));
+            }
+            by_subject.insert((*id, subject.clone()), size(r));
+        }
+    }
+    let kind = |s: &str| {
+        if s == "process" {
+            0
+        } else if s.starts_with("thread ") {
+            1
+        } else if s.starts_with("loop ") {
+            2
         } else {
-            all.iter().sum::<f64>() / all.len().max(1) as f64
+            3
         }
     };
-    if metric == "cpu_percent_p95" {
-        return (value, value, value);
-    }
-    (value, percentile(&all, 0.05), percentile(&all, 0.95))
-}
-
-/// One side's spread of every metric over its runs.
-fn side(runs: &[Run]) -> (Vec<Key>, Vec<Spread>) {
-    let mut keys: Vec<Key> = Vec::new();
-    let mut per_run: Vec<Vec<(f64, f64, f64)>> = Vec::new();
-    for run in runs {
-        let s = series(run);
-        for (k, vs) in s.keys.into_iter().zip(s.values) {
-            let i = match keys.iter().position(|x| x.0 == k.0 && x.1 == k.1) {
-                Some(i) => i,
-                None => {
-                    keys.push(k.clone());
-                    per_run.push(Vec::new());
-                    keys.len() - 1
-                }
-            };
-            if let Some(p) = per_run.get_mut(i) {
-                p.push(run_value(k.1, &vs));
-            }
-        }
-    }
-    let spreads = per_run
-        .into_iter()
-        .map(|vals| {
-            let runs = vals.len() as u32;
-            match vals.as_slice() {
-                [(v, lo, hi)] => Spread {
-                    mean: *v,
-                    low: *lo,
-                    high: *hi,
-                    runs,
-                },
-                _ => {
-                    let means = sorted(vals.iter().map(|v| v.0).collect());
-                    Spread {
-                        mean: means.iter().sum::<f64>() / means.len().max(1) as f64,
-                        low: means.first().copied().unwrap_or(0.0),
-                        high: means.last().copied().unwrap_or(0.0),
-                        runs,
-                    }
-                }
-            }
-        })
-        .collect();
-    (keys, spreads)
-}
-
-/// Compares `control` runs with `variant` runs (see the module docs).
-pub fn compare(control: &[Run], variant: &[Run]) -> Comparison {
-    let (ck, cs) = side(control);
-    let (vk, vs) = side(variant);
-    let mut keys = ck.clone();
-    for k in &vk {
-        if !keys.iter().any(|x| x.0 == k.0 && x.1 == k.1) {
-            keys.push(k.clone());
-        }
-    }
-    let find = |ks: &[Key], ss: &[Spread], k: &Key| {
-        ks.iter()
-            .position(|x| x.0 == k.0 && x.1 == k.1)
-            .and_then(|i| ss.get(i).copied())
+    let metric_order = |m: &str| {
+        PROCESS_METRICS
+            .iter()
+            .position(|x| x.name == m)
+            .unwrap_or(PROCESS_METRICS.len())
     };
-    let rows = keys
-        .into_iter()
-        .map(|k| {
-            let c = find(&ck, &cs, &k);
-            let v = find(&vk, &vs, &k);
-            let delta = c.zip(v).map(|(c, v)| v.mean - c.mean);
-            let relative = c
-                .zip(delta)
-                .and_then(|(c, d)| (c.mean != 0.0).then(|| d / c.mean));
-            let verdict = match (c, v) {
-                (Some(c), Some(v)) if c.high < v.low || v.high < c.low => Verdict::Changed,
-                (Some(_), Some(_)) => Verdict::WithinNoise,
-                (Some(_), None) => Verdict::OnlyInControl,
-                _ => Verdict::OnlyInVariant,
-            };
-            DiffRow {
-                subject: k.0,
-                metric: k.1.to_string(),
-                unit: k.2.to_string(),
-                control: c,
-                variant: v,
-                delta,
-                relative,
-                verdict,
-            }
-        })
-        .collect();
-    Comparison {
-        control_runs: control.len() as u32,
-        variant_runs: variant.len() as u32,
-        rows,
-    }
+    rows.sort_by(|a, b| {
+        let ia = by_identity.get(&a.0).copied().unwrap_or(0.0);
+        let ib = by_identity.get(&b.0).copied().unwrap_or(0.0);
+        let sa = by_subject.get(&(a.0, a.1.clone())).copied().unwrap_or(0.0);
+        let sb = by_subject.get(&(b.0, b.1.clone())).copied().unwrap_or(0.0);
+        ib.total_cmp(&ia)
+            .then(a.0.cmp(&b.0))
+            .then(kind(&a.1).cmp(&kind(&b.1)))
+            .then(sb.total_cmp(&sa))
+            .then(a.1.cmp(&b.1))
+            .then(metric_order(&a.2.metric).cmp(&metric_order(&b.2.metric)))
+            .then(a.2.metric.cmp(&b.2.metric))
+    });
 }
 
 #[cfg(test)]
@@ -338,104 +676,225 @@ mod tests {
     use super::*;
     use crate::compare::ThreadGroupInterval;
     use crate::interval::ProcessInterval;
+    use crate::model::TargetIdentity;
 
-    fn header() -> RecordingHeader {
+    fn header(pid: u32, name: &str, role: &str) -> RecordingHeader {
         RecordingHeader {
             schema_version: super::super::RECORDING_SCHEMA_VERSION,
             report_schema_version: crate::REPORT_SCHEMA_VERSION,
             library_version: "test".to_string(),
-            target: Default::default(),
+            target: TargetIdentity {
+                pid,
+                name: name.to_string(),
+                start_time_unix_ns: None,
+            },
             config: Default::default(),
             system: Default::default(),
             start_unix_time_ns: 0,
+            role: Some(role.to_string()),
+            label: None,
         }
     }
 
-    /// A run whose intervals (1 s each) have these process CPU figures,
-    /// and a thread group "worker-{n}" with half of it.
-    fn run(cpu: &[f64]) -> Run {
-        let intervals = cpu
-            .iter()
-            .map(|c| IntervalSummary {
-                from_seq: 0,
-                to_seq: 1,
-                duration_ns: 1_000_000_000,
-                process: ProcessInterval {
-                    cpu_percent: *c,
-                    ..Default::default()
-                },
-                switches_per_sec: None,
-                voluntary_switches_per_sec: None,
-                wakes_per_sec: None,
-                groups: vec![ThreadGroupInterval {
-                    cpu_percent: c / 2.0,
-                    ..ThreadGroupInterval::empty("worker-{n}".to_string())
-                }],
-                loops: Vec::new(),
-                sleeps: Vec::new(),
-                sampler_cpu_percent: 0.0,
-            })
-            .collect();
-        Run::new(header(), intervals)
+    fn interval(pid: u32, cpu: f64) -> IntervalSummary {
+        IntervalSummary {
+            pid: Some(pid),
+            from_seq: 0,
+            to_seq: 1,
+            duration_ns: 1_000_000_000,
+            process: ProcessInterval {
+                cpu_percent: cpu,
+                ..Default::default()
+            },
+            switches_per_sec: None,
+            voluntary_switches_per_sec: None,
+            wakes_per_sec: None,
+            groups: vec![ThreadGroupInterval {
+                cpu_percent: cpu / 2.0,
+                ..ThreadGroupInterval::empty("worker-{n}".to_string())
+            }],
+            loops: Vec::new(),
+            sleeps: Vec::new(),
+            sampler_cpu_percent: 0.0,
+        }
     }
 
-    fn row<'a>(c: &'a Comparison, subject: &str, metric: &str) -> &'a DiffRow {
-        c.rows
-            .iter()
-            .find(|r| r.subject == subject && r.metric == metric)
-            .unwrap()
-    }
-
-    #[test]
-    fn one_run_each_uses_the_spread_of_its_intervals() {
-        let c = compare(&[run(&[10.0, 12.0, 14.0])], &[run(&[30.0, 32.0, 34.0])]);
-        let r = row(&c, "process", "cpu_percent");
-        assert_eq!(r.control.unwrap().mean, 12.0);
-        assert_eq!(
-            (r.control.unwrap().low, r.control.unwrap().high),
-            (10.0, 14.0)
-        );
-        assert_eq!(r.delta, Some(20.0));
-        assert!((r.relative.unwrap() - 20.0 / 12.0).abs() < 1e-12);
-        assert_eq!(r.verdict, Verdict::Changed);
-        assert_eq!(
-            row(&c, "process", "cpu_percent_p95").variant.unwrap().mean,
-            34.0
-        );
-        assert_eq!(
-            row(&c, "thread worker-{n}", "cpu_percent").delta,
-            Some(10.0)
-        );
-        let noisy = compare(&[run(&[10.0, 30.0])], &[run(&[12.0, 28.0])]);
-        assert_eq!(
-            row(&noisy, "process", "cpu_percent").verdict,
-            Verdict::WithinNoise
-        );
-    }
-
-    #[test]
-    fn repeated_runs_use_the_range_of_their_means() {
-        let c = compare(
-            &[run(&[10.0]), run(&[11.0]), run(&[12.0])],
-            &[run(&[11.5]), run(&[13.0]), run(&[14.5])],
-        );
-        let r = row(&c, "process", "cpu_percent");
-        assert_eq!((c.control_runs, c.variant_runs), (3, 3));
-        assert_eq!(
-            r.control.unwrap(),
-            Spread {
-                mean: 11.0,
-                low: 10.0,
-                high: 12.0,
-                runs: 3
+    /// One run: processes (pid, name, role, cpu per interval), intervals
+    /// interleaved as a streaming recording writes them.
+    fn run(e: &mut Experiment, side: Side, procs: &[(u32, &str, &str, &[f64])]) {
+        e.begin_run(side);
+        for (pid, name, role, _) in procs {
+            e.push(side, RecordLine::Header(header(*pid, name, role)))
+                .unwrap();
+        }
+        let n = procs.iter().map(|p| p.3.len()).max().unwrap_or(0);
+        for k in 0..n {
+            for (pid, _, _, cpu) in procs {
+                if let Some(c) = cpu.get(k) {
+                    e.push(side, RecordLine::Interval(interval(*pid, *c)))
+                        .unwrap();
+                }
             }
+        }
+        e.push(
+            side,
+            RecordLine::End(super::super::RecordingEnd::new(0, "deadline", 0)),
+        )
+        .unwrap();
+    }
+
+    fn row<'a>(
+        c: &'a Comparison,
+        process: Option<&str>,
+        subject: &str,
+        metric: &str,
+    ) -> &'a DiffRow {
+        c.totals
+            .iter()
+            .chain(&c.rows)
+            .find(|r| r.process.as_deref() == process && r.subject == subject && r.metric == metric)
+            .unwrap_or_else(|| panic!("no row {process:?} {subject} {metric}"))
+    }
+
+    fn noisy(level: f64, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|i| level + ((i as f64) * 1.7).sin() * level * 0.02)
+            .collect()
+    }
+
+    #[test]
+    fn processes_sharing_a_name_are_told_apart_and_totals_add_them_up() {
+        let master = "nginx: master process nginx -c origin.conf";
+        let worker = "nginx: master process nginx -c origin.conf > nginx: worker process";
+        let pmaster = "nginx: master process nginx -c proxy.conf";
+        let pworker = "nginx: master process nginx -c proxy.conf > nginx: worker process";
+        let (z, w38, w31, p15) = (
+            noisy(0.0, 12),
+            noisy(38.0, 12),
+            noisy(31.0, 12),
+            noisy(15.6, 12),
         );
-        assert_eq!(r.variant.unwrap().mean, 13.0);
-        // 2.0 more on average, but the runs overlap: noise, not a change.
-        assert_eq!(r.verdict, Verdict::WithinNoise);
+        let mut e = Experiment::new(IdentityRule::NameAndRole);
+        run(
+            &mut e,
+            Side::Control,
+            &[(10, "nginx", master, &z), (11, "nginx", worker, &w38)],
+        );
+        run(
+            &mut e,
+            Side::Variant,
+            &[
+                (10, "nginx", master, &z),
+                (11, "nginx", worker, &w31),
+                (20, "nginx", pmaster, &z),
+                (21, "nginx", pworker, &p15),
+            ],
+        );
+        let c = e.compare();
+        let total = row(&c, None, "total", "cpu_percent");
+        assert!(
+            (total.control.unwrap().mean - 38.0).abs() < 0.5,
+            "{total:?}"
+        );
+        assert!(
+            (total.variant.unwrap().mean - 46.6).abs() < 0.5,
+            "{total:?}"
+        );
+        assert_eq!(total.verdict, Verdict::Changed);
+        let origin = row(
+            &c,
+            Some(&format!("nginx [{worker}]")),
+            "process",
+            "cpu_percent",
+        );
+        assert!((origin.control.unwrap().mean - 38.0).abs() < 0.5);
+        assert_eq!(origin.verdict, Verdict::Changed);
+        let proxy = row(
+            &c,
+            Some(&format!("nginx [{pworker}]")),
+            "process",
+            "cpu_percent",
+        );
+        assert_eq!(proxy.verdict, Verdict::OnlyInVariant);
+        // The largest change leads: the proxy's worker (15.6 new).
         assert_eq!(
-            row(&c, "thread worker-{n}", "cpu_percent").verdict,
-            Verdict::WithinNoise
+            c.rows[0].process.as_deref(),
+            Some(format!("nginx [{pworker}]").as_str())
+        );
+        assert_eq!(c.tested_over, "intervals");
+        // By name only, the four processes of the variant are one, summed.
+        let mut e = Experiment::new(IdentityRule::Name);
+        run(
+            &mut e,
+            Side::Control,
+            &[(10, "nginx", master, &z), (11, "nginx", worker, &w38)],
+        );
+        run(
+            &mut e,
+            Side::Variant,
+            &[(11, "nginx", worker, &w31), (21, "nginx", pworker, &p15)],
+        );
+        let c = e.compare();
+        let r = row(&c, Some("nginx"), "process", "cpu_percent");
+        assert!((r.variant.unwrap().mean - 46.6).abs() < 0.5, "{r:?}");
+    }
+
+    #[test]
+    fn series_past_the_cap_are_left_out_and_counted_but_totals_kept() {
+        let mut e = Experiment::new(IdentityRule::NameAndRole);
+        e.begin_run(Side::Control);
+        e.push(Side::Control, RecordLine::Header(header(1, "app", "app")))
+            .unwrap();
+        // One series per group here (only its CPU is set).
+        let per = MAX_SERIES_PER_RUN + 10;
+        for k in 0..per {
+            let mut i = interval(1, 10.0);
+            i.groups[0].name = format!("g{k}");
+            e.push(Side::Control, RecordLine::Interval(i)).unwrap();
+        }
+        let run = &e.sides[0].runs[0];
+        assert!(run.series.len() <= MAX_SERIES_PER_RUN + 7);
+        assert!(run.left_out > 0);
+        let c = e.compare();
+        assert!(c.control.values_left_out > 0);
+        let t = row(&c, None, "total", "cpu_percent");
+        assert_eq!(t.control.unwrap().intervals, per as u64);
+    }
+
+    #[test]
+    fn the_same_steady_process_twice_is_within_noise() {
+        let mut e = Experiment::new(IdentityRule::NameAndRole);
+        let a = noisy(20.0, 30);
+        let b: Vec<f64> = noisy(20.0, 30).into_iter().rev().collect();
+        run(&mut e, Side::Control, &[(1, "app", "app", &a)]);
+        run(&mut e, Side::Variant, &[(1, "app", "app", &b)]);
+        let c = e.compare();
+        for r in c.totals.iter().chain(&c.rows) {
+            assert_ne!(r.verdict, Verdict::Changed, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn replicates_are_tested_over_runs_and_few_intervals_are_not_enough() {
+        let mut e = Experiment::new(IdentityRule::NameAndRole);
+        for cpu in [10.0, 11.0, 12.0] {
+            run(&mut e, Side::Control, &[(1, "app", "app", &[cpu, cpu])]);
+        }
+        for cpu in [20.0, 21.0, 22.0] {
+            run(&mut e, Side::Variant, &[(1, "app", "app", &[cpu, cpu])]);
+        }
+        let c = e.compare();
+        assert_eq!(c.tested_over, "runs");
+        let r = row(&c, Some("app [app]"), "process", "cpu_percent");
+        assert_eq!((r.control.unwrap().runs, r.verdict), (3, Verdict::Changed));
+        assert_eq!(r.delta, Some(10.0));
+        let mut e = Experiment::new(IdentityRule::NameAndRole);
+        run(&mut e, Side::Control, &[(1, "app", "app", &[10.0, 11.0])]);
+        run(&mut e, Side::Variant, &[(1, "app", "app", &[30.0, 31.0])]);
+        let c = e.compare();
+        assert_eq!(
+            row(&c, Some("app [app]"), "process", "cpu_percent").verdict,
+            Verdict::NotEnoughData
         );
     }
 }

@@ -46,6 +46,37 @@ pub enum FindingKind {
     SignalWakeups,
 }
 
+impl FindingKind {
+    /// Every kind, in declaration order: what an exporter pre-creates (a
+    /// zero series per kind, so that "none" differs from "no data") and
+    /// what a test walks.
+    pub const ALL: [FindingKind; 8] = [
+        FindingKind::BusyPoller,
+        FindingKind::SleepOverhead,
+        FindingKind::PeriodicWakeups,
+        FindingKind::CpuHog,
+        FindingKind::RunQueueContention,
+        FindingKind::WakeupsBudget,
+        FindingKind::MemoryGrowth,
+        FindingKind::SignalWakeups,
+    ];
+
+    /// The kind's name as in JSON (`busy_poller`, `cpu_hog`, ...): the
+    /// one name of the glossary, for labels and file names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::BusyPoller => "busy_poller",
+            FindingKind::SleepOverhead => "sleep_overhead",
+            FindingKind::PeriodicWakeups => "periodic_wakeups",
+            FindingKind::CpuHog => "cpu_hog",
+            FindingKind::RunQueueContention => "run_queue_contention",
+            FindingKind::WakeupsBudget => "wakeups_budget",
+            FindingKind::MemoryGrowth => "memory_growth",
+            FindingKind::SignalWakeups => "signal_wakeups",
+        }
+    }
+}
+
 /// How urgent a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "uniffi", derive(uniffi::Enum))]
@@ -58,6 +89,20 @@ pub enum Severity {
     Warning,
     /// Costs a lot, or the OS would act on it (kill, throttle, crash report).
     Critical,
+}
+
+impl Severity {
+    /// Every severity, least urgent first.
+    pub const ALL: [Severity; 3] = [Severity::Info, Severity::Warning, Severity::Critical];
+
+    /// The severity's name as in JSON (`info`, `warning`, `critical`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
 }
 
 /// Who a finding is about.
@@ -192,4 +237,38 @@ pub(crate) fn diagnose(
     known: Option<&Interval>,
 ) -> Vec<Finding> {
     rules::run(history, t, system, exclude_tid, known)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where each kind sits in [`FindingKind::ALL`]; the match has no
+    /// wildcard, so a new kind does not compile until it is listed here
+    /// (and then fails below until it is in `ALL`).
+    fn position(k: FindingKind) -> usize {
+        match k {
+            FindingKind::BusyPoller => 0,
+            FindingKind::SleepOverhead => 1,
+            FindingKind::PeriodicWakeups => 2,
+            FindingKind::CpuHog => 3,
+            FindingKind::RunQueueContention => 4,
+            FindingKind::WakeupsBudget => 5,
+            FindingKind::MemoryGrowth => 6,
+            FindingKind::SignalWakeups => 7,
+        }
+    }
+
+    #[test]
+    fn every_kind_is_listed_once_under_its_json_name() {
+        for (i, k) in FindingKind::ALL.into_iter().enumerate() {
+            assert_eq!(position(k), i, "{k:?}");
+            let json = serde_json::to_value(k).expect("a unit variant serializes");
+            assert_eq!(json.as_str(), Some(k.as_str()));
+        }
+        for s in Severity::ALL {
+            let json = serde_json::to_value(s).expect("a unit variant serializes");
+            assert_eq!(json.as_str(), Some(s.as_str()));
+        }
+    }
 }

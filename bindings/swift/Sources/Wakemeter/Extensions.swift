@@ -8,6 +8,11 @@ extension Sampler {
     /// `try Sampler.make(interval: 0.5, history: 120)`. The interval is in
     /// seconds; a negative, NaN or too-short one is rejected by the library
     /// with `WakemeterError.InvalidConfig`, like any other bad value.
+    ///
+    /// Prefer it to `Sampler(config:)` for values you did not write
+    /// yourself: uniffi's generated code stops the process (`fatalError`)
+    /// on a negative, NaN or infinite duration before the library can
+    /// reject it, and `make` turns such a value into `InvalidConfig`.
     public static func make(
         interval: TimeInterval? = nil,
         history: UInt32? = nil,
@@ -16,7 +21,10 @@ extension Sampler {
         var config = defaultSamplerConfig()
         if let interval { config.interval = interval.isFinite && interval > 0 ? interval : 0 }
         if let history { config.history = history }
-        if let thresholds { config.thresholds = thresholds }
+        if let thresholds {
+            try checkFinite(thresholds, in: "thresholds")
+            config.thresholds = thresholds
+        }
         return try Sampler(config: config)
     }
 
@@ -86,6 +94,24 @@ extension LoopProbe {
         }
         try afterWait(events: UInt32(clamping: events))
         return events
+    }
+}
+
+/// Throws `InvalidConfig` for a number field of `record` that is negative
+/// or not finite. Every number of `Thresholds` must be finite and not
+/// negative (the library checks the finer rules), and a duration that is
+/// not would stop the process in uniffi's generated converter instead.
+/// Reflection rather than a list of fields, so a field added to the Rust
+/// record is covered without a change here.
+func checkFinite(_ record: Any, in name: String) throws {
+    for child in Mirror(reflecting: record).children {
+        guard let label = child.label, let value = child.value as? Double else { continue }
+        if !value.isFinite || value < 0 {
+            let field = label.reduce(into: "") { out, c in
+                out += c.isUppercase ? "_" + c.lowercased() : String(c)
+            }
+            throw WakemeterError.InvalidConfig(message: "\(name).\(field) must be finite and not negative (got \(value))")
+        }
     }
 }
 

@@ -1,0 +1,138 @@
+//! The endpoint when its host holds every file descriptor: a queued
+//! connection cannot be accepted (`EMFILE`), and the server's thread must
+//! pause instead of retrying at once (it used to spin on `accept4` at 97 %
+//! of a core), count the failures, and serve the connection once
+//! descriptors are free again.
+//!
+//! Alone in its file: it lowers this test process's descriptor limit.
+#![cfg(target_os = "linux")]
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The `stat` file of this process's thread named `name`, opened now:
+/// out of descriptors, it could not be opened any more.
+/// (The thread names itself once it runs: waits for that, bounded.)
+fn thread_stat(name: &str) -> File {
+    let start = Instant::now();
+    loop {
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let dir = task.unwrap().path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if comm.trim_end() == name {
+                return File::open(dir.join("stat")).unwrap();
+            }
+        }
+        assert!(start.elapsed() < PATIENCE, "no thread named {name}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// utime + stime of the thread whose `stat` is open in `f`, in clock ticks.
+fn thread_ticks(f: &File) -> u64 {
+    let mut buf = vec![0u8; 4096];
+    let n = f.read_at(&mut buf, 0).unwrap();
+    let stat = String::from_utf8_lossy(&buf[..n]);
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf has no preconditions and touches no memory of ours.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    assert!(t > 0);
+    t as u64
+}
+
+#[test]
+fn out_of_descriptors_the_server_pauses_counts_and_recovers() {
+    // A low limit (256), so that holding every descriptor is quick.
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write structs we own.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut old), 0);
+        let soft = libc::rlimit {
+            rlim_cur: old.rlim_max.min(256),
+            rlim_max: old.rlim_max,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &soft), 0);
+    }
+    let exporter = Exporter::new(ExporterConfig::default()).unwrap();
+    let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), exporter).unwrap();
+    let addr = server.local_addr();
+    let stat = thread_stat("wakemeter-http");
+
+    // Hold every free descriptor but one, connect with that one: the
+    // connection is queued (the kernel completed the handshake) and the
+    // server cannot accept it.
+    let mut hoard: Vec<File> = Vec::new();
+    while let Ok(f) = File::open("/dev/null") {
+        hoard.push(f);
+    }
+    assert!(hoard.len() > 10, "could not fill the descriptor table");
+    hoard.pop();
+    let mut client = TcpStream::connect(addr).unwrap();
+    // Fill the one the client did not need again, if any.
+    while let Ok(f) = File::open("/dev/null") {
+        hoard.push(f);
+    }
+    let start = Instant::now();
+    while server.stats().accept_errors == 0 {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the server never tried to accept"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Over a few seconds out of descriptors: a handful of retries (pauses
+    // of 10 ms doubling to 1 s), not a spin; and next to no CPU.
+    let (errors_before, ticks_before) = (server.stats().accept_errors, thread_ticks(&stat));
+    let window = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let elapsed = window.elapsed();
+    let errors = server.stats().accept_errors - errors_before;
+    let ticks = thread_ticks(&stat) - ticks_before;
+    let elapsed_ticks = elapsed.as_secs_f64() * clock_ticks_per_sec() as f64;
+    eprintln!(
+        "out of descriptors for {elapsed:?}: {errors} failed accepts, {ticks} ticks of CPU \
+         (of {elapsed_ticks:.0} elapsed)"
+    );
+    // Pauses of 10 ms doubling to 1 s: about 8 retries in the first
+    // 1.3 s, then one a second; a spinning loop makes thousands.
+    assert!(
+        errors <= 10 + elapsed.as_secs(),
+        "{errors} failed accepts in {elapsed:?}: a spin"
+    );
+    assert!(
+        (ticks as f64) < elapsed_ticks / 10.0,
+        "{ticks} ticks of CPU in {elapsed_ticks:.0}"
+    );
+
+    // Descriptors free again: the queued connection is served.
+    drop(hoard);
+    client.set_read_timeout(Some(PATIENCE)).unwrap();
+    client
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    client.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    drop(server);
+    // SAFETY: setrlimit reads the struct we own.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) };
+}
