@@ -62,4 +62,9 @@ if [ -x scripts/swift-test.sh ]; then
   scripts/swift-test.sh
 fi
 
+if [ -x scripts/arm64-test.sh ]; then
+  step "core and FFI tests on aarch64 Linux under qemu-user"
+  scripts/arm64-test.sh
+fi
+
 step "all tests passed in ${SECONDS}s"
