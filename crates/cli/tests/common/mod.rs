@@ -56,7 +56,12 @@ pub const HANG_GUARD: Duration = Duration::from_secs(600);
 /// Runs `cmd`, killing it after `limit` or [`HANG_GUARD`], whichever is
 /// longer (so a hang fails the test instead of blocking it forever).
 pub fn run(cmd: &mut Command, limit: Duration) -> Run {
-    let limit = limit.max(HANG_GUARD);
+    run_until(cmd, limit.max(HANG_GUARD))
+}
+
+/// Runs `cmd` and kills it after exactly `limit`: for a test that means to
+/// stop a command that is meant to go on (a long `--seconds`).
+pub fn run_until(cmd: &mut Command, limit: Duration) -> Run {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
