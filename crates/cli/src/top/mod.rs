@@ -94,29 +94,16 @@ struct Data {
     seq: Option<u64>,
 }
 
-/// Parses `--interval`: whole seconds, `2s` or `2`. Whole seconds,
-/// because a refresh ends on a snapshot that has the voluntary/involuntary
-/// split of switches, one in every [`session::SWITCH_SPLIT_EVERY`] (a
-/// second apart).
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let secs: u64 = s
-        .strip_suffix('s')
-        .unwrap_or(s)
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a whole number of seconds (examples: 1s, 5s, 5)"))?;
-    let d = Duration::from_secs(secs);
-    if INTERVALS.contains(&d) {
-        Ok(d)
-    } else {
-        Err(format!("{s:?}: the interval must be 1 to 60 seconds"))
-    }
-}
-
 pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
-    if !INTERVALS.contains(&o.interval) {
-        return Err("--interval must be 1 to 60 seconds".into());
-    }
+    // Whole seconds, because a refresh ends on a snapshot that has the
+    // voluntary/involuntary split of switches, one in every
+    // [`session::SWITCH_SPLIT_EVERY`] (a second apart).
+    crate::duration::whole_seconds(
+        o.interval,
+        "--interval",
+        INTERVALS.start().as_secs(),
+        INTERVALS.end().as_secs(),
+    )?;
     if o.seconds.is_some_and(|s| s.is_zero()) {
         return Err("--seconds must be more than 0".into());
     }
