@@ -115,8 +115,14 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         Ok(src) => (Some(src), Kernel::Attached),
         Err(why) => (None, Kernel::Missing(why)),
     };
-    let sampler = session::sampler(pid, o.interval, DEFAULT_REPORT_THREADS, source)?;
-    let guard = sampler.start()?;
+    let sampler = match session::sampler(pid, o.interval, DEFAULT_REPORT_THREADS, source) {
+        Ok(s) => s,
+        Err(e) => return crate::watch::exited_while_starting(pid, &target.name, e.into()),
+    };
+    let guard = match sampler.start() {
+        Ok(g) => g,
+        Err(e) => return crate::watch::exited_while_starting(pid, &target.name, e.into()),
+    };
     let interactive =
         io::stdout().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb");
     let (tx, rx) = mpsc::channel();
