@@ -64,7 +64,7 @@ pub fn whole_seconds(d: Duration, flag: &str, min: u64, max: u64) -> Result<u64,
     let secs = d.as_secs();
     if d.subsec_nanos() != 0 || !(min..=max).contains(&secs) {
         return Err(format!(
-            "{flag} must be a whole number of seconds from {min} to {max} (e.g. {min}s or {min}); \
+            "{flag} must be between {min} and {max} seconds, whole (e.g. {min}s or {min}); \
              it was {:?}: reports end on the sampler's one-second snapshots",
             d
         ));
