@@ -1306,13 +1306,22 @@ impl Number for Evidence {
     }
 }
 
+/// Evidence that says how sure a rule is, not what the thread does: two
+/// threads ticking at 90/s are alike whether one's per-second rates
+/// spread by 2% and the other's by 9% (seven JVM threads sleeping 10 ms
+/// each were split "4 + 3" by it).
+const NOT_BEHAVIOUR: [&str; 1] = ["rate_variation"];
+
 /// Whether two findings' numbers tell the same behaviour: every evidence
 /// value within `tolerance` of the other's, relative to the larger, with
 /// a floor for percentages (1 point) and ratios (0.05) so that 0.1% and
-/// 0.15% CPU count as alike.
+/// 0.15% CPU count as alike ([`NOT_BEHAVIOUR`] aside).
 fn alike<A: Number, B: Number>(a: &[A], b: &[B], tolerance: f64) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {
+            if x.name() == y.name() && NOT_BEHAVIOUR.contains(&x.name()) {
+                return true;
+            }
             let floor = match x.unit() {
                 "%" => 1.0,
                 "ratio" => 0.05,
@@ -1807,6 +1816,22 @@ mod tests {
         assert!(!at(59).contains(&FindingKind::CpuHog));
         assert!(at(60).contains(&FindingKind::CpuHog));
         assert!(at(120).contains(&FindingKind::CpuHog));
+    }
+
+    #[test]
+    fn steadiness_does_not_split_alike_threads() {
+        let with_cv = |cv: f64| {
+            vec![
+                ev("wakeups_per_sec", 90.0, "1/s"),
+                ev("rate_variation", cv, "ratio"),
+            ]
+        };
+        assert!(alike(&with_cv(0.02), &with_cv(0.2), 0.25));
+        let other = vec![
+            ev("wakeups_per_sec", 190.0, "1/s"),
+            ev("rate_variation", 0.02, "ratio"),
+        ];
+        assert!(!alike(&with_cv(0.02), &other, 0.25));
     }
 
     #[test]
