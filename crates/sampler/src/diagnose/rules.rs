@@ -1081,12 +1081,10 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
         severity,
         subject,
         move || format!(
-            "the process's threads want {runnable:.1} CPUs on {} cores: they run {:.0}% and wait for a CPU \
-             {:.0}% of a core in total ({wait_share:.0}% of their runnable time); {waiters} of its {} threads \
-             wait at least {:.0}% of the time, each using little CPU",
+            "the process's threads want {runnable:.1} CPUs on {} cores: together they run {running:.2} cores' \
+             worth and wait for a CPU {waiting:.1} threads' worth ({wait_share:.0}% of their runnable time); \
+             {waiters} of its {} threads wait at least {:.0}% of the time, each using little CPU",
             system.cpu_count,
-            running * 100.0,
-            waiting * 100.0,
             i.threads.len(),
             t.run_queue_wait_percent
         ),
