@@ -358,7 +358,7 @@ impl WakeSource {
             .unwrap_or_default();
         match self {
             WakeSource::Timer => {
-                format!("a timer: its waits end on their timeout, with little work each ({shares})")
+                format!("a periodic timer: its waits end on their timeout, with little work each ({shares})")
             }
             WakeSource::Io => format!("woken by I/O interrupts with little work each ({shares})"),
             WakeSource::Interrupt => {
