@@ -138,6 +138,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         rows: 0,
         notice: None,
         measured: false,
+        printed: None,
         data: Data {
             report: sampler.report(),
             interval: None,
@@ -167,7 +168,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 session::how_gone(how)
             );
             top.notice = Some(notice.clone());
-            top.print_frame()?;
+            // The screen is given back with the last numbers on it; a
+            // plain output already has them, unless a newer interval came.
+            if interactive || top.printed != top.data.seq {
+                top.print_frame()?;
+            }
             print::note(&format!("wakemeter: {notice}"));
             if top.measured {
                 Ok(ExitCode::SUCCESS)
@@ -255,6 +260,9 @@ struct Top<'a> {
     notice: Option<String>,
     /// Whether an interval was measured.
     measured: bool,
+    /// The snapshot the last plain frame ended at: one interval is
+    /// printed once.
+    printed: Option<u64>,
     /// What is shown.
     data: Data,
 }
@@ -293,7 +301,8 @@ impl Top<'_> {
         v
     }
 
-    fn print_frame(&self) -> io::Result<()> {
+    fn print_frame(&mut self) -> io::Result<()> {
+        self.printed = self.data.seq;
         let mut v = self.view();
         v.interactive = false;
         let mut out = io::stdout().lock();
