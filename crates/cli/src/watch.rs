@@ -150,7 +150,12 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             a.note_new();
         }
         let final_seq = stored.is_some_and(|seq| last_seq.is_some_and(|l| seq >= l));
-        if final_seq || deadline.is_some_and(|d| Instant::now() >= d) {
+        let ending = final_seq || deadline.is_some_and(|d| Instant::now() >= d);
+        let due = stored.filter(|seq| seq / per_report > reports_due);
+        if ending || due.is_some() {
+            if let Some(seq) = due {
+                reports_due = seq / per_report;
+            }
             measured |= write_report(
                 &mut out,
                 &sampler.report(),
@@ -158,19 +163,9 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 auto.as_ref(),
                 &mut printed,
             )?;
-            break End::Deadline;
         }
-        if let Some(seq) = stored
-            && seq / per_report > reports_due
-        {
-            reports_due = seq / per_report;
-            measured |= write_report(
-                &mut out,
-                &sampler.report(),
-                o.json,
-                auto.as_ref(),
-                &mut printed,
-            )?;
+        if ending {
+            break End::Deadline;
         }
         if let Some(end) = session::check(&sampler, pid, &mut reported_error, |e| {
             print::note(&format!("wakemeter: sampling: {e}"));

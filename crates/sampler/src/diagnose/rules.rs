@@ -122,6 +122,14 @@ pub(super) fn memory_key(kind: FindingKind, subject: &Subject) -> (FindingKind, 
     (kind, who)
 }
 
+/// A finding's figure and the thresholds that set its severity: `base`
+/// below every step, each step `(threshold, severity)` ascending.
+struct Grade<'s> {
+    value: f64,
+    base: Severity,
+    steps: &'s [(f64, Severity)],
+}
+
 struct Ctx<'a> {
     t: &'a Thresholds,
     /// Severities of the previous report.
@@ -162,6 +170,20 @@ impl Ctx<'_> {
             }
         }
         severity
+    }
+
+    /// [`Ctx::push`] with the severity graded from `grade` ([`Ctx::grade`]).
+    fn push_graded(
+        &mut self,
+        kind: FindingKind,
+        grade: Grade<'_>,
+        subject: Subject,
+        summary: impl FnOnce() -> String,
+        evidence: Vec<Ev>,
+        advice: &str,
+    ) {
+        let severity = self.grade(kind, &subject, grade.value, grade.base, grade.steps);
+        self.push(kind, severity, subject, summary, evidence, advice);
     }
 
     /// Adds a finding; `summary` is formatted only when the finding is
@@ -635,17 +657,10 @@ fn kernel_signal_wakeups(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThread
         tid: th.tid,
         name: th.name.clone(),
     };
-    let severity = cx.grade(
-        FindingKind::SignalWakeups,
-        &subject,
-        k.interrupted_sleeps_per_sec,
-        Severity::Info,
-        &[(t.sleep_warning_calls_per_sec, Severity::Warning)],
-    );
-    cx.push(
-        FindingKind::SignalWakeups,
-        severity,
-        subject,
+    cx.push_graded(
+            FindingKind::SignalWakeups,
+            Grade { value: k.interrupted_sleeps_per_sec, base: Severity::Info, steps: &[(t.sleep_warning_calls_per_sec, Severity::Warning)] },
+            subject,
         move || format!(
             "thread {} \"{}\" is interrupted by signals {:.0} times/s while sleeping: its sleeps ask for {asked} \
              but last {:.2} ms on average ({:.0}% end early, kernel view); the wakeups come from the signals, \
@@ -703,20 +718,17 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
         tid: th.tid,
         name: th.name.clone(),
     };
-    let severity = cx.grade(
-        FindingKind::SleepOverhead,
-        &subject,
-        completed,
-        Severity::Info,
-        &[(t.sleep_warning_calls_per_sec, Severity::Warning)],
-    );
     // The kernel sees the sleeps, not what the thread does between them:
     // a ticker (a fixed-rate timer that does its work each tick) and a
     // sleep-and-check loop (that looks for work and often finds none)
     // look alike from here, so the summary claims only the sleeping.
-    cx.push(
+    cx.push_graded(
         FindingKind::SleepOverhead,
-        severity,
+        Grade {
+            value: completed,
+            base: Severity::Info,
+            steps: &[(t.sleep_warning_calls_per_sec, Severity::Warning)],
+        },
         subject,
         move || format!(
             "thread {} \"{}\" sleeps {completed:.0} times/s{mix}, asking for {} and sleeping {:.2} ms each{interrupted} \
@@ -809,16 +821,9 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
             name: l.name.clone(),
             tid: l.tid,
         };
-        let severity = cx.grade(
+        cx.push_graded(
             FindingKind::PeriodicWakeups,
-            &subject,
-            l.wakeups_per_sec,
-            Severity::Info,
-            &[(t.periodic_warning_wakeups_per_sec, Severity::Warning)],
-        );
-        cx.push(
-            FindingKind::PeriodicWakeups,
-            severity,
+            Grade { value: l.wakeups_per_sec, base: Severity::Info, steps: &[(t.periodic_warning_wakeups_per_sec, Severity::Warning)] },
             subject,
             move || format!(
                 "loop \"{}\" wakes every {period_ms:.1} ms on its timeout ({:.0}/s) and {:.0}% of those wakeups find nothing",
@@ -964,16 +969,9 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
             tid: th.tid,
             name: th.name.clone(),
         };
-        let severity = cx.grade(
+        cx.push_graded(
             FindingKind::PeriodicWakeups,
-            &subject,
-            wakes,
-            Severity::Info,
-            &[(t.periodic_warning_wakeups_per_sec, Severity::Warning)],
-        );
-        cx.push(
-            FindingKind::PeriodicWakeups,
-            severity,
+            Grade { value: wakes, base: Severity::Info, steps: &[(t.periodic_warning_wakeups_per_sec, Severity::Warning)] },
             subject,
             move || format!(
                 "thread {} \"{}\" wakes every {period_ms:.1} ms ({wakes:.0}/s from {counted}, steady{preempted}) \
@@ -1026,16 +1024,9 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             tid: th.tid,
             name: th.name.clone(),
         };
-        let severity = cx.grade(
+        cx.push_graded(
             FindingKind::RunQueueContention,
-            &subject,
-            wait,
-            Severity::Warning,
-            &[(t.run_queue_critical_wait_percent, Severity::Critical)],
-        );
-        cx.push(
-            FindingKind::RunQueueContention,
-            severity,
+            Grade { value: wait, base: Severity::Warning, steps: &[(t.run_queue_critical_wait_percent, Severity::Critical)] },
             subject,
             move || format!(
                 "thread {} \"{}\" waited for a CPU {wait:.0}% of the time while running {:.0}%: \
@@ -1069,17 +1060,10 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
         })
         .count();
     let subject = Subject::Process { pid: i.process.pid };
-    let severity = cx.grade(
-        FindingKind::RunQueueContention,
-        &subject,
-        wait_share,
-        Severity::Warning,
-        &[(t.run_queue_critical_wait_percent, Severity::Critical)],
-    );
-    cx.push(
-        FindingKind::RunQueueContention,
-        severity,
-        subject,
+    cx.push_graded(
+            FindingKind::RunQueueContention,
+            Grade { value: wait_share, base: Severity::Warning, steps: &[(t.run_queue_critical_wait_percent, Severity::Critical)] },
+            subject,
         move || format!(
             "the process's threads want {runnable:.1} CPUs on {} cores: together they run {running:.2} cores' \
              worth and wait for a CPU {waiting:.1} threads' worth ({wait_share:.0}% of their runnable time); \
@@ -1108,16 +1092,9 @@ fn cpu_hogs(cx: &mut Ctx<'_>, i: &Interval) {
             tid: th.tid,
             name: th.name.clone(),
         };
-        let severity = cx.grade(
+        cx.push_graded(
             FindingKind::CpuHog,
-            &subject,
-            th.cpu_percent,
-            Severity::Warning,
-            &[(t.cpu_hog_critical_percent, Severity::Critical)],
-        );
-        cx.push(
-            FindingKind::CpuHog,
-            severity,
+            Grade { value: th.cpu_percent, base: Severity::Warning, steps: &[(t.cpu_hog_critical_percent, Severity::Critical)] },
             subject,
             move || format!(
                 "thread {} \"{}\" used {:.0}% of a core for {:.0} s",
@@ -1186,17 +1163,10 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
     };
     let limit_total = budget * ns(t.wakeups_window) as f64 / 1e9;
     let subject = Subject::Process { pid: i.process.pid };
-    let severity = cx.grade(
-        FindingKind::WakeupsBudget,
-        &subject,
-        rate,
-        Severity::Warning,
-        &[(budget, Severity::Critical)],
-    );
-    cx.push(
-        FindingKind::WakeupsBudget,
-        severity,
-        subject,
+    cx.push_graded(
+            FindingKind::WakeupsBudget,
+            Grade { value: rate, base: Severity::Warning, steps: &[(budget, Severity::Critical)] },
+            subject,
         move || format!(
             "the process wakes {rate:.0} times/s over {:.0} s ({source}): {:.1}x iOS's budget of {budget:.0}/s \
              ({limit_total:.0} per {:.0} s would be used up in {:.0} s){wakers}",
