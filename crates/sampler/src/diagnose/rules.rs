@@ -1786,6 +1786,59 @@ mod tests {
         assert!(at(120).contains(&FindingKind::CpuHog));
     }
 
+    /// The kernel view of a thread woken `irq`, `threads` and `others`
+    /// times/s, its waits sleeps that end on their timeout.
+    fn woken(irq: f64, threads: f64, others: f64) -> KernelThreadInterval {
+        serde_json::from_value(serde_json::json!({
+            "on_cpu_percent": 0.1,
+            "voluntary_switches_per_sec": irq + threads + others,
+            "involuntary_switches_per_sec": 0.0,
+            "off_cpu": {"sleep_ns": 900_000_000u64, "lock_ns": 0, "poll_ns": 0, "io_ns": 0,
+                        "preempted_ns": 0, "other_ns": 0},
+            "blocked_percent": 90.0,
+            "wakes_per_sec": irq + threads + others,
+            "interrupt_wakes_per_sec": irq,
+            "process_thread_wakes_per_sec": threads,
+            "other_process_wakes_per_sec": others,
+            "poll_calls_per_sec": 0.0,
+            "blocking_polls_per_sec": 0.0,
+            "idle_nonblocking_polls_per_sec": 0.0,
+            "idle_poll_ratio": 0.0,
+            "zero_timeout_poll_ratio": 0.0,
+            "sleeps_per_sec": irq,
+            "interrupted_sleeps_per_sec": 0.0,
+            "mean_sleep_requested_ns": 20_000u64,
+            "unknown_request_sleeps": 0,
+            "mean_sleep_actual_ns": 80_000u64,
+            "calls_by_syscall": [],
+            "top_wakers": []
+        }))
+        .expect("a kernel interval")
+    }
+
+    /// Go's sysmon under light load: 62% of its wakes from interrupts
+    /// (its usleep back-off), 38% from the scheduler's threads. No source
+    /// holds three in four: "mixed", with the split; 80% interrupts with
+    /// sleeps ending on time is a timer.
+    #[test]
+    fn no_clear_majority_is_mixed_with_the_split() {
+        let t = Thresholds::default();
+        let sysmon = woken(31.0, 19.0, 0.0);
+        let source = WakeSource::of(Some(&sysmon), &t);
+        assert_eq!(source, WakeSource::Mixed);
+        let cause = source.cause(Some(&sysmon));
+        assert!(
+            cause.contains("mixed sources, none a clear majority"),
+            "{cause}"
+        );
+        assert!(
+            cause.contains("62% of its wakes by interrupts, 38% by threads of this process"),
+            "{cause}"
+        );
+        let ticker = woken(40.0, 10.0, 0.0);
+        assert_eq!(WakeSource::of(Some(&ticker), &t), WakeSource::Timer);
+    }
+
     #[test]
     fn steadiness_does_not_split_alike_threads() {
         let with_cv = |cv: f64| {
