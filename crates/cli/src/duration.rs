@@ -54,6 +54,24 @@ pub fn parse_positive(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `d` as whole seconds from `min` to `max`, for a period that must end
+/// on the sampler's one-second snapshots (`watch --interval`, `top
+/// --interval`, `demo --seconds`); `flag` names it in the error.
+///
+/// # Errors
+/// A fraction of a second, or out of the range.
+pub fn whole_seconds(d: Duration, flag: &str, min: u64, max: u64) -> Result<u64, String> {
+    let secs = d.as_secs();
+    if d.subsec_nanos() != 0 || !(min..=max).contains(&secs) {
+        return Err(format!(
+            "{flag} must be between {min} and {max} seconds, whole (e.g. {min}s or {min}); \
+             it was {:?}: reports end on the sampler's one-second snapshots",
+            d
+        ));
+    }
+    Ok(secs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +102,13 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad}");
         }
         assert!(parse_positive("0").is_err());
+        let half = parse("500ms").unwrap();
+        assert!(whole_seconds(half, "--interval", 1, 3600).is_err());
+        assert_eq!(
+            whole_seconds(parse("2s").unwrap(), "--interval", 1, 60),
+            Ok(2)
+        );
+        assert!(whole_seconds(parse("61").unwrap(), "--interval", 1, 60).is_err());
         assert!(parse_positive("0ms").is_err());
     }
 }

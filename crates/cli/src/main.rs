@@ -34,11 +34,6 @@ mod top {
         pub kernel: crate::kernel::Choice,
     }
 
-    /// Accepts any duration; this build refuses `top` anyway.
-    pub fn parse_interval(_: &str) -> Result<Duration, String> {
-        Ok(Duration::ZERO)
-    }
-
     /// The terminal view is behind the `tui` feature.
     pub fn run(_: &Options) -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
         Err("this build has no `top` (feature `tui` off); use `wakemeter watch`".into())
@@ -77,9 +72,9 @@ enum Command {
     /// loop, a usleep polling thread beside a condition-variable waiter),
     /// prints what wakemeter finds and writes the full report as JSON.
     Demo {
-        /// How long to run, in seconds (5 to 600).
-        #[arg(long, default_value_t = 12)]
-        seconds: u64,
+        /// How long to run: whole seconds, 5 to 600 (`12`, `12s`, `1m`).
+        #[arg(long, value_name = "DURATION", default_value = "12s", value_parser = duration::parse_positive)]
+        seconds: std::time::Duration,
         /// Where to write the JSON report.
         #[arg(long, default_value = "wakemeter-report.json")]
         report: PathBuf,
@@ -93,9 +88,10 @@ enum Command {
     Watch {
         #[command(flatten)]
         selection: multi::Selection,
-        /// Seconds between reports (1 to 3600).
-        #[arg(long, default_value_t = 5)]
-        every: u64,
+        /// Time between reports: whole seconds, 1 to 3600 (`5s`, `5`,
+        /// `1m`). `--every` is the old name.
+        #[arg(long = "interval", visible_alias = "every", value_name = "DURATION", default_value = "5s", value_parser = duration::parse_positive)]
+        every: std::time::Duration,
         /// Threads each report lists one by one: those the findings name,
         /// then the busiest by CPU, switches and wakes. Every other thread
         /// is counted in the report's groups by name. 0 lists none.
@@ -134,8 +130,9 @@ enum Command {
         /// Process to watch (a thread id works too: its process is watched).
         #[arg(long)]
         pid: u32,
-        /// Seconds between refreshes, 1 to 60 (`2s` or `2`).
-        #[arg(long, default_value = "1s", value_parser = top::parse_interval)]
+        /// Time between refreshes: whole seconds, 1 to 60 (`2s`, `2`, `1m`).
+        /// `--every` works too (the name `watch` used).
+        #[arg(long, visible_alias = "every", value_name = "DURATION", default_value = "1s", value_parser = duration::parse_positive)]
         interval: std::time::Duration,
         /// Stop after this long (default: until `q`, or until the process
         /// exits): seconds, or `500ms`, `30s`, `5m`; at most 365 days.
@@ -156,8 +153,10 @@ enum Command {
         /// measured (after the eBPF attach, which stderr reports).
         #[arg(long, default_value = "60", value_parser = duration::parse_positive)]
         seconds: std::time::Duration,
-        /// Time between samples (0.01 to 60 seconds; `500ms` works too).
-        #[arg(long, default_value = "1", value_parser = duration::parse)]
+        /// Time between samples, one line of the recording each: 0.01 to
+        /// 60 seconds (`500ms`, `1s`, `1`). `--every` works too (the name
+        /// `watch` used).
+        #[arg(long, visible_alias = "every", value_name = "DURATION", default_value = "1s", value_parser = duration::parse)]
         interval: std::time::Duration,
         /// Where to write the recording: a file (written beside it and
         /// renamed at the end; each interval reaches the disk as it is
@@ -289,9 +288,9 @@ struct ProfileWatchArgs {
     /// finding.
     #[arg(long, value_name = "DIR")]
     profile_dir: Option<PathBuf>,
-    /// Length of one capture, in seconds.
-    #[arg(long, default_value_t = 10.0, requires = "profile_dir")]
-    profile_seconds: f64,
+    /// Length of one capture (`10s`, `500ms`, `1m`, or plain seconds).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse_positive, requires = "profile_dir")]
+    profile_seconds: std::time::Duration,
     /// Also capture when the process uses this much CPU (percent of one
     /// core) over 10 s.
     #[arg(long, value_name = "PERCENT", requires = "profile_dir")]
@@ -306,7 +305,7 @@ impl ProfileWatchArgs {
     fn options(self) -> Option<autoprofile::Options> {
         Some(autoprofile::Options {
             dir: self.profile_dir?,
-            seconds: self.profile_seconds,
+            seconds: self.profile_seconds.as_secs_f64(),
             process_cpu_percent: self.profile_cpu_percent,
             thread_cpu_percent: self.profile_thread_cpu_percent,
         })
@@ -331,9 +330,9 @@ struct ProfileArgs {
     /// Stacks of the threads that wake the process's threads.
     #[arg(long)]
     wakeups: bool,
-    /// Capture length in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    seconds: f64,
+    /// Capture length (`10s`, `500ms`, `1m`, or plain seconds).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse_positive)]
+    seconds: std::time::Duration,
     /// On-CPU samples per second per CPU.
     #[arg(long, default_value_t = 99)]
     frequency: u64,
@@ -399,7 +398,9 @@ fn main() -> ExitCode {
             seconds,
             report,
             kernel,
-        } => demo::run(seconds, &report, kernel.choice()),
+        } => duration::whole_seconds(seconds, "--seconds", 5, 600)
+            .map_err(Into::into)
+            .and_then(|secs| demo::run(secs, &report, kernel.choice())),
         Command::Watch {
             selection,
             every,
@@ -410,31 +411,34 @@ fn main() -> ExitCode {
             profile,
             listen,
             allow_non_loopback,
-        } => match single_pid(&selection) {
-            Some(pid) => watch::run(&watch::Options {
-                pid,
-                every,
-                report_threads,
-                seconds,
-                json,
-                kernel: kernel.choice(),
-                profile: profile.options(),
-                listen,
-                allow_non_loopback,
-            }),
-            _ if profile.profile_dir.is_some() => {
-                Err("--profile-dir profiles one process: give a single --pid".into())
-            }
-            _ => multi::run(&multi::Options {
-                selection,
-                every,
-                report_threads,
-                seconds,
-                json,
-                kernel: kernel.choice(),
-                listen,
-                allow_non_loopback,
-            }),
+        } => match duration::whole_seconds(every, "--interval", 1, 3600) {
+            Err(e) => Err(e.into()),
+            Ok(every) => match single_pid(&selection) {
+                Some(pid) => watch::run(&watch::Options {
+                    pid,
+                    every,
+                    report_threads,
+                    seconds,
+                    json,
+                    kernel: kernel.choice(),
+                    profile: profile.options(),
+                    listen,
+                    allow_non_loopback,
+                }),
+                _ if profile.profile_dir.is_some() => {
+                    Err("--profile-dir profiles one process: give a single --pid".into())
+                }
+                _ => multi::run(&multi::Options {
+                    selection,
+                    every,
+                    report_threads,
+                    seconds,
+                    json,
+                    kernel: kernel.choice(),
+                    listen,
+                    allow_non_loopback,
+                }),
+            },
         },
         Command::Top {
             pid,

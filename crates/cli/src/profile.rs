@@ -21,6 +21,9 @@ const TOP_FRAMES: usize = 8;
 /// the user's own code.
 const KERNEL_FRAMES: usize = 3;
 
+/// How often a capture checks whether its target exited (it then ends early).
+const EXIT_CHECK: Duration = Duration::from_millis(100);
+
 /// What the user asked for.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -28,8 +31,8 @@ pub struct Options {
     pub pid: u32,
     /// Which stacks.
     pub kind: StackKind,
-    /// Capture length, s.
-    pub seconds: f64,
+    /// Capture length.
+    pub seconds: Duration,
     /// On-CPU samples per second per CPU.
     pub frequency_hz: u64,
     /// Output files.
@@ -41,7 +44,7 @@ pub struct Options {
 }
 
 pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
-    if !(o.seconds > 0.0 && o.seconds <= wakemeter_profile::MAX_CAPTURE.as_secs_f64()) {
+    if o.seconds.is_zero() || o.seconds > wakemeter_profile::MAX_CAPTURE {
         return Err(format!(
             "--seconds must be more than 0 and at most {}",
             wakemeter_profile::MAX_CAPTURE.as_secs()
@@ -51,18 +54,20 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let resolved = target::resolve(o.pid)?;
     let options = ProfileOptions::new(o.kind).with_frequency_hz(o.frequency_hz);
     let profiler = Profiler::new();
+    // Attach first: without privilege (or BTF) this fails, and nothing has
+    // been announced that will not happen.
+    let capture = profiler.start(Target::Pid(resolved.pid), &options)?;
     print::note(&format!(
         "wakemeter: profiling {} of process {} ({}) for {} s",
         wakemeter_profile::kind_label(o.kind).replace('_', "-"),
         resolved.pid,
         resolved.name,
-        o.seconds
+        o.seconds.as_secs_f64()
     ));
-    let profile = profiler.capture(
-        Target::Pid(resolved.pid),
-        &options,
-        Duration::from_secs_f64(o.seconds),
-    )?;
+    while capture.elapsed() < o.seconds && !capture.target_exited() {
+        std::thread::sleep(EXIT_CHECK.min(o.seconds.saturating_sub(capture.elapsed())));
+    }
+    let profile = capture.finish(&profiler)?;
     for w in &profile.warnings {
         print::note(&format!("wakemeter: {w}"));
     }

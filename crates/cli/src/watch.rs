@@ -1,12 +1,12 @@
 //! `wakemeter watch --pid`: the sidecar use.
 //!
-//! Reports come every `--every` seconds and once more at the `--seconds`
+//! Reports come every `--interval` seconds and once more at the `--seconds`
 //! deadline. The watcher has no clock of its own: it wakes when the
 //! sampler stores a snapshot (`wait_for_sample`, every [`SAMPLE_EVERY`]),
-//! reports on every `--every`th snapshot and on the deadline's, and then
+//! reports on every `--interval`th snapshot and on the deadline's, and then
 //! checks that the target still exists, so it stops at the deadline and
 //! within about a sampling interval of the target's exit, whatever
-//! `--every` is. When the target has gone, sampling
+//! `--interval` is. When the target has gone, sampling
 //! is stopped first and one final report is printed (its `stats.running` is
 //! false), then "target exited" on stderr.
 
@@ -18,7 +18,31 @@ use std::time::{Duration, Instant};
 use wakemeter::{Report, SampleWait, Target};
 
 use crate::session::{self, End, SAMPLE_EVERY};
+use crate::target::{self, Liveness};
 use crate::{kernel, metrics, print};
+
+/// A step of starting failed (eBPF attach, the sampler's first look at
+/// the target): when the target has exited meanwhile, that is what
+/// happened, and the exit status is the documented 1 ("the process exited
+/// before a first measurement"), not the 2 of a bad argument.
+pub(crate) fn exited_while_starting(
+    pid: u32,
+    name: &str,
+    e: Box<dyn Error>,
+) -> Result<ExitCode, Box<dyn Error>> {
+    match target::liveness(pid) {
+        Liveness::Alive => Err(e),
+        how => {
+            print::note(&format!(
+                "wakemeter: target exited: process {pid} ({}) {} while wakemeter was starting",
+                print::safe(name),
+                session::how_gone(how)
+            ));
+            print::note("wakemeter: it exited before anything could be measured");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
 
 /// What the user asked for.
 #[derive(Debug, Clone)]
@@ -70,8 +94,16 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             None
         }
     };
-    let sampler = session::sampler(pid, Duration::from_secs(o.every), o.report_threads, kernel)?;
-    let guard = sampler.start()?;
+    let started = session::sampler(pid, Duration::from_secs(o.every), o.report_threads, kernel)
+        .map_err(Box::<dyn Error>::from)
+        .and_then(|s| {
+            let guard = s.start()?;
+            Ok((s, guard))
+        });
+    let (sampler, guard) = match started {
+        Ok(started) => started,
+        Err(e) => return exited_while_starting(pid, &target.name, e),
+    };
     let mut auto = crate::autoprofile::start(&sampler, o.profile.as_ref())?;
     let _updates = match &endpoint {
         Some(e) => Some(e.follow(&sampler)?),
@@ -98,6 +130,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         None => None,
     };
     let mut measured = false;
+    let mut printed = Printed::default();
     let mut reported_error: Option<String> = None;
     let mut last = None;
     // The number of the last report due (`seq / per_report`).
@@ -117,15 +150,22 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             a.note_new();
         }
         let final_seq = stored.is_some_and(|seq| last_seq.is_some_and(|l| seq >= l));
-        if final_seq || deadline.is_some_and(|d| Instant::now() >= d) {
-            measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
-            break End::Deadline;
+        let ending = final_seq || deadline.is_some_and(|d| Instant::now() >= d);
+        let due = stored.filter(|seq| seq / per_report > reports_due);
+        if ending || due.is_some() {
+            if let Some(seq) = due {
+                reports_due = seq / per_report;
+            }
+            measured |= write_report(
+                &mut out,
+                &sampler.report(),
+                o.json,
+                auto.as_ref(),
+                &mut printed,
+            )?;
         }
-        if let Some(seq) = stored
-            && seq / per_report > reports_due
-        {
-            reports_due = seq / per_report;
-            measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
+        if ending {
+            break End::Deadline;
         }
         if let Some(end) = session::check(&sampler, pid, &mut reported_error, |e| {
             print::note(&format!("wakemeter: sampling: {e}"));
@@ -138,7 +178,13 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     match end {
         End::Deadline => Ok(ExitCode::SUCCESS),
         End::TargetGone(how) => {
-            measured |= write_report(&mut out, &sampler.report(), o.json, auto.as_ref())?;
+            measured |= write_report(
+                &mut out,
+                &sampler.report(),
+                o.json,
+                auto.as_ref(),
+                &mut printed,
+            )?;
             print::note(&format!(
                 "wakemeter: target exited: process {pid} ({}) {}",
                 target.name,
@@ -158,14 +204,41 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     }
 }
 
+/// What the last written report was, so that one interval is never
+/// written twice: when sampling starves (no new snapshot before the
+/// deadline, or before the target's exit is noticed), the final report
+/// would repeat the last one.
+#[derive(Default)]
+struct Printed {
+    /// The snapshot the last written interval ended at, and whether the
+    /// sampler was running then.
+    last: Option<(u64, bool)>,
+}
+
 /// Writes one report, with the profile captured for each finding when
-/// there is one; returns whether it had a measured interval.
+/// there is one, unless it repeats the last one written; returns whether
+/// it had a measured interval. In tables, a report whose interval ends
+/// at the same snapshot as the last one is left out; in JSON too, except
+/// the final line that says sampling stopped (`"running": false`), which
+/// a consumer waits for.
 fn write_report(
     out: &mut impl Write,
     report: &Report,
     json: bool,
     auto: Option<&crate::autoprofile::Watcher>,
+    printed: &mut Printed,
 ) -> io::Result<bool> {
+    let measured = report.interval.is_some();
+    if let Some(i) = &report.interval {
+        let running = report.stats.running;
+        let same = printed
+            .last
+            .is_some_and(|(seq, was)| seq == i.to_seq && (!json || was == running));
+        if same {
+            return Ok(measured);
+        }
+        printed.last = Some((i.to_seq, running));
+    }
     if json {
         let line = print::json(report).map_err(io::Error::other)?;
         writeln!(out, "{line}")?;
@@ -177,5 +250,36 @@ fn write_report(
         print::warnings(out, &report.warnings)?;
     }
     out.flush()?;
-    Ok(report.interval.is_some())
+    Ok(measured)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Starved sampling: the final report ends at the same snapshot as the
+    /// last one written, and is left out; a new snapshot is written.
+    #[test]
+    fn one_interval_is_written_once() {
+        let s = wakemeter::Sampler::new().expect("a sampler of this process");
+        s.sample().expect("a first sample");
+        s.sample().expect("a second sample");
+        let mut printed = Printed::default();
+        let mut out = Vec::new();
+        assert!(write_report(&mut out, &s.report(), false, None, &mut printed).unwrap());
+        let first = out.len();
+        assert!(first > 0);
+        assert!(write_report(&mut out, &s.report(), false, None, &mut printed).unwrap());
+        assert_eq!(out.len(), first, "the same interval was written twice");
+        s.sample().expect("a third sample");
+        write_report(&mut out, &s.report(), false, None, &mut printed).unwrap();
+        assert!(out.len() > first, "a new interval is written");
+        let lines = out.len();
+        write_report(&mut out, &s.report(), true, None, &mut printed).unwrap();
+        assert_eq!(
+            out.len(),
+            lines,
+            "JSON too, while the sampler state is the same"
+        );
+    }
 }

@@ -482,7 +482,8 @@ fn a_bad_interval_is_refused() {
     );
     assert_eq!(r.code, Some(2), "{}", r.said());
     assert!(
-        r.stderr().contains("whole number of seconds"),
+        r.stderr()
+            .contains("--interval must be between 1 and 60 seconds, whole"),
         "{}",
         r.said()
     );

@@ -3,11 +3,20 @@
 //! - [`instrument`] makes every worker of a runtime a loop: a park is a wait,
 //!   an unpark a wakeup, so wakeups/s and parked vs busy time of each worker
 //!   appear in snapshots and findings like any [`LoopProbe`].
+//!   [`instrument_with`] does the same and runs the application's own
+//!   thread hooks ([`WorkerHooks`]) too, since tokio keeps one hook of each
+//!   kind per builder (a later `on_thread_park` replaces an earlier one).
+//! - Timer-driven wakeups of workers (a 1 ms `tokio::time::interval`) are
+//!   found as `periodic_wakeups` of the worker thread, from its wakes
+//!   (voluntary switches, or the kernel view's wakes): tokio's stable hooks
+//!   do not say whether a park ended on the timer, so the worker's loop
+//!   probe does not claim timeouts it cannot see.
 //! - [`runtime_stats`] reads tokio's stable runtime metrics.
 //! - [`watch`] yields a [`Report`] after each stored snapshot.
 
 use std::cell::RefCell;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -34,13 +43,87 @@ thread_local! {
 /// when it finds nothing to do; the probe does not see those, but
 /// [`RuntimeStats::worker_park_unparks`] counts them: half of it minus the
 /// probe's wakeups is the workers' wakeups for nothing.
+///
+/// tokio keeps one park, one unpark and one stop hook per builder: hooks
+/// the application set on `builder` before are replaced, and hooks it
+/// sets after replace these. To keep its own, pass them to
+/// [`instrument_with`].
 pub fn instrument<'b>(
     builder: &'b mut Builder,
     sampler: &Sampler,
     probe_name: &str,
 ) -> &'b mut Builder {
+    instrument_with(builder, sampler, probe_name, WorkerHooks::default())
+}
+
+/// A hook of a worker thread, shared by every worker.
+type Hook = Arc<dyn Fn() + Send + Sync + 'static>;
+
+/// The application's own worker-thread hooks, run by [`instrument_with`]
+/// next to wakemeter's: on park after the probe starts its wait, on unpark
+/// before the probe ends it (so the probe's busy time includes neither),
+/// on stop before the probe is dropped.
+#[derive(Clone, Default)]
+pub struct WorkerHooks {
+    on_park: Option<Hook>,
+    on_unpark: Option<Hook>,
+    on_stop: Option<Hook>,
+}
+
+impl std::fmt::Debug for WorkerHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHooks")
+            .field("on_park", &self.on_park.is_some())
+            .field("on_unpark", &self.on_unpark.is_some())
+            .field("on_stop", &self.on_stop.is_some())
+            .finish()
+    }
+}
+
+impl WorkerHooks {
+    /// No hooks of the application's.
+    pub fn new() -> Self {
+        WorkerHooks::default()
+    }
+
+    /// What tokio's `Builder::on_thread_park` would run.
+    #[must_use]
+    pub fn with_on_park(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_park = Some(Arc::new(f));
+        self
+    }
+
+    /// What tokio's `Builder::on_thread_unpark` would run.
+    #[must_use]
+    pub fn with_on_unpark(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_unpark = Some(Arc::new(f));
+        self
+    }
+
+    /// What tokio's `Builder::on_thread_stop` would run.
+    #[must_use]
+    pub fn with_on_stop(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_stop = Some(Arc::new(f));
+        self
+    }
+}
+
+/// [`instrument`], chaining the application's own worker hooks `hooks`
+/// instead of replacing them: each of tokio's park, unpark and stop hooks
+/// runs wakemeter's probe and the application's hook.
+pub fn instrument_with<'b>(
+    builder: &'b mut Builder,
+    sampler: &Sampler,
+    probe_name: &str,
+    hooks: WorkerHooks,
+) -> &'b mut Builder {
     let s = sampler.clone();
     let name = probe_name.to_string();
+    let WorkerHooks {
+        on_park,
+        on_unpark,
+        on_stop,
+    } = hooks;
     builder
         .on_thread_park(move || {
             WORKER_PROBE.with(|cell| {
@@ -53,9 +136,15 @@ pub fn instrument<'b>(
                 if let Some(p) = slot.as_mut() {
                     p.before_wait(None);
                 }
-            })
+            });
+            if let Some(f) = &on_park {
+                f();
+            }
         })
-        .on_thread_unpark(|| {
+        .on_thread_unpark(move || {
+            if let Some(f) = &on_unpark {
+                f();
+            }
             WORKER_PROBE.with(|cell| {
                 if let Ok(mut slot) = cell.try_borrow_mut()
                     && let Some(p) = slot.as_mut()
@@ -64,7 +153,10 @@ pub fn instrument<'b>(
                 }
             })
         })
-        .on_thread_stop(|| {
+        .on_thread_stop(move || {
+            if let Some(f) = &on_stop {
+                f();
+            }
             WORKER_PROBE.with(|cell| {
                 if let Ok(mut slot) = cell.try_borrow_mut() {
                     slot.take();

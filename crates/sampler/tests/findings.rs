@@ -198,7 +198,9 @@ fn run_queue_contention_flagged_sleeper_not() {
 #[test]
 fn wakeups_budget_flagged_for_a_1ms_sleeper() {
     let _one = one_at_a_time();
-    let s = sampler(short_thresholds());
+    // iOS's budget, asked for on Linux (it is judged by default only on
+    // Apple platforms).
+    let s = sampler(short_thresholds().with_wakeups_budget_everywhere(true));
     let w = Worker::spawn("waker", |stop| {
         while !stopped(&stop) {
             std::thread::sleep(Duration::from_millis(1));
@@ -216,6 +218,13 @@ fn wakeups_budget_flagged_for_a_1ms_sleeper() {
         b[0].summary.contains(&w.tid.to_string()),
         "names the top waker: {}",
         b[0].summary
+    );
+    // The same history with the default: a Linux process is under no
+    // wakeups budget.
+    let default = s.findings_with(&short_thresholds()).unwrap();
+    assert!(
+        default.iter().all(|x| x.kind != FindingKind::WakeupsBudget),
+        "{default:#?}"
     );
 }
 

@@ -95,3 +95,128 @@ fn watch_streams_reports() {
         "the stream's sampling stopped with it"
     );
 }
+
+/// A 1 ms `tokio::time::interval` in a task wakes an instrumented worker
+/// about 1000 times/s: the worker thread gets a periodic-wakeups finding
+/// whose rate is its wakes (the loop probe cannot tell timer wakes from
+/// others, the thread's switches can).
+#[test]
+fn timer_driven_worker_wakeups_are_periodic() {
+    let sampler = SamplerBuilder::new()
+        .with_interval(Duration::from_millis(100))
+        .with_switch_split_every(1)
+        .with_thresholds(
+            wakemeter::Thresholds::default()
+                .with_window(Duration::from_secs(2))
+                .with_min_window(Duration::from_secs(1)),
+        )
+        .build()
+        .unwrap();
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(2).enable_time();
+    let rt = instrument(&mut b, &sampler, "tokio-worker")
+        .build()
+        .unwrap();
+    let _sampling = sampler.start().unwrap();
+    let found = rt.block_on(async {
+        let s = sampler.clone();
+        tokio::spawn(async move {
+            let mut iv = tokio::time::interval(Duration::from_millis(1));
+            let start = tokio::time::Instant::now();
+            // Until the finding appears, at most 30 s (a noisy machine).
+            loop {
+                for _ in 0..200 {
+                    iv.tick().await;
+                }
+                let f: Vec<_> = s
+                    .findings()
+                    .into_iter()
+                    .filter(|f| f.kind == FindingKind::PeriodicWakeups)
+                    .collect();
+                if !f.is_empty() || start.elapsed() > Duration::from_secs(30) {
+                    break f;
+                }
+            }
+        })
+        .await
+        .unwrap()
+    });
+    let workers: Vec<u64> = sampler
+        .latest()
+        .unwrap()
+        .loops
+        .iter()
+        .filter_map(|l| l.tid)
+        .collect();
+    let f = found
+        .iter()
+        .find(|f| f.subject.tids().iter().any(|t| workers.contains(t)))
+        .unwrap_or_else(|| panic!("no periodic finding on a worker {workers:?}: {found:#?}"));
+    let rate = f.evidence("wakeups_per_sec").unwrap();
+    assert!(
+        (200.0..=3000.0).contains(&rate),
+        "{rate} wakes/s: {}",
+        f.summary
+    );
+    drop(rt);
+}
+
+/// `instrument_with` runs the application's hooks and wakemeter's: both
+/// count the same parks.
+#[test]
+fn the_applications_hooks_are_chained_not_replaced() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use wakemeter::runtime::{WorkerHooks, instrument_with};
+
+    let sampler = SamplerBuilder::new().build().unwrap();
+    let parks = Arc::new(AtomicU64::new(0));
+    let unparks = Arc::new(AtomicU64::new(0));
+    let stops = Arc::new(AtomicU64::new(0));
+    let hooks = {
+        let (p, u, s) = (parks.clone(), unparks.clone(), stops.clone());
+        WorkerHooks::new()
+            .with_on_park(move || {
+                p.fetch_add(1, Ordering::Relaxed);
+            })
+            .with_on_unpark(move || {
+                u.fetch_add(1, Ordering::Relaxed);
+            })
+            .with_on_stop(move || {
+                s.fetch_add(1, Ordering::Relaxed);
+            })
+    };
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(2).enable_time();
+    let rt = instrument_with(&mut b, &sampler, "tokio-worker", hooks)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::spawn(async {
+            for _ in 0..50 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await
+        .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let snap = sampler.sample_now().unwrap();
+    let probe_wakeups: u64 = snap
+        .loops
+        .iter()
+        .filter(|l| l.name == "tokio-worker")
+        .map(|l| l.total_wakeups)
+        .sum();
+    let app_unparks = unparks.load(Ordering::Relaxed);
+    assert!(parks.load(Ordering::Relaxed) > 10);
+    assert!(app_unparks > 10);
+    // Each unpark ran both hooks.
+    assert_eq!(probe_wakeups, app_unparks);
+    drop(rt);
+    assert!(
+        stops.load(Ordering::Relaxed) >= 2,
+        "every worker's stop hook ran"
+    );
+}

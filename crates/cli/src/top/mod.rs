@@ -94,29 +94,16 @@ struct Data {
     seq: Option<u64>,
 }
 
-/// Parses `--interval`: whole seconds, `2s` or `2`. Whole seconds,
-/// because a refresh ends on a snapshot that has the voluntary/involuntary
-/// split of switches, one in every [`session::SWITCH_SPLIT_EVERY`] (a
-/// second apart).
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let secs: u64 = s
-        .strip_suffix('s')
-        .unwrap_or(s)
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a whole number of seconds (examples: 1s, 5s, 5)"))?;
-    let d = Duration::from_secs(secs);
-    if INTERVALS.contains(&d) {
-        Ok(d)
-    } else {
-        Err(format!("{s:?}: the interval must be 1 to 60 seconds"))
-    }
-}
-
 pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
-    if !INTERVALS.contains(&o.interval) {
-        return Err("--interval must be 1 to 60 seconds".into());
-    }
+    // Whole seconds, because a refresh ends on a snapshot that has the
+    // voluntary/involuntary split of switches, one in every
+    // [`session::SWITCH_SPLIT_EVERY`] (a second apart).
+    crate::duration::whole_seconds(
+        o.interval,
+        "--interval",
+        INTERVALS.start().as_secs(),
+        INTERVALS.end().as_secs(),
+    )?;
     if o.seconds.is_some_and(|s| s.is_zero()) {
         return Err("--seconds must be more than 0".into());
     }
@@ -128,8 +115,14 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         Ok(src) => (Some(src), Kernel::Attached),
         Err(why) => (None, Kernel::Missing(why)),
     };
-    let sampler = session::sampler(pid, o.interval, DEFAULT_REPORT_THREADS, source)?;
-    let guard = sampler.start()?;
+    let sampler = match session::sampler(pid, o.interval, DEFAULT_REPORT_THREADS, source) {
+        Ok(s) => s,
+        Err(e) => return crate::watch::exited_while_starting(pid, &target.name, e.into()),
+    };
+    let guard = match sampler.start() {
+        Ok(g) => g,
+        Err(e) => return crate::watch::exited_while_starting(pid, &target.name, e.into()),
+    };
     let interactive =
         io::stdout().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb");
     let (tx, rx) = mpsc::channel();
@@ -145,6 +138,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         rows: 0,
         notice: None,
         measured: false,
+        printed: None,
         data: Data {
             report: sampler.report(),
             interval: None,
@@ -174,7 +168,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 session::how_gone(how)
             );
             top.notice = Some(notice.clone());
-            top.print_frame()?;
+            // The screen is given back with the last numbers on it; a
+            // plain output already has them, unless a newer interval came.
+            if interactive || top.printed != top.data.seq {
+                top.print_frame()?;
+            }
             print::note(&format!("wakemeter: {notice}"));
             if top.measured {
                 Ok(ExitCode::SUCCESS)
@@ -262,6 +260,9 @@ struct Top<'a> {
     notice: Option<String>,
     /// Whether an interval was measured.
     measured: bool,
+    /// The snapshot the last plain frame ended at: one interval is
+    /// printed once.
+    printed: Option<u64>,
     /// What is shown.
     data: Data,
 }
@@ -300,7 +301,8 @@ impl Top<'_> {
         v
     }
 
-    fn print_frame(&self) -> io::Result<()> {
+    fn print_frame(&mut self) -> io::Result<()> {
+        self.printed = self.data.seq;
         let mut v = self.view();
         v.interactive = false;
         let mut out = io::stdout().lock();

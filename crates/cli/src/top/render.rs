@@ -51,13 +51,51 @@ fn probe_lines(n: usize) -> usize {
     if n == 0 { 0 } else { 2 + n.min(MAX_PROBE_ROWS) }
 }
 
-/// Lines the findings want: a blank line, the title, then a summary and
-/// an advice line each.
-fn findings_wanted(v: &View) -> usize {
-    2 + 2 * v.findings.len()
+/// Indent of a finding's summary, and of its continuation lines (under
+/// the text after `[SEVERITY]`).
+const FINDING_INDENT: (&str, &str) = ("  ", "             ");
+/// Indent of a finding's advice, and of its continuation lines.
+const ADVICE_INDENT: (&str, &str) = ("      advice: ", "              ");
+
+/// `text` wrapped at word boundaries to `width` cells, never cut: the first
+/// line starts with `indent.0`, the others with `indent.1`. textwrap knows
+/// the display width of wide characters, which a hand-written split would
+/// have to relearn.
+fn wrapped(text: &str, indent: (&str, &str), width: u16) -> Vec<String> {
+    let options = textwrap::Options::new(usize::from(width).max(20))
+        .initial_indent(indent.0)
+        .subsequent_indent(indent.1)
+        .word_splitter(textwrap::WordSplitter::NoHyphenation)
+        .break_words(true);
+    textwrap::wrap(text, options)
+        .into_iter()
+        .map(std::borrow::Cow::into_owned)
+        .collect()
 }
 
-fn plan(v: &View, height: usize, findings_cap: usize) -> Plan {
+/// Each finding's summary and advice, wrapped to `width`.
+fn finding_texts(v: &View, width: u16) -> Vec<(Vec<String>, Vec<String>)> {
+    v.findings
+        .iter()
+        .map(|f| {
+            (
+                wrapped(&print::finding_line(f), FINDING_INDENT, width),
+                wrapped(&safe(&f.advice), ADVICE_INDENT, width),
+            )
+        })
+        .collect()
+}
+
+/// Lines the findings want at `width`: a blank line, the title, then each
+/// summary and advice, wrapped.
+fn findings_wanted(v: &View, width: u16) -> usize {
+    2 + finding_texts(v, width)
+        .iter()
+        .map(|(s, a)| s.len() + a.len())
+        .sum::<usize>()
+}
+
+fn plan(v: &View, height: usize, width: u16, findings_cap: usize) -> Plan {
     // Header, the table's own header line, and the footer.
     let rest = height.saturating_sub(HEADER_LINES + 2);
     let min_rows = v.threads.len().clamp(1, MIN_THREAD_ROWS);
@@ -67,7 +105,7 @@ fn plan(v: &View, height: usize, findings_cap: usize) -> Plan {
         budget -= got;
         got
     };
-    let findings = take(findings_wanted(v).min(findings_cap));
+    let findings = take(findings_wanted(v, width).min(findings_cap));
     let warnings = take(v.warnings.len().min(MAX_WARNINGS));
     let (loops, sleeps) = match v.interval {
         Some(i) => (
@@ -229,7 +267,11 @@ fn warning_line(w: &wakemeter::SampleWarning) -> String {
     String::from_utf8_lossy(&out).trim().to_string()
 }
 
-fn finding_lines(v: &View, lines: usize) -> Vec<Line<'static>> {
+/// The findings section in `lines` lines of `width` cells: every summary
+/// and advice wrapped, never cut; when they do not all fit, the advice is
+/// left out, and then the findings that do not fit whole are counted
+/// ("… and 3 more").
+fn finding_lines(v: &View, lines: usize, width: u16) -> Vec<Line<'static>> {
     let mut out = Vec::with_capacity(lines);
     if lines == 0 {
         return out;
@@ -251,15 +293,23 @@ fn finding_lines(v: &View, lines: usize) -> Vec<Line<'static>> {
         Style::new().add_modifier(Modifier::BOLD),
     ));
     lines -= 1;
-    // Advice only when every finding gets its line and its advice.
-    let with_advice = lines >= 2 * n;
-    for (k, f) in v.findings.iter().enumerate() {
-        if lines == 0 {
-            break;
-        }
+    let texts = finding_texts(v, width);
+    // Advice only when every finding gets its lines and its advice.
+    let with_advice = lines >= texts.iter().map(|(s, a)| s.len() + a.len()).sum::<usize>();
+    for (k, (f, (summary, advice))) in v.findings.iter().zip(&texts).enumerate() {
         let left = n - k;
-        if lines == 1 && left > 1 {
-            out.push(Line::raw(format!("  … and {left} more")));
+        let wants = summary.len() + if with_advice { advice.len() } else { 0 };
+        // The last finding may use the last line; others leave one for
+        // the count of those that do not fit.
+        let room = if left > 1 {
+            lines.saturating_sub(1)
+        } else {
+            lines
+        };
+        if wants > room {
+            if lines > 0 {
+                out.push(Line::raw(format!("  … and {left} more")));
+            }
             break;
         }
         let style = match f.severity {
@@ -267,12 +317,11 @@ fn finding_lines(v: &View, lines: usize) -> Vec<Line<'static>> {
             wakemeter::Severity::Warning => Style::new().fg(Color::Yellow),
             _ => Style::new(),
         };
-        out.push(Line::styled(format!("  {}", print::finding_line(f)), style));
-        lines -= 1;
+        out.extend(summary.iter().map(|l| Line::styled(l.clone(), style)));
         if with_advice {
-            out.push(Line::raw(format!("      advice: {}", safe(&f.advice))));
-            lines -= 1;
+            out.extend(advice.iter().map(|l| Line::raw(l.clone())));
         }
+        lines -= wants;
     }
     out
 }
@@ -320,7 +369,7 @@ fn render_with(
 ) -> Drawn {
     let height = area.height as usize;
     let width = area.width;
-    let p = plan(v, height, findings_cap);
+    let p = plan(v, height, width, findings_cap);
     let first = scroll.min(v.threads.len().saturating_sub(p.thread_rows));
     let drawn = Drawn {
         first,
@@ -370,7 +419,7 @@ fn render_with(
             Style::new().fg(Color::Yellow),
         ));
     }
-    lines.extend(finding_lines(v, p.findings));
+    lines.extend(finding_lines(v, p.findings, width));
     lines.push(footer(v, drawn));
     for (y, line) in lines.iter().take(height).enumerate() {
         buf.set_line(area.x, area.y + y as u16, line, width);
@@ -390,7 +439,7 @@ pub fn plain(v: &View, width: u16, max_threads: usize) -> String {
         + v.threads.len().clamp(1, max_threads.max(1))
         + probes
         + v.warnings.len().min(MAX_WARNINGS)
-        + findings_wanted(v);
+        + findings_wanted(v, width);
     let height = u16::try_from(height).unwrap_or(u16::MAX);
     let area = Rect::new(0, 0, width, height);
     let mut buf = Buffer::empty(area);

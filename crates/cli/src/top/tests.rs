@@ -354,3 +354,43 @@ fn a_plain_frame_is_the_screen_as_text_with_the_busiest_threads() {
     );
     assert!(!text.contains(" q "), "no keys in a plain frame\n{text}");
 }
+
+/// A summary and an advice longer than the screen is wide are wrapped at
+/// word boundaries, on the screen and in a plain frame: every word is
+/// there, no line is wider than the screen.
+#[test]
+fn long_findings_are_wrapped_not_cut() {
+    let (mut report, mut i) = measured(false);
+    three(&mut i);
+    let summary = "thread 12 \"spinner\" polls 41000 times/s (poll(2) 41000/s), 40990 of them find \
+                   nothing without waiting, and it is blocked only 0% of the time (kernel view): it \
+                   is busy-polling, using 97% of a core";
+    let mut f = finding(summary);
+    f.advice = "Block in the wait until an event arrives or the next timer is due instead of \
+                polling: pass a real timeout (not 0) to poll/epoll_wait/kevent and check the \
+                backend the loop chose"
+        .to_string();
+    report.findings = vec![f];
+    let words =
+        |text: &str| -> Vec<String> { text.split_whitespace().map(str::to_string).collect() };
+    let check = |screen: &str, width: usize| {
+        assert!(
+            screen
+                .lines()
+                .all(|l| unicode_width::UnicodeWidthStr::width(l) <= width),
+            "{screen}"
+        );
+        let all = words(screen);
+        for w in words(summary)
+            .iter()
+            .chain(&words(&report.findings[0].advice))
+        {
+            assert!(all.contains(w), "{w:?} missing\n{screen}");
+        }
+    };
+    let (screen, _) = draw(&view(&report, &i, SortKey::Cpu), 0, 60, 40);
+    check(&screen, 60);
+    let mut v = view(&report, &i, SortKey::Cpu);
+    v.interactive = false;
+    check(&render::plain(&v, 70, 10), 70);
+}

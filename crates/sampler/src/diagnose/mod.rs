@@ -8,6 +8,12 @@
 //! loop, a sleep loop) is not reported again as a CPU hog or periodic waker.
 //! Threads with the same group name and the same finding (twenty
 //! `worker-N` threads sleeping 5 ms each) are reported once, as a group.
+//!
+//! Severities have hysteresis ([`Thresholds::severity_margin`]): the
+//! engine remembers the severity of each finding of the previous report
+//! ([`SeverityMemory`]) and keeps it until the figure moves past the
+//! threshold by the margin, so that a figure hovering at a threshold does
+//! not flip a finding between two severities from one report to the next.
 
 mod rules;
 mod thresholds;
@@ -225,18 +231,37 @@ impl Finding {
     }
 }
 
+/// The severities of the previous report's findings, which hysteresis
+/// holds on to. Bounded: it keeps one entry per finding of the last run
+/// (alike threads share one), replaced at every run.
+#[derive(Debug, Default)]
+pub(crate) struct SeverityMemory {
+    last: rules::Severities,
+}
+
 /// Runs every rule over `history`. `exclude_tid` is the sampler's own
 /// thread, which is never a subject. `known` is an interval of `history`
 /// the caller already computed: a rule whose window has the same ends
-/// uses it rather than computing it again.
+/// uses it rather than computing it again. `memory` holds the previous
+/// run's severities and is updated with this run's.
 pub(crate) fn diagnose(
     history: &History,
     t: &Thresholds,
     system: &SystemInfo,
     exclude_tid: Option<u64>,
     known: Option<&Interval>,
+    memory: &mut SeverityMemory,
 ) -> Vec<Finding> {
-    rules::run(history, t, system, exclude_tid, known)
+    let findings = rules::run(history, t, system, exclude_tid, known, &memory.last);
+    memory.last.clear();
+    for f in &findings {
+        let severity = memory
+            .last
+            .entry(rules::memory_key(f.kind, &f.subject))
+            .or_insert(f.severity);
+        *severity = (*severity).max(f.severity);
+    }
+    findings
 }
 
 #[cfg(test)]

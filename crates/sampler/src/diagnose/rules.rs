@@ -1,6 +1,6 @@
 //! The rules of the findings engine.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
@@ -107,8 +107,33 @@ impl Windows<'_> {
     }
 }
 
+/// The severity each finding had in the previous report, by
+/// [`memory_key`]: what hysteresis holds on to.
+pub(super) type Severities = HashMap<(FindingKind, String), Severity>;
+
+/// Who a finding's remembered severity belongs to: alike threads (one
+/// group name) share one, so that they keep one severity together.
+pub(super) fn memory_key(kind: FindingKind, subject: &Subject) -> (FindingKind, String) {
+    let who = match subject {
+        Subject::Thread { name, .. } => group_name(name),
+        Subject::Threads { name, .. } => name.clone(),
+        other => other.label(),
+    };
+    (kind, who)
+}
+
+/// A finding's figure and the thresholds that set its severity: `base`
+/// below every step, each step `(threshold, severity)` ascending.
+struct Grade<'s> {
+    value: f64,
+    base: Severity,
+    steps: &'s [(f64, Severity)],
+}
+
 struct Ctx<'a> {
     t: &'a Thresholds,
+    /// Severities of the previous report.
+    previous: &'a Severities,
     out: Grouper,
     /// Threads already explained by a more specific finding (or excluded).
     explained: HashSet<u64>,
@@ -117,6 +142,50 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The severity of a figure against thresholds `steps` (ascending,
+    /// each with the severity it starts), `base` below all of them, with
+    /// hysteresis: a step the finding had reached in the previous report
+    /// is kept until the figure falls [`Thresholds::severity_margin`]
+    /// below it; a step it had not reached needs the figure that much
+    /// above it. Without a previous report the steps apply as they are.
+    fn grade(
+        &self,
+        kind: FindingKind,
+        subject: &Subject,
+        value: f64,
+        base: Severity,
+        steps: &[(f64, Severity)],
+    ) -> Severity {
+        let previous = self.previous.get(&memory_key(kind, subject)).copied();
+        let m = self.t.severity_margin;
+        let mut severity = base;
+        for &(threshold, step) in steps {
+            let bar = match previous {
+                None => threshold,
+                Some(p) if p >= step => threshold * (1.0 - m),
+                Some(_) => threshold * (1.0 + m),
+            };
+            if value >= bar {
+                severity = step;
+            }
+        }
+        severity
+    }
+
+    /// [`Ctx::push`] with the severity graded from `grade` ([`Ctx::grade`]).
+    fn push_graded(
+        &mut self,
+        kind: FindingKind,
+        grade: Grade<'_>,
+        subject: Subject,
+        summary: impl FnOnce() -> String,
+        evidence: Vec<Ev>,
+        advice: &str,
+    ) {
+        let severity = self.grade(kind, &subject, grade.value, grade.base, grade.steps);
+        self.push(kind, severity, subject, summary, evidence, advice);
+    }
+
     /// Adds a finding; `summary` is formatted only when the finding is
     /// kept (not when it joins a group of alike threads).
     fn push(
@@ -189,6 +258,12 @@ a callback that always queues more work.";
 const SLEEP_ADVICE: &str = "Replace the sleep-and-check loop with a blocking wait that is signalled when work arrives \
 (condition variable, semaphore, eventfd/pipe, a dispatch source). If a period is really needed, sleep longer or use a \
 coalescing timer. On Apple platforms, lowering the polling thread's priority/QoS also cut this cost (8% -> 0.8% in an audio engine).";
+
+const TICKER_ADVICE: &str = "Each sleep that ends is a wakeup. If the loop wakes to check for work (a flag, a \
+queue) and usually finds none, replace it with a blocking wait that is signalled when work arrives (condition \
+variable, semaphore, eventfd/pipe, a dispatch source). If it is a ticker with real work each tick, lengthen the \
+period or let the OS coalesce it (timer slack/leeway). A probe on the loop (wakemeter's SleepProbe or LoopProbe) \
+tells which it is.";
 
 const SIGNAL_ADVICE: &str = "Find what sends the signals: an interval timer (setitimer, timer_create with SIGALRM), \
 a profiler's SIGPROF, or another process calling kill(). Lower its frequency, block the signal in threads that need \
@@ -304,7 +379,9 @@ impl WakeSource {
             .map(|w| format!(" (top waker: {} \"{}\")", w.tid, w.name))
             .unwrap_or_default();
         match self {
-            WakeSource::Timer => format!("a periodic timer with little work ({shares})"),
+            WakeSource::Timer => {
+                format!("a periodic timer: its waits end on their timeout, with little work each ({shares})")
+            }
             WakeSource::Io => format!("woken by I/O interrupts with little work each ({shares})"),
             WakeSource::Interrupt => {
                 format!("woken by interrupts, a timer or I/O, with little work each ({shares})")
@@ -315,7 +392,7 @@ impl WakeSource {
             WakeSource::OtherProcesses => {
                 format!("woken by another process{top_thread}, not by a timer ({shares})")
             }
-            WakeSource::Mixed => format!("woken by several sources ({shares})"),
+            WakeSource::Mixed => format!("woken by mixed sources, none a clear majority ({shares})"),
             WakeSource::Unknown => "woken by a timer, another thread or I/O (without the kernel view, which one is unknown)"
                 .to_string(),
         }
@@ -328,9 +405,11 @@ pub(super) fn run(
     system: &SystemInfo,
     exclude_tid: Option<u64>,
     known: Option<&Interval>,
+    previous: &Severities,
 ) -> Vec<Finding> {
     let mut cx = Ctx {
         t,
+        previous,
         out: Grouper::default(),
         explained: exclude_tid.into_iter().collect(),
         window_ns: 0,
@@ -360,7 +439,12 @@ pub(super) fn run(
         cx.window_ns = i.duration_ns;
         cpu_hogs(&mut cx, i);
     }
-    if let Some((from, to, at)) = wakeups
+    // Apple's budget is Apple's: judged on Apple platforms, elsewhere only
+    // when asked for (a server is under no such limit).
+    let budget_applies =
+        t.wakeups_budget_everywhere || matches!(system.os.as_str(), "macos" | "ios");
+    if budget_applies
+        && let Some((from, to, at)) = wakeups
         && let Some(i) = w.get(at)
     {
         cx.window_ns = i.duration_ns;
@@ -569,17 +653,14 @@ fn kernel_signal_wakeups(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThread
         return false;
     }
     let asked = requested_text(k);
-    cx.push(
-        FindingKind::SignalWakeups,
-        if k.interrupted_sleeps_per_sec >= t.sleep_warning_calls_per_sec {
-            Severity::Warning
-        } else {
-            Severity::Info
-        },
-        Subject::Thread {
-            tid: th.tid,
-            name: th.name.clone(),
-        },
+    let subject = Subject::Thread {
+        tid: th.tid,
+        name: th.name.clone(),
+    };
+    cx.push_graded(
+            FindingKind::SignalWakeups,
+            Grade { value: k.interrupted_sleeps_per_sec, base: Severity::Info, steps: &[(t.sleep_warning_calls_per_sec, Severity::Warning)] },
+            subject,
         move || format!(
             "thread {} \"{}\" is interrupted by signals {:.0} times/s while sleeping: its sleeps ask for {asked} \
              but last {:.2} ms on average ({:.0}% end early, kernel view); the wakeups come from the signals, \
@@ -633,20 +714,26 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
     } else {
         format!(" with {mix}")
     };
-    cx.push(
+    let subject = Subject::Thread {
+        tid: th.tid,
+        name: th.name.clone(),
+    };
+    // The kernel sees the sleeps, not what the thread does between them:
+    // a ticker (a fixed-rate timer that does its work each tick) and a
+    // sleep-and-check loop (that looks for work and often finds none)
+    // look alike from here, so the summary claims only the sleeping.
+    cx.push_graded(
         FindingKind::SleepOverhead,
-        if completed >= t.sleep_warning_calls_per_sec {
-            Severity::Warning
-        } else {
-            Severity::Info
+        Grade {
+            value: completed,
+            base: Severity::Info,
+            steps: &[(t.sleep_warning_calls_per_sec, Severity::Warning)],
         },
-        Subject::Thread {
-            tid: th.tid,
-            name: th.name.clone(),
-        },
+        subject,
         move || format!(
             "thread {} \"{}\" sleeps {completed:.0} times/s{mix}, asking for {} and sleeping {:.2} ms each{interrupted} \
-             (kernel view): a sleep-and-check polling loop",
+             (kernel view): a fixed-rate sleep loop (a ticker; whether each wakeup finds work is not visible \
+             from the kernel)",
             th.tid,
             th.name,
             requested_text(k),
@@ -659,7 +746,7 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
             number("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
             number("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),
         ],
-        SLEEP_ADVICE,
+        TICKER_ADVICE,
     );
     true
 }
@@ -730,10 +817,14 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
             cx.explained.insert(tid);
         }
         let period_ms = 1e3 / l.wakeups_per_sec;
-        cx.push(
+        let subject = Subject::Loop {
+            name: l.name.clone(),
+            tid: l.tid,
+        };
+        cx.push_graded(
             FindingKind::PeriodicWakeups,
-            if l.wakeups_per_sec >= t.periodic_warning_wakeups_per_sec { Severity::Warning } else { Severity::Info },
-            Subject::Loop { name: l.name.clone(), tid: l.tid },
+            Grade { value: l.wakeups_per_sec, base: Severity::Info, steps: &[(t.periodic_warning_wakeups_per_sec, Severity::Warning)] },
+            subject,
             move || format!(
                 "loop \"{}\" wakes every {period_ms:.1} ms on its timeout ({:.0}/s) and {:.0}% of those wakeups find nothing",
                 l.name,
@@ -751,10 +842,27 @@ fn periodic_loops(cx: &mut Ctx<'_>, i: &Interval) {
     }
 }
 
-/// Threads with a steady switch rate and little CPU, found from the
-/// per-sample series of their context switches. What wakes them (a timer,
-/// I/O, other threads) comes from the kernel view's wake sources; without
-/// it the finding does not guess.
+/// A thread's wakes per second over the interval and where the figure
+/// comes from: the kernel view's wakes when attached, else its voluntary
+/// switches (each one a block that a wake ended). Never its involuntary
+/// switches: a preempted thread was not woken. `None` when neither is
+/// known.
+fn wake_rate(th: &ThreadInterval) -> Option<(f64, &'static str)> {
+    if let Some(k) = &th.kernel {
+        return Some((k.wakes_per_sec, "kernel wakes"));
+    }
+    th.voluntary_switches_per_sec
+        .map(|r| (r, "voluntary context switches"))
+}
+
+/// Threads woken at a steady rate with little CPU. The rate is of wakes
+/// only ([`wake_rate`]). The steadiness comes from the per-sample series
+/// of all switches, the one counter read at every sample (the voluntary
+/// split is read every few samples only): its spread is divided by the
+/// wake rate, not by its own mean, so that steady preemptions neither
+/// hide the spread of the wakes nor add to the rate. What wakes it
+/// (a timer, I/O, other threads) comes from the kernel view's wake
+/// sources; without it the finding does not guess.
 fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: &Interval) {
     let t = cx.t;
     // (serial, candidate number), sorted by serial for lookups.
@@ -763,8 +871,7 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
         .iter()
         .filter(|th| !cx.explained.contains(&th.tid) && !th.started_in_interval)
         .filter(|th| {
-            th.switches_per_sec
-                .is_some_and(|r| r >= t.periodic_wakeups_per_sec)
+            wake_rate(th).is_some_and(|(r, _)| r >= t.periodic_wakeups_per_sec)
                 && th.cpu_percent <= t.periodic_max_cpu_percent
         })
         .enumerate()
@@ -804,6 +911,9 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
         let Some(k) = candidate(th.serial) else {
             continue;
         };
+        let Some((wakes, counted)) = wake_rate(th) else {
+            continue;
+        };
         let rates: Vec<f64> = series[k]
             .windows(2)
             .map(|w| per_sec(w[1].1.saturating_sub(w[0].1), w[1].0.saturating_sub(w[0].0)))
@@ -813,19 +923,27 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
         }
         let mean = rates.iter().sum::<f64>() / rates.len() as f64;
         let var = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rates.len() as f64;
-        let cv = if mean > 0.0 {
-            var.sqrt() / mean
+        let cv = if wakes > 0.0 {
+            var.sqrt() / wakes
         } else {
             f64::INFINITY
         };
         if cv > t.periodic_max_variation {
             continue;
         }
-        let period_ms = 1e3 / mean;
+        let period_ms = 1e3 / wakes;
+        let preempted = th
+            .kernel
+            .as_ref()
+            .map(|k| k.involuntary_switches_per_sec)
+            .or(th.involuntary_switches_per_sec)
+            .filter(|r| *r >= 0.5)
+            .map(|r| format!("; its {r:.0} preemptions/s are not counted"))
+            .unwrap_or_default();
         let source = WakeSource::of(th.kernel.as_ref(), t);
         let advice = source.advice();
         let mut evidence = vec![
-            number("switches_per_sec", mean, "1/s"),
+            number("wakeups_per_sec", wakes, "1/s"),
             number("period_ms", period_ms, "ms"),
             number("rate_variation", cv, "ratio"),
             number("thread_cpu_percent", th.cpu_percent, "%"),
@@ -847,12 +965,17 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
             ]);
         }
         cx.explained.insert(th.tid);
-        cx.push(
+        let subject = Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        };
+        cx.push_graded(
             FindingKind::PeriodicWakeups,
-            if mean >= t.periodic_warning_wakeups_per_sec { Severity::Warning } else { Severity::Info },
-            Subject::Thread { tid: th.tid, name: th.name.clone() },
+            Grade { value: wakes, base: Severity::Info, steps: &[(t.periodic_warning_wakeups_per_sec, Severity::Warning)] },
+            subject,
             move || format!(
-                "thread {} \"{}\" wakes every {period_ms:.1} ms ({mean:.0}/s, steady) and uses {:.2}% CPU: {}",
+                "thread {} \"{}\" wakes every {period_ms:.1} ms ({wakes:.0}/s from {counted}, steady{preempted}) \
+                 and uses {:.2}% CPU: {}",
                 th.tid, th.name, th.cpu_percent, source.cause(th.kernel.as_ref())
             ),
             evidence,
@@ -861,8 +984,31 @@ fn periodic_threads(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i
     }
 }
 
+const RUN_QUEUE_ADVICE: &str = "The thread is runnable but not running: more runnable threads than cores (check \
+thread-pool sizes against the CPU count), other processes competing, or a container CPU quota throttling the process.";
+
+const RUN_QUEUE_PROCESS_ADVICE: &str = "The process has more runnable threads than the machine has cores: each gets a \
+little CPU and spends most of its runnable time waiting for one. Size thread pools to the CPU count (or the \
+container's quota), replace spinning or yielding threads with blocking waits, and check other processes competing \
+for the same cores.";
+
+/// Run-queue contention: per thread for threads that use a noticeable
+/// share of a core, and for the process as a whole when its runnable
+/// demand (CPU plus run-queue wait, in threads) exceeds its CPUs and its
+/// threads wait for one most of their runnable time — 256 threads at
+/// 0.5% CPU each, each waiting almost all the time, are contention even
+/// though none of them uses much.
 fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
     let t = cx.t;
+    // In threads: CPU time and run-queue wait over the interval.
+    let (running, waiting) = i.threads.iter().fold((0.0, 0.0), |(r, w), x| {
+        (
+            r + x.cpu_percent / 100.0,
+            w + x.run_queue_wait_percent.unwrap_or(0.0) / 100.0,
+        )
+    });
+    let runnable = running + waiting;
+    let mut per_thread = false;
     for th in &i.threads {
         let Some(wait) = th.run_queue_wait_percent else {
             continue;
@@ -873,15 +1019,15 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
         {
             continue;
         }
-        let runnable: f64 = i
-            .threads
-            .iter()
-            .map(|x| (x.cpu_percent + x.run_queue_wait_percent.unwrap_or(0.0)) / 100.0)
-            .sum();
-        cx.push(
+        per_thread = true;
+        let subject = Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        };
+        cx.push_graded(
             FindingKind::RunQueueContention,
-            if wait >= t.run_queue_critical_wait_percent { Severity::Critical } else { Severity::Warning },
-            Subject::Thread { tid: th.tid, name: th.name.clone() },
+            Grade { value: wait, base: Severity::Warning, steps: &[(t.run_queue_critical_wait_percent, Severity::Critical)] },
+            subject,
             move || format!(
                 "thread {} \"{}\" waited for a CPU {wait:.0}% of the time while running {:.0}%: \
                  about {runnable:.1} of this process's threads want a CPU on {} cores",
@@ -893,10 +1039,47 @@ fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
                 number("runnable_threads", runnable, "threads"),
                 number("cpu_count", f64::from(system.cpu_count), "cpus"),
             ],
-            "The thread is runnable but not running: more runnable threads than cores (check thread-pool sizes \
-             against the CPU count), other processes competing, or a container CPU quota throttling the process.",
+            RUN_QUEUE_ADVICE,
         );
     }
+    let cpus = f64::from(system.cpu_count.max(1));
+    if per_thread || runnable <= cpus || runnable <= 0.0 {
+        return;
+    }
+    // Share of the process's runnable time spent waiting, in percent.
+    let wait_share = waiting * 100.0 / runnable;
+    if wait_share < t.run_queue_wait_percent {
+        return;
+    }
+    let waiters = i
+        .threads
+        .iter()
+        .filter(|x| {
+            x.run_queue_wait_percent
+                .is_some_and(|w| w >= t.run_queue_wait_percent)
+        })
+        .count();
+    let subject = Subject::Process { pid: i.process.pid };
+    cx.push_graded(
+            FindingKind::RunQueueContention,
+            Grade { value: wait_share, base: Severity::Warning, steps: &[(t.run_queue_critical_wait_percent, Severity::Critical)] },
+            subject,
+        move || format!(
+            "the process's threads want {runnable:.1} CPUs on {} cores: together they run {running:.2} cores' \
+             worth and wait for a CPU {waiting:.1} threads' worth ({wait_share:.0}% of their runnable time); \
+             {waiters} of its {} threads wait at least {:.0}% of the time, each using little CPU",
+            system.cpu_count,
+            i.threads.len(),
+            t.run_queue_wait_percent
+        ),
+        vec![
+            number("runnable_threads", runnable, "threads"),
+            number("cpu_count", cpus, "cpus"),
+            number("run_queue_wait_share_percent", wait_share, "%"),
+            number("waiting_threads", waiters as f64, "threads"),
+        ],
+        RUN_QUEUE_PROCESS_ADVICE,
+    );
 }
 
 fn cpu_hogs(cx: &mut Ctx<'_>, i: &Interval) {
@@ -905,10 +1088,14 @@ fn cpu_hogs(cx: &mut Ctx<'_>, i: &Interval) {
         if th.cpu_percent < t.cpu_hog_percent || cx.explained.contains(&th.tid) {
             continue;
         }
-        cx.push(
+        let subject = Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        };
+        cx.push_graded(
             FindingKind::CpuHog,
-            if th.cpu_percent >= t.cpu_hog_critical_percent { Severity::Critical } else { Severity::Warning },
-            Subject::Thread { tid: th.tid, name: th.name.clone() },
+            Grade { value: th.cpu_percent, base: Severity::Warning, steps: &[(t.cpu_hog_critical_percent, Severity::Critical)] },
+            subject,
             move || format!(
                 "thread {} \"{}\" used {:.0}% of a core for {:.0} s",
                 th.tid,
@@ -975,10 +1162,11 @@ fn wakeups_budget(cx: &mut Ctx<'_>, h: &History, from: &Stored, to: &Stored, i: 
         format!("; most woken threads: {}", wakers.join(", "))
     };
     let limit_total = budget * ns(t.wakeups_window) as f64 / 1e9;
-    cx.push(
-        FindingKind::WakeupsBudget,
-        if rate >= budget { Severity::Critical } else { Severity::Warning },
-        Subject::Process { pid: i.process.pid },
+    let subject = Subject::Process { pid: i.process.pid };
+    cx.push_graded(
+            FindingKind::WakeupsBudget,
+            Grade { value: rate, base: Severity::Warning, steps: &[(budget, Severity::Critical)] },
+            subject,
         move || format!(
             "the process wakes {rate:.0} times/s over {:.0} s ({source}): {:.1}x iOS's budget of {budget:.0}/s \
              ({limit_total:.0} per {:.0} s would be used up in {:.0} s){wakers}",
@@ -1086,13 +1274,22 @@ impl Number for Evidence {
     }
 }
 
+/// Evidence that says how sure a rule is, not what the thread does: two
+/// threads ticking at 90/s are alike whether one's per-second rates
+/// spread by 2% and the other's by 9% (seven JVM threads sleeping 10 ms
+/// each were split "4 + 3" by it).
+const NOT_BEHAVIOUR: [&str; 1] = ["rate_variation"];
+
 /// Whether two findings' numbers tell the same behaviour: every evidence
 /// value within `tolerance` of the other's, relative to the larger, with
 /// a floor for percentages (1 point) and ratios (0.05) so that 0.1% and
-/// 0.15% CPU count as alike.
+/// 0.15% CPU count as alike ([`NOT_BEHAVIOUR`] aside).
 fn alike<A: Number, B: Number>(a: &[A], b: &[B], tolerance: f64) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {
+            if x.name() == y.name() && NOT_BEHAVIOUR.contains(&x.name()) {
+                return true;
+            }
             let floor = match x.unit() {
                 "%" => 1.0,
                 "ratio" => 0.05,
@@ -1118,8 +1315,11 @@ struct Group {
 }
 
 /// Collects findings in order, grouping threads with the same kind,
-/// severity, group name and behaviour as they come: twenty `worker-N`
-/// threads sleeping 5 ms each are one cause. A finding that joins a group
+/// group name and behaviour as they come: twenty `worker-N` threads
+/// sleeping 5 ms each are one cause. Severity does not split a group
+/// (seven alike threads at 99–101 wakes/s around a 100/s threshold are
+/// one behaviour): the group takes its members' highest, which
+/// hysteresis then holds ([`Ctx::grade`]). A finding that joins a group
 /// is not built at all (its summary is never formatted): with hundreds of
 /// alike threads, formatting and dropping their findings cost more than
 /// the rules themselves.
@@ -1142,17 +1342,18 @@ impl Grouper {
     ) {
         if let Subject::Thread { tid, name } = &subject {
             let pattern = group_name(name);
-            let out = &self.out;
+            let out = &mut self.out;
             let found = self.groups.iter_mut().find(|g| {
                 g.pattern == pattern
                     && out.get(g.at).is_some_and(|first| {
-                        first.kind == kind
-                            && first.severity == severity
-                            && alike(&first.evidence, &evidence, tolerance)
+                        first.kind == kind && alike(&first.evidence, &evidence, tolerance)
                     })
             });
             if let Some(g) = found {
                 g.tids.push(*tid);
+                if let Some(first) = out.get_mut(g.at) {
+                    first.severity = first.severity.max(severity);
+                }
                 return;
             }
             self.groups.push(Group {
@@ -1210,8 +1411,8 @@ impl Grouper {
     }
 }
 
-/// One finding for threads with the same kind, severity, group name and
-/// behaviour (see [`Grouper`]).
+/// One finding for threads with the same kind, group name and behaviour
+/// (see [`Grouper`]).
 #[cfg(test)]
 fn group_alike_threads(findings: Vec<Finding>, t: &Thresholds) -> Vec<Finding> {
     let mut g = Grouper::default();
@@ -1315,15 +1516,232 @@ mod tests {
     }
 
     fn kinds(h: &History, t: &Thresholds) -> Vec<FindingKind> {
+        findings(h, t, &Severities::new())
+            .into_iter()
+            .map(|f| f.kind)
+            .collect()
+    }
+
+    fn findings(h: &History, t: &Thresholds, previous: &Severities) -> Vec<Finding> {
         let system = SystemInfo {
             total_memory_bytes: 8 << 30,
             cpu_count: 2,
             os: "linux".into(),
         };
-        run(h, t, &system, None, None)
-            .into_iter()
-            .map(|f| f.kind)
-            .collect()
+        run(h, t, &system, None, None, previous)
+    }
+
+    /// A thread that behaves the same every second: `cpu` and `wait` its
+    /// shares (0–1) of each second on a CPU and waiting for one, `woken`
+    /// its voluntary and `preempted` its involuntary switches per second.
+    #[derive(Clone)]
+    struct Steady {
+        name: String,
+        cpu: f64,
+        wait: f64,
+        woken: u64,
+        preempted: u64,
+    }
+
+    /// A history of `threads` sampled every second for `secs` seconds, the
+    /// voluntary/involuntary split read at every sample.
+    fn steady(secs: u64, threads: &[Steady]) -> History {
+        use std::sync::Arc;
+
+        use crate::history::{Encoders, Header};
+        use crate::model::{CpuTimeSource, ProcessSample};
+        use crate::platform::{PackedThread, ThreadIdent};
+
+        let idents: Vec<Arc<ThreadIdent>> = threads
+            .iter()
+            .enumerate()
+            .map(|(n, th)| {
+                Arc::new(ThreadIdent {
+                    tid: 100 + n as u64,
+                    serial: n as u64,
+                    name: th.name.as_str().into(),
+                    cpu_time_source: CpuTimeSource::ThreadClock,
+                })
+            })
+            .collect();
+        let mut enc = Encoders::default();
+        let mut h = History::new(1000);
+        for s in 0..=secs {
+            let packed: Vec<PackedThread> = threads
+                .iter()
+                .zip(&idents)
+                .map(|(th, ident)| PackedThread {
+                    ident: ident.clone(),
+                    cpu_time_ns: (th.cpu * 1e9) as u64 * s,
+                    run_queue_wait_ns: (th.wait * 1e9) as u64 * s,
+                    switches: (th.woken + th.preempted) * s,
+                    voluntary_switches: th.woken * s,
+                    involuntary_switches: th.preempted * s,
+                })
+                .collect();
+            let header = Header {
+                seq: s,
+                monotonic_ns: 1_000_000_000 + s * 1_000_000_000,
+                unix_time_ns: 0,
+                process: ProcessSample {
+                    pid: 7,
+                    rss_bytes: 1 << 20,
+                    total_cpu_time_ns: packed.iter().map(|p| p.cpu_time_ns).sum(),
+                    thread_count: threads.len() as u32,
+                    ..Default::default()
+                },
+                switch_split_read: true,
+                sampler_cost_ns: 0,
+                total_sampler_cpu_time_ns: 0,
+                warnings: Vec::new(),
+            };
+            h.push(Arc::new(Stored::new(
+                &mut enc,
+                header,
+                packed,
+                &[],
+                &[],
+                None,
+            )));
+        }
+        h
+    }
+
+    fn thread(name: &str, woken: u64, preempted: u64) -> Steady {
+        Steady {
+            name: name.to_string(),
+            cpu: 0.01,
+            wait: 0.0,
+            woken,
+            preempted,
+        }
+    }
+
+    /// A thread woken 50 times/s and preempted 300 times/s (Python under
+    /// churn: pidstat's cswch/s against nvcswch/s) wakes 50 times/s, not
+    /// 350; one woken 10 times/s is no periodic waker however often it is
+    /// preempted.
+    #[test]
+    fn a_wake_rate_counts_wakes_not_preemptions() {
+        let t = Thresholds::default();
+        let h = steady(10, &[thread("churn", 50, 300), thread("rare", 10, 300)]);
+        let found = findings(&h, &t, &Severities::new());
+        let periodic: Vec<&Finding> = found
+            .iter()
+            .filter(|f| f.kind == FindingKind::PeriodicWakeups)
+            .collect();
+        assert_eq!(periodic.len(), 1, "{found:#?}");
+        let f = periodic[0];
+        assert_eq!(f.subject.tid(), Some(100));
+        assert_eq!(f.evidence("wakeups_per_sec"), Some(50.0));
+        assert_eq!(f.evidence("period_ms"), Some(20.0));
+        assert_eq!(f.severity, Severity::Info);
+        assert!(
+            f.summary
+                .contains("every 20.0 ms (50/s from voluntary context switches"),
+            "{}",
+            f.summary
+        );
+        assert!(
+            f.summary.contains("300 preemptions/s are not counted"),
+            "{}",
+            f.summary
+        );
+    }
+
+    /// Seven alike threads at 99–101 wakes/s around the 100/s warning
+    /// line: one group with one severity, and the same one in the next
+    /// report when they drift to 95–97/s (inside the margin); only below
+    /// 90/s does the group drop to info.
+    #[test]
+    fn alike_threads_at_a_threshold_keep_one_severity() {
+        let t = Thresholds::default();
+        let at = |rates: [u64; 7]| {
+            let threads: Vec<Steady> = rates
+                .iter()
+                .enumerate()
+                .map(|(n, r)| thread(&format!("C2 CompilerThread{n}"), *r, 0))
+                .collect();
+            steady(10, &threads)
+        };
+        let mut memory = Severities::new();
+        let mut report = |rates| {
+            let found = findings(&at(rates), &t, &memory);
+            memory.clear();
+            for f in &found {
+                memory.insert(memory_key(f.kind, &f.subject), f.severity);
+            }
+            found
+        };
+        let first = report([99, 100, 101, 99, 100, 101, 99]);
+        assert_eq!(first.len(), 1, "{first:#?}");
+        assert_eq!(first[0].severity, Severity::Warning);
+        assert_eq!(first[0].evidence("threads"), Some(7.0));
+        let second = report([95, 96, 97, 95, 96, 97, 95]);
+        assert_eq!(second.len(), 1, "{second:#?}");
+        assert_eq!(second[0].severity, Severity::Warning);
+        let third = report([85, 86, 87, 85, 86, 87, 85]);
+        assert_eq!(third.len(), 1, "{third:#?}");
+        assert_eq!(third[0].severity, Severity::Info);
+        // Back at 105/s: not past the margin above the line, still info.
+        let fourth = report([105, 105, 105, 105, 105, 105, 105]);
+        assert_eq!(fourth[0].severity, Severity::Info);
+        let fifth = report([112, 112, 112, 112, 112, 112, 112]);
+        assert_eq!(fifth[0].severity, Severity::Warning);
+    }
+
+    /// 256 threads at 0.5% CPU each, each waiting for a CPU almost all the
+    /// time, on 2 cores: none is a per-thread finding (too little CPU
+    /// each), the process is; 4 threads at 50% CPU and 50% wait are
+    /// per-thread findings and no process one. A quiet process is neither.
+    #[test]
+    fn many_low_cpu_threads_waiting_for_a_cpu_are_contention() {
+        let t = Thresholds::default();
+        let spinner = |n: usize, cpu: f64, wait: f64| Steady {
+            name: format!("spin-{n}"),
+            cpu,
+            wait,
+            woken: 0,
+            preempted: 200,
+        };
+        let many: Vec<Steady> = (0..256).map(|n| spinner(n, 0.005, 0.99)).collect();
+        let found = findings(&steady(10, &many), &t, &Severities::new());
+        let rq: Vec<&Finding> = found
+            .iter()
+            .filter(|f| f.kind == FindingKind::RunQueueContention)
+            .collect();
+        assert_eq!(rq.len(), 1, "{found:#?}");
+        assert!(matches!(rq[0].subject, Subject::Process { pid: 7 }));
+        assert_eq!(rq[0].severity, Severity::Critical);
+        assert_eq!(rq[0].evidence("waiting_threads"), Some(256.0));
+        let few: Vec<Steady> = (0..4).map(|n| spinner(n, 0.5, 0.5)).collect();
+        let found = findings(&steady(10, &few), &t, &Severities::new());
+        let rq: Vec<&Finding> = found
+            .iter()
+            .filter(|f| f.kind == FindingKind::RunQueueContention)
+            .collect();
+        assert_eq!(rq.len(), 1, "{found:#?}");
+        assert!(matches!(&rq[0].subject, Subject::Threads { tids, .. } if tids.len() == 4));
+        let quiet: Vec<Steady> = (0..256).map(|n| spinner(n, 0.001, 0.001)).collect();
+        let found = findings(&steady(10, &quiet), &t, &Severities::new());
+        assert!(
+            found
+                .iter()
+                .all(|f| f.kind != FindingKind::RunQueueContention),
+            "{found:#?}"
+        );
+    }
+
+    /// A Linux process waking 2,000 times/s for five minutes is over no
+    /// budget; asked for, the iOS budget is judged there too.
+    #[test]
+    fn the_apple_wakeups_budget_is_judged_only_where_asked() {
+        let one = Duration::from_secs(1);
+        let t = Thresholds::default().with_wakeups_min_window(one);
+        let h = steady(20, &[thread("net", 2000, 0)]);
+        assert!(!kinds(&h, &t).contains(&FindingKind::WakeupsBudget));
+        let t = t.with_wakeups_budget_everywhere(true);
+        assert!(kinds(&h, &t).contains(&FindingKind::WakeupsBudget));
     }
 
     /// Start-up: 5 s at a full core, 2,000 wakeups/s and RSS from 10 to
@@ -1351,6 +1769,7 @@ mod tests {
             .with_cpu_min_window(one)
             .with_wakeups_min_window(one)
             .with_memory_min_window(one)
+            .with_wakeups_budget_everywhere(true)
             .with_cpu_hog_percent(40.0);
         let found = kinds(&h, &eager);
         assert!(long.iter().all(|k| found.contains(k)), "{found:?}");
@@ -1365,6 +1784,75 @@ mod tests {
         assert!(!at(59).contains(&FindingKind::CpuHog));
         assert!(at(60).contains(&FindingKind::CpuHog));
         assert!(at(120).contains(&FindingKind::CpuHog));
+    }
+
+    /// The kernel view of a thread woken `irq`, `threads` and `others`
+    /// times/s, its waits sleeps that end on their timeout.
+    fn woken(irq: f64, threads: f64, others: f64) -> KernelThreadInterval {
+        serde_json::from_value(serde_json::json!({
+            "on_cpu_percent": 0.1,
+            "voluntary_switches_per_sec": irq + threads + others,
+            "involuntary_switches_per_sec": 0.0,
+            "off_cpu": {"sleep_ns": 900_000_000u64, "lock_ns": 0, "poll_ns": 0, "io_ns": 0,
+                        "preempted_ns": 0, "other_ns": 0},
+            "blocked_percent": 90.0,
+            "wakes_per_sec": irq + threads + others,
+            "interrupt_wakes_per_sec": irq,
+            "process_thread_wakes_per_sec": threads,
+            "other_process_wakes_per_sec": others,
+            "poll_calls_per_sec": 0.0,
+            "blocking_polls_per_sec": 0.0,
+            "idle_nonblocking_polls_per_sec": 0.0,
+            "idle_poll_ratio": 0.0,
+            "zero_timeout_poll_ratio": 0.0,
+            "sleeps_per_sec": irq,
+            "interrupted_sleeps_per_sec": 0.0,
+            "mean_sleep_requested_ns": 20_000u64,
+            "unknown_request_sleeps": 0,
+            "mean_sleep_actual_ns": 80_000u64,
+            "calls_by_syscall": [],
+            "top_wakers": []
+        }))
+        .expect("a kernel interval")
+    }
+
+    /// Go's sysmon under light load: 62% of its wakes from interrupts
+    /// (its usleep back-off), 38% from the scheduler's threads. No source
+    /// holds three in four: "mixed", with the split; 80% interrupts with
+    /// sleeps ending on time is a timer.
+    #[test]
+    fn no_clear_majority_is_mixed_with_the_split() {
+        let t = Thresholds::default();
+        let sysmon = woken(31.0, 19.0, 0.0);
+        let source = WakeSource::of(Some(&sysmon), &t);
+        assert_eq!(source, WakeSource::Mixed);
+        let cause = source.cause(Some(&sysmon));
+        assert!(
+            cause.contains("mixed sources, none a clear majority"),
+            "{cause}"
+        );
+        assert!(
+            cause.contains("62% of its wakes by interrupts, 38% by threads of this process"),
+            "{cause}"
+        );
+        let ticker = woken(40.0, 10.0, 0.0);
+        assert_eq!(WakeSource::of(Some(&ticker), &t), WakeSource::Timer);
+    }
+
+    #[test]
+    fn steadiness_does_not_split_alike_threads() {
+        let with_cv = |cv: f64| {
+            vec![
+                ev("wakeups_per_sec", 90.0, "1/s"),
+                ev("rate_variation", cv, "ratio"),
+            ]
+        };
+        assert!(alike(&with_cv(0.02), &with_cv(0.2), 0.25));
+        let other = vec![
+            ev("wakeups_per_sec", 190.0, "1/s"),
+            ev("rate_variation", 0.02, "ratio"),
+        ];
+        assert!(!alike(&with_cv(0.02), &other, 0.25));
     }
 
     #[test]

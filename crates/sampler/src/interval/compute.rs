@@ -406,7 +406,11 @@ pub(crate) fn compute<T: ThreadCounters>(
             involuntary_switches: invol,
             involuntary_switches_per_sec: invol_rate,
             run_queue_wait_ns: wait,
-            run_queue_wait_percent: wait.map(|w| percent(w, d)),
+            // The kernel adds a wait to `run_delay` when it ends (the thread
+            // gets a CPU), so a wait begun before the interval is counted in
+            // it whole: under overload the delta exceeds the interval. A
+            // share above 100% means nothing; the nanoseconds stay raw.
+            run_queue_wait_percent: wait.map(|w| percent(w, d).min(100.0)),
             kernel: kernel_ends.as_ref().and_then(|(a, b)| {
                 let now = b.get(t.tid())?;
                 Some(kernel_interval(a.get(t.tid()), now, d))

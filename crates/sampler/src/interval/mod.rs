@@ -46,7 +46,10 @@ pub struct ThreadInterval {
     /// Run-queue wait during the interval, in nanoseconds.
     pub run_queue_wait_ns: Option<u64>,
     /// `run_queue_wait_ns / duration`, in percent: time the thread was
-    /// runnable but waiting for a CPU.
+    /// runnable but waiting for a CPU, at most 100. The kernel credits a
+    /// wait when it ends, so under overload a wait begun before the
+    /// interval makes `run_queue_wait_ns` exceed its duration; the share
+    /// is capped there.
     pub run_queue_wait_percent: Option<f64>,
     /// What a kernel source (eBPF) saw of this thread over the interval;
     /// `None` without a kernel source or when an end lacks its sample.

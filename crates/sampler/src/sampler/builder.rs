@@ -161,6 +161,7 @@ impl SamplerBuilder {
                 stored_lock: Mutex::new(()),
                 stored: Condvar::new(),
                 readings: Readings::default(),
+                severities: Mutex::default(),
             }),
         })
     }

@@ -72,6 +72,9 @@ struct Inner {
     /// Findings and the report body of the newest snapshot, shared by
     /// every reader until a newer one is stored.
     readings: Readings,
+    /// Severities of the last findings of the configured thresholds, for
+    /// their hysteresis.
+    severities: Mutex<diagnose::SeverityMemory>,
 }
 
 /// What [`Sampler::wait_for_sample`] saw.
@@ -371,7 +374,11 @@ impl Sampler {
         let t = &self.inner.config.thresholds;
         let window = interval_over_in(h, t.window);
         let tid = key.map_or(0, |k| k.exclude_tid);
-        let findings = self.diagnose_in(h, t, tid, window.as_ref());
+        // The configured thresholds' findings carry hysteresis from one
+        // stored snapshot's diagnosis to the next.
+        let mut memory = lock(&self.inner.severities);
+        let findings = self.diagnose_in(h, t, tid, window.as_ref(), &mut memory);
+        drop(memory);
         let warnings = window
             .as_ref()
             .map(|i| warnings_in(h, i.from_seq, i.to_seq))
@@ -384,7 +391,9 @@ impl Sampler {
         }
     }
 
-    /// Findings with other thresholds (computed on every call).
+    /// Findings with other thresholds (computed on every call, without
+    /// the hysteresis of the configured thresholds' findings: no earlier
+    /// report of these thresholds is known).
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] when a threshold is out of range.
@@ -392,7 +401,8 @@ impl Sampler {
         thresholds.validate()?;
         Ok(self.account(|| {
             let tid = self.inner.sampler_tid.load(Ordering::Relaxed);
-            self.diagnose_in(&self.history(), thresholds, tid, None)
+            let mut memory = diagnose::SeverityMemory::default();
+            self.diagnose_in(&self.history(), thresholds, tid, None, &mut memory)
         }))
     }
 
@@ -423,9 +433,10 @@ impl Sampler {
         t: &Thresholds,
         exclude_tid: u64,
         known: Option<&Interval>,
+        memory: &mut diagnose::SeverityMemory,
     ) -> Vec<Finding> {
         let exclude = (exclude_tid != 0).then_some(exclude_tid);
-        diagnose::diagnose(h, t, &self.inner.system, exclude, known)
+        diagnose::diagnose(h, t, &self.inner.system, exclude, known, memory)
     }
 
     /// Everything a report needs: machine, sampler cost, the interval over

@@ -4361,7 +4361,10 @@ public struct ThreadInterval: Equatable, Hashable {
     public var runQueueWaitNs: UInt64?
     /**
      * `run_queue_wait_ns / duration`, in percent: time the thread was
-     * runnable but waiting for a CPU.
+     * runnable but waiting for a CPU, at most 100. The kernel credits a
+     * wait when it ends, so under overload a wait begun before the
+     * interval makes `run_queue_wait_ns` exceed its duration; the share
+     * is capped there.
      */
     public var runQueueWaitPercent: Double?
     /**
@@ -4417,7 +4420,10 @@ public struct ThreadInterval: Equatable, Hashable {
          */runQueueWaitNs: UInt64?, 
         /**
          * `run_queue_wait_ns / duration`, in percent: time the thread was
-         * runnable but waiting for a CPU.
+         * runnable but waiting for a CPU, at most 100. The kernel credits a
+         * wait when it ends, so under overload a wait begun before the
+         * interval makes `run_queue_wait_ns` exceed its duration; the share
+         * is capped there.
          */runQueueWaitPercent: Double?, 
         /**
          * What a kernel source (eBPF) saw of this thread over the interval;
@@ -4794,8 +4800,10 @@ public struct Thresholds: Equatable, Hashable {
     /**
      * Share of a thread's wakes (0–1) one source must have for a finding
      * to name it (a timer or I/O interrupt, other threads of the process,
-     * other processes); below it the finding says the sources are mixed.
-     * Default 0.6 (a clear majority).
+     * other processes); below it the finding says the sources are mixed
+     * and gives the split. Default 0.75, three wakes in four: at 0.6 Go's
+     * sysmon under light load (62% of its wakes from interrupts, the rest
+     * from the scheduler's other threads) was called a timer.
      */
     public var wakeSourceRatio: Double
     /**
@@ -4830,16 +4838,31 @@ public struct Thresholds: Equatable, Hashable {
      */
     public var runQueueCriticalWaitPercent: Double
     /**
-     * Run-queue contention: least CPU of the thread, percent of one core;
-     * an almost idle thread's waits say nothing about contention. Default 5%.
+     * Run-queue contention: least CPU of the thread, percent of one core,
+     * for a finding about that thread; an almost idle thread's waits say
+     * little about contention. Default 5%. Many threads below it are
+     * judged together: a process whose runnable threads want more CPUs
+     * than the machine has, and which waits at least
+     * [`Thresholds::run_queue_wait_percent`] of its runnable time, gets a
+     * finding about the process (256 threads at 0.5% CPU each, each
+     * waiting for a CPU almost all the time, on 2 cores).
      */
     public var runQueueMinCpuPercent: Double
     /**
      * Wakeups budget: average wakeups per second allowed over
      * [`Thresholds::wakeups_window`]. Default 150/s (iOS EXC_RESOURCE WAKEUPS:
-     * 45,000 per 300 s).
+     * 45,000 per 300 s). The finding is judged only where the budget
+     * applies, on Apple platforms (macOS, iOS), unless
+     * [`Thresholds::wakeups_budget_everywhere`] is set.
      */
     public var wakeupsBudgetPerSec: Double
+    /**
+     * Judge the wakeups budget on every platform, not only on Apple's
+     * (a Linux or Android build of an app that also ships on iOS, where
+     * the developer wants the iOS limit in view). Default false: a Linux
+     * server that wakes 1,800 times/s under load is not over any budget.
+     */
+    public var wakeupsBudgetEverywhere: Bool
     /**
      * Share of the budget that raises a warning before the OS would act (0–1). Default 0.8.
      */
@@ -4887,6 +4910,17 @@ public struct Thresholds: Equatable, Hashable {
      * difference of the group's first (0–1). Default 0.25.
      */
     public var groupMaxDifference: Double
+    /**
+     * Hysteresis of severities (0–1): a finding that had a severity in
+     * the previous report keeps it until its figure moves past the
+     * threshold by this share of the threshold (down for a lower
+     * severity, up for a higher one). Default 0.1: a thread that was a
+     * warning at 101 wakes/s (threshold 100/s) stays one until it wakes
+     * fewer than 90 times/s, and one that was info becomes a warning
+     * only above 110/s. Threads alike in everything but severity are
+     * grouped, the group taking the highest severity of its members.
+     */
+    public var severityMargin: Double
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -4989,8 +5023,10 @@ public struct Thresholds: Equatable, Hashable {
         /**
          * Share of a thread's wakes (0–1) one source must have for a finding
          * to name it (a timer or I/O interrupt, other threads of the process,
-         * other processes); below it the finding says the sources are mixed.
-         * Default 0.6 (a clear majority).
+         * other processes); below it the finding says the sources are mixed
+         * and gives the split. Default 0.75, three wakes in four: at 0.6 Go's
+         * sysmon under light load (62% of its wakes from interrupts, the rest
+         * from the scheduler's other threads) was called a timer.
          */wakeSourceRatio: Double, 
         /**
          * CPU hog: percent of one core over [`Thresholds::cpu_window`]. Default 80%
@@ -5018,14 +5054,28 @@ public struct Thresholds: Equatable, Hashable {
          * Default 50% (the thread waits for a CPU as long as it could run).
          */runQueueCriticalWaitPercent: Double, 
         /**
-         * Run-queue contention: least CPU of the thread, percent of one core;
-         * an almost idle thread's waits say nothing about contention. Default 5%.
+         * Run-queue contention: least CPU of the thread, percent of one core,
+         * for a finding about that thread; an almost idle thread's waits say
+         * little about contention. Default 5%. Many threads below it are
+         * judged together: a process whose runnable threads want more CPUs
+         * than the machine has, and which waits at least
+         * [`Thresholds::run_queue_wait_percent`] of its runnable time, gets a
+         * finding about the process (256 threads at 0.5% CPU each, each
+         * waiting for a CPU almost all the time, on 2 cores).
          */runQueueMinCpuPercent: Double, 
         /**
          * Wakeups budget: average wakeups per second allowed over
          * [`Thresholds::wakeups_window`]. Default 150/s (iOS EXC_RESOURCE WAKEUPS:
-         * 45,000 per 300 s).
+         * 45,000 per 300 s). The finding is judged only where the budget
+         * applies, on Apple platforms (macOS, iOS), unless
+         * [`Thresholds::wakeups_budget_everywhere`] is set.
          */wakeupsBudgetPerSec: Double, 
+        /**
+         * Judge the wakeups budget on every platform, not only on Apple's
+         * (a Linux or Android build of an app that also ships on iOS, where
+         * the developer wants the iOS limit in view). Default false: a Linux
+         * server that wakes 1,800 times/s under load is not over any budget.
+         */wakeupsBudgetEverywhere: Bool, 
         /**
          * Share of the budget that raises a warning before the OS would act (0–1). Default 0.8.
          */wakeupsWarnFraction: Double, 
@@ -5063,7 +5113,17 @@ public struct Thresholds: Equatable, Hashable {
          * group name (digits aside: `worker-1`, `worker-2` → `worker-{n}`) become one
          * finding when every number of their evidence is within this relative
          * difference of the group's first (0–1). Default 0.25.
-         */groupMaxDifference: Double) {
+         */groupMaxDifference: Double, 
+        /**
+         * Hysteresis of severities (0–1): a finding that had a severity in
+         * the previous report keeps it until its figure moves past the
+         * threshold by this share of the threshold (down for a lower
+         * severity, up for a higher one). Default 0.1: a thread that was a
+         * warning at 101 wakes/s (threshold 100/s) stays one until it wakes
+         * fewer than 90 times/s, and one that was info becomes a warning
+         * only above 110/s. Threads alike in everything but severity are
+         * grouped, the group taking the highest severity of its members.
+         */severityMargin: Double) {
         self.window = window
         self.minWindow = minWindow
         self.busyPollWakeupsPerSec = busyPollWakeupsPerSec
@@ -5093,6 +5153,7 @@ public struct Thresholds: Equatable, Hashable {
         self.runQueueCriticalWaitPercent = runQueueCriticalWaitPercent
         self.runQueueMinCpuPercent = runQueueMinCpuPercent
         self.wakeupsBudgetPerSec = wakeupsBudgetPerSec
+        self.wakeupsBudgetEverywhere = wakeupsBudgetEverywhere
         self.wakeupsWarnFraction = wakeupsWarnFraction
         self.wakeupsWindow = wakeupsWindow
         self.wakeupsMinWindow = wakeupsMinWindow
@@ -5102,6 +5163,7 @@ public struct Thresholds: Equatable, Hashable {
         self.memoryGrowthCriticalRatio = memoryGrowthCriticalRatio
         self.memoryGrowthRisingRatio = memoryGrowthRisingRatio
         self.groupMaxDifference = groupMaxDifference
+        self.severityMargin = severityMargin
     }
 
     
@@ -5149,6 +5211,7 @@ public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
                 runQueueCriticalWaitPercent: FfiConverterDouble.read(from: &buf), 
                 runQueueMinCpuPercent: FfiConverterDouble.read(from: &buf), 
                 wakeupsBudgetPerSec: FfiConverterDouble.read(from: &buf), 
+                wakeupsBudgetEverywhere: FfiConverterBool.read(from: &buf), 
                 wakeupsWarnFraction: FfiConverterDouble.read(from: &buf), 
                 wakeupsWindow: FfiConverterDuration.read(from: &buf), 
                 wakeupsMinWindow: FfiConverterDuration.read(from: &buf), 
@@ -5157,7 +5220,8 @@ public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
                 memoryGrowthRatio: FfiConverterDouble.read(from: &buf), 
                 memoryGrowthCriticalRatio: FfiConverterDouble.read(from: &buf), 
                 memoryGrowthRisingRatio: FfiConverterDouble.read(from: &buf), 
-                groupMaxDifference: FfiConverterDouble.read(from: &buf)
+                groupMaxDifference: FfiConverterDouble.read(from: &buf), 
+                severityMargin: FfiConverterDouble.read(from: &buf)
         )
     }
 
@@ -5191,6 +5255,7 @@ public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
         FfiConverterDouble.write(value.runQueueCriticalWaitPercent, into: &buf)
         FfiConverterDouble.write(value.runQueueMinCpuPercent, into: &buf)
         FfiConverterDouble.write(value.wakeupsBudgetPerSec, into: &buf)
+        FfiConverterBool.write(value.wakeupsBudgetEverywhere, into: &buf)
         FfiConverterDouble.write(value.wakeupsWarnFraction, into: &buf)
         FfiConverterDuration.write(value.wakeupsWindow, into: &buf)
         FfiConverterDuration.write(value.wakeupsMinWindow, into: &buf)
@@ -5200,6 +5265,7 @@ public struct FfiConverterTypeThresholds: FfiConverterRustBuffer {
         FfiConverterDouble.write(value.memoryGrowthCriticalRatio, into: &buf)
         FfiConverterDouble.write(value.memoryGrowthRisingRatio, into: &buf)
         FfiConverterDouble.write(value.groupMaxDifference, into: &buf)
+        FfiConverterDouble.write(value.severityMargin, into: &buf)
     }
 }
 

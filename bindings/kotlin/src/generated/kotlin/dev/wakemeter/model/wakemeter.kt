@@ -3877,7 +3877,10 @@ data class ThreadInterval (
     , 
     /**
      * `run_queue_wait_ns / duration`, in percent: time the thread was
-     * runnable but waiting for a CPU.
+     * runnable but waiting for a CPU, at most 100. The kernel credits a
+     * wait when it ends, so under overload a wait begun before the
+     * interval makes `run_queue_wait_ns` exceed its duration; the share
+     * is capped there.
      */
     val `runQueueWaitPercent`: kotlin.Double?
     , 
@@ -4218,8 +4221,10 @@ data class Thresholds (
     /**
      * Share of a thread's wakes (0–1) one source must have for a finding
      * to name it (a timer or I/O interrupt, other threads of the process,
-     * other processes); below it the finding says the sources are mixed.
-     * Default 0.6 (a clear majority).
+     * other processes); below it the finding says the sources are mixed
+     * and gives the split. Default 0.75, three wakes in four: at 0.6 Go's
+     * sysmon under light load (62% of its wakes from interrupts, the rest
+     * from the scheduler's other threads) was called a timer.
      */
     val `wakeSourceRatio`: kotlin.Double
     , 
@@ -4261,17 +4266,33 @@ data class Thresholds (
     val `runQueueCriticalWaitPercent`: kotlin.Double
     , 
     /**
-     * Run-queue contention: least CPU of the thread, percent of one core;
-     * an almost idle thread's waits say nothing about contention. Default 5%.
+     * Run-queue contention: least CPU of the thread, percent of one core,
+     * for a finding about that thread; an almost idle thread's waits say
+     * little about contention. Default 5%. Many threads below it are
+     * judged together: a process whose runnable threads want more CPUs
+     * than the machine has, and which waits at least
+     * [`Thresholds::run_queue_wait_percent`] of its runnable time, gets a
+     * finding about the process (256 threads at 0.5% CPU each, each
+     * waiting for a CPU almost all the time, on 2 cores).
      */
     val `runQueueMinCpuPercent`: kotlin.Double
     , 
     /**
      * Wakeups budget: average wakeups per second allowed over
      * [`Thresholds::wakeups_window`]. Default 150/s (iOS EXC_RESOURCE WAKEUPS:
-     * 45,000 per 300 s).
+     * 45,000 per 300 s). The finding is judged only where the budget
+     * applies, on Apple platforms (macOS, iOS), unless
+     * [`Thresholds::wakeups_budget_everywhere`] is set.
      */
     val `wakeupsBudgetPerSec`: kotlin.Double
+    , 
+    /**
+     * Judge the wakeups budget on every platform, not only on Apple's
+     * (a Linux or Android build of an app that also ships on iOS, where
+     * the developer wants the iOS limit in view). Default false: a Linux
+     * server that wakes 1,800 times/s under load is not over any budget.
+     */
+    val `wakeupsBudgetEverywhere`: kotlin.Boolean
     , 
     /**
      * Share of the budget that raises a warning before the OS would act (0–1). Default 0.8.
@@ -4328,6 +4349,18 @@ data class Thresholds (
      * difference of the group's first (0–1). Default 0.25.
      */
     val `groupMaxDifference`: kotlin.Double
+    , 
+    /**
+     * Hysteresis of severities (0–1): a finding that had a severity in
+     * the previous report keeps it until its figure moves past the
+     * threshold by this share of the threshold (down for a lower
+     * severity, up for a higher one). Default 0.1: a thread that was a
+     * warning at 101 wakes/s (threshold 100/s) stays one until it wakes
+     * fewer than 90 times/s, and one that was info becomes a warning
+     * only above 110/s. Threads alike in everything but severity are
+     * grouped, the group taking the highest severity of its members.
+     */
+    val `severityMargin`: kotlin.Double
     
 ){
     
@@ -4373,11 +4406,13 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
+            FfiConverterBoolean.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDuration.read(buf),
             FfiConverterDuration.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterDuration.read(buf),
+            FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
@@ -4415,6 +4450,7 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.allocationSize(value.`runQueueCriticalWaitPercent`) +
             FfiConverterDouble.allocationSize(value.`runQueueMinCpuPercent`) +
             FfiConverterDouble.allocationSize(value.`wakeupsBudgetPerSec`) +
+            FfiConverterBoolean.allocationSize(value.`wakeupsBudgetEverywhere`) +
             FfiConverterDouble.allocationSize(value.`wakeupsWarnFraction`) +
             FfiConverterDuration.allocationSize(value.`wakeupsWindow`) +
             FfiConverterDuration.allocationSize(value.`wakeupsMinWindow`) +
@@ -4423,7 +4459,8 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.allocationSize(value.`memoryGrowthRatio`) +
             FfiConverterDouble.allocationSize(value.`memoryGrowthCriticalRatio`) +
             FfiConverterDouble.allocationSize(value.`memoryGrowthRisingRatio`) +
-            FfiConverterDouble.allocationSize(value.`groupMaxDifference`)
+            FfiConverterDouble.allocationSize(value.`groupMaxDifference`) +
+            FfiConverterDouble.allocationSize(value.`severityMargin`)
     )
 
     override fun write(value: Thresholds, buf: ByteBuffer) {
@@ -4456,6 +4493,7 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.write(value.`runQueueCriticalWaitPercent`, buf)
             FfiConverterDouble.write(value.`runQueueMinCpuPercent`, buf)
             FfiConverterDouble.write(value.`wakeupsBudgetPerSec`, buf)
+            FfiConverterBoolean.write(value.`wakeupsBudgetEverywhere`, buf)
             FfiConverterDouble.write(value.`wakeupsWarnFraction`, buf)
             FfiConverterDuration.write(value.`wakeupsWindow`, buf)
             FfiConverterDuration.write(value.`wakeupsMinWindow`, buf)
@@ -4465,6 +4503,7 @@ public object FfiConverterTypeThresholds: FfiConverterRustBuffer<Thresholds> {
             FfiConverterDouble.write(value.`memoryGrowthCriticalRatio`, buf)
             FfiConverterDouble.write(value.`memoryGrowthRisingRatio`, buf)
             FfiConverterDouble.write(value.`groupMaxDifference`, buf)
+            FfiConverterDouble.write(value.`severityMargin`, buf)
     }
 }
 
