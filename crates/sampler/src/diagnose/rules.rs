@@ -1565,7 +1565,7 @@ mod tests {
             })
             .collect();
         let mut enc = Encoders::default();
-        let mut h = History::new(1000);
+        let mut h = History::new(1000, u64::MAX);
         for s in 0..=secs {
             let packed: Vec<PackedThread> = threads
                 .iter()
