@@ -30,10 +30,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 # 5,000 cases per parser, about 7 s in all; FUZZ_CASES sets it).
 if [ "$(id -u)" -eq 0 ]; then
   step "cargo test (workspace, all features, root-only tests included)"
-  cargo test --workspace --all-features -- --include-ignored
+  cargo test --workspace --all-features --no-fail-fast -- --include-ignored
 else
   step "cargo test (workspace, all features; not root: eBPF tests are ignored)"
-  cargo test --workspace --all-features
+  cargo test --workspace --all-features --no-fail-fast
 fi
 
 step "benches compile"
