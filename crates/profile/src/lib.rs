@@ -50,7 +50,8 @@ pub use capture::{Capture, MAX_CAPTURE, ProfileOptions, Profiler};
 pub use error::ProfileError;
 pub use folded::write_folded;
 pub use model::{
-    Frame, OffCpuCause, Profile, ProfileWarning, StackGap, StackKind, StackSample, kind_label,
+    CauseShare, Frame, FunctionShare, KERNEL_MAPPING, KERNEL_START, ModuleMapping, OffCpuCause,
+    Profile, ProfileWarning, StackGap, StackKind, StackSample, kind_label,
 };
 pub use pprof::write_pprof;
 pub use svg::write_svg;

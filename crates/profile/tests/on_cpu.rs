@@ -222,6 +222,7 @@ fn outputs_open_in_their_tools(profile: &wakemeter_profile::Profile) {
     let pb = dir.join("on-cpu.pb.gz");
     wakemeter_profile::write_pprof(profile, std::fs::File::create(&pb).expect("pprof file"))
         .expect("pprof");
+    pprof_names_the_binaries(&pb);
     let go = ["go", "/usr/local/go/bin/go"].into_iter().find(|g| {
         std::process::Command::new(g)
             .arg("version")
@@ -245,6 +246,50 @@ fn outputs_open_in_their_tools(profile: &wakemeter_profile::Profile) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("spin_here"), "go tool pprof: {text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("Main binary filename not available"), "{err}");
+    assert!(
+        !text.contains("_[k]"),
+        "kernel frames marked by name: {text}"
+    );
+}
+
+/// The pprof file's first mapping is the program, with the build ID that
+/// `readelf -n` reads from the file; kernel frames are in the kernel's
+/// mapping and their names are plain.
+fn pprof_names_the_binaries(pb: &std::path::Path) {
+    use std::io::Read;
+    use wakemeter_profile::pprof::PprofProfile;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(pb).expect("open pprof"))
+        .read_to_end(&mut raw)
+        .expect("gunzip");
+    let p = <PprofProfile as prost::Message>::decode(&raw[..]).expect("decode pprof");
+    let s = |i: i64| p.string_table[usize::try_from(i).expect("index")].clone();
+    let main = p.mapping.first().expect("a mapping");
+    let file = s(main.filename);
+    assert!(file.ends_with("/spin-fp"), "first mapping {file}");
+    let readelf = std::process::Command::new("readelf")
+        .args(["-n", &file])
+        .output()
+        .expect("readelf runs (binutils)");
+    let notes = String::from_utf8_lossy(&readelf.stdout);
+    let id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .expect("cc writes a build ID");
+    assert_eq!(s(main.build_id), id.trim());
+    assert!(main.memory_start < main.memory_limit);
+    let files: Vec<String> = p.mapping.iter().map(|m| s(m.filename)).collect();
+    assert!(files.iter().any(|f| f.contains("libc.so")), "{files:?}");
+    // Every location with an address is in a mapping.
+    assert!(
+        p.location
+            .iter()
+            .all(|l| l.address == 0 || l.mapping_id != 0),
+        "a frame outside every mapping"
+    );
+    assert!(p.string_table.iter().all(|n| !n.ends_with("_[k]")));
 }
 
 /// JIT code is named from the runtime's perf map: Node with
