@@ -16,8 +16,9 @@ pub const MAX_FREQUENCY_HZ: u64 = 10_000;
 /// Frames kept per stack (user and kernel stacks separately), as the
 /// kernel's default `kernel.perf_event_max_stack`.
 pub const STACK_DEPTH: usize = 127;
-/// Default capacity of the stack map, in distinct stacks (about 1 KiB of
-/// kernel memory each: about 8.3 MiB).
+/// Default capacity of the stack map, in distinct stacks (1 KiB of frames
+/// and about 48 bytes of the kernel's hash-map overhead each: about
+/// 8.8 MiB).
 pub const DEFAULT_MAX_STACKS: u32 = 8192;
 /// Default capacity of the count map, in distinct (thread, cause, user
 /// stack, kernel stack) entries (72 bytes of key and value each, about
@@ -87,8 +88,9 @@ pub enum MissingStack {
     /// The stack was empty: e.g. no kernel stack for a sample taken in user
     /// mode, or no user stack for a kernel thread.
     Empty,
-    /// Another stack occupied its slot in the stack map (a hash collision)
-    /// or the map was full; counted in [`LostStacks::stack_collisions`].
+    /// The stack map was full (or every id the stack may take held another
+    /// stack, which needs 8 stacks whose hashes share 31 bits); counted in
+    /// [`LostStacks::stacks_full`] or [`LostStacks::stack_collisions`].
     Lost,
     /// The stack id was known but its frames were gone when read.
     Evicted,
@@ -135,8 +137,11 @@ pub struct StackCount {
 pub struct LostStacks {
     /// Events lost because the count map was full.
     pub counts_full: u64,
-    /// Stacks lost to a hash collision in the stack map (the event is still
-    /// counted, without that stack).
+    /// Stacks lost because every id they may take in the stack map held
+    /// another stack (8 ids in a row; the event is still counted, without
+    /// that stack). Unlike a kernel stack-trace map, where any two stacks in
+    /// one bucket collide, this needs 8 stacks with the same 31-bit hash
+    /// prefix range: practically never below the map's capacity.
     pub stack_collisions: u64,
     /// Stacks lost because the stack map was full or the kernel failed.
     pub stacks_full: u64,
@@ -224,8 +229,9 @@ impl StackSessionBuilder {
     }
 
     /// Capacity of the stack map, in distinct stacks (1 to
-    /// [`MAX_STACK_ENTRIES_LIMIT`]); each takes [`STACK_DEPTH`] × 8 bytes
-    /// of kernel memory, allocated at attach.
+    /// [`MAX_STACK_ENTRIES_LIMIT`]); each takes 1 KiB ([`STACK_DEPTH`]
+    /// frames and a hash) plus the kernel's hash-map overhead, allocated at
+    /// attach.
     pub fn with_max_stacks(mut self, stacks: u32) -> Self {
         self.max_stacks = stacks;
         self

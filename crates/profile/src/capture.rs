@@ -41,7 +41,7 @@ pub struct ProfileOptions {
 
 impl ProfileOptions {
     /// Defaults of [`wakemeter_ebpf::StackSessionBuilder`]: 99 Hz, 8192
-    /// stacks (about 8.3 MiB of kernel memory), 16,384 counts.
+    /// stacks (about 8.8 MiB of kernel memory), 16,384 counts.
     pub fn new(kind: StackKind) -> Self {
         ProfileOptions {
             kind,

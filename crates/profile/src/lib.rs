@@ -24,7 +24,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Memory: a capture holds the kernel maps (by default about 8.3 MiB for
+//! Memory: a capture holds the kernel maps (by default about 8.8 MiB for
 //! 8192 stacks and 1.2 MiB for 16,384 counts, fixed at attach), the leaf
 //! table of the target's modules without frame pointers (16 bytes a row,
 //! at most 131,072 rows = 2 MiB; about 0.5 MiB for a C program with

@@ -70,7 +70,7 @@ impl Frame {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StackGap {
-    /// The user stack was lost (stack map collision or full).
+    /// The user stack was lost (the stack map was full).
     UserLost,
     /// The kernel stack was lost.
     KernelLost,

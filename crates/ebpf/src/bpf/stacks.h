@@ -10,6 +10,17 @@
 /* Frames kept per stack: the kernel's default kernel.perf_event_max_stack. */
 #define WM_STACK_DEPTH 127
 
+/* A stored stack (value of the `stacks` map, keyed by its id): the 64-bit
+ * hash of its frames and the frames, innermost first, zero-padded. */
+struct wm_stack {
+	__u64 hash;
+	__u64 ips[WM_STACK_DEPTH];
+};
+
+/* Ids tried for one stack before it counts as lost to collisions: its
+ * hash's low 31 bits, then the next ids (linear probing). */
+#define WM_STACK_PROBES 8
+
 /* What a stack_counts entry counts (wm_stack_key.kind). */
 #define WM_STACK_ON_CPU 1  /* a cpu-clock sample of the thread */
 #define WM_STACK_OFF_CPU 2 /* a switch-out of the thread and the time until its switch-in */
@@ -21,7 +32,7 @@
 
 /* Why a stack is missing from an entry (index of stack_lost). */
 #define WM_LOST_COUNTS_FULL 0   /* stack_counts was full: the event is lost */
-#define WM_LOST_COLLISION 1     /* the stacks map had another stack in the bucket */
+#define WM_LOST_COLLISION 1     /* every id a stack may take held another stack */
 #define WM_LOST_STACKS_FULL 2   /* the stacks map was full (or another error) */
 #define WM_LOST_OFF_START_FULL 3 /* off_start was full: that off-CPU span is lost */
 #define WM_LOST_LEAF_CALLER 4   /* the leaf's return address could not be read */

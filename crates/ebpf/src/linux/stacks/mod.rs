@@ -9,11 +9,11 @@ use std::collections::HashMap as StdHashMap;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
-use self::abi::{StackCountValue, StackKey};
+use self::abi::{StackCountValue, StackKey, StoredStack};
 use self::perf::CpuClockEvents;
 use super::sys::{self, ExitWatch};
 use super::{Hook, attach_hook, kernel_btf, program_error, program_of, take_map};
@@ -77,7 +77,7 @@ pub(crate) struct StackSession {
     /// `None` once stopped.
     attached: Option<Attached>,
     counts: HashMap<MapData, StackKey, StackCountValue>,
-    stacks: StackTraceMap<MapData>,
+    stacks: HashMap<MapData, u32, StoredStack>,
     lost: PerCpuArray<MapData, u64>,
 }
 
@@ -184,7 +184,7 @@ impl StackSession {
         let counts = HashMap::try_from(take_map(&mut ebpf, "stack_counts")?)
             .map_err(map_error("stack_counts"))?;
         let stacks =
-            StackTraceMap::try_from(take_map(&mut ebpf, "stacks")?).map_err(map_error("stacks"))?;
+            HashMap::try_from(take_map(&mut ebpf, "stacks")?).map_err(map_error("stacks"))?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, "stack_lost")?)
             .map_err(map_error("stack_lost"))?;
         Ok(StackSession {
@@ -246,12 +246,7 @@ impl StackSession {
                 let id = abi::stack_id(raw)?;
                 frames
                     .entry(id)
-                    .or_insert_with(|| {
-                        self.stacks
-                            .get(&id, 0)
-                            .ok()
-                            .map(|t| t.frames().iter().map(|f| f.ip).collect())
-                    })
+                    .or_insert_with(|| self.stacks.get(&id, 0).ok().map(|t| t.frames()))
                     .clone()
                     .ok_or(MissingStack::Evicted)
             };
