@@ -247,15 +247,11 @@ pub(crate) fn aggregate(
             Err(_) => false,
         })
         .collect();
-    // How deep the frame-pointer walk went, by weight: a caller recovered
-    // from .eh_frame (StackCount::leaf_caller) does not make a stack of a
-    // binary without frame pointers deep.
+    // How deep the user stacks went, by weight.
     let (mut user_weight, mut shallow_weight) = (0u64, 0u64);
     for c in &counts.entries {
         if let Ok(frames) = &c.user_stack {
-            let walked = frames
-                .len()
-                .saturating_sub(usize::from(c.leaf_caller.is_some()));
+            let walked = frames.len();
             let weight = if kind == StackKind::OffCpu {
                 c.total_ns
             } else {
@@ -297,9 +293,9 @@ pub(crate) fn aggregate(
     if events > 0 || stacks > 0 {
         warnings.push(ProfileWarning::StacksLost { events, stacks });
     }
-    if lost.leaf_callers > 0 {
-        warnings.push(ProfileWarning::CallersMissing {
-            stacks: lost.leaf_callers,
+    if lost.truncated_unwinds > 0 {
+        warnings.push(ProfileWarning::UnwindTruncated {
+            stacks: lost.truncated_unwinds,
         });
     }
     let mut profile = Profile {

@@ -25,12 +25,11 @@
 //! ```
 //!
 //! Memory: a capture holds the kernel maps (by default about 8.8 MiB for
-//! 8192 stacks and 1.2 MiB for 16,384 counts, fixed at attach), the leaf
-//! table of the target's modules without frame pointers (16 bytes a row,
-//! at most 131,072 rows = 2 MiB; about 0.5 MiB for a C program with
-//! Debian's C library; built in user space at attach and freed once
-//! loaded) — no stack copies per event: the direct caller of a frameless
-//! leaf is read in the kernel, one word per event — and, when
+//! 8192 stacks and 1.2 MiB for 16,384 counts, fixed at attach), the unwind
+//! table of the target's modules (16 bytes a row, at most 262,144 rows =
+//! 4 MiB; built in user space at attach from `.eh_frame` and freed once
+//! loaded) — no stack copies per event: user stacks are unwound in the
+//! kernel — and, when
 //! read, one [`StackSample`] per distinct (thread, cause, stack) — at most
 //! the count map's capacity — with at most 254 frames each.
 

@@ -175,15 +175,18 @@ pub enum ProfileWarning {
         /// Stacks missing from counted events.
         stacks: u64,
     },
-    /// Stacks whose innermost user frame has no frame pointer and whose
-    /// direct caller could not be read from the stack (a page not
-    /// resident): they go from that frame to its caller's caller.
-    CallersMissing {
+    /// User stacks unwound from `.eh_frame` in the kernel whose unwinding
+    /// stopped before the outermost frame (a stack page not resident, a
+    /// frame with neither a rule nor a frame pointer, more than 127
+    /// frames): they end in a `[truncated]` marker.
+    UnwindTruncated {
         /// Events with such a stack.
         stacks: u64,
     },
     /// Most user stacks are one or two frames deep: the target was very
-    /// likely built without frame pointers, so user stacks stop at the
+    /// likely built without frame pointers and could not be unwound from
+    /// `.eh_frame` in the kernel (aarch64, where only the frame-pointer walk
+    /// exists, or modules without `.eh_frame`), so user stacks stop at the
     /// innermost function. Kernel stacks are complete.
     NoFramePointers {
         /// Share of samples whose user stack has at most two frames, 0-1.
@@ -207,9 +210,9 @@ impl std::fmt::Display for ProfileWarning {
                 f,
                 "{events} events and {stacks} stacks lost to full kernel maps or collisions"
             ),
-            ProfileWarning::CallersMissing { stacks } => write!(
+            ProfileWarning::UnwindTruncated { stacks } => write!(
                 f,
-                "{stacks} stacks lack the direct caller of their innermost frame (no frame pointer there, and its return address could not be read)"
+                "{stacks} user stacks stop before their outermost frame (marked [truncated]): unwinding could not go on"
             ),
             ProfileWarning::NoFramePointers { shallow_ratio } => write!(
                 f,

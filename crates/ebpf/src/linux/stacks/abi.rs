@@ -19,7 +19,7 @@ pub(crate) const LOST_COUNTS_FULL: u32 = 0;
 pub(crate) const LOST_COLLISION: u32 = 1;
 pub(crate) const LOST_STACKS_FULL: u32 = 2;
 pub(crate) const LOST_OFF_START_FULL: u32 = 3;
-pub(crate) const LOST_LEAF_CALLER: u32 = 4;
+pub(crate) const LOST_UNWIND_TRUNCATED: u32 = 4;
 
 /// `struct wm_stack_key`.
 #[repr(C)]
@@ -33,7 +33,7 @@ pub(crate) struct StackKey {
     pub kernel_stack: i32,
     pub comm: [u8; COMM_LEN],
     pub waker_comm: [u8; COMM_LEN],
-    pub leaf_caller: u64,
+    pub reserved: u64,
 }
 
 /// `struct wm_stack_count`.
@@ -53,7 +53,23 @@ pub(crate) const NO_RA_OFFSET: u32 = u32::MAX;
 pub(crate) struct LeafRow {
     pub start: u64,
     pub ra_offset: u32,
-    pub pad: u32,
+    /// `WM_CFA_*` in bits 0-7, the saved `%rbp`'s offset from the CFA
+    /// (an `i16`, 0: not saved) in bits 16-31.
+    pub rule: u32,
+}
+
+/// `WM_CFA_NONE`: no rule, the frame-pointer step.
+pub(crate) const CFA_NONE: u32 = 0;
+/// `WM_CFA_RSP`: CFA = `%rsp` + `ra_offset` + 8.
+pub(crate) const CFA_RSP: u32 = 1;
+/// `WM_CFA_RBP`: CFA = `%rbp` + `ra_offset` + 8.
+pub(crate) const CFA_RBP: u32 = 2;
+/// `WM_CFA_END`: the outermost frame (return address undefined).
+pub(crate) const CFA_END: u32 = 3;
+
+/// The `rule` word of a row.
+pub(crate) fn rule(cfa: u32, rbp_offset: i16) -> u32 {
+    cfa | (u32::from(rbp_offset.cast_unsigned()) << 16)
 }
 
 /// `WM_STACK_DEPTH`: frames kept per stack.

@@ -250,14 +250,8 @@ impl StackSession {
                     .clone()
                     .ok_or(MissingStack::Evicted)
             };
-            let mut user_stack = stack(key.user_stack);
+            let user_stack = stack(key.user_stack);
             let kernel_stack = stack(key.kernel_stack);
-            let leaf_caller = match &mut user_stack {
-                Ok(frames) => {
-                    leaf::splice_leaf_caller(frames, key.leaf_caller).then_some(key.leaf_caller)
-                }
-                Err(_) => None,
-            };
             entries.push(StackCount {
                 tid: key.tid,
                 thread_name: super::abi::comm_str(&key.comm),
@@ -266,7 +260,6 @@ impl StackSession {
                     .then(|| (key.waker_tid, super::abi::comm_str(&key.waker_comm))),
                 user_stack,
                 kernel_stack,
-                leaf_caller,
                 count: value.count,
                 total_ns: value.total_ns,
             });
@@ -284,7 +277,7 @@ impl StackSession {
             stack_collisions: lost_of(abi::LOST_COLLISION)?,
             stacks_full: lost_of(abi::LOST_STACKS_FULL)?,
             off_cpu_spans: lost_of(abi::LOST_OFF_START_FULL)?,
-            leaf_callers: lost_of(abi::LOST_LEAF_CALLER)?,
+            truncated_unwinds: lost_of(abi::LOST_UNWIND_TRUNCATED)?,
         };
         Ok(StackCounts {
             kind: self.kind,
