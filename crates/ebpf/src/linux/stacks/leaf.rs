@@ -227,11 +227,23 @@ fn eh_frame_rows<'a, R: object::ReadRef<'a>>(
     if let Some(text) = elf.section_by_name(".text") {
         bases = bases.set_text(text.address());
     }
-    cfi_rows(bytes, &bases, bias).ok()
+    // The PLT's stubs: their CFI is a DWARF expression (the CFA depends on
+    // the instruction's offset in its 16-byte entry).
+    let plt: Vec<(u64, u64)> = elf
+        .sections()
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    cfi_rows(bytes, &bases, bias, &plt).ok()
 }
 
 /// The rows of an `.eh_frame` section, at addresses + `bias`.
-fn cfi_rows(eh_frame: &[u8], bases: &BaseAddresses, bias: u64) -> gimli::Result<ModuleRows> {
+fn cfi_rows(
+    eh_frame: &[u8],
+    bases: &BaseAddresses,
+    bias: u64,
+    plt: &[(u64, u64)],
+) -> gimli::Result<ModuleRows> {
     let section = EhFrame::new(eh_frame, LittleEndian);
     let mut context = Box::new(UnwindContext::new());
     let mut entries = section.entries(bases);
@@ -250,11 +262,22 @@ fn cfi_rows(eh_frame: &[u8], bases: &BaseAddresses, bias: u64) -> gimli::Result<
             if let CfaRule::RegisterAndOffset { register, .. } = row.cfa() {
                 sets_frame_pointer |= *register == X86_64::RBP;
             }
-            let (ra_offset, rule) = row_rule(
-                row.cfa(),
-                row.register(return_address),
-                row.register(X86_64::RBP),
-            );
+            let in_plt = plt
+                .iter()
+                .any(|(start, end)| (*start..*end).contains(&row.start_address()));
+            let (ra_offset, rule) = if in_plt && matches!(row.cfa(), CfaRule::Expression(_)) {
+                // A PLT stub jumps through the GOT with the return address
+                // at %rsp (the lazy-binding path pushes one more word, and
+                // its reading then lies outside every mapping: the stack is
+                // cut there, not continued).
+                (0, rule(CFA_RSP, 0))
+            } else {
+                row_rule(
+                    row.cfa(),
+                    row.register(return_address),
+                    row.register(X86_64::RBP),
+                )
+            };
             rows.push(LeafRow {
                 start: row.start_address().wrapping_add(bias),
                 ra_offset,
@@ -436,14 +459,24 @@ mod tests {
         let (mut checked, mut recoverable) = (0usize, 0usize);
         let mut fde_start: Option<u64> = None;
         let mut fde_rows = 0usize;
+        // The PLT's expression rows: the return address at %rsp.
+        let plt: Vec<(u64, u64)> = elf
+            .sections()
+            .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+            .map(|s| (s.address(), s.address() + s.size()))
+            .collect();
         let mut expect = |loc: u64, cfa: &str, ra: &str| {
-            let want = cfa
-                .strip_prefix("rsp+")
-                .and_then(|n| n.parse::<i64>().ok())
-                .filter(|_| ra == "c-8")
-                .map(|n| n - 8)
-                .filter(|n| (0..=MAX_RA_OFFSET).contains(n))
-                .map(|n| u32::try_from(n).expect("small"));
+            let in_plt = plt.iter().any(|(a, b)| (*a..*b).contains(&loc));
+            let want = if cfa == "exp" && in_plt {
+                Some(0)
+            } else {
+                cfa.strip_prefix("rsp+")
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .filter(|_| ra == "c-8")
+                    .map(|n| n - 8)
+                    .filter(|n| (0..=MAX_RA_OFFSET).contains(n))
+                    .map(|n| u32::try_from(n).expect("small"))
+            };
             assert_eq!(
                 ra_offset(&rows, loc),
                 want,
