@@ -252,6 +252,23 @@ struct {
 	__type(value, struct wm_unwind);
 } unwind_state SEC(".maps");
 
+/* Set (to 1) when the target execs: the table describes the old image,
+ * so from then on its stacks come from the kernel's frame-pointer walk
+ * (see on_exec()). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_stale SEC(".maps");
+
+static __always_inline bool table_usable(void)
+{
+	__u32 zero = 0;
+	__u32 *stale = bpf_map_lookup_elem(&unwind_stale, &zero);
+	return leaf_row_count && stale && !*stale;
+}
+
 /* One frame of the walk over the per-CPU state: 0 to go on, 1 at the end.
  * A global function: verified once, not once per frame of the caller's
  * loop. */
@@ -352,7 +369,7 @@ static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp)
 static __always_inline __s32 user_stack_id(void *ctx, struct pt_regs *regs)
 {
 #if defined(__TARGET_ARCH_x86)
-	if (leaf_row_count && regs) {
+	if (regs && table_usable()) {
 		/* The UAPI struct pt_regs: bp is word 4, ip 16, sp 19. */
 		__u64 w[20] = {};
 		if (!bpf_probe_read_kernel(w, sizeof(w), regs))
@@ -392,7 +409,7 @@ int on_cpu_sample(void *ctx)
 	key.tid = key_tid(NULL, (__u32)id);
 	key.kind = WM_STACK_ON_CPU;
 #if defined(__TARGET_ARCH_x86)
-	if (leaf_row_count) {
+	if (table_usable()) {
 		/* The sample's registers are the context (the UAPI struct
 		 * pt_regs: bp, ip, cs and sp are its words 4, 16, 17 and 19).
 		 * Taken in user mode they are the leaf's; in kernel mode, the
@@ -514,6 +531,23 @@ int tpbtf_stack_waking(__u64 *ctx) { return on_waking(ctx, true); }
 
 SEC("raw_tp/sched_waking")
 int rawtp_stack_waking(__u64 *ctx) { return on_waking(ctx, false); }
+
+/* --- sched_process_exec: the target replaces its image, the table is stale --- */
+
+static __always_inline int on_exec(void)
+{
+	if ((__u32)(bpf_get_current_pid_tgid() >> 32) != target_tgid)
+		return 0;
+	__u32 zero = 0, one = 1;
+	bpf_map_update_elem(&unwind_stale, &zero, &one, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int tpbtf_stack_exec(__u64 *ctx) { return on_exec(); }
+
+SEC("raw_tp/sched_process_exec")
+int rawtp_stack_exec(__u64 *ctx) { return on_exec(); }
 
 /* --- sched_process_exit: a thread that exits while switched out leaves no entry --- */
 

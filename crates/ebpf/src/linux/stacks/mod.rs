@@ -52,6 +52,14 @@ const OFF_CPU_HOOKS: [Hook; 2] = [
     },
 ];
 
+/// Attached for every kind when the unwind table has rows: an exec of the
+/// target makes the table stale (see `on_exec()` in stacks.bpf.c).
+const EXEC_HOOK: Hook = Hook {
+    tracepoint: "sched_process_exec",
+    btf_program: "tpbtf_stack_exec",
+    raw_program: "rawtp_stack_exec",
+};
+
 const WAKEUP_HOOKS: [Hook; 1] = [Hook {
     tracepoint: "sched_waking",
     btf_program: "tpbtf_stack_waking",
@@ -161,6 +169,9 @@ impl StackSession {
             }
         }
 
+        if leaf_rows > 0 {
+            attach_hook(&mut ebpf, &EXEC_HOOK, options.attach_kind, btf)?;
+        }
         let events = match options.kind {
             StackKind::OnCpu => {
                 let program: &mut PerfEvent = program_of(&mut ebpf, ON_CPU_PROGRAM)?;
