@@ -522,6 +522,41 @@ mod tests {
         );
     }
 
+    /// Bad input gives no rows, never made-up ones: a file that is no ELF
+    /// file, an `.eh_frame` of garbage or cut short.
+    #[test]
+    fn malformed_input_gives_no_rows() {
+        let mapping = Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: "/x".into(),
+        };
+        assert!(module_rows(&b"not an ELF file at all"[..], &mapping).is_none());
+        let bases = BaseAddresses::default();
+        let garbage = [0xffu8; 64];
+        assert!(!matches!(
+            cfi_rows(&garbage, &bases, 0, &[]),
+            Ok(ModuleRows::Rows(ref r)) if !r.is_empty()
+        ));
+        // The C library's own .eh_frame, cut in the middle of an entry.
+        #[cfg(target_arch = "x86_64")]
+        {
+            let maps = fs::read_to_string("/proc/self/maps").expect("maps");
+            let libc = exec_mappings(&maps)
+                .into_iter()
+                .find(|m| m.path.contains("/libc.so"))
+                .expect("this test links the C library");
+            let data = fs::read(&libc.path).expect("read the C library");
+            let elf = ElfFile64::<object::Endianness, _>::parse(&data[..]).expect("ELF");
+            let section = elf.section_by_name(".eh_frame").expect(".eh_frame");
+            let bytes = section.data().expect("data");
+            let bases = BaseAddresses::default().set_eh_frame(section.address());
+            let cut = &bytes[..bytes.len() / 2 + 3];
+            assert!(cfi_rows(cut, &bases, 0, &[]).is_err());
+        }
+    }
+
     #[test]
     fn row_rules_follow_the_cfi() {
         let rsp = |offset| CfaRule::RegisterAndOffset {
