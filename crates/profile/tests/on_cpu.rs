@@ -10,6 +10,26 @@ use std::time::{Duration, Instant};
 
 use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
 
+/// spin.c's answer: more than `min_samples` samples, and spin_here,
+/// light_work and other_work within 5 points of 70%, 10% and 20%.
+fn assert_known_shares(profile: &wakemeter_profile::Profile, min_samples: u64) {
+    let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
+    let spin = profile.inclusive_share("spin_here");
+    let light = profile.inclusive_share("light_work");
+    let other = profile.inclusive_share("other_work");
+    println!(
+        "{samples} samples: spin_here {:.1}%, light_work {:.1}%, other_work {:.1}%; warnings {:?}",
+        spin * 100.0,
+        light * 100.0,
+        other * 100.0,
+        profile.warnings
+    );
+    assert!(samples > min_samples, "too few samples: {samples}");
+    assert!((spin - 0.70).abs() <= 0.05, "spin_here {spin}");
+    assert!((light - 0.10).abs() <= 0.05, "light_work {light}");
+    assert!((other - 0.20).abs() <= 0.05, "other_work {other}");
+}
+
 /// spin_here burns 70% of the program's CPU, light_work 10%, other_work
 /// 20%: the profile's inclusive shares must be within 5 points.
 #[test]
@@ -26,21 +46,7 @@ fn on_cpu_shares_match_the_known_answer() {
             Duration::from_secs(8),
         )
         .expect("capture");
-    let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
-    let spin = profile.inclusive_share("spin_here");
-    let light = profile.inclusive_share("light_work");
-    let other = profile.inclusive_share("other_work");
-    println!(
-        "{samples} samples: spin_here {:.1}%, light_work {:.1}%, other_work {:.1}%; warnings {:?}",
-        spin * 100.0,
-        light * 100.0,
-        other * 100.0,
-        profile.warnings
-    );
-    assert!(samples > 200, "too few samples: {samples}");
-    assert!((spin - 0.70).abs() <= 0.05, "spin_here {spin}");
-    assert!((light - 0.10).abs() <= 0.05, "light_work {light}");
-    assert!((other - 0.20).abs() <= 0.05, "other_work {other}");
+    assert_known_shares(&profile, 200);
     // Lost stacks (a full map) or a stack unwound only in part (a stack
     // page not resident) may be reported; nothing else.
     assert!(
@@ -124,26 +130,11 @@ fn stacks_without_frame_pointers_are_unwound_from_eh_frame() {
             Duration::from_secs(6),
         )
         .expect("capture");
-    let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
-    let main = profile.inclusive_share("main");
-    let spin = profile.inclusive_share("spin_here");
-    let light = profile.inclusive_share("light_work");
-    let other = profile.inclusive_share("other_work");
-    println!(
-        "{samples} samples: main {:.1}%, spin_here {:.1}%, light_work {:.1}%, other_work {:.1}%; warnings {:?}",
-        main * 100.0,
-        spin * 100.0,
-        light * 100.0,
-        other * 100.0,
-        profile.warnings
-    );
-    assert!(samples > 150, "too few samples: {samples}");
+    assert_known_shares(&profile, 150);
     // burn() is called from the three functions, which main calls: with a
     // frame-pointer walk burn's samples would skip their caller.
+    let main = profile.inclusive_share("main");
     assert!(main >= 0.95, "main in {main}");
-    assert!((spin - 0.70).abs() <= 0.05, "spin_here {spin}");
-    assert!((light - 0.10).abs() <= 0.05, "light_work {light}");
-    assert!((other - 0.20).abs() <= 0.05, "other_work {other}");
     assert!(
         !profile
             .warnings
