@@ -14,6 +14,8 @@ use crate::{print, target};
 
 /// Stacks printed when no output file is asked for.
 const TOP_STACKS: usize = 10;
+/// Functions printed in the summary above the stacks.
+const TOP_FUNCTIONS: usize = 15;
 /// User-space frames printed per stack, innermost first.
 const TOP_FRAMES: usize = 8;
 /// Kernel frames printed per stack before "… N more kernel frames": an
@@ -111,7 +113,8 @@ fn write_to(
     Ok(())
 }
 
-/// The heaviest stacks, innermost frames first.
+/// The off-CPU split by cause, the top functions by total and self share,
+/// then the heaviest stacks, innermost frames first.
 fn summary(out: &mut impl Write, p: &Profile) -> io::Result<()> {
     let total = p.total_weight().max(1) as f64;
     let unit = wakemeter_profile::folded::value_unit(p.kind);
@@ -123,6 +126,35 @@ fn summary(out: &mut impl Write, p: &Profile) -> io::Result<()> {
         "{} distinct stacks, {sum} {unit} in all",
         p.samples.len()
     )?;
+    let causes = p.cause_split();
+    if !causes.is_empty() {
+        writeln!(out, "off-CPU time by cause:")?;
+        for c in &causes {
+            writeln!(
+                out,
+                "{:5.1}%  {:<12} {:.3} s in {} switches",
+                c.share * 100.0,
+                c.cause.name(),
+                c.total_ns as f64 / 1e9,
+                c.switches
+            )?;
+        }
+    }
+    let top = p.top_functions(TOP_FUNCTIONS);
+    if !top.is_empty() {
+        writeln!(out, "top functions:   total    self")?;
+        for f in &top {
+            let side = if f.kernel { " [kernel]" } else { "" };
+            writeln!(
+                out,
+                "               {:5.1}%  {:5.1}%  {}{side}",
+                f.total_share * 100.0,
+                f.self_share * 100.0,
+                print::safe(&f.function)
+            )?;
+        }
+    }
+    writeln!(out, "top stacks:")?;
     for s in p.samples.iter().take(TOP_STACKS) {
         let share = s.weight(p.kind) as f64 / total * 100.0;
         let what = match (&s.cause, &s.waker) {

@@ -101,6 +101,62 @@ fn watch_profile_dir_writes_the_busy_pollers_stacks_and_names_them_under_the_fin
     assert!(folded.lines().all(|l| l.starts_with("poller;")), "{folded}");
 }
 
+/// `profile` prints the top functions by total and self share above the
+/// stacks, and for off-CPU the split by cause: the busy poller's thread
+/// spends its CPU under poll_forever; its main thread sleeps.
+#[test]
+#[ignore = "needs root"]
+fn profile_summary_lists_top_functions_and_causes_above_the_stacks() {
+    let mut child = busy_poller();
+    let pid = child.id().to_string();
+    let on = run(
+        common::bin().args(["profile", "--pid", &pid, "--on-cpu", "--seconds", "2"]),
+        LIMIT,
+    );
+    let off = run(
+        common::bin().args(["profile", "--pid", &pid, "--off-cpu", "--seconds", "2"]),
+        LIMIT,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(on.code, Some(0), "{}", on.said());
+    let text = on.stdout();
+    let at = |text: &str, needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+    };
+    assert!(
+        at(&text, "top functions:") < at(&text, "top stacks:"),
+        "{text}"
+    );
+    // poll_forever holds nearly every sample of the poller: a total share
+    // of more than 50% on the line that names it.
+    let line = text
+        .lines()
+        .find(|l| l.ends_with(" poll_forever"))
+        .unwrap_or_else(|| panic!("poll_forever not in the top functions\n{text}"));
+    let total: f64 = line
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("share in {line:?}"));
+    assert!(total > 50.0, "{line}");
+    assert!(!text.contains("off-CPU time by cause"), "{text}");
+    assert_eq!(off.code, Some(0), "{}", off.said());
+    let text = off.stdout();
+    assert!(
+        at(&text, "off-CPU time by cause:") < at(&text, "top functions:"),
+        "{text}"
+    );
+    // The poller never blocks (epoll_wait with a zero timeout): it leaves
+    // the CPU when preempted, and that cause is listed with its share.
+    let line = text
+        .lines()
+        .find(|l| l.contains("% ") && l.contains(" preempted "))
+        .unwrap_or_else(|| panic!("no preempted cause\n{text}"));
+    assert!(line.contains(" switches"), "{line}");
+}
+
 /// Without privilege, `profile` fails with the typed reason and status 2,
 /// and `watch --profile-dir` refuses to start rather than fail later.
 #[test]

@@ -16,8 +16,13 @@ pub const MAX_FREQUENCY_HZ: u64 = 10_000;
 /// Frames kept per stack (user and kernel stacks separately), as the
 /// kernel's default `kernel.perf_event_max_stack`.
 pub const STACK_DEPTH: usize = 127;
-/// Default capacity of the stack map, in distinct stacks (about 1 KiB of
-/// kernel memory each: about 8.3 MiB).
+/// The outermost address of a user stack whose unwinding stopped early
+/// (see [`LostStacks::truncated_unwinds`]): no code lies at address 1, so
+/// it is never a real frame.
+pub const TRUNCATED_FRAME: u64 = 1;
+/// Default capacity of the stack map, in distinct stacks (1 KiB of frames
+/// and about 48 bytes of the kernel's hash-map overhead each: about
+/// 8.8 MiB).
 pub const DEFAULT_MAX_STACKS: u32 = 8192;
 /// Default capacity of the count map, in distinct (thread, cause, user
 /// stack, kernel stack) entries (72 bytes of key and value each, about
@@ -87,8 +92,9 @@ pub enum MissingStack {
     /// The stack was empty: e.g. no kernel stack for a sample taken in user
     /// mode, or no user stack for a kernel thread.
     Empty,
-    /// Another stack occupied its slot in the stack map (a hash collision)
-    /// or the map was full; counted in [`LostStacks::stack_collisions`].
+    /// The stack map was full (or every id the stack may take held another
+    /// stack, which needs 8 stacks whose hashes share 31 bits); counted in
+    /// [`LostStacks::stacks_full`] or [`LostStacks::stack_collisions`].
     Lost,
     /// The stack id was known but its frames were gone when read.
     Evicted,
@@ -110,18 +116,14 @@ pub struct StackCount {
     /// [`StackKind::Wakeups`]: the waker's thread id (0 = interrupt context,
     /// or a waker outside the observer's PID namespace) and name; `None` otherwise. The stacks are then the waker's.
     pub waker: Option<(u32, String)>,
-    /// User-space stack, innermost first.
+    /// User-space stack, innermost first. On x86_64, when the target has
+    /// modules without frame pointers, unwound in the kernel from their
+    /// `.eh_frame` (the unwind table; see [`StackSession::leaf_rows`]), else
+    /// by the kernel's frame-pointer walk. Ends in [`TRUNCATED_FRAME`] when
+    /// the unwinding stopped early.
     pub user_stack: Stack,
     /// Kernel stack, innermost first.
     pub kernel_stack: Stack,
-    /// The direct caller of the user stack's innermost frame (a return
-    /// address), when that frame has no frame pointer and the caller was
-    /// recovered from the module's `.eh_frame` at the event: the
-    /// frame-pointer walk skips it, and it has been put back into
-    /// `user_stack`, second from the inside. `None` when the walk needed no
-    /// help or the return address could not be read (counted in
-    /// [`LostStacks::leaf_callers`]).
-    pub leaf_caller: Option<u64>,
     /// On-CPU samples, switch-outs or wakeups with these stacks.
     pub count: u64,
     /// [`StackKind::OffCpu`]: off-CPU time of the finished spans, ns (a
@@ -135,18 +137,22 @@ pub struct StackCount {
 pub struct LostStacks {
     /// Events lost because the count map was full.
     pub counts_full: u64,
-    /// Stacks lost to a hash collision in the stack map (the event is still
-    /// counted, without that stack).
+    /// Stacks lost because every id they may take in the stack map held
+    /// another stack (8 ids in a row; the event is still counted, without
+    /// that stack). Unlike a kernel stack-trace map, where any two stacks in
+    /// one bucket collide, this needs 8 stacks with the same 31-bit hash
+    /// prefix range: practically never below the map's capacity.
     pub stack_collisions: u64,
     /// Stacks lost because the stack map was full or the kernel failed.
     pub stacks_full: u64,
     /// Off-CPU spans not timed because the per-thread start map was full.
     pub off_cpu_spans: u64,
-    /// User stacks whose innermost frame has no frame pointer and whose
-    /// return address could not be read from the stack (a page not
-    /// resident): kept as the frame-pointer walk gave them, without the
-    /// direct caller of that frame.
-    pub leaf_callers: u64,
+    /// Events whose user stack was unwound from the unwind table and whose
+    /// unwinding stopped before the outermost frame: a read failed (a stack
+    /// page not resident), a frame had neither a rule nor a frame pointer,
+    /// or the stack was deeper than [`STACK_DEPTH`]. Such a stack ends in
+    /// [`TRUNCATED_FRAME`].
+    pub truncated_unwinds: u64,
 }
 
 impl LostStacks {
@@ -224,8 +230,9 @@ impl StackSessionBuilder {
     }
 
     /// Capacity of the stack map, in distinct stacks (1 to
-    /// [`MAX_STACK_ENTRIES_LIMIT`]); each takes [`STACK_DEPTH`] × 8 bytes
-    /// of kernel memory, allocated at attach.
+    /// [`MAX_STACK_ENTRIES_LIMIT`]); each takes 1 KiB ([`STACK_DEPTH`]
+    /// frames and a hash) plus the kernel's hash-map overhead, allocated at
+    /// attach.
     pub fn with_max_stacks(mut self, stacks: u32) -> Self {
         self.max_stacks = stacks;
         self
@@ -308,12 +315,13 @@ impl StackSession {
         self.inner.attach_duration()
     }
 
-    /// Rows of the leaf table loaded for the target (16 bytes of kernel
-    /// memory each, at most 131,072): where the return address of a frame
-    /// without a frame pointer lies, for the target's modules that lack
-    /// frame pointers (see [`StackCount::leaf_caller`]). 0 when every
-    /// module keeps frame pointers, and on other architectures than
-    /// x86_64.
+    /// Rows of the unwind table loaded for the target (16 bytes of kernel
+    /// memory each, at most 262,144): the CFA and saved `%rbp` rules of
+    /// every address range of its modules, from their `.eh_frame` (modules
+    /// without frame pointers first, then the others while there is room),
+    /// built at attach. 0 when every module keeps frame pointers (the
+    /// kernel's frame-pointer walk is used), and on other architectures
+    /// than x86_64.
     pub fn leaf_rows(&self) -> u32 {
         self.inner.leaf_rows()
     }

@@ -8,8 +8,12 @@ use wakemeter_ebpf::stacks::{MissingStack, StackCount, StackCounts};
 use wakemeter_ebpf::{StackKind, StackSession, Target};
 
 use crate::error::ProfileError;
-use crate::model::{Frame, Profile, ProfileWarning, StackGap, StackSample};
-use crate::symbolize::{ProcessView, Symbolizer};
+use crate::maps;
+use crate::model::{
+    Frame, KERNEL_MAPPING, KERNEL_START, ModuleMapping, Profile, ProfileWarning, StackGap,
+    StackSample,
+};
+use crate::symbolize::{self, ProcessView, Symbolizer};
 
 /// Longest capture, 1 hour.
 pub const MAX_CAPTURE: Duration = Duration::from_secs(3600);
@@ -37,7 +41,7 @@ pub struct ProfileOptions {
 
 impl ProfileOptions {
     /// Defaults of [`wakemeter_ebpf::StackSessionBuilder`]: 99 Hz, 8192
-    /// stacks (about 8.3 MiB of kernel memory), 16,384 counts.
+    /// stacks (about 8.8 MiB of kernel memory), 16,384 counts.
     pub fn new(kind: StackKind) -> Self {
         ProfileOptions {
             kind,
@@ -234,13 +238,20 @@ pub(crate) fn aggregate(
     start_unix_ns: u64,
 ) -> Profile {
     let kind = counts.kind;
-    // How deep the frame-pointer walk went, by weight: a caller recovered
-    // from .eh_frame (StackCount::leaf_caller) does not make a stack of a
-    // binary without frame pointers deep.
+    let mut counts = counts;
+    let truncated: Vec<bool> = counts
+        .entries
+        .iter_mut()
+        .map(|c| match &mut c.user_stack {
+            Ok(addrs) => cut_at_data(&view.maps, addrs),
+            Err(_) => false,
+        })
+        .collect();
+    // How deep the user stacks went, by weight.
     let (mut user_weight, mut shallow_weight) = (0u64, 0u64);
     for c in &counts.entries {
         if let Ok(frames) = &c.user_stack {
-            let walked = frames.len() - usize::from(c.leaf_caller.is_some());
+            let walked = frames.len();
             let weight = if kind == StackKind::OffCpu {
                 c.total_ns
             } else {
@@ -256,11 +267,15 @@ pub(crate) fn aggregate(
     }
     let mut user_memo = HashMap::new();
     let mut kernel_memo = HashMap::new();
-    let symbolized = counts
-        .entries
-        .into_iter()
-        .map(|c| sample(symbolizer, view, c, &mut user_memo, &mut kernel_memo));
+    let symbolized = counts.entries.into_iter().zip(truncated).map(|(c, cut)| {
+        let mut s = sample(symbolizer, view, c, &mut user_memo, &mut kernel_memo);
+        if cut {
+            s.gaps.push(StackGap::UserTruncated);
+        }
+        s
+    });
     let mut samples = merge_identical(symbolized);
+    let mappings = module_mappings(view, &samples);
     samples.sort_by(|a, b| b.weight(kind).cmp(&a.weight(kind)).then(a.tid.cmp(&b.tid)));
 
     let mut warnings = Vec::new();
@@ -278,9 +293,9 @@ pub(crate) fn aggregate(
     if events > 0 || stacks > 0 {
         warnings.push(ProfileWarning::StacksLost { events, stacks });
     }
-    if lost.leaf_callers > 0 {
-        warnings.push(ProfileWarning::CallersMissing {
-            stacks: lost.leaf_callers,
+    if lost.truncated_unwinds > 0 {
+        warnings.push(ProfileWarning::UnwindTruncated {
+            stacks: lost.truncated_unwinds,
         });
     }
     let mut profile = Profile {
@@ -291,6 +306,7 @@ pub(crate) fn aggregate(
         start_unix_ns,
         samples,
         warnings,
+        mappings,
     };
     if kind != StackKind::Wakeups && user_weight > 0 {
         let shallow_ratio = shallow_weight as f64 / user_weight as f64;
@@ -301,6 +317,74 @@ pub(crate) fn aggregate(
         }
     }
     profile
+}
+
+/// Cuts a user stack (innermost first) at its first return address outside
+/// every executable mapping in `maps`: such a word is data that a
+/// frame-pointer walk read through a register that held no frame pointer
+/// (code built without them), and every frame beyond it is made up. The
+/// innermost address is the sampled instruction itself and is kept. Returns
+/// whether the stack was cut. With no mappings known (they could not be
+/// read) nothing can be told apart and the stack is kept.
+fn cut_at_data(maps: &[maps::Mapping], addrs: &mut Vec<u64>) -> bool {
+    if maps.is_empty() {
+        return false;
+    }
+    let first_data = addrs
+        .iter()
+        .skip(1)
+        .position(|a| maps::containing(maps, a.saturating_sub(1)).is_none());
+    match first_data {
+        Some(i) => {
+            addrs.truncate(i + 1);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The file mappings that user frames fall in, with their build IDs (the
+/// main executable first), and the kernel's when there are kernel frames.
+fn module_mappings(view: &ProcessView, samples: &[StackSample]) -> Vec<ModuleMapping> {
+    let mut used: Vec<&maps::Mapping> = Vec::new();
+    let mut kernel = false;
+    for f in samples.iter().flat_map(|s| &s.frames) {
+        if f.kernel {
+            kernel = true;
+        } else if let Some((m, _)) = maps::locate(&view.maps, f.address.saturating_sub(1))
+            && !used.contains(&m)
+        {
+            used.push(m);
+        }
+    }
+    let is_main = |m: &maps::Mapping| view.exe.as_deref() == Some(m.path.as_str());
+    used.sort_by_key(|m| (!is_main(m), m.start));
+    let mut ids: HashMap<&str, Option<String>> = HashMap::new();
+    let mut out: Vec<ModuleMapping> = used
+        .into_iter()
+        .map(|m| ModuleMapping {
+            start: m.start,
+            end: m.end,
+            file_offset: m.offset,
+            path: m.path.clone(),
+            build_id: ids
+                .entry(m.path.as_str())
+                .or_insert_with(|| symbolize::build_id(view, m))
+                .clone(),
+            kernel: false,
+        })
+        .collect();
+    if kernel {
+        out.push(ModuleMapping {
+            start: KERNEL_START,
+            end: u64::MAX,
+            file_offset: 0,
+            path: KERNEL_MAPPING.to_owned(),
+            build_id: symbolize::kernel_build_id(),
+            kernel: true,
+        });
+    }
+    out
 }
 
 /// Innermost kernel frames that belong to the tracing machinery, not to
@@ -391,6 +475,42 @@ fn sample(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_return_address_outside_code_ends_the_stack() {
+        let maps = maps::parse(
+            "555500001000-555500002000 r-xp 00001000 08:01 1 /usr/bin/app\n\
+             7f0000000000-7f0000100000 r-xp 00028000 08:01 2 /usr/lib/libc.so.6\n",
+        );
+        // Innermost first: leaf in libc, a caller in app, then the
+        // `tv_nsec` of a sleep and the bytes of a buffer read as frames.
+        let mut addrs = vec![
+            0x7f0000000010,
+            0x555500001100,
+            0x4c4b40,
+            0x6161616161616161,
+            0x555500001200,
+        ];
+        assert!(cut_at_data(&maps, &mut addrs));
+        assert_eq!(addrs, [0x7f0000000010, 0x555500001100]);
+        // A return address just past the end of a mapping (a call as its
+        // last instruction) is code; one at its start is not.
+        let mut edge = vec![0x7f0000000010, 0x555500002000];
+        assert!(!cut_at_data(&maps, &mut edge));
+        let mut start = vec![0x7f0000000010, 0x555500001000];
+        assert!(cut_at_data(&maps, &mut start));
+        assert_eq!(start.len(), 1);
+        // The sampled instruction itself is kept wherever it is.
+        let mut leaf_only = vec![0x1234];
+        assert!(!cut_at_data(&maps, &mut leaf_only));
+        let mut whole = vec![0x7f0000000010, 0x555500001100, 0x555500001200];
+        assert!(!cut_at_data(&maps, &mut whole));
+        assert_eq!(whole.len(), 3);
+        // Unknown mappings: nothing is cut.
+        let mut unknown = vec![1, 2, 3];
+        assert!(!cut_at_data(&[], &mut unknown));
+        assert_eq!(unknown.len(), 3);
+    }
 
     #[test]
     fn tracing_frames_are_stripped() {

@@ -6,9 +6,14 @@ use std::io::Write;
 use crate::error::ProfileError;
 use crate::model::{Frame, Profile, StackGap, StackKind, StackSample};
 
+/// The root-side marker of a user stack cut at a return address outside
+/// every executable mapping ([`StackGap::UserTruncated`]).
+pub const TRUNCATED: &str = "[truncated]";
+
 /// The frames of a sample as folded names, root first: the thread, for
 /// wakeups `[woken by <waker>]`, the stack, a `[lost ...]` marker for a
-/// missing part, and for off-CPU the cause as the leaf (`[off-cpu: lock]`).
+/// missing part, `[truncated]` where a user stack was cut (its outer frames
+/// unknown), and for off-CPU the cause as the leaf (`[off-cpu: lock]`).
 /// `;` in names becomes `:` (it separates frames).
 pub fn folded_frames(s: &StackSample) -> Vec<String> {
     folded_parts(s).into_iter().map(|(name, _)| name).collect()
@@ -25,6 +30,9 @@ pub(crate) fn folded_parts(s: &StackSample) -> Vec<(String, Option<&Frame>)> {
     }
     if s.gaps.contains(&StackGap::UserLost) {
         out.push(("[lost user stack]".to_owned(), None));
+    }
+    if s.gaps.contains(&StackGap::UserTruncated) {
+        out.push((TRUNCATED.to_owned(), None));
     }
     out.extend(s.frames.iter().map(|f| (clean(&f.label()), Some(f))));
     if s.gaps.contains(&StackGap::KernelLost) {

@@ -24,13 +24,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Memory: a capture holds the kernel maps (by default about 8.3 MiB for
-//! 8192 stacks and 1.2 MiB for 16,384 counts, fixed at attach), the leaf
-//! table of the target's modules without frame pointers (16 bytes a row,
-//! at most 131,072 rows = 2 MiB; about 0.5 MiB for a C program with
-//! Debian's C library; built in user space at attach and freed once
-//! loaded) — no stack copies per event: the direct caller of a frameless
-//! leaf is read in the kernel, one word per event — and, when
+//! Memory: a capture holds the kernel maps (by default about 8.8 MiB for
+//! 8192 stacks and 1.2 MiB for 16,384 counts, fixed at attach), the unwind
+//! table of the target's modules (16 bytes a row, at most 262,144 rows =
+//! 4 MiB; built in user space at attach from `.eh_frame` and freed once
+//! loaded) — no stack copies per event: user stacks are unwound in the
+//! kernel — and, when
 //! read, one [`StackSample`] per distinct (thread, cause, stack) — at most
 //! the count map's capacity — with at most 254 frames each.
 
@@ -50,7 +49,8 @@ pub use capture::{Capture, MAX_CAPTURE, ProfileOptions, Profiler};
 pub use error::ProfileError;
 pub use folded::write_folded;
 pub use model::{
-    Frame, OffCpuCause, Profile, ProfileWarning, StackGap, StackKind, StackSample, kind_label,
+    CauseShare, Frame, FunctionShare, KERNEL_MAPPING, KERNEL_START, ModuleMapping, OffCpuCause,
+    Profile, ProfileWarning, StackGap, StackKind, StackSample, kind_label,
 };
 pub use pprof::write_pprof;
 pub use svg::write_svg;

@@ -42,19 +42,25 @@ impl Frame {
         }
     }
 
-    /// The frame as one name: the function, else `module+0xoffset`, else
-    /// the address in hex. Kernel functions end in `_[k]`, as in
-    /// `perf script` folded output.
-    pub fn label(&self) -> String {
-        let base = match (&self.function, &self.module, self.module_offset) {
+    /// The frame as one plain name: the function, else
+    /// `module+0xoffset`, else the address in hex. Kernel frames are not
+    /// marked (see [`Frame::kernel`] and [`Frame::label`]).
+    pub fn name(&self) -> String {
+        match (&self.function, &self.module, self.module_offset) {
             (Some(f), _, _) => f.clone(),
             (None, Some(m), Some(off)) => format!("{m}+{off:#x}"),
             (None, _, _) => format!("{:#x}", self.address),
-        };
+        }
+    }
+
+    /// [`Frame::name`] as folded stacks show it: kernel functions end in
+    /// `_[k]`, as in `perf script` folded output (flame graph tools color
+    /// them by it).
+    pub fn label(&self) -> String {
         if self.kernel {
-            format!("{base}_[k]")
+            format!("{}_[k]", self.name())
         } else {
-            base
+            self.name()
         }
     }
 }
@@ -64,10 +70,42 @@ impl Frame {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StackGap {
-    /// The user stack was lost (stack map collision or full).
+    /// The user stack was lost (the stack map was full).
     UserLost,
     /// The kernel stack was lost.
     KernelLost,
+    /// The user stack was cut where a return address pointed outside every
+    /// executable mapping of the target (a data word read as a frame
+    /// pointer's neighbour, as frame-pointer walks do in code built without
+    /// frame pointers): its outer frames are unknown and not shown.
+    UserTruncated,
+}
+
+/// The path of the kernel's [`ModuleMapping`], as `perf` names it.
+pub const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
+
+/// First address of the kernel's [`ModuleMapping`] (the x86_64 and aarch64
+/// kernel half of the address space; its end is `u64::MAX`).
+pub const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+
+/// An executable mapping of the target that frames of a profile fall in:
+/// what a server needs to symbolize them later (pprof `Mapping`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ModuleMapping {
+    /// First virtual address of the mapping.
+    pub start: u64,
+    /// One past its last virtual address.
+    pub end: u64,
+    /// File offset (bytes) that `start` maps.
+    pub file_offset: u64,
+    /// The file's path, or `[kernel.kallsyms]` for the kernel.
+    pub path: String,
+    /// The GNU build ID of the file (lowercase hex), when it has one and it
+    /// could be read.
+    pub build_id: Option<String>,
+    /// Whether this is the kernel.
+    pub kernel: bool,
 }
 
 /// One distinct stack of a thread with its counts.
@@ -137,15 +175,18 @@ pub enum ProfileWarning {
         /// Stacks missing from counted events.
         stacks: u64,
     },
-    /// Stacks whose innermost user frame has no frame pointer and whose
-    /// direct caller could not be read from the stack (a page not
-    /// resident): they go from that frame to its caller's caller.
-    CallersMissing {
+    /// User stacks unwound from `.eh_frame` in the kernel whose unwinding
+    /// stopped before the outermost frame (a stack page not resident, a
+    /// frame with neither a rule nor a frame pointer, more than 127
+    /// frames): they end in a `[truncated]` marker.
+    UnwindTruncated {
         /// Events with such a stack.
         stacks: u64,
     },
     /// Most user stacks are one or two frames deep: the target was very
-    /// likely built without frame pointers, so user stacks stop at the
+    /// likely built without frame pointers and could not be unwound from
+    /// `.eh_frame` in the kernel (aarch64, where only the frame-pointer walk
+    /// exists, or modules without `.eh_frame`), so user stacks stop at the
     /// innermost function. Kernel stacks are complete.
     NoFramePointers {
         /// Share of samples whose user stack has at most two frames, 0-1.
@@ -169,9 +210,9 @@ impl std::fmt::Display for ProfileWarning {
                 f,
                 "{events} events and {stacks} stacks lost to full kernel maps or collisions"
             ),
-            ProfileWarning::CallersMissing { stacks } => write!(
+            ProfileWarning::UnwindTruncated { stacks } => write!(
                 f,
-                "{stacks} stacks lack the direct caller of their innermost frame (no frame pointer there, and its return address could not be read)"
+                "{stacks} user stacks stop before their outermost frame (marked [truncated]): unwinding could not go on"
             ),
             ProfileWarning::NoFramePointers { shallow_ratio } => write!(
                 f,
@@ -183,6 +224,39 @@ impl std::fmt::Display for ProfileWarning {
             }
         }
     }
+}
+
+/// One function's share of a profile ([`Profile::top_functions`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct FunctionShare {
+    /// The plain name ([`Frame::name`]).
+    pub function: String,
+    /// Whether it is a kernel function.
+    pub kernel: bool,
+    /// Share (0-1) of the weight in stacks whose innermost frame it is.
+    pub self_share: f64,
+    /// Share (0-1) of the weight in stacks that hold it.
+    pub total_share: f64,
+}
+
+/// One off-CPU cause's part of a profile ([`Profile::cause_split`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct CauseShare {
+    /// Why the threads left the CPU.
+    #[serde(serialize_with = "one_cause_name")]
+    pub cause: OffCpuCause,
+    /// Time off the CPU for it, ns (finished spans).
+    pub total_ns: u64,
+    /// Switches out for it.
+    pub switches: u64,
+    /// Share (0-1) of the profile's off-CPU time.
+    pub share: f64,
+}
+
+fn one_cause_name<S: serde::Serializer>(c: &OffCpuCause, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.name())
 }
 
 /// The aggregated stacks of one capture.
@@ -204,6 +278,9 @@ pub struct Profile {
     pub samples: Vec<StackSample>,
     /// What makes this profile partial or incomplete.
     pub warnings: Vec<ProfileWarning>,
+    /// The mappings the frames fall in: the main executable first (when it
+    /// has frames), then by address; the kernel last.
+    pub mappings: Vec<ModuleMapping>,
 }
 
 fn kind_name<S: serde::Serializer>(k: &StackKind, s: S) -> Result<S::Ok, S::Error> {
@@ -247,6 +324,96 @@ impl Profile {
         picked as f64 / total as f64
     }
 
+    /// The functions with the largest share of the weight, by total
+    /// (inclusive) share, at most `n`: [`FunctionShare::self_share`] counts
+    /// stacks whose innermost frame is the function, `total_share` stacks
+    /// that hold it anywhere (once per stack, however often it recurses).
+    /// Functions are told apart by name and by kernel or user side.
+    pub fn top_functions(&self, n: usize) -> Vec<FunctionShare> {
+        let total = self.total_weight();
+        if total == 0 || n == 0 {
+            return Vec::new();
+        }
+        // (name, kernel) -> (self weight, total weight)
+        let mut by_name: std::collections::HashMap<(String, bool), (u64, u64)> =
+            std::collections::HashMap::new();
+        let mut in_stack = std::collections::HashSet::new();
+        for s in &self.samples {
+            let w = s.weight(self.kind);
+            in_stack.clear();
+            for f in &s.frames {
+                let key = (f.name(), f.kernel);
+                if in_stack.insert(key.clone()) {
+                    let e = by_name.entry(key).or_default();
+                    e.1 = e.1.saturating_add(w);
+                }
+            }
+            if let Some(leaf) = s.frames.last() {
+                let e = by_name.entry((leaf.name(), leaf.kernel)).or_default();
+                e.0 = e.0.saturating_add(w);
+            }
+        }
+        let mut out: Vec<FunctionShare> = by_name
+            .into_iter()
+            .map(|((function, kernel), (own, all))| FunctionShare {
+                function,
+                kernel,
+                self_share: own as f64 / total as f64,
+                total_share: all as f64 / total as f64,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.total_share
+                .total_cmp(&a.total_share)
+                .then(b.self_share.total_cmp(&a.self_share))
+                .then_with(|| a.function.cmp(&b.function))
+        });
+        out.truncate(n);
+        out
+    }
+
+    /// Off-CPU profiles: the weight (ns off the CPU) and switch count per
+    /// cause, heaviest first; empty for other kinds.
+    pub fn cause_split(&self) -> Vec<CauseShare> {
+        if self.kind != StackKind::OffCpu {
+            return Vec::new();
+        }
+        let total = self.total_weight();
+        let mut out: Vec<CauseShare> = Vec::new();
+        for s in &self.samples {
+            let Some(cause) = s.cause else { continue };
+            let i = match out.iter().position(|c| c.cause == cause) {
+                Some(i) => i,
+                None => {
+                    out.push(CauseShare {
+                        cause,
+                        total_ns: 0,
+                        switches: 0,
+                        share: 0.0,
+                    });
+                    out.len() - 1
+                }
+            };
+            if let Some(c) = out.get_mut(i) {
+                c.total_ns = c.total_ns.saturating_add(s.total_ns);
+                c.switches = c.switches.saturating_add(s.count);
+            }
+        }
+        for c in &mut out {
+            c.share = if total == 0 {
+                0.0
+            } else {
+                c.total_ns as f64 / total as f64
+            };
+        }
+        out.sort_by(|a, b| {
+            b.total_ns
+                .cmp(&a.total_ns)
+                .then(b.switches.cmp(&a.switches))
+        });
+        out
+    }
+
     /// Whether the profile is partial (the target exited during it).
     pub fn is_partial(&self) -> bool {
         self.warnings.contains(&ProfileWarning::TargetExited)
@@ -277,6 +444,9 @@ impl Profile {
                 + s.frames.iter().map(frame).sum::<usize>()
                 + s.gaps.capacity() * size_of::<StackGap>()
         };
+        let mapping = |m: &ModuleMapping| {
+            size_of::<ModuleMapping>() + string(&m.path) + m.build_id.as_ref().map_or(0, string)
+        };
         let warning = |w: &ProfileWarning| match w {
             ProfileWarning::NotSymbolized { reason } => string(reason),
             _ => 0,
@@ -285,7 +455,9 @@ impl Profile {
             + (self.samples.capacity() - self.samples.len()) * size_of::<StackSample>()
             + self.samples.iter().map(sample).sum::<usize>()
             + self.warnings.capacity() * size_of::<ProfileWarning>()
-            + self.warnings.iter().map(warning).sum::<usize>();
+            + self.warnings.iter().map(warning).sum::<usize>()
+            + self.mappings.iter().map(mapping).sum::<usize>()
+            + (self.mappings.capacity() - self.mappings.len()) * size_of::<ModuleMapping>();
         u64::try_from(bytes).unwrap_or(u64::MAX)
     }
 }
@@ -341,6 +513,24 @@ pub(crate) mod tests {
                 ),
             ],
             warnings: vec![ProfileWarning::TargetExited],
+            mappings: vec![
+                ModuleMapping {
+                    start: 0x5000,
+                    end: 0x6000,
+                    file_offset: 0,
+                    path: "/usr/bin/app".into(),
+                    build_id: Some("abcdef0123".into()),
+                    kernel: false,
+                },
+                ModuleMapping {
+                    start: KERNEL_START,
+                    end: u64::MAX,
+                    file_offset: 0,
+                    path: KERNEL_MAPPING.into(),
+                    build_id: None,
+                    kernel: true,
+                },
+            ],
         }
     }
 
@@ -358,6 +548,35 @@ pub(crate) mod tests {
             ["main", "log_request", "/usr/bin/app+0x55", "pipe_write_[k]"]
         );
         assert_eq!(Frame::unresolved(0xab, false).label(), "0xab");
+    }
+
+    #[test]
+    fn top_functions_by_self_and_total_share() {
+        let mut p = off_cpu_profile();
+        // main recurses in the second stack: counted once there.
+        p.samples[1].frames.insert(1, frame("main", false));
+        let top = p.top_functions(10);
+        let get = |name: &str, kernel: bool| {
+            top.iter()
+                .find(|f| f.function == name && f.kernel == kernel)
+                .unwrap_or_else(|| panic!("{name} in {top:?}"))
+        };
+        assert_eq!(top[0].function, "main");
+        assert!((get("main", false).total_share - 1.0).abs() < 1e-9);
+        assert_eq!(get("main", false).self_share, 0.0);
+        assert!((get("pipe_write", true).self_share - 0.75).abs() < 1e-9);
+        assert!((get("contended_path", false).self_share - 0.25).abs() < 1e-9);
+        assert!((get("/usr/bin/app+0x55", false).total_share - 0.75).abs() < 1e-9);
+        assert_eq!(top.len(), 5);
+        assert_eq!(p.top_functions(2).len(), 2);
+        let split = p.cause_split();
+        assert_eq!(split.len(), 2);
+        assert_eq!(split[0].cause, OffCpuCause::Other);
+        assert_eq!((split[0].total_ns, split[0].switches), (3_000_000, 3));
+        assert!((split[1].share - 0.25).abs() < 1e-9);
+        let mut on_cpu = p.clone();
+        on_cpu.kind = StackKind::OnCpu;
+        assert!(on_cpu.cause_split().is_empty());
     }
 
     #[test]

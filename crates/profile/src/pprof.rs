@@ -23,6 +23,10 @@ pub struct PprofProfile {
     /// The samples.
     #[prost(message, repeated, tag = "2")]
     pub sample: Vec<Sample>,
+    /// The binaries the locations fall in; the first is the main
+    /// executable.
+    #[prost(message, repeated, tag = "3")]
+    pub mapping: Vec<PprofMapping>,
     /// Locations (frames) referenced by samples.
     #[prost(message, repeated, tag = "4")]
     pub location: Vec<Location>,
@@ -88,12 +92,47 @@ pub struct Label {
     pub num: i64,
 }
 
+/// `Mapping`: a binary mapped into the process (or the kernel).
+#[derive(Clone, PartialEq, Message)]
+pub struct PprofMapping {
+    /// Unique, non-zero.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// First address of the mapping.
+    #[prost(uint64, tag = "2")]
+    pub memory_start: u64,
+    /// One past its last address.
+    #[prost(uint64, tag = "3")]
+    pub memory_limit: u64,
+    /// File offset that `memory_start` maps.
+    #[prost(uint64, tag = "4")]
+    pub file_offset: u64,
+    /// The file's path (string table index).
+    #[prost(int64, tag = "5")]
+    pub filename: i64,
+    /// GNU build ID in hex (string table index), or 0.
+    #[prost(int64, tag = "6")]
+    pub build_id: i64,
+    /// Whether the locations of this mapping carry function names.
+    #[prost(bool, tag = "7")]
+    pub has_functions: bool,
+    /// Whether they carry source file names.
+    #[prost(bool, tag = "8")]
+    pub has_filenames: bool,
+    /// Whether they carry line numbers.
+    #[prost(bool, tag = "9")]
+    pub has_line_numbers: bool,
+}
+
 /// `Location`: one frame.
 #[derive(Clone, PartialEq, Message)]
 pub struct Location {
     /// Unique, non-zero.
     #[prost(uint64, tag = "1")]
     pub id: u64,
+    /// The mapping holding `address`, or 0 (synthetic frames).
+    #[prost(uint64, tag = "2")]
+    pub mapping_id: u64,
     /// Instruction address.
     #[prost(uint64, tag = "3")]
     pub address: u64,
@@ -138,7 +177,7 @@ struct Tables {
     functions: Vec<Function>,
     function_ids: HashMap<(String, String), u64>,
     locations: Vec<Location>,
-    location_ids: HashMap<(String, u64), u64>,
+    location_ids: HashMap<(String, u64, u64), u64>,
 }
 
 impl Tables {
@@ -174,10 +213,17 @@ impl Tables {
         id
     }
 
-    /// A location for a frame named `name` at `address` (0 for synthetic
-    /// frames such as the thread name).
-    fn location(&mut self, name: &str, address: u64, file: &str, line: u32) -> u64 {
-        let key = (name.to_owned(), address);
+    /// A location for a frame named `name` at `address` in mapping
+    /// `mapping_id` (0 and 0 for synthetic frames such as the thread name).
+    fn location(
+        &mut self,
+        name: &str,
+        address: u64,
+        mapping_id: u64,
+        file: &str,
+        line: u32,
+    ) -> u64 {
+        let key = (name.to_owned(), address, mapping_id);
         if let Some(id) = self.location_ids.get(&key) {
             return *id;
         }
@@ -185,6 +231,7 @@ impl Tables {
         let id = self.locations.len() as u64 + 1;
         self.locations.push(Location {
             id,
+            mapping_id,
             address,
             line: vec![Line {
                 function_id,
@@ -203,7 +250,10 @@ fn to_i64(v: u64) -> i64 {
 /// The profile as a pprof message. Frames are the folded frames (thread
 /// name at the root, `[off-cpu: cause]` as the leaf of off-CPU stacks), so
 /// flame graphs in pprof tools match the SVG; the thread, cause and waker
-/// are labels too.
+/// are labels too. Real frames carry their plain function names
+/// ([`crate::Frame::name`]) and their mapping (file, offsets, GNU build ID;
+/// `[kernel.kallsyms]` for kernel frames), so a server can symbolize the
+/// addresses again from the build ID.
 pub fn to_pprof(profile: &Profile) -> PprofProfile {
     let mut t = Tables::default();
     t.string("");
@@ -239,6 +289,8 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
         unit: t.string(period_type.1),
     });
 
+    let index = MappingIndex::new(profile);
+    let mapping = mappings(profile, &index, &mut t);
     let mut samples = Vec::with_capacity(profile.samples.len());
     for s in &profile.samples {
         let mut ids: Vec<u64> = folded_parts(s)
@@ -249,10 +301,11 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
                         .source
                         .as_ref()
                         .map_or(("", 0), |(file, line)| (file.as_str(), *line));
-                    t.location(name, f.address, file, line)
+                    let mapping_id = index.of(f);
+                    t.location(&f.name(), f.address, mapping_id, file, line)
                 }
                 // Synthetic frames (thread, waker, cause, gaps): address 0.
-                None => t.location(name, 0, "", 0),
+                None => t.location(name, 0, 0, "", 0),
             })
             .collect();
         ids.reverse();
@@ -304,6 +357,7 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
     PprofProfile {
         sample_type,
         sample: samples,
+        mapping,
         location: t.locations,
         function: t.functions,
         string_table: t.strings,
@@ -313,6 +367,81 @@ pub fn to_pprof(profile: &Profile) -> PprofProfile {
         period,
         comment,
     }
+}
+
+/// Which pprof mapping (id: 1-based index in [`Profile::mappings`]) holds
+/// a frame.
+struct MappingIndex {
+    /// User mappings as (start, end, id), sorted by start.
+    user: Vec<(u64, u64, u64)>,
+    /// The kernel's id, 0 when none.
+    kernel: u64,
+}
+
+impl MappingIndex {
+    fn new(profile: &Profile) -> MappingIndex {
+        let mut user = Vec::new();
+        let mut kernel = 0;
+        for (id, m) in (1u64..).zip(&profile.mappings) {
+            if m.kernel {
+                kernel = id;
+            } else {
+                user.push((m.start, m.end, id));
+            }
+        }
+        user.sort_unstable();
+        MappingIndex { user, kernel }
+    }
+
+    /// The id of the mapping holding `f`, 0 when none does.
+    fn of(&self, f: &crate::Frame) -> u64 {
+        if f.kernel {
+            return self.kernel;
+        }
+        // A return address is looked up one byte earlier: the call before it.
+        let addr = f.address.saturating_sub(1);
+        let i = self.user.partition_point(|(start, _, _)| *start <= addr);
+        match i.checked_sub(1).and_then(|i| self.user.get(i)) {
+            Some((_, end, id)) if addr < *end => *id,
+            _ => 0,
+        }
+    }
+}
+
+/// The profile's mappings as pprof mappings, ids 1, 2, ... in order (the
+/// main executable first, as pprof expects). A mapping says it has
+/// functions (and files, lines) only when every frame in it has them, so
+/// that a server symbolizes the others.
+fn mappings(profile: &Profile, index: &MappingIndex, t: &mut Tables) -> Vec<PprofMapping> {
+    let mut names = vec![true; profile.mappings.len()];
+    let mut files = vec![true; profile.mappings.len()];
+    for f in profile.samples.iter().flat_map(|s| &s.frames) {
+        let Some(i) = usize::try_from(index.of(f))
+            .ok()
+            .and_then(|id| id.checked_sub(1))
+        else {
+            continue;
+        };
+        if let (Some(n), Some(s)) = (names.get_mut(i), files.get_mut(i)) {
+            *n &= f.function.is_some();
+            *s &= f.source.is_some();
+        }
+    }
+    (1u64..)
+        .zip(&profile.mappings)
+        .zip(names.into_iter().zip(files))
+        .map(|((id, m), (names, files))| PprofMapping {
+            id,
+            memory_start: m.start,
+            memory_limit: m.end,
+            file_offset: m.file_offset,
+            filename: t.string(&m.path),
+            build_id: m.build_id.as_deref().map_or(0, |b| t.string(b)),
+            has_functions: names,
+            has_filenames: files,
+            has_line_numbers: files,
+        })
+        .collect()
 }
 
 /// Writes the profile as gzip-compressed pprof protobuf.
@@ -335,6 +464,7 @@ mod tests {
     use std::io::Read;
 
     use super::*;
+    use crate::model::KERNEL_START;
     use crate::model::tests::off_cpu_profile;
 
     #[test]
@@ -376,7 +506,7 @@ mod tests {
             names,
             [
                 "[off-cpu: other]",
-                "pipe_write_[k]",
+                "pipe_write",
                 "/usr/bin/app+0x55",
                 "log_request",
                 "main",
@@ -391,5 +521,47 @@ mod tests {
         assert!(labels.contains(&("cause".into(), "lock".into(), 0)));
         assert!(labels.contains(&("tid".into(), String::new(), 7)));
         assert_eq!(p.comment.len(), 1);
+
+        // Mappings: the executable first, with its build ID; kernel frames
+        // are marked by the kernel's mapping, not by their names.
+        let maps: Vec<_> = p
+            .mapping
+            .iter()
+            .map(|m| (m.id, s(m.filename), s(m.build_id), m.memory_start))
+            .collect();
+        assert_eq!(
+            maps,
+            [
+                (
+                    1,
+                    "/usr/bin/app".to_owned(),
+                    "abcdef0123".to_owned(),
+                    0x5000
+                ),
+                (
+                    2,
+                    "[kernel.kallsyms]".to_owned(),
+                    String::new(),
+                    KERNEL_START
+                )
+            ]
+        );
+        // The app's one frame has no function name: the server must
+        // symbolize it; every kernel frame has one.
+        assert!(!p.mapping[0].has_functions);
+        assert!(p.mapping[1].has_functions);
+        let mapping_of = |name: &str| {
+            let f = p.function.iter().find(|f| s(f.name) == name).expect(name);
+            let l = p
+                .location
+                .iter()
+                .find(|l| l.line[0].function_id == f.id)
+                .expect("location");
+            (l.mapping_id, l.address)
+        };
+        assert_eq!(mapping_of("pipe_write"), (2, 0x1000));
+        assert_eq!(mapping_of("/usr/bin/app+0x55"), (1, 0x5555));
+        assert_eq!(mapping_of("worker:1"), (0, 0));
+        assert!(!p.string_table.iter().any(|n| n.ends_with("_[k]")));
     }
 }

@@ -33,7 +33,11 @@ impl Default for Symbolizer {
 /// still be symbolized from its files.
 pub(crate) struct ProcessView {
     pub pid: u32,
+    /// Every executable mapping seen at the start or the end of the
+    /// capture (see [`maps::union`]).
     pub maps: Vec<Mapping>,
+    /// The path of the main executable, when it could be read.
+    pub exe: Option<String>,
     /// Why blazesym could not cache the process, if it could not.
     pub cache_error: Option<String>,
     /// The process has exited: symbolize from the cached mappings and the
@@ -59,24 +63,29 @@ impl Symbolizer {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
             .map(|t| maps::parse(&t))
             .unwrap_or_default();
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
         ProcessView {
             pid,
             maps,
+            exe,
             cache_error: self.cache_process(pid),
             exited: false,
         }
     }
 
     /// Before symbolizing: a live process's mappings and perf map are read
-    /// again (a JIT adds symbols as it runs); an exited one keeps what
-    /// [`Symbolizer::view`] recorded.
+    /// again (a JIT adds symbols as it runs, a library loaded during the
+    /// capture adds a mapping) and added to those seen at the start; an
+    /// exited one keeps what [`Symbolizer::view`] recorded.
     pub(crate) fn refresh(&self, view: &mut ProcessView, exited: bool) {
         view.exited = exited;
         if exited {
             return;
         }
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", view.pid)) {
-            view.maps = maps::parse(&text);
+            view.maps = maps::union(&view.maps, &maps::parse(&text));
         }
         if self.cache_process(view.pid).is_none() {
             view.cache_error = None;
@@ -248,6 +257,63 @@ impl Symbolizer {
     }
 }
 
+/// The GNU build ID (lowercase hex) of the file mapped by `m` in `view`'s
+/// process: read through `/proc/<pid>/map_files` while the process lives
+/// (the file as mapped, even if replaced or in another mount namespace),
+/// else from its path.
+#[cfg(target_os = "linux")]
+pub(crate) fn build_id(view: &ProcessView, m: &Mapping) -> Option<String> {
+    let through_proc = format!("/proc/{}/map_files/{:x}-{:x}", view.pid, m.start, m.end);
+    let read = |path: &str| blazesym::helper::read_elf_build_id(path).ok().flatten();
+    let id = (!view.exited)
+        .then(|| read(&through_proc))
+        .flatten()
+        .or_else(|| read(&m.path))?;
+    Some(hex(&id))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn build_id(_view: &ProcessView, _m: &Mapping) -> Option<String> {
+    None
+}
+
+/// The running kernel's GNU build ID (lowercase hex), from the ELF notes
+/// in `/sys/kernel/notes`.
+pub(crate) fn kernel_build_id() -> Option<String> {
+    let notes = std::fs::read("/sys/kernel/notes").ok()?;
+    gnu_build_id_note(&notes).map(hex)
+}
+
+/// The descriptor of the first `NT_GNU_BUILD_ID` note named `GNU` in a
+/// sequence of ELF notes (native-endian 4-byte name size, descriptor size
+/// and type; name and descriptor padded to 4 bytes). Written here because
+/// blazesym reads build IDs of ELF files only, and this is a bare note
+/// list of a few dozen bytes.
+fn gnu_build_id_note(mut notes: &[u8]) -> Option<&[u8]> {
+    const NT_GNU_BUILD_ID: u32 = 3;
+    let word = |b: &[u8], at: usize| -> Option<usize> {
+        let bytes: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
+        usize::try_from(u32::from_ne_bytes(bytes)).ok()
+    };
+    let padded = |n: usize| n.checked_add(3).map(|n| n & !3);
+    while notes.len() >= 12 {
+        let (name_len, desc_len, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
+        let name_end = 12usize.checked_add(padded(name_len)?)?;
+        let desc_end = name_end.checked_add(desc_len)?;
+        let name = notes.get(12..12 + name_len)?;
+        let desc = notes.get(name_end..desc_end)?;
+        if kind == NT_GNU_BUILD_ID as usize && name == b"GNU\0" {
+            return Some(desc);
+        }
+        notes = notes.get(name_end.checked_add(padded(desc_len)?)?..)?;
+    }
+    None
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(target_os = "linux")]
 fn fill(frame: &mut Frame, sym: &blazesym::symbolize::Sym<'_>) {
     frame.function = Some(sym.name.to_string());
@@ -259,5 +325,50 @@ fn fill(frame: &mut Frame, sym: &blazesym::symbolize::Sym<'_>) {
     if let Some(code) = &sym.code_info {
         let file = code.file.to_string_lossy().into_owned();
         frame.source = Some((file, code.line.unwrap_or(0)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&u32::try_from(name.len()).expect("len").to_ne_bytes());
+        out.extend_from_slice(&u32::try_from(desc.len()).expect("len").to_ne_bytes());
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(name);
+        out.resize(out.len().next_multiple_of(4), 0);
+        out.extend_from_slice(desc);
+        out.resize(out.len().next_multiple_of(4), 0);
+        out
+    }
+
+    #[test]
+    fn build_id_note_found_after_other_notes() {
+        let mut notes = note(b"Xen\0", 3, &[1, 2, 3]);
+        notes.extend(note(b"GNU\0", 1, &[9; 16]));
+        notes.extend(note(b"GNU\0", 3, &[0xab, 0x01, 0xff]));
+        assert_eq!(
+            gnu_build_id_note(&notes).map(hex).as_deref(),
+            Some("ab01ff")
+        );
+        assert_eq!(gnu_build_id_note(&notes[..notes.len() - 2]), None);
+        assert_eq!(gnu_build_id_note(b"short"), None);
+        // A size that runs past the end is not followed.
+        let mut bad = note(b"GNU\0", 3, &[1; 20]);
+        bad[4] = 0xff;
+        assert_eq!(gnu_build_id_note(&bad), None);
+    }
+
+    #[test]
+    fn the_running_kernel_has_a_build_id() {
+        if std::path::Path::new("/sys/kernel/notes").exists() {
+            let id = kernel_build_id().expect("build id note");
+            assert!(
+                id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()),
+                "{id}"
+            );
+        }
     }
 }

@@ -49,13 +49,34 @@ static __always_inline bool other_thread(__u32 tid)
 	return target_tid != 0 && tid != target_tid;
 }
 
-/* Distinct stacks; max_entries is overridden by the loader. */
+/* bpf_get_stack (helper 67): the stack copied into buf, its length in
+ * bytes or -errno; the rest of buf is zeroed. */
+static long (*bpf_get_stack)(void *ctx, void *buf, __u32 size, __u64 flags) = (void *)67;
+
+/* Distinct stacks by id; max_entries is overridden by the loader.
+ *
+ * Why not a BPF_MAP_TYPE_STACK_TRACE map with bpf_get_stackid: its id is
+ * the frames' hash masked to the bucket count, and a second stack that
+ * lands in a taken bucket is lost, on every later occurrence too. With
+ * 8192 buckets and the ~900 distinct stacks of redis under load, 5% of the
+ * samples at 999 Hz were lost that way. Here the id is the low 31 bits of
+ * a 64-bit hash of the frames, and a taken id holding another stack (told
+ * apart by the full hash) sends the stack to the next id, up to
+ * WM_STACK_PROBES ids: a stack is lost only when the map is full. */
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u32);
-	__type(value, __u64[WM_STACK_DEPTH]);
+	__type(value, struct wm_stack);
 } stacks SEC(".maps");
+
+/* The stack being stored, per CPU: 1 KiB is more than a BPF frame holds. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_stack);
+} stack_scratch SEC(".maps");
 
 /* Counts per (thread, kind, cause, stacks); max_entries overridden. */
 struct {
@@ -101,17 +122,67 @@ static __always_inline void count_lost(__u32 why)
 		*n += 1;
 }
 
-/* A stack id from bpf_get_stackid; a hash collision or a full map is
- * counted (an empty stack, -EFAULT, is not a loss: e.g. no kernel stack
- * for a sample taken in user mode). */
+/* The id of the current stack (flags: 0 for the kernel's,
+ * BPF_F_USER_STACK for the user's) in `stacks`, stored there if new; a
+ * negative -errno when there is none: -EFAULT for an empty stack (not a
+ * loss: e.g. no kernel stack for a sample taken in user mode), -EEXIST
+ * when every id it may take holds another stack, another error when the
+ * map is full; the last two are counted. */
+static __always_inline __s32 store_stack(struct wm_stack *st);
+
 static __always_inline __s32 stack_id(void *ctx, __u64 flags)
 {
-	long id = bpf_get_stackid(ctx, &stacks, flags);
-	if (id == -WM_EEXIST)
-		count_lost(WM_LOST_COLLISION);
-	else if (id < 0 && id != -WM_EFAULT)
-		count_lost(WM_LOST_STACKS_FULL);
-	return (__s32)id;
+	__u32 zero = 0;
+	struct wm_stack *st = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!st)
+		return -WM_EFAULT;
+	long len = bpf_get_stack(ctx, st->ips, sizeof(st->ips), flags);
+	if (len <= 0)
+		return -WM_EFAULT;
+	return store_stack(st);
+}
+
+/* The id of the stack in `st` (frames zero-padded), stored if new; as
+ * stack_id(). */
+static __always_inline __s32 store_stack(struct wm_stack *st)
+{
+	/* FNV-1a over the words, then a 64-bit finalizer (MurmurHash3's fmix64)
+	 * so that the low bits, the id, depend on every frame. The words past
+	 * the stack are zero: hashing all of them keeps the loop free of
+	 * branches on data. */
+	__u64 h = 0xcbf29ce484222325ULL;
+	for (int i = 0; i < WM_STACK_DEPTH; i++) {
+		h ^= st->ips[i];
+		h *= 0x100000001b3ULL;
+	}
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	st->hash = h;
+	for (__u32 probe = 0; probe < WM_STACK_PROBES; probe++) {
+		__u32 id = ((__u32)h + probe) & 0x7fffffff;
+		struct wm_stack *kept = bpf_map_lookup_elem(&stacks, &id);
+		if (kept) {
+			if (kept->hash == h)
+				return (__s32)id;
+			continue;
+		}
+		long err = bpf_map_update_elem(&stacks, &id, st, BPF_NOEXIST);
+		if (!err)
+			return (__s32)id;
+		if (err != -WM_EEXIST) {
+			count_lost(WM_LOST_STACKS_FULL);
+			return (__s32)err;
+		}
+		/* Another CPU stored a stack at this id meanwhile. */
+		kept = bpf_map_lookup_elem(&stacks, &id);
+		if (kept && kept->hash == h)
+			return (__s32)id;
+	}
+	count_lost(WM_LOST_COLLISION);
+	return -WM_EEXIST;
 }
 
 /* The leaf table of the target's modules (rows sorted by start), filled by
@@ -125,33 +196,22 @@ struct {
 	__type(value, struct wm_leaf_row);
 } leaf_rows SEC(".maps");
 
-/* The return address of the user leaf frame at (ip, sp) when the leaf
- * table says where it is (the frame has no frame pointer, e.g. a C library
- * syscall wrapper), else 0. The frame-pointer walk of bpf_get_stackid
- * follows the caller's %rbp from such a frame and so skips the direct
- * caller: this is that caller, one step of .eh_frame unwinding with the
- * rule looked up in the table. A failed read (a page not resident) is
- * counted and gives 0: the stack stays as the walk gave it.
- *
- * A global function: the verifier checks it once, with ip and sp unknown,
- * rather than at each call with the rest of the caller's paths (inlined,
- * the search made the on-CPU program too large to verify). */
-__attribute__((noinline)) __u64 leaf_caller(__u64 ip, __u64 sp)
+/* The row covering ip (the last starting at or below it), or NULL. */
+static __always_inline struct wm_leaf_row *find_row(__u64 ip)
 {
 	__u32 n = leaf_row_count;
-	if (!n || !ip || !sp)
-		return 0;
-	/* The last row starting at or below ip. Without branches on the
-	 * rows: the verifier would otherwise walk every path of the search.
-	 * User addresses are below 2^47, so the top bit of start - ip - 1 is
-	 * set exactly when start <= ip. */
+	if (!n || !ip)
+		return NULL;
+	/* Without branches on the rows: the verifier would otherwise walk
+	 * every path of the search. User addresses are below 2^47, so the top
+	 * bit of start - ip - 1 is set exactly when start <= ip. */
 	__u32 base = 0, len = n;
 	for (int i = 0; i < WM_LEAF_SEARCH_STEPS; i++) {
 		__u32 half = len / 2;
 		__u32 mid = base + half;
 		struct wm_leaf_row *row = bpf_map_lookup_elem(&leaf_rows, &mid);
 		if (!row)
-			return 0;
+			return NULL;
 		__u64 keep = (row->start - ip - 1) >> 63; /* 1: start <= ip */
 		/* A multiplication, not a mask: kernels from 6.17 split the
 		 * verifier's state on `{-1, 0} & constant`, 2^24 paths here. */
@@ -160,31 +220,163 @@ __attribute__((noinline)) __u64 leaf_caller(__u64 ip, __u64 sp)
 		len -= half;
 	}
 	struct wm_leaf_row *row = bpf_map_lookup_elem(&leaf_rows, &base);
-	if (!row || row->start > ip || row->ra_offset == WM_NO_RA_OFFSET)
-		return 0;
-	__u64 ret = 0;
-	if (bpf_probe_read_user(&ret, sizeof(ret), (const void *)(sp + row->ra_offset)) || !ret) {
-		count_lost(WM_LOST_LEAF_CALLER);
-		return 0;
-	}
-	return ret;
+	if (!row || row->start > ip)
+		return NULL;
+	return row;
 }
 
-/* leaf_caller() of the user registers `regs` (NULL: none). */
-static __always_inline __u64 leaf_caller_of(struct pt_regs *regs, const bool btf)
+/* Full user stacks from the table (x86_64): when the table has rows, the
+ * user stack is unwound here rather than by the kernel's frame-pointer
+ * walk. Each frame is one step: the row of its address gives the CFA
+ * (%rsp or %rbp plus an offset), the return address at CFA - 8 and where
+ * the caller's %rbp was saved; an address without a row (a module with
+ * frame pointers, JIT code) takes the frame-pointer step (return address
+ * at %rbp + 8, the caller's %rbp at %rbp). The walk ends at a frame whose
+ * return address is undefined (the CFI's outermost frame), a null return
+ * address or frame pointer, or WM_STACK_DEPTH frames; it ends early on a
+ * read that fails, and then WM_TRUNCATED_IP is stored as the outermost
+ * frame, an address outside every mapping: the stack is marked truncated
+ * in user space, never continued with guesses. */
+struct wm_unwind {
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 n;
+	__u32 truncated;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_unwind);
+} unwind_state SEC(".maps");
+
+/* Set (to 1) when the target execs: the table describes the old image,
+ * so from then on its stacks come from the kernel's frame-pointer walk
+ * (see on_exec()). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_stale SEC(".maps");
+
+static __always_inline bool table_usable(void)
+{
+	__u32 zero = 0;
+	__u32 *stale = bpf_map_lookup_elem(&unwind_stale, &zero);
+	return leaf_row_count && stale && !*stale;
+}
+
+/* One frame of the walk over the per-CPU state: 0 to go on, 1 at the end.
+ * A global function: verified once, not once per frame of the caller's
+ * loop. */
+__attribute__((noinline)) int unwind_step(void)
+{
+	__u32 zero = 0;
+	struct wm_unwind *u = bpf_map_lookup_elem(&unwind_state, &zero);
+	struct wm_stack *st = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!u || !st)
+		return 1;
+	__u32 n = u->n;
+	if (n >= WM_STACK_DEPTH - 1) {
+		/* Room for the marker only. */
+		u->truncated = 1;
+		return 1;
+	}
+	st->ips[n] = u->ip;
+	u->n = n + 1;
+	/* A return address is looked up one byte earlier: the call. */
+	struct wm_leaf_row *row = find_row(n ? u->ip - 1 : u->ip);
+	__u32 rule = row ? row->rule : WM_CFA_NONE;
+	__u32 kind = rule & 0xff;
+	__s64 rbp_at = (short)(rule >> 16);
+	__u64 cfa, ra = 0, bp = u->bp;
+	if (kind == WM_CFA_END)
+		return 1;
+	if (kind == WM_CFA_RSP && row) {
+		cfa = u->sp + row->ra_offset + 8;
+	} else if (kind == WM_CFA_RBP && row) {
+		cfa = u->bp + row->ra_offset + 8;
+	} else {
+		/* A null frame pointer ends a frame-pointer chain; here, with
+		 * code without frame pointers around, it may as well be a
+		 * register used for data: the stack is marked truncated (the
+		 * CFI's own end, WM_CFA_END, is the clean one). */
+		if (!u->bp) {
+			u->truncated = 1;
+			return 1;
+		}
+		cfa = u->bp + 16;
+		rbp_at = -16;
+	}
+	if (bpf_probe_read_user(&ra, sizeof(ra), (const void *)(cfa - 8))) {
+		u->truncated = 1;
+		return 1;
+	}
+	if (rbp_at && bpf_probe_read_user(&bp, sizeof(bp), (const void *)(cfa + rbp_at))) {
+		u->truncated = 1;
+		return 1;
+	}
+	if (!ra) {
+		/* No caller: not the CFI's end (WM_CFA_END), so not known to be
+		 * the outermost frame. */
+		u->truncated = 1;
+		return 1;
+	}
+	u->ip = ra;
+	u->sp = cfa;
+	u->bp = bp;
+	return 0;
+}
+
+/* The id of the user stack unwound from (ip, sp, bp), as stack_id(). */
+static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp)
+{
+	__u32 zero = 0;
+	struct wm_unwind *u = bpf_map_lookup_elem(&unwind_state, &zero);
+	struct wm_stack *st = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!u || !st || !ip)
+		return -WM_EFAULT;
+	__builtin_memset(st->ips, 0, sizeof(st->ips));
+	u->ip = ip;
+	u->sp = sp;
+	u->bp = bp;
+	u->n = 0;
+	u->truncated = 0;
+	for (int i = 0; i < WM_STACK_DEPTH; i++) {
+		if (unwind_step())
+			break;
+	}
+	/* The lookups again: the global function's writes are not tracked. */
+	u = bpf_map_lookup_elem(&unwind_state, &zero);
+	st = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!u || !st)
+		return -WM_EFAULT;
+	__u32 n = u->n;
+	if (u->truncated) {
+		count_lost(WM_LOST_UNWIND_TRUNCATED);
+		if (n < WM_STACK_DEPTH)
+			st->ips[n] = WM_TRUNCATED_IP;
+	}
+	return store_stack(st);
+}
+
+/* The user stack's id: unwound from the table when it has rows (x86_64),
+ * else the kernel's frame-pointer walk. `regs`: the user registers, NULL
+ * when unknown (then the walk). */
+static __always_inline __s32 user_stack_id(void *ctx, struct pt_regs *regs)
 {
 #if defined(__TARGET_ARCH_x86)
-	if (!regs || !leaf_row_count)
-		return 0;
-	unsigned long ip = 0, sp = 0;
-	WM_READ(btf, ip, regs->ip);
-	WM_READ(btf, sp, regs->sp);
-	return leaf_caller(ip, sp);
-#else
-	/* arm64 keeps a leaf's return address in x30, not on the stack: no
-	 * table is built there (see leaf.rs). */
-	return 0;
+	if (regs && table_usable()) {
+		/* The UAPI struct pt_regs: bp is word 4, ip 16, sp 19. */
+		__u64 w[20] = {};
+		if (!bpf_probe_read_kernel(w, sizeof(w), regs))
+			return unwound_stack_id(w[16], w[19], w[4]);
+	}
 #endif
+	return stack_id(ctx, BPF_F_USER_STACK);
 }
 
 static __always_inline void add_count(struct wm_stack_key *key, __u64 ns)
@@ -216,21 +408,24 @@ int on_cpu_sample(void *ctx)
 	struct wm_stack_key key = {};
 	key.tid = key_tid(NULL, (__u32)id);
 	key.kind = WM_STACK_ON_CPU;
-	key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
-	key.kernel_stack = stack_id(ctx, 0);
 #if defined(__TARGET_ARCH_x86)
-	if (key.user_stack >= 0 && leaf_row_count) {
+	if (table_usable()) {
 		/* The sample's registers are the context (the UAPI struct
-		 * pt_regs: ip, cs and sp are its words 16, 17 and 19). Taken in
-		 * user mode they are the leaf's; in kernel mode, the user
-		 * registers are those saved at kernel entry. */
+		 * pt_regs: bp, ip, cs and sp are its words 4, 16, 17 and 19).
+		 * Taken in user mode they are the leaf's; in kernel mode, the
+		 * user registers are those saved at kernel entry. */
 		const __u64 *r = ctx;
 		if (r[17] & 3)
-			key.leaf_caller = leaf_caller(r[16], r[19]);
+			key.user_stack = unwound_stack_id(r[16], r[19], r[4]);
 		else
-			key.leaf_caller = leaf_caller_of(current_user_regs(false), false);
+			key.user_stack = user_stack_id(ctx, current_user_regs(false));
+	} else {
+		key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
 	}
+#else
+	key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
 #endif
+	key.kernel_stack = stack_id(ctx, 0);
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	add_count(&key, 0);
 	return 0;
@@ -263,14 +458,11 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 			start.key.tid = key_tid(NULL, tid);
 			start.key.kind = WM_STACK_OFF_CPU;
 			start.key.cause = off_cpu_cause(prev, (bool)ctx[0], prev_state, btf, &regs, &nr);
-			start.key.user_stack = stack_id(ctx, BPF_F_USER_STACK);
+			/* A preempted thread's cause needs no registers. */
+			if (!regs && leaf_row_count)
+				regs = current_user_regs(btf);
+			start.key.user_stack = user_stack_id(ctx, regs);
 			start.key.kernel_stack = stack_id(ctx, 0);
-			if (start.key.user_stack >= 0 && leaf_row_count) {
-				/* A preempted thread's cause needs no registers. */
-				if (!regs)
-					regs = current_user_regs(btf);
-				start.key.leaf_caller = leaf_caller_of(regs, btf);
-			}
 			bpf_get_current_comm(&start.key.comm, sizeof(start.key.comm));
 			if (bpf_map_update_elem(&off_start, &tid, &start, BPF_ANY))
 				count_lost(WM_LOST_OFF_START_FULL);
@@ -327,9 +519,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 		__builtin_memcpy(key->waker_comm, "[interrupt]", 12);
 	} else {
 		key->waker_tid = key_tid(NULL, (__u32)bpf_get_current_pid_tgid());
-		key->user_stack = stack_id(ctx, BPF_F_USER_STACK);
-		if (key->user_stack >= 0 && leaf_row_count)
-			key->leaf_caller = leaf_caller_of(current_user_regs(btf), btf);
+		key->user_stack = user_stack_id(ctx, leaf_row_count ? current_user_regs(btf) : NULL);
 		bpf_get_current_comm(&key->waker_comm, sizeof(key->waker_comm));
 	}
 	add_count(key, 0);
@@ -341,6 +531,23 @@ int tpbtf_stack_waking(__u64 *ctx) { return on_waking(ctx, true); }
 
 SEC("raw_tp/sched_waking")
 int rawtp_stack_waking(__u64 *ctx) { return on_waking(ctx, false); }
+
+/* --- sched_process_exec: the target replaces its image, the table is stale --- */
+
+static __always_inline int on_exec(void)
+{
+	if ((__u32)(bpf_get_current_pid_tgid() >> 32) != target_tgid)
+		return 0;
+	__u32 zero = 0, one = 1;
+	bpf_map_update_elem(&unwind_stale, &zero, &one, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int tpbtf_stack_exec(__u64 *ctx) { return on_exec(); }
+
+SEC("raw_tp/sched_process_exec")
+int rawtp_stack_exec(__u64 *ctx) { return on_exec(); }
 
 /* --- sched_process_exit: a thread that exits while switched out leaves no entry --- */
 
@@ -364,3 +571,4 @@ _Static_assert(sizeof(struct wm_stack_key) == 64, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_stack_count) == 16, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_off_start) == 72, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_leaf_row) == 16, "stacks_abi.rs");
+_Static_assert(sizeof(struct wm_stack) == 1024, "stacks_abi.rs");

@@ -10,6 +10,17 @@
 /* Frames kept per stack: the kernel's default kernel.perf_event_max_stack. */
 #define WM_STACK_DEPTH 127
 
+/* A stored stack (value of the `stacks` map, keyed by its id): the 64-bit
+ * hash of its frames and the frames, innermost first, zero-padded. */
+struct wm_stack {
+	__u64 hash;
+	__u64 ips[WM_STACK_DEPTH];
+};
+
+/* Ids tried for one stack before it counts as lost to collisions: its
+ * hash's low 31 bits, then the next ids (linear probing). */
+#define WM_STACK_PROBES 8
+
 /* What a stack_counts entry counts (wm_stack_key.kind). */
 #define WM_STACK_ON_CPU 1  /* a cpu-clock sample of the thread */
 #define WM_STACK_OFF_CPU 2 /* a switch-out of the thread and the time until its switch-in */
@@ -21,26 +32,36 @@
 
 /* Why a stack is missing from an entry (index of stack_lost). */
 #define WM_LOST_COUNTS_FULL 0   /* stack_counts was full: the event is lost */
-#define WM_LOST_COLLISION 1     /* the stacks map had another stack in the bucket */
+#define WM_LOST_COLLISION 1     /* every id a stack may take held another stack */
 #define WM_LOST_STACKS_FULL 2   /* the stacks map was full (or another error) */
 #define WM_LOST_OFF_START_FULL 3 /* off_start was full: that off-CPU span is lost */
-#define WM_LOST_LEAF_CALLER 4   /* the leaf's return address could not be read */
+#define WM_LOST_UNWIND_TRUNCATED 4 /* a user stack's unwinding stopped early */
 #define WM_LOST_KINDS 5
 
-/* A row of the leaf table (see leaf_caller() in stacks.bpf.c and
+/* A row of the unwind table (see unwind_step() in stacks.bpf.c and
  * src/linux/stacks/leaf.rs): from `start` (a virtual address of the
- * target) up to the next row's start, the return address of a function
- * lies at sp + ra_offset, or WM_NO_RA_OFFSET: the frame has a frame
- * pointer (or a rule too complex for one step), the frame-pointer walk is
- * right. */
+ * target) up to the next row's start, the frame's CFA and saved %rbp as
+ * `rule` says; ra_offset is the CFA's offset from its register minus 8,
+ * or WM_NO_RA_OFFSET with WM_CFA_NONE or WM_CFA_END. */
 #define WM_NO_RA_OFFSET 0xffffffffu
+/* The outermost "frame" of a user stack whose unwinding stopped early (a
+ * read failed, or WM_STACK_DEPTH frames): no code lies at address 1. */
+#define WM_TRUNCATED_IP 1
+
 /* Binary search steps over the rows: enough for 2^24 rows. */
 #define WM_LEAF_SEARCH_STEPS 24
 
+/* The CFA rule of a row (bits 0-7 of `rule`); the saved %rbp's offset from
+ * the CFA is in bits 16-31 (signed, 0: %rbp not saved, unchanged). */
+#define WM_CFA_NONE 0 /* no rule known: the frame-pointer step */
+#define WM_CFA_RSP 1  /* CFA = %rsp + ra_offset + 8 */
+#define WM_CFA_RBP 2  /* CFA = %rbp + ra_offset + 8 */
+#define WM_CFA_END 3  /* the outermost frame: no return address */
+
 struct wm_leaf_row {
 	__u64 start;
-	__u32 ra_offset;
-	__u32 pad;
+	__u32 ra_offset; /* the return address lies at CFA - 8 */
+	__u32 rule;
 };
 
 struct wm_stack_key {
@@ -52,10 +73,7 @@ struct wm_stack_key {
 	__s32 kernel_stack;
 	char comm[16];      /* name of `tid` */
 	char waker_comm[16]; /* WM_STACK_WAKEUP: name of the waker */
-	/* The direct caller of the user stack's leaf frame when that frame
-	 * has no frame pointer (its return address, read at sp + the leaf
-	 * table's offset); 0: none recovered. The frame-pointer walk skips it. */
-	__u64 leaf_caller;
+	__u64 reserved;     /* 0 */
 };
 
 struct wm_stack_count {

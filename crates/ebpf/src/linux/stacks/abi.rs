@@ -11,7 +11,7 @@ pub(crate) const KIND_WAKEUP: u32 = 3;
 
 /// `WM_NO_STACK`: no stack was taken.
 const NO_STACK: i32 = -1000;
-/// `-EFAULT` from `bpf_get_stackid`: an empty stack.
+/// `-EFAULT` from `stack_id()` of stacks.bpf.c: an empty stack.
 const EFAULT: i32 = 14;
 
 /// Indexes of the `stack_lost` array (`WM_LOST_*`).
@@ -19,7 +19,7 @@ pub(crate) const LOST_COUNTS_FULL: u32 = 0;
 pub(crate) const LOST_COLLISION: u32 = 1;
 pub(crate) const LOST_STACKS_FULL: u32 = 2;
 pub(crate) const LOST_OFF_START_FULL: u32 = 3;
-pub(crate) const LOST_LEAF_CALLER: u32 = 4;
+pub(crate) const LOST_UNWIND_TRUNCATED: u32 = 4;
 
 /// `struct wm_stack_key`.
 #[repr(C)]
@@ -33,7 +33,7 @@ pub(crate) struct StackKey {
     pub kernel_stack: i32,
     pub comm: [u8; COMM_LEN],
     pub waker_comm: [u8; COMM_LEN],
-    pub leaf_caller: u64,
+    pub reserved: u64,
 }
 
 /// `struct wm_stack_count`.
@@ -53,9 +53,45 @@ pub(crate) const NO_RA_OFFSET: u32 = u32::MAX;
 pub(crate) struct LeafRow {
     pub start: u64,
     pub ra_offset: u32,
-    pub pad: u32,
+    /// `WM_CFA_*` in bits 0-7, the saved `%rbp`'s offset from the CFA
+    /// (an `i16`, 0: not saved) in bits 16-31.
+    pub rule: u32,
 }
 
+/// `WM_CFA_NONE`: no rule, the frame-pointer step.
+pub(crate) const CFA_NONE: u32 = 0;
+/// `WM_CFA_RSP`: CFA = `%rsp` + `ra_offset` + 8.
+pub(crate) const CFA_RSP: u32 = 1;
+/// `WM_CFA_RBP`: CFA = `%rbp` + `ra_offset` + 8.
+pub(crate) const CFA_RBP: u32 = 2;
+/// `WM_CFA_END`: the outermost frame (return address undefined).
+pub(crate) const CFA_END: u32 = 3;
+
+/// The `rule` word of a row.
+pub(crate) fn rule(cfa: u32, rbp_offset: i16) -> u32 {
+    cfa | (u32::from(rbp_offset.cast_unsigned()) << 16)
+}
+
+/// `WM_STACK_DEPTH`: frames kept per stack.
+pub(crate) const STACK_DEPTH: usize = 127;
+
+/// `struct wm_stack`: a stored stack, innermost frame first, zero-padded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StoredStack {
+    pub hash: u64,
+    pub ips: [u64; STACK_DEPTH],
+}
+
+impl StoredStack {
+    /// The frames: the addresses before the padding (no frame is at
+    /// address 0).
+    pub(crate) fn frames(&self) -> Vec<u64> {
+        self.ips.iter().copied().take_while(|ip| *ip != 0).collect()
+    }
+}
+
+const _: () = assert!(size_of::<StoredStack>() == 1024);
 const _: () = assert!(size_of::<StackKey>() == 64);
 const _: () = assert!(size_of::<LeafRow>() == 16);
 const _: () = assert!(size_of::<StackCountValue>() == 16);
@@ -68,6 +104,8 @@ unsafe impl aya::Pod for StackKey {}
 unsafe impl aya::Pod for StackCountValue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for LeafRow {}
+// SAFETY: as above.
+unsafe impl aya::Pod for StoredStack {}
 
 /// The cause of an off-CPU entry (`WM_OFF_*`).
 pub(crate) fn cause(raw: u32) -> OffCpuCause {
@@ -94,6 +132,20 @@ pub(crate) fn stack_id(raw: i32) -> Result<u32, MissingStack> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_stack_frames_end_at_the_padding() {
+        let mut s = StoredStack {
+            hash: 1,
+            ips: [0; STACK_DEPTH],
+        };
+        assert!(s.frames().is_empty());
+        s.ips[0] = 0xffff_ffff_8100_0000;
+        s.ips[1] = 0x4000;
+        assert_eq!(s.frames(), [0xffff_ffff_8100_0000, 0x4000]);
+        s.ips = [7; STACK_DEPTH];
+        assert_eq!(s.frames().len(), STACK_DEPTH);
+    }
 
     #[test]
     fn stack_ids_and_causes() {

@@ -1,32 +1,32 @@
-//! The leaf table: one step of `.eh_frame` unwinding for the innermost
-//! (leaf) frame of a user stack, done in the kernel by `leaf_caller()` of
-//! `stacks.bpf.c`.
+//! The unwind table: the target's user stacks unwound in the kernel from
+//! its modules' `.eh_frame`, by `unwind_step()` of `stacks.bpf.c`.
 //!
-//! The kernel's user-stack walk follows frame pointers. A leaf frame in a
-//! function built without them (Debian's C library: `epoll_wait`, `write`,
-//! the futex wrappers) has not pushed `%rbp`, so the walk goes from the
-//! leaf's address straight to its caller's *return* address: the direct
-//! caller, the call site a user wants named, is skipped. Its return
-//! address lies on the stack at `sp + n`, with `n` given by the function's
-//! call frame information (CFI) for the exact instruction.
+//! The kernel's user-stack walk follows frame pointers. Code built without
+//! them (Debian's C library, nginx, redis, most distribution packages) uses
+//! `%rbp` as a general register: the walk skips callers and reads data
+//! words as return addresses. Each row of the table says, for an address
+//! range, where the frame's canonical frame address (CFA) is (`%rsp` or
+//! `%rbp` plus an offset), that the return address lies at CFA - 8, and
+//! where the caller's `%rbp` was saved, from the call frame information
+//! (CFI) for the exact instruction; the program looks each frame's address
+//! up (a binary search) and steps to its caller, up to `WM_STACK_DEPTH`
+//! frames. An address without a rule takes the frame-pointer step.
 //!
 //! Why a table in the kernel rather than copies of the stack unwound in
 //! user space (with framehop or gimli's `UnwindTable` per sample): the
 //! counts are aggregated in the kernel, one entry per distinct stack, with
-//! no per-event work in user space. Two samples with the same
-//! frame-pointer stack can have different direct callers (callbacks called
-//! through one pointer that each call `write`), so the caller must be part
-//! of the key, found when the event happens. The table gives, for every
-//! address range of the target's code without a frame pointer, where the
-//! return address is; the program looks the leaf's address up (a binary
-//! search) and reads that one word.
+//! no per-event work in user space and no stack copies (8 to 64 KiB per
+//! event).
 //!
 //! Built once per attach from the modules mapped executable in the target
-//! then (a module loaded later gets no rows: its leaf frames keep the walk
-//! as it is). Modules whose functions mostly set up `%rbp` as the frame
-//! pointer get no rows: the walk is right there. x86_64 only: on aarch64 a
-//! leaf's return address is in the link register, not on the stack, and
-//! the table stays empty.
+//! then: the C library first, then the other modules without frame
+//! pointers in address order, then those with frame pointers while there is
+//! room (the walk is right in most of their code; the rows make leaf
+//! functions and prologues exact). A module loaded later (`dlopen`) or JIT
+//! code gets no rows: its frames take the frame-pointer step, and where
+//! that fails the stack is marked truncated. The row's `ra_offset` also
+//! serves the table's checks against readelf. x86_64 only: on aarch64 the
+//! table stays empty and the kernel's frame-pointer walk is used.
 
 use std::fs::{self, File};
 
@@ -37,11 +37,11 @@ use gimli::{
 use object::read::elf::ElfFile64;
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags};
 
-use super::abi::{LeafRow, NO_RA_OFFSET};
+use super::abi::{CFA_END, CFA_NONE, CFA_RBP, CFA_RSP, LeafRow, NO_RA_OFFSET, rule};
 
-/// Most rows uploaded (16 bytes of kernel memory each: at most 2 MiB). The
+/// Most rows uploaded (16 bytes of kernel memory each: at most 4 MiB). The
 /// C library takes about 7,000 after merging.
-pub(crate) const MAX_LEAF_ROWS: usize = 131_072;
+pub(crate) const MAX_LEAF_ROWS: usize = 262_144;
 
 /// Largest distance from `sp` to a return address that the table keeps, in
 /// bytes: beyond it the frame is left to the walk.
@@ -57,7 +57,8 @@ pub(crate) struct LeafTableStats {
     pub modules: u32,
     /// Modules with rows in the table.
     pub modules_with_rows: u32,
-    /// Modules left out because their functions keep frame pointers.
+    /// Modules whose functions keep frame pointers (their rows are added
+    /// after the others', when there is room).
     pub frame_pointer_modules: u32,
     /// Modules left out: no `.eh_frame`, not a 64-bit ELF file, unreadable
     /// or corrupt CFI, or too many rows for what was left of
@@ -130,6 +131,10 @@ pub(crate) fn build(pid: u32) -> LeafTable {
     // process linked against large libraries (OpenSSL, libstdc++) has more
     // rows than the table holds. Then the others, in address order.
     mappings.sort_by_key(|m| !is_c_library(&m.path));
+    // Modules with frame pointers come after the others: the walk is
+    // right in most of their code, the rows make it exact in their leaf
+    // functions and prologues when there is room.
+    let mut deferred: Vec<Vec<LeafRow>> = Vec::new();
     for mapping in mappings {
         table.stats.modules += 1;
         // map_files opens what is mapped even from another mount namespace
@@ -143,12 +148,21 @@ pub(crate) fn build(pid: u32) -> LeafTable {
             .ok()
             .and_then(|f| module_rows(&ReadCache::new(f), &mapping));
         match module {
-            Some(ModuleRows::FramePointers) => table.stats.frame_pointer_modules += 1,
+            Some(ModuleRows::FramePointers(new)) => {
+                table.stats.frame_pointer_modules += 1;
+                deferred.push(new);
+            }
             Some(ModuleRows::Rows(new)) if rows.len() + new.len() <= MAX_LEAF_ROWS => {
                 table.stats.modules_with_rows += 1;
                 rows.extend(new);
             }
             Some(ModuleRows::Rows(_)) | None => table.stats.skipped_modules += 1,
+        }
+    }
+    for new in deferred {
+        if rows.len() + new.len() <= MAX_LEAF_ROWS {
+            table.stats.modules_with_rows += 1;
+            rows.extend(new);
         }
     }
     table.rows = normalize(rows);
@@ -172,8 +186,9 @@ fn is_c_library(path: &str) -> bool {
 
 /// The rows of one module, or why it has none.
 enum ModuleRows {
-    /// Most of its functions set up a frame pointer.
-    FramePointers,
+    /// Most of its functions set up a frame pointer: its rows, to add when
+    /// there is room.
+    FramePointers(Vec<LeafRow>),
     /// Its rows, merged, at the addresses of the mapping.
     Rows(Vec<LeafRow>),
 }
@@ -212,11 +227,23 @@ fn eh_frame_rows<'a, R: object::ReadRef<'a>>(
     if let Some(text) = elf.section_by_name(".text") {
         bases = bases.set_text(text.address());
     }
-    cfi_rows(bytes, &bases, bias).ok()
+    // The PLT's stubs: their CFI is a DWARF expression (the CFA depends on
+    // the instruction's offset in its 16-byte entry).
+    let plt: Vec<(u64, u64)> = elf
+        .sections()
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    cfi_rows(bytes, &bases, bias, &plt).ok()
 }
 
 /// The rows of an `.eh_frame` section, at addresses + `bias`.
-fn cfi_rows(eh_frame: &[u8], bases: &BaseAddresses, bias: u64) -> gimli::Result<ModuleRows> {
+fn cfi_rows(
+    eh_frame: &[u8],
+    bases: &BaseAddresses,
+    bias: u64,
+    plt: &[(u64, u64)],
+) -> gimli::Result<ModuleRows> {
     let section = EhFrame::new(eh_frame, LittleEndian);
     let mut context = Box::new(UnwindContext::new());
     let mut entries = section.entries(bases);
@@ -232,37 +259,92 @@ fn cfi_rows(eh_frame: &[u8], bases: &BaseAddresses, bias: u64) -> gimli::Result<
         let mut sets_frame_pointer = false;
         let mut table = fde.rows(&section, bases, &mut context)?;
         while let Some(row) = table.next_row()? {
-            let ra_offset = match (row.cfa(), row.register(return_address)) {
-                (
-                    CfaRule::RegisterAndOffset { register, offset },
-                    Some(RegisterRule::Offset(at)),
-                ) if *register == X86_64::RSP => offset
-                    .checked_add(at)
-                    .filter(|n| (0..=MAX_RA_OFFSET).contains(n))
-                    .and_then(|n| u32::try_from(n).ok())
-                    .unwrap_or(NO_RA_OFFSET),
-                (CfaRule::RegisterAndOffset { register, .. }, _) => {
-                    sets_frame_pointer |= *register == X86_64::RBP;
-                    NO_RA_OFFSET
-                }
-                _ => NO_RA_OFFSET,
+            if let CfaRule::RegisterAndOffset { register, .. } = row.cfa() {
+                sets_frame_pointer |= *register == X86_64::RBP;
+            }
+            let in_plt = plt
+                .iter()
+                .any(|(start, end)| (*start..*end).contains(&row.start_address()));
+            let (ra_offset, rule) = if in_plt && matches!(row.cfa(), CfaRule::Expression(_)) {
+                // A PLT stub jumps through the GOT with the return address
+                // at %rsp (the lazy-binding path pushes one more word, and
+                // its reading then lies outside every mapping: the stack is
+                // cut there, not continued).
+                (0, rule(CFA_RSP, 0))
+            } else {
+                row_rule(
+                    row.cfa(),
+                    row.register(return_address),
+                    row.register(X86_64::RBP),
+                )
             };
-            rows.push(row_at(row.start_address().wrapping_add(bias), ra_offset));
+            rows.push(LeafRow {
+                start: row.start_address().wrapping_add(bias),
+                ra_offset,
+                rule,
+            });
         }
         rows.push(row_at(fde.end_address().wrapping_add(bias), NO_RA_OFFSET));
         with_frame_pointer += u32::from(sets_frame_pointer);
     }
     if functions > 0 && with_frame_pointer >= functions / 2 {
-        return Ok(ModuleRows::FramePointers);
+        return Ok(ModuleRows::FramePointers(normalize(rows)));
     }
     Ok(ModuleRows::Rows(normalize(rows)))
+}
+
+/// One row's `ra_offset` and `rule` from its CFI: the CFA as `%rsp` or
+/// `%rbp` plus an offset, the return address at CFA - 8 (always so on
+/// x86_64), `%rbp` unchanged or saved at CFA + n. Anything else (a DWARF
+/// expression, a register rule the kernel program does not follow) is
+/// `WM_CFA_NONE`: the frame-pointer step, as without a table.
+fn row_rule(
+    cfa: &CfaRule<usize>,
+    ra: Option<RegisterRule<usize>>,
+    rbp: Option<RegisterRule<usize>>,
+) -> (u32, u32) {
+    const NONE: (u32, u32) = (NO_RA_OFFSET, CFA_NONE);
+    if ra == Some(RegisterRule::Undefined) {
+        return (NO_RA_OFFSET, CFA_END);
+    }
+    let CfaRule::RegisterAndOffset { register, offset } = cfa else {
+        return NONE;
+    };
+    let kind = match *register {
+        X86_64::RSP => CFA_RSP,
+        X86_64::RBP => CFA_RBP,
+        _ => return NONE,
+    };
+    let Some(ra_offset) = (match ra {
+        Some(RegisterRule::Offset(-8)) => offset
+            .checked_sub(8)
+            .filter(|n| (0..=MAX_RA_OFFSET).contains(n))
+            .and_then(|n| u32::try_from(n).ok()),
+        _ => None,
+    }) else {
+        return NONE;
+    };
+    // Not mentioned: unchanged (x86_64's %rbp is callee-saved).
+    let rbp_offset = match rbp {
+        None | Some(RegisterRule::SameValue) => 0,
+        Some(RegisterRule::Offset(n)) => match i16::try_from(n) {
+            Ok(n) if n != 0 => n,
+            _ => return NONE,
+        },
+        _ => return NONE,
+    };
+    (ra_offset, rule(kind, rbp_offset))
 }
 
 fn row_at(start: u64, ra_offset: u32) -> LeafRow {
     LeafRow {
         start,
         ra_offset,
-        pad: 0,
+        rule: if ra_offset == NO_RA_OFFSET {
+            CFA_NONE
+        } else {
+            CFA_RSP
+        },
     }
 }
 
@@ -270,7 +352,7 @@ fn row_at(start: u64, ra_offset: u32) -> LeafRow {
 /// over the end marker of the function before it) and merges runs with the
 /// same offset: what the program's binary search needs.
 fn normalize(mut rows: Vec<LeafRow>) -> Vec<LeafRow> {
-    rows.sort_by_key(|r| (r.start, r.ra_offset != NO_RA_OFFSET));
+    rows.sort_by_key(|r| (r.start, r.rule != CFA_NONE));
     let mut out: Vec<LeafRow> = Vec::with_capacity(rows.len());
     for row in rows {
         match out.last_mut() {
@@ -278,28 +360,17 @@ fn normalize(mut rows: Vec<LeafRow>) -> Vec<LeafRow> {
             _ => out.push(row),
         }
     }
-    out.dedup_by(|next, kept| next.ra_offset == kept.ra_offset);
+    out.dedup_by(|next, kept| next.ra_offset == kept.ra_offset && next.rule == kept.rule);
     out
 }
 
-/// Where the return address of a leaf frame at `ip` lies, as `sp + n`: the
-/// lookup `leaf_caller()` makes in the kernel.
+/// Where the return address of a frame at `ip` lies, as `sp + n`, when its
+/// CFA is `%rsp`-based: the lookup `unwind_step()` makes in the kernel.
 #[cfg(test)]
 pub(crate) fn ra_offset(rows: &[LeafRow], ip: u64) -> Option<u32> {
     let at = rows.partition_point(|r| r.start <= ip).checked_sub(1)?;
     let n = rows[at].ra_offset;
-    (n != NO_RA_OFFSET).then_some(n)
-}
-
-/// Puts `caller`, the leaf's direct caller found by `leaf_caller()`, into a
-/// frame-pointer stack (innermost first) right after the leaf, unless the
-/// walk already has it there or there is no leaf. Returns whether it did.
-pub(crate) fn splice_leaf_caller(frames: &mut Vec<u64>, caller: u64) -> bool {
-    if caller == 0 || frames.is_empty() || frames.get(1) == Some(&caller) {
-        return false;
-    }
-    frames.insert(1, caller);
-    true
+    (rows[at].rule & 0xff == CFA_RSP && n != NO_RA_OFFSET).then_some(n)
 }
 
 #[cfg(test)]
@@ -388,14 +459,24 @@ mod tests {
         let (mut checked, mut recoverable) = (0usize, 0usize);
         let mut fde_start: Option<u64> = None;
         let mut fde_rows = 0usize;
+        // The PLT's expression rows: the return address at %rsp.
+        let plt: Vec<(u64, u64)> = elf
+            .sections()
+            .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+            .map(|s| (s.address(), s.address() + s.size()))
+            .collect();
         let mut expect = |loc: u64, cfa: &str, ra: &str| {
-            let want = cfa
-                .strip_prefix("rsp+")
-                .and_then(|n| n.parse::<i64>().ok())
-                .filter(|_| ra == "c-8")
-                .map(|n| n - 8)
-                .filter(|n| (0..=MAX_RA_OFFSET).contains(n))
-                .map(|n| u32::try_from(n).expect("small"));
+            let in_plt = plt.iter().any(|(a, b)| (*a..*b).contains(&loc));
+            let want = if cfa == "exp" && in_plt {
+                Some(0)
+            } else {
+                cfa.strip_prefix("rsp+")
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .filter(|_| ra == "c-8")
+                    .map(|n| n - 8)
+                    .filter(|n| (0..=MAX_RA_OFFSET).contains(n))
+                    .map(|n| u32::try_from(n).expect("small"))
+            };
             assert_eq!(
                 ra_offset(&rows, loc),
                 want,
@@ -441,6 +522,93 @@ mod tests {
         );
     }
 
+    /// Bad input gives no rows, never made-up ones: a file that is no ELF
+    /// file, an `.eh_frame` of garbage or cut short.
+    #[test]
+    fn malformed_input_gives_no_rows() {
+        let mapping = Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: "/x".into(),
+        };
+        assert!(module_rows(&b"not an ELF file at all"[..], &mapping).is_none());
+        let bases = BaseAddresses::default();
+        let garbage = [0xffu8; 64];
+        assert!(!matches!(
+            cfi_rows(&garbage, &bases, 0, &[]),
+            Ok(ModuleRows::Rows(ref r)) if !r.is_empty()
+        ));
+        // The C library's own .eh_frame, cut in the middle of an entry.
+        #[cfg(target_arch = "x86_64")]
+        {
+            let maps = fs::read_to_string("/proc/self/maps").expect("maps");
+            let libc = exec_mappings(&maps)
+                .into_iter()
+                .find(|m| m.path.contains("/libc.so"))
+                .expect("this test links the C library");
+            let data = fs::read(&libc.path).expect("read the C library");
+            let elf = ElfFile64::<object::Endianness, _>::parse(&data[..]).expect("ELF");
+            let section = elf.section_by_name(".eh_frame").expect(".eh_frame");
+            let bytes = section.data().expect("data");
+            let bases = BaseAddresses::default().set_eh_frame(section.address());
+            let cut = &bytes[..bytes.len() / 2 + 3];
+            assert!(cfi_rows(cut, &bases, 0, &[]).is_err());
+        }
+    }
+
+    #[test]
+    fn row_rules_follow_the_cfi() {
+        let rsp = |offset| CfaRule::RegisterAndOffset {
+            register: X86_64::RSP,
+            offset,
+        };
+        let rbp = |offset| CfaRule::RegisterAndOffset {
+            register: X86_64::RBP,
+            offset,
+        };
+        let ra = || Some(RegisterRule::Offset(-8));
+        // A function's entry: CFA = rsp+8, %rbp untouched.
+        assert_eq!(row_rule(&rsp(8), ra(), None), (0, rule(CFA_RSP, 0)));
+        // After `push %rbp; mov %rsp,%rbp`: CFA = rbp+16, %rbp at CFA-16.
+        assert_eq!(
+            row_rule(&rbp(16), ra(), Some(RegisterRule::Offset(-16))),
+            (8, rule(CFA_RBP, -16))
+        );
+        // A frameless function that saved %rbp among other registers.
+        let (off, r) = row_rule(&rsp(0x38), ra(), Some(RegisterRule::Offset(-24)));
+        assert_eq!(
+            (off, r & 0xff, (r >> 16) as u16 as i16),
+            (0x30, CFA_RSP, -24)
+        );
+        // The outermost frame (_start, a thread's clone): the end.
+        assert_eq!(
+            row_rule(&rsp(8), Some(RegisterRule::Undefined), None),
+            (NO_RA_OFFSET, CFA_END)
+        );
+        // What the program does not follow: the frame-pointer step.
+        let none = (NO_RA_OFFSET, CFA_NONE);
+        let other = CfaRule::RegisterAndOffset {
+            register: X86_64::RBX,
+            offset: 8,
+        };
+        assert_eq!(row_rule(&other, ra(), None), none);
+        assert_eq!(
+            row_rule(&rsp(8), Some(RegisterRule::Offset(-16)), None),
+            none
+        );
+        assert_eq!(row_rule(&rsp(8), None, None), none);
+        assert_eq!(row_rule(&rsp(MAX_RA_OFFSET + 16), ra(), None), none);
+        assert_eq!(
+            row_rule(&rsp(8), ra(), Some(RegisterRule::Offset(1 << 20))),
+            none
+        );
+        assert_eq!(
+            row_rule(&rsp(8), ra(), Some(RegisterRule::Register(X86_64::RBX))),
+            none
+        );
+    }
+
     #[test]
     fn rows_are_sorted_one_per_start_and_merged() {
         let rows = normalize(vec![
@@ -471,42 +639,5 @@ mod tests {
         assert_eq!(ra_offset(&rows, 0x150), None);
         assert_eq!(ra_offset(&rows, 0x2ff), Some(8));
         assert_eq!(ra_offset(&rows, u64::MAX), None);
-    }
-
-    /// A fake leaf frame: a stack window as the kernel would read it, the
-    /// return address where the table says, spliced after the leaf.
-    #[test]
-    fn the_caller_read_at_the_table_offset_is_spliced_after_the_leaf() {
-        let rows = normalize(vec![row_at(0x1000, 0x28), row_at(0x1080, NO_RA_OFFSET)]);
-        let sp = 0x7ffd_0000_1000u64;
-        let mut window = [0u64; 16];
-        window[0x28 / 8] = 0x40_1234; // return address into the direct caller
-        window[0x30 / 8] = 0x7ffd_0000_2000; // saved data, not an address
-        let read = |addr: u64| -> Option<u64> {
-            let index = usize::try_from(addr.checked_sub(sp)? / 8).ok()?;
-            window.get(index).copied()
-        };
-        let leaf_ip = 0x1042;
-        let caller = ra_offset(&rows, leaf_ip)
-            .and_then(|n| read(sp + u64::from(n)))
-            .unwrap_or(0);
-        assert_eq!(caller, 0x40_1234);
-        // The walk went from the leaf to the caller's caller.
-        let mut frames = vec![leaf_ip, 0x40_0500, 0x40_0100];
-        assert!(splice_leaf_caller(&mut frames, caller));
-        assert_eq!(frames, vec![leaf_ip, 0x40_1234, 0x40_0500, 0x40_0100]);
-        // Already there, nothing recovered, or no stack: unchanged.
-        assert!(!splice_leaf_caller(&mut frames, 0x40_1234));
-        assert!(!splice_leaf_caller(&mut frames, 0));
-        let mut empty = Vec::new();
-        assert!(!splice_leaf_caller(&mut empty, 0x40_1234));
-        // A window that does not reach the offset recovers nothing.
-        let short = |addr: u64| (addr < sp + 0x20).then_some(0u64);
-        assert_eq!(
-            ra_offset(&rows, leaf_ip).and_then(|n| short(sp + u64::from(n))),
-            None
-        );
-        // A leaf the table leaves to the walk (a frame pointer) neither.
-        assert_eq!(ra_offset(&rows, 0x1090), None);
     }
 }

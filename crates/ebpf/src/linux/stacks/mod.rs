@@ -9,11 +9,11 @@ use std::collections::HashMap as StdHashMap;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
-use self::abi::{StackCountValue, StackKey};
+use self::abi::{StackCountValue, StackKey, StoredStack};
 use self::perf::CpuClockEvents;
 use super::sys::{self, ExitWatch};
 use super::{Hook, attach_hook, kernel_btf, program_error, program_of, take_map};
@@ -52,6 +52,14 @@ const OFF_CPU_HOOKS: [Hook; 2] = [
     },
 ];
 
+/// Attached for every kind when the unwind table has rows: an exec of the
+/// target makes the table stale (see `on_exec()` in stacks.bpf.c).
+const EXEC_HOOK: Hook = Hook {
+    tracepoint: "sched_process_exec",
+    btf_program: "tpbtf_stack_exec",
+    raw_program: "rawtp_stack_exec",
+};
+
 const WAKEUP_HOOKS: [Hook; 1] = [Hook {
     tracepoint: "sched_waking",
     btf_program: "tpbtf_stack_waking",
@@ -77,7 +85,7 @@ pub(crate) struct StackSession {
     /// `None` once stopped.
     attached: Option<Attached>,
     counts: HashMap<MapData, StackKey, StackCountValue>,
-    stacks: StackTraceMap<MapData>,
+    stacks: HashMap<MapData, u32, StoredStack>,
     lost: PerCpuArray<MapData, u64>,
 }
 
@@ -161,6 +169,9 @@ impl StackSession {
             }
         }
 
+        if leaf_rows > 0 {
+            attach_hook(&mut ebpf, &EXEC_HOOK, options.attach_kind, btf)?;
+        }
         let events = match options.kind {
             StackKind::OnCpu => {
                 let program: &mut PerfEvent = program_of(&mut ebpf, ON_CPU_PROGRAM)?;
@@ -184,7 +195,7 @@ impl StackSession {
         let counts = HashMap::try_from(take_map(&mut ebpf, "stack_counts")?)
             .map_err(map_error("stack_counts"))?;
         let stacks =
-            StackTraceMap::try_from(take_map(&mut ebpf, "stacks")?).map_err(map_error("stacks"))?;
+            HashMap::try_from(take_map(&mut ebpf, "stacks")?).map_err(map_error("stacks"))?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, "stack_lost")?)
             .map_err(map_error("stack_lost"))?;
         Ok(StackSession {
@@ -246,23 +257,12 @@ impl StackSession {
                 let id = abi::stack_id(raw)?;
                 frames
                     .entry(id)
-                    .or_insert_with(|| {
-                        self.stacks
-                            .get(&id, 0)
-                            .ok()
-                            .map(|t| t.frames().iter().map(|f| f.ip).collect())
-                    })
+                    .or_insert_with(|| self.stacks.get(&id, 0).ok().map(|t| t.frames()))
                     .clone()
                     .ok_or(MissingStack::Evicted)
             };
-            let mut user_stack = stack(key.user_stack);
+            let user_stack = stack(key.user_stack);
             let kernel_stack = stack(key.kernel_stack);
-            let leaf_caller = match &mut user_stack {
-                Ok(frames) => {
-                    leaf::splice_leaf_caller(frames, key.leaf_caller).then_some(key.leaf_caller)
-                }
-                Err(_) => None,
-            };
             entries.push(StackCount {
                 tid: key.tid,
                 thread_name: super::abi::comm_str(&key.comm),
@@ -271,7 +271,6 @@ impl StackSession {
                     .then(|| (key.waker_tid, super::abi::comm_str(&key.waker_comm))),
                 user_stack,
                 kernel_stack,
-                leaf_caller,
                 count: value.count,
                 total_ns: value.total_ns,
             });
@@ -289,7 +288,7 @@ impl StackSession {
             stack_collisions: lost_of(abi::LOST_COLLISION)?,
             stacks_full: lost_of(abi::LOST_STACKS_FULL)?,
             off_cpu_spans: lost_of(abi::LOST_OFF_START_FULL)?,
-            leaf_callers: lost_of(abi::LOST_LEAF_CALLER)?,
+            truncated_unwinds: lost_of(abi::LOST_UNWIND_TRUNCATED)?,
         };
         Ok(StackCounts {
             kind: self.kind,

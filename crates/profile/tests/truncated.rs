@@ -1,0 +1,89 @@
+//! Stacks through code whose `%rbp` holds data, not a frame pointer: the
+//! frame-pointer walk reads data words as return addresses; the profile
+//! must cut the stack there with a `[truncated]` marker, never show them
+//! as callers (root: eBPF; x86_64: the program sets `%rbp` in assembly).
+#![cfg(target_arch = "x86_64")]
+
+mod common;
+
+/// One capture at a time: the programs need the CPUs (two cores here).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+use std::time::Duration;
+
+use wakemeter_profile::{Profile, ProfileOptions, Profiler, StackGap, StackKind, Target};
+
+/// The words garbage.c leaves where a frame-pointer walk looks for return
+/// addresses: a sleep's `tv_nsec` and a buffer's bytes.
+const DATA_WORDS: [u64; 2] = [0x4c4b40, 0x6161_6161_6161_6161];
+
+fn capture(kind: StackKind) -> Profile {
+    let program = common::build(
+        "garbage",
+        "garbage-nofp",
+        &["-g", "-O1", "-fomit-frame-pointer", "-mno-red-zone"],
+    );
+    let child = common::start(&program, &[]);
+    Profiler::new()
+        .capture(
+            Target::Pid(child.pid()),
+            &ProfileOptions::new(kind),
+            Duration::from_secs(3),
+        )
+        .expect("capture")
+}
+
+/// Checks that the stacks through `function` were cut, with the marker, and
+/// that no data word is a frame anywhere.
+fn assert_cut(profile: &Profile, function: &str) {
+    for s in &profile.samples {
+        for f in &s.frames {
+            assert!(
+                !DATA_WORDS.contains(&f.address) && !DATA_WORDS.contains(&(f.address - 1)),
+                "data word shown as a frame: {:?}",
+                s.frames
+            );
+        }
+    }
+    let through: Vec<_> = profile
+        .samples
+        .iter()
+        .filter(|s| s.contains_function(function))
+        .collect();
+    assert!(!through.is_empty(), "no stack through {function}");
+    let weight: u64 = through.iter().map(|s| s.count).sum();
+    let cut: u64 = through
+        .iter()
+        .filter(|s| s.gaps.contains(&StackGap::UserTruncated))
+        .map(|s| s.count)
+        .sum();
+    // Every stack from inside the assembly is cut; a sample just before or
+    // after it (%rbp not yet or no longer set) may be whole.
+    assert!(
+        cut * 10 >= weight * 8,
+        "{cut} of {weight} stacks through {function} marked truncated"
+    );
+    let lines = wakemeter_profile::folded::to_folded_lines(profile);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("[truncated]") && l.contains(function)),
+        "{lines:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn off_cpu_stacks_end_at_data_words() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let profile = capture(StackKind::OffCpu);
+    assert_cut(&profile, "sleep_with_data_in_rbp");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn on_cpu_stacks_end_at_data_words() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let profile = capture(StackKind::OnCpu);
+    assert_cut(&profile, "spin_with_data_in_rbp");
+}
