@@ -10,8 +10,6 @@ use crate::proto::{
     ThreadDescriptor, TracePacket, TrackDescriptor, TrackEvent, clock, event_type, unit,
 };
 
-/// The one writer sequence of a trace made by this crate.
-const SEQUENCE_ID: u32 = 1;
 /// Counter values carried by one packet at most, so that a packet stays
 /// small (about 10 bytes per value) whatever the thread count.
 const MAX_VALUES_PER_PACKET: usize = 512;
@@ -164,6 +162,9 @@ struct FindingTrack {
 #[derive(Debug)]
 pub struct TraceEncoder {
     pid: u32,
+    /// Its writer sequence; also the high 32 bits of its track uuids, so
+    /// that several processes share one file.
+    sequence: u32,
     process_uuid: u64,
     next_uuid: u64,
     process: [Option<Counter>; 2],
@@ -184,12 +185,16 @@ pub struct TraceEncoder {
 
 impl TraceEncoder {
     /// An encoder for the process `target` (its PID and name go into the
-    /// process descriptor).
-    pub fn new(target: &TargetIdentity) -> Self {
+    /// process descriptor), writing on sequence `sequence` (1 or more;
+    /// give each process of one file its own).
+    pub fn new(target: &TargetIdentity, sequence: u32) -> Self {
+        let sequence = sequence.max(1);
+        let base = u64::from(sequence) << 32;
         TraceEncoder {
             pid: target.pid,
-            process_uuid: 1,
-            next_uuid: 2,
+            sequence,
+            process_uuid: base | 1,
+            next_uuid: base | 2,
             process: [None; 2],
             threads: HashMap::new(),
             loops: HashMap::new(),
@@ -210,13 +215,13 @@ impl TraceEncoder {
         push(
             out,
             &TracePacket {
-                trusted_packet_sequence_id: Some(SEQUENCE_ID),
+                trusted_packet_sequence_id: Some(self.sequence),
                 sequence_flags: Some(proto::SEQ_INCREMENTAL_STATE_CLEARED),
                 first_packet_on_sequence: Some(true),
                 ..Default::default()
             },
         );
-        clock_snapshot(out);
+        clock_snapshot(out, self.sequence);
         self.describe(
             out,
             TrackDescriptor {
@@ -264,7 +269,7 @@ impl TraceEncoder {
         push(
             out,
             &TracePacket {
-                trusted_packet_sequence_id: Some(SEQUENCE_ID),
+                trusted_packet_sequence_id: Some(self.sequence),
                 track_descriptor: Some(d),
                 ..Default::default()
             },
@@ -445,7 +450,7 @@ impl TraceEncoder {
         self.generation += 1;
         self.intervals += 1;
         if self.intervals.is_multiple_of(CLOCK_SNAPSHOT_EVERY) {
-            clock_snapshot(out);
+            clock_snapshot(out, self.sequence);
         }
         let start = i.end_monotonic_ns.saturating_sub(i.duration_ns);
         let secs = i.duration_ns as f64 / 1e9;
@@ -519,7 +524,7 @@ impl TraceEncoder {
             }
         }
         let values = std::mem::take(&mut self.values);
-        counters(out, start, &values);
+        counters(out, self.sequence, start, &values);
         self.values = values;
         self.values.clear();
         self.set(
@@ -529,7 +534,7 @@ impl TraceEncoder {
             out,
         );
         let values = std::mem::take(&mut self.values);
-        counters(out, i.end_monotonic_ns, &values);
+        counters(out, self.sequence, i.end_monotonic_ns, &values);
         self.values = values;
         let g = self.generation;
         self.threads.retain(|_, t| t.seen == g);
@@ -617,15 +622,16 @@ impl TraceEncoder {
             let begin = now_ns.saturating_sub(f.window_ns).max(t.closed_at_ns);
             t.open_since_ns = Some(begin);
             t.last_seen_ns = now_ns;
-            slice_begin(out, begin, uuid, f);
+            slice_begin(out, self.sequence, begin, uuid, f);
             self.findings_written += 1;
             reported.push(key);
         }
+        let seq = self.sequence;
         for (key, t) in &mut self.findings {
             if t.open_since_ns.is_some() && !reported.contains(key) {
                 t.open_since_ns = None;
                 t.closed_at_ns = t.last_seen_ns;
-                slice_end(out, t.last_seen_ns, t.uuid);
+                slice_end(out, seq, t.last_seen_ns, t.uuid);
             }
         }
     }
@@ -633,10 +639,11 @@ impl TraceEncoder {
     /// Ends every open finding slice where it was last reported: the last
     /// records of a trace.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
+        let seq = self.sequence;
         for t in self.findings.values_mut() {
             if t.open_since_ns.take().is_some() {
                 t.closed_at_ns = t.last_seen_ns;
-                slice_end(out, t.last_seen_ns, t.uuid);
+                slice_end(out, seq, t.last_seen_ns, t.uuid);
             }
         }
     }
@@ -650,7 +657,7 @@ fn annotation(name: &str, value: String) -> DebugAnnotation {
     }
 }
 
-fn slice_begin(out: &mut Vec<u8>, ts: u64, track: u64, f: &Finding) {
+fn slice_begin(out: &mut Vec<u8>, seq: u32, ts: u64, track: u64, f: &Finding) {
     let evidence = f
         .evidence
         .iter()
@@ -686,7 +693,7 @@ fn slice_begin(out: &mut Vec<u8>, ts: u64, track: u64, f: &Finding) {
         &TracePacket {
             timestamp: Some(ts),
             timestamp_clock_id: Some(clock::MONOTONIC),
-            trusted_packet_sequence_id: Some(SEQUENCE_ID),
+            trusted_packet_sequence_id: Some(seq),
             track_event: Some(TrackEvent {
                 r#type: Some(event_type::SLICE_BEGIN),
                 track_uuid: Some(track),
@@ -700,13 +707,13 @@ fn slice_begin(out: &mut Vec<u8>, ts: u64, track: u64, f: &Finding) {
     );
 }
 
-fn slice_end(out: &mut Vec<u8>, ts: u64, track: u64) {
+fn slice_end(out: &mut Vec<u8>, seq: u32, ts: u64, track: u64) {
     push(
         out,
         &TracePacket {
             timestamp: Some(ts),
             timestamp_clock_id: Some(clock::MONOTONIC),
-            trusted_packet_sequence_id: Some(SEQUENCE_ID),
+            trusted_packet_sequence_id: Some(seq),
             track_event: Some(TrackEvent {
                 r#type: Some(event_type::SLICE_END),
                 track_uuid: Some(track),
@@ -744,7 +751,7 @@ fn push(out: &mut Vec<u8>, p: &TracePacket) {
 /// Counter values at `ts`: one `TYPE_COUNTER` event on the first track,
 /// the others as its extra counter values, in packets of at most
 /// [`MAX_VALUES_PER_PACKET`] values.
-fn counters(out: &mut Vec<u8>, ts: u64, values: &[(u64, f64)]) {
+fn counters(out: &mut Vec<u8>, seq: u32, ts: u64, values: &[(u64, f64)]) {
     for chunk in values.chunks(MAX_VALUES_PER_PACKET) {
         let Some((&(uuid, value), rest)) = chunk.split_first() else {
             continue;
@@ -754,7 +761,7 @@ fn counters(out: &mut Vec<u8>, ts: u64, values: &[(u64, f64)]) {
             &TracePacket {
                 timestamp: Some(ts),
                 timestamp_clock_id: Some(clock::MONOTONIC),
-                trusted_packet_sequence_id: Some(SEQUENCE_ID),
+                trusted_packet_sequence_id: Some(seq),
                 track_event: Some(TrackEvent {
                     r#type: Some(event_type::COUNTER),
                     track_uuid: Some(uuid),
@@ -771,7 +778,7 @@ fn counters(out: &mut Vec<u8>, ts: u64, values: &[(u64, f64)]) {
 
 /// A clock snapshot: MONOTONIC (the trace's timestamps), BOOTTIME
 /// (Perfetto's default trace clock) and REALTIME, read together.
-fn clock_snapshot(out: &mut Vec<u8>) {
+fn clock_snapshot(out: &mut Vec<u8>, seq: u32) {
     let clocks = [
         (clock::MONOTONIC, libc::CLOCK_MONOTONIC),
         (clock::BOOTTIME, libc::CLOCK_BOOTTIME),
@@ -788,7 +795,7 @@ fn clock_snapshot(out: &mut Vec<u8>) {
     push(
         out,
         &TracePacket {
-            trusted_packet_sequence_id: Some(SEQUENCE_ID),
+            trusted_packet_sequence_id: Some(seq),
             clock_snapshot: Some(ClockSnapshot { clocks }),
             ..Default::default()
         },

@@ -4,6 +4,8 @@
 //!
 //! [`PerfettoTrace::start`] follows a sampler and writes a trace file as
 //! it goes (a thread woken by each stored snapshot, no clock of its own);
+//! [`PerfettoFile`] puts several processes in one file, each a
+//! [`ProcessTrace`] polled by the caller (the CLI's `watch` and `record`);
 //! [`TraceEncoder`] is the encoding alone, for other sinks. The tracks
 //! are described on [`TraceEncoder`].
 //!
@@ -30,5 +32,6 @@ mod trace;
 pub use encode::{CLOSE_BYTES_PER_FINDING, MAX_OPEN_FINDINGS, TraceEncoder};
 pub use error::Error;
 pub use trace::{
-    DEFAULT_MAX_BYTES, MIN_MAX_BYTES, PerfettoTrace, TraceConfig, TraceEnd, TraceStatus,
+    DEFAULT_MAX_BYTES, MIN_MAX_BYTES, PerfettoFile, PerfettoTrace, ProcessTrace, TraceConfig,
+    TraceEnd, TraceStatus,
 };

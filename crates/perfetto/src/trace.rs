@@ -91,38 +91,38 @@ pub struct TraceStatus {
     pub intervals: u64,
     /// Finding slices begun.
     pub findings: u64,
-    /// Findings left out (too many open at once).
-    pub findings_dropped: u64,
     /// Set when the trace stopped taking intervals early; the file is
     /// still a complete trace of what came before.
     pub ended: Option<TraceEnd>,
 }
 
-/// The file and the encoder, behind the writer's lock.
-struct State {
+/// The file, behind one lock shared by every process written to it.
+struct Sink {
     file: File,
-    encoder: TraceEncoder,
     status: TraceStatus,
     max_bytes: u64,
-    buf: Vec<u8>,
+    /// The next writer sequence (one per process).
+    next_sequence: u32,
+    /// Processes whose finding slices may still need closing.
+    open_processes: u64,
 }
 
-impl State {
+impl Sink {
     /// Writes `buf` after the last whole record, in one `pwrite` when it
-    /// fits (a process killed by a signal never leaves half a record). On
-    /// failure the file is cut back to its whole records.
-    fn append(&mut self, limit: u64) -> Result<(), TraceEnd> {
-        let len = self.buf.len() as u64;
+    /// fits (a process killed by a signal never leaves half a record),
+    /// unless that would pass `limit`. On failure the file is cut back to
+    /// its whole records.
+    fn append(&mut self, buf: &[u8], limit: u64) -> Result<(), TraceEnd> {
+        let len = buf.len() as u64;
         if self.status.bytes_written.saturating_add(len) > limit {
             return Err(TraceEnd::SizeCap {
                 max_bytes: self.max_bytes,
             });
         }
         let at = self.status.bytes_written;
-        if let Err(e) = self.file.write_all_at(&self.buf, at) {
+        if let Err(e) = self.file.write_all_at(buf, at) {
             // What was written of this record is cut off, so the file
-            // ends on a whole record; if even that fails, the reader
-            // sees a truncated last record, which Perfetto skips.
+            // ends on a whole record.
             let _ = self.file.set_len(at);
             return Err(TraceEnd::WriteFailed {
                 message: e.to_string(),
@@ -132,69 +132,240 @@ impl State {
         Ok(())
     }
 
-    fn sync_status(&mut self) {
-        self.status.intervals = self.encoder.intervals();
-        self.status.findings = self.encoder.findings_written();
-        self.status.findings_dropped = self.encoder.findings_dropped();
-    }
-
-    /// Encodes and writes the intervals from `from` to `to` and the
-    /// findings then; nothing once the trace has ended.
-    fn follow(&mut self, sampler: &Sampler, from: Option<u64>, to: u64) {
-        if self.status.ended.is_some() {
-            return;
-        }
-        let interval = match from {
-            Some(f) => sampler
-                .interval_between(f, to)
-                .or_else(|| sampler.latest_interval()),
-            None => return,
-        };
-        let Some(i) = interval else { return };
-        let findings = sampler.findings();
-        self.buf.clear();
-        let mut buf = std::mem::take(&mut self.buf);
-        self.encoder.interval(&i, &mut buf);
-        self.encoder
-            .findings(i.end_monotonic_ns, &findings, &mut buf);
-        self.buf = buf;
-        let limit = self.max_bytes.saturating_sub(CLOSE_RESERVE);
-        if let Err(end) = self.append(limit) {
-            self.status.ended = Some(end);
-            self.close();
-        }
-        self.sync_status();
-    }
-
-    /// Ends the open finding slices (the last records).
-    fn close(&mut self) {
-        self.buf.clear();
-        let mut buf = std::mem::take(&mut self.buf);
-        self.encoder.finish(&mut buf);
-        self.buf = buf;
-        if !self.buf.is_empty() {
-            let max = self.max_bytes;
-            if let Err(end) = self.append(max) {
-                self.status.ended.get_or_insert(end);
-            }
-        }
-        let _ = self.file.sync_data();
+    /// The limit for intervals: the cap less the room kept to close the
+    /// findings of every process written.
+    fn interval_limit(&self) -> u64 {
+        self.max_bytes
+            .saturating_sub(CLOSE_RESERVE.saturating_mul(self.open_processes))
     }
 }
 
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+fn lock(m: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A Perfetto trace file written from a [`Sampler`]'s snapshots by a
-/// thread of its own, which wakes only when the sampler stores one
-/// ([`Sampler::wait_for_sample`]). Its work is counted as the sampler's
+/// A Perfetto trace file of one or more processes: each added
+/// [`Sampler`] becomes a [`ProcessTrace`] writing on its own sequence,
+/// with its own tracks, into the one file. Cheap to clone.
+#[derive(Clone)]
+pub struct PerfettoFile {
+    sink: Arc<Mutex<Sink>>,
+}
+
+impl std::fmt::Debug for PerfettoFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerfettoFile")
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl PerfettoFile {
+    /// Creates (or truncates) the file at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Create`] when the file cannot be created or written (call
+    /// it before sampling starts, so a bad path stops everything first);
+    /// [`Error::CapTooSmall`] under [`MIN_MAX_BYTES`].
+    pub fn create(path: impl AsRef<Path>, config: TraceConfig) -> Result<PerfettoFile, Error> {
+        if config.max_bytes < MIN_MAX_BYTES {
+            return Err(Error::CapTooSmall {
+                max_bytes: config.max_bytes,
+                min_bytes: MIN_MAX_BYTES,
+            });
+        }
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|source| Error::Create {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(PerfettoFile {
+            sink: Arc::new(Mutex::new(Sink {
+                file,
+                status: TraceStatus {
+                    path,
+                    ..Default::default()
+                },
+                max_bytes: config.max_bytes,
+                next_sequence: 1,
+                open_processes: 0,
+            })),
+        })
+    }
+
+    /// Starts writing `sampler`'s process: its process track now, then
+    /// one interval per [`ProcessTrace::poll`] from the newest snapshot
+    /// stored now on.
+    ///
+    /// # Errors
+    /// [`Error::Create`] when its first records cannot be written; a trace
+    /// that already ended ([`TraceStatus::ended`]) takes no new process.
+    pub fn add(&self, sampler: &Sampler) -> Result<ProcessTrace, Error> {
+        let mut sink = lock(&self.sink);
+        let path = sink.status.path.clone();
+        let create = |message: String| Error::Create {
+            path,
+            source: std::io::Error::other(message),
+        };
+        if let Some(end) = &sink.status.ended {
+            return Err(create(format!("the trace has ended: {end}")));
+        }
+        let sequence = sink.next_sequence;
+        let mut encoder = TraceEncoder::new(sampler.target_identity(), sequence);
+        let mut buf = Vec::new();
+        encoder.header(&mut buf);
+        let limit = sink.interval_limit().saturating_sub(CLOSE_RESERVE);
+        if let Err(end) = sink.append(&buf, limit) {
+            let message = end.to_string();
+            sink.status.ended = Some(end);
+            return Err(create(message));
+        }
+        sink.next_sequence += 1;
+        sink.open_processes += 1;
+        drop(sink);
+        Ok(ProcessTrace {
+            sink: self.sink.clone(),
+            encoder,
+            sampler: sampler.clone(),
+            last: sampler.latest().map(|s| s.seq),
+            buf,
+            closed: false,
+        })
+    }
+
+    /// What the file holds so far.
+    pub fn status(&self) -> TraceStatus {
+        lock(&self.sink).status.clone()
+    }
+}
+
+/// One process's part of a [`PerfettoFile`]: writes the intervals of its
+/// sampler when polled. Dropping it ([`ProcessTrace::finish`]) writes
+/// what was stored since the last poll and ends its open finding slices.
+pub struct ProcessTrace {
+    sink: Arc<Mutex<Sink>>,
+    encoder: TraceEncoder,
+    sampler: Sampler,
+    /// The newest snapshot written up to.
+    last: Option<u64>,
+    buf: Vec<u8>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for ProcessTrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessTrace")
+            .field("pid", &self.sampler.target_identity().pid)
+            .field("intervals", &self.encoder.intervals())
+            .finish()
+    }
+}
+
+impl ProcessTrace {
+    /// Writes the interval from the last snapshot written to the newest
+    /// one stored, with the findings then (nothing if none is newer, or
+    /// once the trace has ended). The work is counted as the sampler's
+    /// overhead ([`Sampler::account`]). Returns whether the trace still
+    /// takes intervals.
+    pub fn poll(&mut self) -> bool {
+        let s = self.sampler.clone();
+        s.account(|| self.poll_uncounted())
+    }
+
+    fn poll_uncounted(&mut self) -> bool {
+        if lock(&self.sink).status.ended.is_some() {
+            return false;
+        }
+        let Some(newest) = self.sampler.latest().map(|s| s.seq) else {
+            return true;
+        };
+        let Some(from) = self.last else {
+            self.last = Some(newest);
+            return true;
+        };
+        if newest <= from {
+            return true;
+        }
+        let interval = self
+            .sampler
+            .interval_between(from, newest)
+            .or_else(|| self.sampler.latest_interval());
+        self.last = Some(newest);
+        let Some(i) = interval else {
+            return true;
+        };
+        let findings = self.sampler.findings();
+        let findings_before = self.encoder.findings_written();
+        self.buf.clear();
+        self.encoder.interval(&i, &mut self.buf);
+        self.encoder
+            .findings(i.end_monotonic_ns, &findings, &mut self.buf);
+        let mut sink = lock(&self.sink);
+        let limit = sink.interval_limit();
+        match sink.append(&self.buf, limit) {
+            Ok(()) => {
+                sink.status.intervals += 1;
+                sink.status.findings += self.encoder.findings_written() - findings_before;
+                true
+            }
+            Err(end) => {
+                sink.status.ended = Some(end);
+                false
+            }
+        }
+    }
+
+    /// Intervals this process has written.
+    pub fn intervals(&self) -> u64 {
+        self.encoder.intervals()
+    }
+
+    /// Writes what was stored since the last poll and ends the open
+    /// finding slices; later polls write nothing.
+    pub fn finish(mut self) {
+        self.close();
+    }
+
+    fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.poll();
+        self.buf.clear();
+        self.encoder.finish(&mut self.buf);
+        let mut sink = lock(&self.sink);
+        sink.open_processes = sink.open_processes.saturating_sub(1);
+        if !self.buf.is_empty() {
+            let max = sink.max_bytes;
+            if let Err(end) = sink.append(&self.buf, max) {
+                sink.status.ended.get_or_insert(end);
+            }
+        }
+        let _ = sink.file.sync_data();
+    }
+}
+
+impl Drop for ProcessTrace {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A Perfetto trace file of one [`Sampler`]'s process, written by a
+/// thread of its own that wakes only when the sampler stores a snapshot
+/// ([`Sampler::wait_for_sample`]); its work is counted as the sampler's
 /// overhead ([`Sampler::account`]). Dropping it (or
-/// [`PerfettoTrace::finish`]) writes the last snapshots and ends the
-/// open finding slices; after each snapshot the file is already a
-/// complete trace, so a process that is killed leaves a readable file.
+/// [`PerfettoTrace::finish`]) writes the last snapshots and ends the open
+/// finding slices; after each snapshot the file is already a complete
+/// trace, so a process that is killed leaves a readable file.
 pub struct PerfettoTrace {
-    state: Arc<Mutex<State>>,
+    file: PerfettoFile,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -214,74 +385,36 @@ impl PerfettoTrace {
     /// ([`Sampler::start`]) before or after.
     ///
     /// # Errors
-    /// [`Error::Create`] when the file cannot be created or written (before
-    /// anything is sampled); [`Error::CapTooSmall`]; [`Error::Spawn`].
+    /// As [`PerfettoFile::create`] and [`PerfettoFile::add`] (before
+    /// anything is sampled); [`Error::Spawn`].
     pub fn start(
         sampler: &Sampler,
         path: impl AsRef<Path>,
         config: TraceConfig,
     ) -> Result<PerfettoTrace, Error> {
-        if config.max_bytes < MIN_MAX_BYTES {
-            return Err(Error::CapTooSmall {
-                max_bytes: config.max_bytes,
-                min_bytes: MIN_MAX_BYTES,
-            });
-        }
-        let path = path.as_ref().to_path_buf();
-        let create = |source| Error::Create {
-            path: path.clone(),
-            source,
-        };
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(create)?;
-        let mut encoder = TraceEncoder::new(sampler.target_identity());
-        let mut buf = Vec::new();
-        encoder.header(&mut buf);
-        file.write_all_at(&buf, 0).map_err(create)?;
-        let state = Arc::new(Mutex::new(State {
-            file,
-            encoder,
-            status: TraceStatus {
-                path: path.clone(),
-                bytes_written: buf.len() as u64,
-                ..Default::default()
-            },
-            max_bytes: config.max_bytes,
-            buf,
-        }));
+        let file = PerfettoFile::create(path, config)?;
+        let mut process = file.add(sampler)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (st, flag, s) = (state.clone(), stop.clone(), sampler.clone());
-        // The newest snapshot now is where the first interval starts.
-        let mut last = s.latest().map(|snap| snap.seq);
+        let (flag, s) = (stop.clone(), sampler.clone());
         let handle = std::thread::Builder::new()
             .name("wakemeter-perfetto".to_string())
             .spawn(move || {
-                loop {
-                    let stopping = flag.load(Ordering::Acquire);
-                    // Once asked to stop, only what is already stored.
-                    let wait = if stopping {
-                        Duration::ZERO
-                    } else {
-                        STOP_CHECK_EVERY
-                    };
-                    match s.wait_for_sample(last, wait) {
-                        SampleWait::Stored { seq } => {
-                            s.account(|| lock(&st).follow(&s, last, seq));
-                            last = Some(seq);
+                let mut last = process.last;
+                while !flag.load(Ordering::Acquire) {
+                    // The timeout only bounds how long a dropped guard
+                    // waits for this thread; writes follow the sampler.
+                    if let SampleWait::Stored { seq } = s.wait_for_sample(last, STOP_CHECK_EVERY) {
+                        last = Some(seq);
+                        if !process.poll() {
+                            break;
                         }
-                        _ if stopping => break,
-                        _ => {}
                     }
                 }
-                s.account(|| lock(&st).close());
+                process.finish();
             })
             .map_err(Error::Spawn)?;
         Ok(PerfettoTrace {
-            state,
+            file,
             stop,
             handle: Some(handle),
         })
@@ -289,7 +422,7 @@ impl PerfettoTrace {
 
     /// What the file holds so far.
     pub fn status(&self) -> TraceStatus {
-        lock(&self.state).status.clone()
+        self.file.status()
     }
 
     /// Writes the snapshots stored so far, ends the open finding slices,

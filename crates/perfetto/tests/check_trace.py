@@ -4,9 +4,10 @@
 
     check_trace.py TRACE [EXPECTED.json]
 
-Always: the file parses as a `Trace`; every packet is on one sequence; the
-process descriptor names a PID; every thread track has a TID, the
-process's PID and a name; every counter track hangs under a described
+Always: the file parses as a `Trace` with no field unknown to the schema;
+each process (a process descriptor with its PID) writes on a sequence of
+its own; every thread track has a TID, a name and the PID of the process
+track it is under; every counter track hangs under a described
 track; every counter event and extra value is on a described counter
 track; every slice begin has an end on its track, with its summary,
 severity, kind, subject, evidence and advice as arguments.
@@ -62,7 +63,7 @@ def main():
     if unknown:
         fail(f"{path}: fields unknown to Perfetto's schema: {unknown}")
     tracks = {}
-    process = None
+    processes = {}
     # Per counter track: [(ts, value)] in file order.
     series = {}
     slices = []  # (track, begin_ts, end_ts or None, event)
@@ -76,7 +77,7 @@ def main():
                 fail(f"track {d.uuid} ({d.name!r}) names parent {d.parent_uuid} before it is described")
             tracks[d.uuid] = d
             if d.HasField("process"):
-                process = d
+                processes[d.process.pid] = d
         if p.HasField("track_event"):
             e = p.track_event
             if not p.HasField("timestamp") or p.timestamp_clock_id != 3:
@@ -111,26 +112,31 @@ def main():
                 if p.timestamp < s[1]:
                     fail("slice ends before it begins")
                 s[2] = p.timestamp
-    if len(seqs) != 1 or 0 in seqs:
-        fail(f"packets on sequences {seqs}, expected one non-zero")
-    if process is None:
+    if 0 in seqs or len(seqs) != len(processes):
+        fail(f"packets on sequences {seqs} for {len(processes)} processes: expected one non-zero sequence each")
+    if not processes:
         fail("no process descriptor")
-    pid = process.process.pid
     threads = {}
     for d in tracks.values():
         if d.HasField("thread"):
             t = d.thread
-            if t.pid != pid or not t.HasField("tid") or not t.HasField("thread_name"):
-                fail(f"thread track {d.uuid} without pid {pid}, tid and name: {t}")
-            threads[t.tid] = d
+            if t.pid not in processes or not t.HasField("tid") or not t.HasField("thread_name"):
+                fail(f"thread track {d.uuid} without the pid of a process, a tid and a name: {t}")
+            if tracks[d.parent_uuid].process.pid != t.pid:
+                fail(f"thread {t.tid} is not under its process's track")
+            threads[(t.pid, t.tid)] = d
         if d.HasField("counter") and not d.HasField("parent_uuid"):
             fail(f"counter track {d.name!r} has no parent")
     strict = len(sys.argv) > 2
     if strict:
-        check_expected(json.load(open(sys.argv[2])), process, tracks, threads, series, slices)
+        exp = json.load(open(sys.argv[2]))
+        if exp["pid"] not in processes:
+            fail(f"no process {exp['pid']} in the trace")
+        mine = {tid: d for (pid, tid), d in threads.items() if pid == exp["pid"]}
+        check_expected(exp, processes[exp["pid"]], tracks, mine, series, slices)
     values = sum(len(v) for v in series.values())
     print(f"check_trace: ok: {path}: {len(data)} bytes, {len(trace.packet)} packets, "
-          f"{len(tracks)} tracks ({len(threads)} threads), {values} counter values, "
+          f"{len(tracks)} tracks ({len(processes)} processes, {len(threads)} threads), {values} counter values, "
           f"{len(slices)} finding slices{', checked against the report' if strict else ''}")
 
 
