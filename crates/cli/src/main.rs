@@ -9,6 +9,7 @@ mod kernel;
 mod loadgen;
 mod metrics;
 mod multi;
+mod perfetto;
 mod print;
 #[cfg(feature = "ebpf")]
 mod profile;
@@ -123,6 +124,8 @@ enum Command {
         /// are then reachable from other hosts).
         #[arg(long, requires = "listen")]
         allow_non_loopback: bool,
+        #[command(flatten)]
+        perfetto: perfetto::PerfettoArgs,
     },
     /// A live view of a process, like `top -H`: threads sorted by CPU
     /// (or switches, wakes, run-queue wait), the kernel view (eBPF) when
@@ -166,6 +169,8 @@ enum Command {
         output: PathBuf,
         #[command(flatten)]
         kernel: kernel::Args,
+        #[command(flatten)]
+        perfetto: perfetto::PerfettoArgs,
     },
     /// Compares recordings: `diff CONTROL VARIANT`, or repeated runs
     /// `diff a1 a2 a3 -- b1 b2 b3` with their spread, so noise is not
@@ -405,6 +410,7 @@ fn main() -> ExitCode {
             profile,
             listen,
             allow_non_loopback,
+            perfetto,
         } => match single_pid(&selection) {
             Some(pid) => watch::run(&watch::Options {
                 pid,
@@ -416,6 +422,7 @@ fn main() -> ExitCode {
                 profile: profile.options(),
                 listen,
                 allow_non_loopback,
+                perfetto,
             }),
             _ if profile.profile_dir.is_some() => {
                 Err("--profile-dir profiles one process: give a single --pid".into())
@@ -429,6 +436,7 @@ fn main() -> ExitCode {
                 kernel: kernel.choice(),
                 listen,
                 allow_non_loopback,
+                perfetto,
             }),
         },
         Command::Top {
@@ -448,12 +456,14 @@ fn main() -> ExitCode {
             interval,
             output,
             kernel,
+            perfetto,
         } => record::record(&record::RecordOptions {
             selection,
             duration: seconds,
             interval,
             output,
             kernel: kernel.choice(),
+            perfetto,
         }),
         Command::Diff {
             control,

@@ -542,8 +542,9 @@ impl TraceEncoder {
         self.sleeps.retain(|_, t| t.seen == g);
     }
 
-    /// The track a finding's subject has in this trace (the process's for
-    /// the process, a group of threads, or a subject not seen).
+    /// The track a finding's subject has in this trace: its thread's, its
+    /// probe's, a group's first thread's; the process's for the process
+    /// or a subject not seen.
     fn subject_track(&self, s: &Subject) -> u64 {
         let found = match s {
             Subject::Thread { tid, .. } => self
@@ -560,6 +561,11 @@ impl TraceEncoder {
                 .sleeps
                 .values()
                 .find(|t| &t.name == name)
+                .map(|t| t.uuid),
+            // A group of alike threads: on its first thread's track.
+            Subject::Threads { tids, .. } => tids
+                .first()
+                .and_then(|tid| self.threads.values().find(|t| t.tid == *tid))
                 .map(|t| t.uuid),
             _ => None,
         };

@@ -284,9 +284,14 @@ impl ProcessTrace {
         let Some(newest) = self.sampler.latest().map(|s| s.seq) else {
             return true;
         };
-        let Some(from) = self.last else {
-            self.last = Some(newest);
-            return true;
+        // Added before the first snapshot: the first interval starts at
+        // the oldest one (copied once).
+        let from = match self.last {
+            Some(from) => from,
+            None => match self.sampler.snapshots().first() {
+                Some(first) => first.seq,
+                None => return true,
+            },
         };
         if newest <= from {
             return true;
