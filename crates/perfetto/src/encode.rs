@@ -458,17 +458,18 @@ impl TraceEncoder {
     /// open one that is still reported stays open; one no longer reported
     /// ends where it was last reported.
     pub fn findings(&mut self, now_ns: u64, findings: &[Finding], out: &mut Vec<u8>) {
-        let mut reported = Vec::with_capacity(findings.len());
+        let mut reported = std::collections::HashSet::with_capacity(findings.len());
+        let mut open = self.open_findings();
         for f in findings {
             let key = format!("{}\u{0}{}", f.kind.as_str(), f.subject.label());
             if let Some(t) = self.findings.get_mut(&key)
                 && t.open_since_ns.is_some()
             {
                 t.last_seen_ns = now_ns;
-                reported.push(key);
+                reported.insert(key);
                 continue;
             }
-            if self.open_findings() >= MAX_OPEN_FINDINGS
+            if open >= MAX_OPEN_FINDINGS
                 || (!self.findings.contains_key(&key) && self.findings.len() >= MAX_FINDING_TRACKS)
             {
                 self.findings_dropped += 1;
@@ -508,7 +509,8 @@ impl TraceEncoder {
             t.last_seen_ns = now_ns;
             slice_begin(out, self.sequence, begin, uuid, f);
             self.findings_written += 1;
-            reported.push(key);
+            open += 1;
+            reported.insert(key);
         }
         let seq = self.sequence;
         for (key, t) in &mut self.findings {

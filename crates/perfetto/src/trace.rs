@@ -281,8 +281,10 @@ impl ProcessTrace {
         if lock(&self.sink).status.ended.is_some() {
             return false;
         }
-        let Some(newest) = self.sampler.latest().map(|s| s.seq) else {
-            return true;
+        // The newest seq without copying the snapshot out of history.
+        let newest = match self.sampler.wait_for_sample(self.last, Duration::ZERO) {
+            SampleWait::Stored { seq } => seq,
+            _ => return true,
         };
         // Added before the first snapshot: the first interval starts at
         // the oldest one (copied once).
@@ -294,6 +296,7 @@ impl ProcessTrace {
             },
         };
         if newest <= from {
+            self.last = Some(newest);
             return true;
         }
         let interval = self
