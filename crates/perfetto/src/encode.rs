@@ -780,19 +780,25 @@ fn counters(out: &mut Vec<u8>, seq: u32, ts: u64, values: &[(u64, f64)]) {
 /// A clock snapshot: MONOTONIC (the trace's timestamps), BOOTTIME
 /// (Perfetto's default trace clock) and REALTIME, read together.
 fn clock_snapshot(out: &mut Vec<u8>, seq: u32) {
-    let clocks = [
-        (clock::MONOTONIC, libc::CLOCK_MONOTONIC),
-        (clock::BOOTTIME, libc::CLOCK_BOOTTIME),
-        (clock::REALTIME, libc::CLOCK_REALTIME),
-    ]
-    .into_iter()
-    .filter_map(|(id, c)| {
-        Some(Clock {
-            clock_id: Some(id),
-            timestamp: Some(read_clock(c)?),
+    let ids = [
+        Some((clock::MONOTONIC, libc::CLOCK_MONOTONIC)),
+        Some((clock::REALTIME, libc::CLOCK_REALTIME)),
+        // Apple systems have no BOOTTIME (their MONOTONIC counts sleep).
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        Some((clock::BOOTTIME, libc::CLOCK_BOOTTIME)),
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        None,
+    ];
+    let clocks = ids
+        .into_iter()
+        .flatten()
+        .filter_map(|(id, c)| {
+            Some(Clock {
+                clock_id: Some(id),
+                timestamp: Some(read_clock(c)?),
+            })
         })
-    })
-    .collect();
+        .collect();
     push(
         out,
         &TracePacket {

@@ -196,6 +196,7 @@ pub(crate) mod unit {
 pub(crate) mod clock {
     pub(crate) const REALTIME: u32 = 1;
     pub(crate) const MONOTONIC: u32 = 3;
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
     pub(crate) const BOOTTIME: u32 = 6;
 }
 
