@@ -7,9 +7,10 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "../../perfetto/tests/support/mod.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::{Sleeper, bin, run, watch};
@@ -24,45 +25,13 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-/// The processes (pid, name) the trace describes, read with the schema
-/// check; None (after saying MISSING) without Python.
+/// The schema check's summary, or None (after saying MISSING) without Python.
 fn check(trace: &Path) -> Option<String> {
-    let Some(py) = std::env::var_os("WAKEMETER_PERFETTO_PYTHON") else {
-        eprintln!(
-            "MISSING: WAKEMETER_PERFETTO_PYTHON not set: {} not read with Perfetto's schema",
-            trace.display()
-        );
-        return None;
-    };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../perfetto/tests/check_trace.py");
-    let out = Command::new(py).arg(script).arg(trace).output().unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{said}");
-    Some(said)
+    support::schema_check(trace, None)
 }
 
-/// Every record is a whole `Trace.packet`; returns how many.
 fn records(bytes: &[u8]) -> usize {
-    let (mut at, mut n) = (0, 0);
-    while at < bytes.len() {
-        assert_eq!(bytes[at], 0x0a);
-        at += 1;
-        let (mut len, mut shift) = (0usize, 0);
-        loop {
-            let b = bytes[at];
-            at += 1;
-            len |= usize::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-        at += len;
-        assert!(at <= bytes.len());
-        n += 1;
-    }
-    n
+    support::whole_records(bytes)
 }
 
 #[test]

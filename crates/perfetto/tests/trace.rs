@@ -8,13 +8,17 @@
 //! can (the file's records are whole, the error paths).
 #![cfg(target_os = "linux")]
 
+mod support;
+
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use support::{schema_check, whole_records};
 
 use serde_json::{Value, json};
 use wakemeter::{Finding, Interval, Sampler, SamplerBuilder, Subject, Thresholds};
@@ -26,59 +30,6 @@ fn out_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
-}
-
-/// Runs the schema check on `trace` (with `expected` when given); returns
-/// false, after saying MISSING, when no Python with `perfetto` is set.
-fn schema_check(trace: &Path, expected: Option<&Path>) -> bool {
-    let Some(python) = std::env::var_os("WAKEMETER_PERFETTO_PYTHON") else {
-        eprintln!(
-            "MISSING: WAKEMETER_PERFETTO_PYTHON is not set (scripts/perfetto-test.sh sets it): \
-             {} not checked with Perfetto's schema",
-            trace.display()
-        );
-        return false;
-    };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/check_trace.py");
-    let mut cmd = Command::new(python);
-    cmd.arg(script).arg(trace);
-    if let Some(e) = expected {
-        cmd.arg(e);
-    }
-    let out = cmd.output().expect("run check_trace.py");
-    eprint!("{}", String::from_utf8_lossy(&out.stdout));
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        out.status.success(),
-        "check_trace.py failed on {}",
-        trace.display()
-    );
-    true
-}
-
-/// Every record of a trace file is `Trace.packet` (tag 0x0a) with a
-/// length that stays inside the file: a Rust-side check that needs no
-/// schema.
-fn whole_records(bytes: &[u8]) -> usize {
-    let (mut at, mut n) = (0, 0);
-    while at < bytes.len() {
-        assert_eq!(bytes[at], 0x0a, "record {n} at {at} is not Trace.packet");
-        at += 1;
-        let (mut len, mut shift) = (0usize, 0);
-        loop {
-            let b = bytes[at];
-            at += 1;
-            len |= usize::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-        at += len;
-        assert!(at <= bytes.len(), "record {n} runs past the end");
-        n += 1;
-    }
-    n
 }
 
 struct Worker {
@@ -124,6 +75,26 @@ fn thresholds() -> Thresholds {
     Thresholds::default()
         .with_window(Duration::from_secs(1))
         .with_min_window(Duration::from_millis(500))
+}
+
+/// Samples by hand, one interval written at a time, until the trace ends
+/// (size cap, full disk), within generous bounds.
+fn sample_until_ended(s: &Sampler, trace: &PerfettoTrace) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while trace.status().ended.is_none() {
+        assert!(
+            Instant::now() < until,
+            "the trace never ended: {:?}",
+            trace.status()
+        );
+        let before = trace.status().intervals;
+        s.sample().expect("sample");
+        let wait = Instant::now() + Duration::from_secs(30);
+        while trace.status().intervals == before && trace.status().ended.is_none() {
+            assert!(Instant::now() < wait, "writer stalled");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
 }
 
 /// Waits (generously) until the trace has written `n` intervals.
@@ -301,22 +272,7 @@ fn size_cap_ends_with_a_complete_trace() {
     let cap = wakemeter_perfetto::MIN_MAX_BYTES + 8 * 1024;
     let trace =
         PerfettoTrace::start(&s, &path, TraceConfig::default().with_max_bytes(cap)).expect("start");
-    let until = Instant::now() + Duration::from_secs(60);
-    while trace.status().ended.is_none() {
-        assert!(
-            Instant::now() < until,
-            "the cap was never reached: {:?}",
-            trace.status()
-        );
-        let before = trace.status().intervals;
-        s.sample().expect("sample");
-        // Wait for this one to be written (or for the end).
-        let wait = Instant::now() + Duration::from_secs(30);
-        while trace.status().intervals == before && trace.status().ended.is_none() {
-            assert!(Instant::now() < wait, "writer stalled");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
+    sample_until_ended(&s, &trace);
     let status = trace.finish();
     assert_eq!(status.ended, Some(TraceEnd::SizeCap { max_bytes: cap }));
     let bytes = std::fs::read(&path).expect("read");
@@ -355,21 +311,7 @@ fn full_disk_leaves_a_readable_trace() {
     s.sample().expect("first sample");
     let path = dir.join("full.perfetto-trace");
     let trace = PerfettoTrace::start(&s, &path, TraceConfig::default()).expect("start");
-    let until = Instant::now() + Duration::from_secs(60);
-    while trace.status().ended.is_none() {
-        assert!(
-            Instant::now() < until,
-            "the disk never filled: {:?}",
-            trace.status()
-        );
-        let before = trace.status().intervals;
-        s.sample().expect("sample");
-        let wait = Instant::now() + Duration::from_secs(30);
-        while trace.status().intervals == before && trace.status().ended.is_none() {
-            assert!(Instant::now() < wait, "writer stalled");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
+    sample_until_ended(&s, &trace);
     let status = trace.finish();
     let Some(TraceEnd::WriteFailed { message }) = &status.ended else {
         panic!("expected a failed write: {status:?}");
