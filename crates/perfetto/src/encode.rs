@@ -522,6 +522,25 @@ impl TraceEncoder {
         }
     }
 
+    /// The open finding slices: (track uuid, when last reported). What a
+    /// writer keeps after each write that reached the file, so that it
+    /// can close exactly those if a later write fails.
+    pub(crate) fn open_slices(&self) -> Vec<(u64, u64)> {
+        self.findings
+            .values()
+            .filter(|t| t.open_since_ns.is_some())
+            .map(|t| (t.uuid, t.last_seen_ns))
+            .collect()
+    }
+
+    /// Ends `slices` (from [`TraceEncoder::open_slices`]) and nothing else:
+    /// after a failed write, the encoder is ahead of the file.
+    pub(crate) fn end_slices(&self, slices: &[(u64, u64)], out: &mut Vec<u8>) {
+        for &(uuid, ts) in slices {
+            slice_end(out, self.sequence, ts, uuid);
+        }
+    }
+
     /// Ends every open finding slice where it was last reported: the last
     /// records of a trace.
     pub fn finish(&mut self, out: &mut Vec<u8>) {

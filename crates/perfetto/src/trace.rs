@@ -235,6 +235,8 @@ impl PerfettoFile {
             last: sampler.latest().map(|s| s.seq),
             buf,
             closed: false,
+            written_open: Vec::new(),
+            diverged: false,
         })
     }
 
@@ -255,6 +257,12 @@ pub struct ProcessTrace {
     last: Option<u64>,
     buf: Vec<u8>,
     closed: bool,
+    /// The finding slices open in the file (not only in the encoder).
+    written_open: Vec<(u64, u64)>,
+    /// A write of this process failed or was refused: the encoder holds
+    /// tracks and slices the file does not, so only `written_open` may be
+    /// closed.
+    diverged: bool,
 }
 
 impl std::fmt::Debug for ProcessTrace {
@@ -319,10 +327,15 @@ impl ProcessTrace {
             Ok(()) => {
                 sink.status.intervals += 1;
                 sink.status.findings += self.encoder.findings_written() - findings_before;
+                drop(sink);
+                if self.encoder.open_findings() > 0 || !self.written_open.is_empty() {
+                    self.written_open = self.encoder.open_slices();
+                }
                 true
             }
             Err(end) => {
                 sink.status.ended = Some(end);
+                self.diverged = true;
                 false
             }
         }
@@ -346,7 +359,11 @@ impl ProcessTrace {
         self.closed = true;
         self.poll();
         self.buf.clear();
-        self.encoder.finish(&mut self.buf);
+        if self.diverged {
+            self.encoder.end_slices(&self.written_open, &mut self.buf);
+        } else {
+            self.encoder.finish(&mut self.buf);
+        }
         let mut sink = lock(&self.sink);
         sink.open_processes = sink.open_processes.saturating_sub(1);
         if !self.buf.is_empty() {

@@ -71,6 +71,15 @@ impl Drop for Worker {
     }
 }
 
+/// A loop probe that never waits (a busy poller) on its own thread.
+fn spinner(s: &Sampler) -> Worker {
+    let mut spin = s.loop_probe("spin").expect("probe");
+    Worker::spawn("spinner", move || {
+        spin.before_wait(Some(Duration::ZERO));
+        spin.after_wait(0);
+    })
+}
+
 fn thresholds() -> Thresholds {
     Thresholds::default()
         .with_window(Duration::from_secs(1))
@@ -79,7 +88,7 @@ fn thresholds() -> Thresholds {
 
 /// Samples by hand, one interval written at a time, until the trace ends
 /// (size cap, full disk), within generous bounds.
-fn sample_until_ended(s: &Sampler, trace: &PerfettoTrace) {
+fn sample_until_ended(s: &Sampler, trace: &PerfettoTrace, pause: Duration) {
     let until = Instant::now() + Duration::from_secs(60);
     while trace.status().ended.is_none() {
         assert!(
@@ -88,6 +97,7 @@ fn sample_until_ended(s: &Sampler, trace: &PerfettoTrace) {
             trace.status()
         );
         let before = trace.status().intervals;
+        std::thread::sleep(pause);
         s.sample().expect("sample");
         let wait = Instant::now() + Duration::from_secs(30);
         while trace.status().intervals == before && trace.status().ended.is_none() {
@@ -258,8 +268,13 @@ fn unwritable_path_is_an_error_before_sampling() {
 #[test]
 fn size_cap_ends_with_a_complete_trace() {
     let dir = out_dir("cap");
-    let s = SamplerBuilder::new().build().expect("sampler");
-    // Threads enough that every interval has several KB of tracks.
+    let s = SamplerBuilder::new()
+        .with_thresholds(thresholds())
+        .build()
+        .expect("sampler");
+    // A busy poller, so that findings are open when the trace ends, and
+    // threads enough that every interval has several KB of tracks.
+    let _spin = spinner(&s);
     let _busy: Vec<Worker> = (0..32)
         .map(|n| {
             Worker::spawn(&format!("w{n}"), || {
@@ -269,12 +284,13 @@ fn size_cap_ends_with_a_complete_trace() {
         .collect();
     s.sample().expect("first sample");
     let path = dir.join("cap.perfetto-trace");
-    let cap = wakemeter_perfetto::MIN_MAX_BYTES + 8 * 1024;
+    let cap = wakemeter_perfetto::MIN_MAX_BYTES + 48 * 1024;
     let trace =
         PerfettoTrace::start(&s, &path, TraceConfig::default().with_max_bytes(cap)).expect("start");
-    sample_until_ended(&s, &trace);
+    sample_until_ended(&s, &trace, Duration::from_millis(40));
     let status = trace.finish();
     assert_eq!(status.ended, Some(TraceEnd::SizeCap { max_bytes: cap }));
+    assert!(status.findings > 0, "no finding was open: {status:?}");
     let bytes = std::fs::read(&path).expect("read");
     assert!(bytes.len() as u64 <= cap, "{} > {cap}", bytes.len());
     assert_eq!(bytes.len() as u64, status.bytes_written);
@@ -282,13 +298,13 @@ fn size_cap_ends_with_a_complete_trace() {
     schema_check(&path, None);
 }
 
-/// A full disk: a 64 KiB tmpfs (needs root to mount).
+/// A full disk: a 96 KiB tmpfs (needs root to mount).
 #[test]
 #[ignore = "needs root"]
 fn full_disk_leaves_a_readable_trace() {
     let dir = out_dir("tmpfs");
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "wakemeter-test"])
+        .args(["-t", "tmpfs", "-o", "size=96k", "wakemeter-test"])
         .arg(&dir)
         .status()
         .expect("mount");
@@ -300,7 +316,11 @@ fn full_disk_leaves_a_readable_trace() {
         }
     }
     let _unmount = Unmount(dir.clone());
-    let s = SamplerBuilder::new().build().expect("sampler");
+    let s = SamplerBuilder::new()
+        .with_thresholds(thresholds())
+        .build()
+        .expect("sampler");
+    let _spin = spinner(&s);
     let _busy: Vec<Worker> = (0..32)
         .map(|n| {
             Worker::spawn(&format!("w{n}"), || {
@@ -311,12 +331,13 @@ fn full_disk_leaves_a_readable_trace() {
     s.sample().expect("first sample");
     let path = dir.join("full.perfetto-trace");
     let trace = PerfettoTrace::start(&s, &path, TraceConfig::default()).expect("start");
-    sample_until_ended(&s, &trace);
+    sample_until_ended(&s, &trace, Duration::from_millis(40));
     let status = trace.finish();
     let Some(TraceEnd::WriteFailed { message }) = &status.ended else {
         panic!("expected a failed write: {status:?}");
     };
     assert!(message.contains("No space left"), "{message}");
+    assert!(status.findings > 0, "no finding was open: {status:?}");
     let bytes = std::fs::read(&path).expect("read");
     assert_eq!(bytes.len() as u64, status.bytes_written);
     assert!(whole_records(&bytes) > 3);
