@@ -21,7 +21,7 @@ pub struct PerfettoArgs {
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
     /// Size cap of the --perfetto file in MiB: the trace ends there,
-    /// complete (an hour at 1 Hz of 256 busy threads is about 40 MiB).
+    /// complete (an hour at 1 Hz of 256 busy threads is about 35 MB).
     #[arg(long, value_name = "MIB", default_value_t = 256, requires = "perfetto")]
     pub perfetto_max_mib: u64,
 }
