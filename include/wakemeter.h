@@ -105,7 +105,7 @@ typedef struct wm_config {
    */
   uint64_t interval_ns;
   /**
-   * Snapshots kept (default 300; 1 to 100000).
+   * Snapshots kept (default 300; 1 to 100000), within `history_budget_bytes`.
    */
   uint32_t history;
   /**
@@ -155,6 +155,14 @@ typedef struct wm_config {
    * only while the sampler is created.
    */
   const char *thresholds_json;
+  /**
+   * Byte budget of the history, in bytes (default 32 MiB; 64 KiB to
+   * 1 GiB): the oldest snapshots are dropped when it is reached, before
+   * `history` is, so memory stays bounded whatever `history`,
+   * `interval_ns` and the thread count (the two newest snapshots are
+   * always kept). Out of range is `WM_ERR_INVALID_ARGUMENT`.
+   */
+  uint64_t history_budget_bytes;
 } wm_config;
 
 /**

@@ -26,6 +26,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
 # Tests that need root (eBPF) are `#[ignore = "needs root"]`: as root they
 # run for real, otherwise they are counted as ignored, never as passed.
+# The workspace tests include the fuzz harnesses' short pass (crates/fuzz,
+# 5,000 cases per parser, about 7 s in all; FUZZ_CASES sets it).
 if [ "$(id -u)" -eq 0 ]; then
   step "cargo test (workspace, all features, root-only tests included)"
   cargo test --workspace --all-features -- --include-ignored
@@ -55,9 +57,19 @@ if [ -x scripts/c-test.sh ]; then
   scripts/c-test.sh
 fi
 
+if [ "$(id -u)" -eq 0 ] && [ -x scripts/memory-ceiling.sh ]; then
+  step "memory ceiling: a 1 ms, history=100000 C host with 1,000 threads in a 300 MB memory cgroup"
+  scripts/memory-ceiling.sh 10
+fi
+
 if [ -x scripts/swift-test.sh ]; then
   step "Swift package: swift build and swift test (Swift 6.0.3 in a Debian 13 chroot)"
   scripts/swift-test.sh
+fi
+
+if [ -x scripts/arm64-test.sh ]; then
+  step "core and FFI tests on aarch64 Linux under qemu-user"
+  scripts/arm64-test.sh
 fi
 
 step "all tests passed in ${SECONDS}s"

@@ -100,7 +100,7 @@ pub struct wm_config {
     pub size: usize,
     /// Time between background samples, ns (default 1 s; at least 1 ms).
     pub interval_ns: u64,
-    /// Snapshots kept (default 300; 1 to 100000).
+    /// Snapshots kept (default 300; 1 to 100000), within `history_budget_bytes`.
     pub history: u32,
     /// Read voluntary/involuntary switches every n-th sample (default 10).
     pub switch_split_every: u32,
@@ -129,6 +129,12 @@ pub struct wm_config {
     /// type or out of range is `WM_ERR_INVALID_ARGUMENT` naming it. Read
     /// only while the sampler is created.
     pub thresholds_json: *const c_char,
+    /// Byte budget of the history, in bytes (default 32 MiB; 64 KiB to
+    /// 1 GiB): the oldest snapshots are dropped when it is reached, before
+    /// `history` is, so memory stays bounded whatever `history`,
+    /// `interval_ns` and the thread count (the two newest snapshots are
+    /// always kept). Out of range is `WM_ERR_INVALID_ARGUMENT`.
+    pub history_budget_bytes: u64,
 }
 
 /// One finding, borrowed from a [`wm_findings`] list: the strings stay
@@ -400,6 +406,7 @@ fn default_config() -> wm_config {
         sleep_cpu_percent: t.sleep_cpu_percent,
         report_threads: d.report_threads,
         thresholds_json: std::ptr::null(),
+        history_budget_bytes: d.history_budget_bytes,
     }
 }
 
@@ -481,6 +488,7 @@ unsafe fn builder(c: &wm_config) -> Res<SamplerBuilder> {
     Ok(SamplerBuilder::new()
         .with_interval(Duration::from_nanos(c.interval_ns))
         .with_history(c.history)
+        .with_history_budget_bytes(c.history_budget_bytes)
         .with_switch_split_every(c.switch_split_every)
         .with_report_threads(c.report_threads)
         .with_thresholds(t))
@@ -949,13 +957,56 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    #[test]
-    fn report_threads_defaults_with_the_library_and_bounds_the_report() {
+    /// A `wm_config` filled by `wm_config_default`, as a C host makes one.
+    fn filled_default() -> wm_config {
         let mut cfg = std::mem::MaybeUninit::<wm_config>::uninit();
         // SAFETY: a valid place for one wm_config.
         assert_eq!(unsafe { wm_config_default(cfg.as_mut_ptr()) }, WM_OK);
         // SAFETY: filled by wm_config_default.
-        let mut cfg = unsafe { cfg.assume_init() };
+        unsafe { cfg.assume_init() }
+    }
+
+    #[test]
+    fn history_budget_bytes_defaults_with_the_library_and_out_of_range_is_refused() {
+        let mut cfg = filled_default();
+        assert_eq!(
+            cfg.history_budget_bytes,
+            wakemeter::SamplerConfig::default().history_budget_bytes
+        );
+        for bad in [0, wakemeter::config::MAX_HISTORY_BUDGET_BYTES + 1] {
+            cfg.history_budget_bytes = bad;
+            let mut s: *mut wm_sampler = std::ptr::null_mut();
+            // SAFETY: a valid config and out pointer.
+            let status = unsafe { wm_sampler_create(&cfg, &mut s) };
+            assert_eq!(status, WM_ERR_INVALID_ARGUMENT, "{bad}");
+            assert!(s.is_null());
+        }
+        // The C host of issue 29: 100,000 snapshots of 1 ms are permitted,
+        // and the budget (here the smallest) bounds what they hold.
+        cfg.history_budget_bytes = wakemeter::config::MIN_HISTORY_BUDGET_BYTES;
+        cfg.history = wakemeter::config::MAX_HISTORY;
+        cfg.interval_ns = 1_000_000;
+        let mut s: *mut wm_sampler = std::ptr::null_mut();
+        // SAFETY: a valid config and out pointer.
+        assert_eq!(unsafe { wm_sampler_create(&cfg, &mut s) }, WM_OK);
+        for _ in 0..300 {
+            // SAFETY: a live handle.
+            assert_eq!(unsafe { wm_sampler_sample(s) }, WM_OK);
+        }
+        // SAFETY: a live handle of this library.
+        let Ok(live) = (unsafe { obj::<SamplerObj, _>(s, "sampler") }) else {
+            panic!("the handle is live");
+        };
+        let stats = live.sampler.stats();
+        // SAFETY: the handle, freed once.
+        unsafe { wm_sampler_free(s) };
+        assert!(stats.history_bytes <= wakemeter::config::MIN_HISTORY_BUDGET_BYTES);
+        assert!(stats.total_history_dropped_for_bytes > 0, "{stats:?}");
+    }
+
+    #[test]
+    fn report_threads_defaults_with_the_library_and_bounds_the_report() {
+        let mut cfg = filled_default();
         assert_eq!(
             cfg.report_threads,
             wakemeter::SamplerConfig::default().report_threads
@@ -1004,11 +1055,7 @@ mod tests {
     /// A sampler made from `cfg` with `json` as its `thresholds_json`: its
     /// config as a report says it, or the status and last error.
     fn thresholds_from(json: &str) -> Result<serde_json::Value, (wm_status, String)> {
-        let mut cfg = std::mem::MaybeUninit::<wm_config>::uninit();
-        // SAFETY: a valid place for one wm_config.
-        assert_eq!(unsafe { wm_config_default(cfg.as_mut_ptr()) }, WM_OK);
-        // SAFETY: filled by wm_config_default.
-        let mut cfg = unsafe { cfg.assume_init() };
+        let mut cfg = filled_default();
         assert!(cfg.thresholds_json.is_null());
         cfg.sleep_cpu_percent = 3.0;
         let json = CString::new(json).unwrap();

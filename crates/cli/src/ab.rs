@@ -184,7 +184,8 @@ fn run_side(
         None => None,
     };
     let pids = wait_ready(o, &mut started)?;
-    let sections = record::prepare_all(pids, o.interval, o.kernel, |_| None);
+    let mut left_out = crate::multi::LeftOut::default();
+    let sections = record::prepare_all(pids, o.interval, o.kernel, |_| None, &mut left_out);
     let path = o.dir.join(format!("{name}-{run}.ndjson"));
     let out = Output::open(&path)?;
     let load_log = o.dir.join(format!("{name}-{run}.load.txt"));
@@ -226,7 +227,7 @@ fn run_side(
             next_resolve += Duration::from_secs(1);
             let now = o.selection.resolve_capped("recording", &mut dropped)?;
             let new: Vec<u32> = now.into_iter().filter(|p| !rec.has(*p)).collect();
-            for s in record::prepare_all(new, o.interval, o.kernel, |_| None) {
+            for s in record::prepare_all(new, o.interval, o.kernel, |_| None, &mut left_out) {
                 rec.add(s);
             }
         }

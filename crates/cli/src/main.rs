@@ -167,6 +167,11 @@ enum Command {
         /// taken), or a device, FIFO or /dev/stdout (written directly).
         #[arg(short, long)]
         output: PathBuf,
+        /// Exit 0 even when some selected processes could not be recorded
+        /// (e.g. out of file descriptors); without it such a recording is
+        /// still written but the exit status is 1.
+        #[arg(long)]
+        allow_partial: bool,
         #[command(flatten)]
         kernel: kernel::Args,
         #[command(flatten)]
@@ -455,6 +460,7 @@ fn main() -> ExitCode {
             seconds,
             interval,
             output,
+            allow_partial,
             kernel,
             perfetto,
         } => record::record(&record::RecordOptions {
@@ -464,6 +470,7 @@ fn main() -> ExitCode {
             output,
             kernel: kernel.choice(),
             perfetto,
+            allow_partial,
         }),
         Command::Diff {
             control,

@@ -264,6 +264,72 @@ impl Selection {
     }
 }
 
+/// Processes of the selection that could not be started (out of file
+/// descriptors, unreadable, ...), named together in one warning instead of
+/// one line per process at every look. A process that exited between the
+/// listing and its start is not left out: it is gone.
+#[derive(Debug, Default)]
+pub(crate) struct LeftOut {
+    /// Left out at the latest look, with the first reason seen.
+    now: BTreeMap<u32, String>,
+    /// Named by the last warning (so an unchanged set is not repeated).
+    said: Vec<u32>,
+    /// Every process left out at some look and never started since.
+    never_started: BTreeSet<u32>,
+}
+
+impl LeftOut {
+    /// Starts a look at the selection.
+    pub(crate) fn begin(&mut self) {
+        self.now.clear();
+    }
+
+    /// `pid` could not be started for `why` (it is checked here whether it
+    /// simply exited meanwhile).
+    pub(crate) fn failed(&mut self, pid: u32, why: String) {
+        if target::liveness(pid) == Liveness::Alive {
+            self.now.insert(pid, why);
+            self.never_started.insert(pid);
+        }
+    }
+
+    /// `pid` was started.
+    pub(crate) fn started(&mut self, pid: u32) {
+        self.never_started.remove(&pid);
+    }
+
+    /// Ends a look: one warning naming the processes left out (`doing`:
+    /// "watched", "recorded"), when they differ from the last warning's.
+    pub(crate) fn end(&mut self, doing: &str) {
+        let pids: Vec<u32> = self.now.keys().copied().collect();
+        if pids == self.said {
+            return;
+        }
+        if let Some(why) = self.now.values().next() {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            let hint = if why.contains("file descriptors") {
+                " (raise the descriptor limit, `ulimit -n`, or select fewer processes)"
+            } else {
+                ""
+            };
+            print::note(&format!(
+                "wakemeter: warning: {} process{} not {doing}: {why}{hint}: {}",
+                pids.len(),
+                if pids.len() == 1 { " is" } else { "es are" },
+                list.join(", ")
+            ));
+        } else if !self.said.is_empty() {
+            print::note(&format!("wakemeter: every selected process is {doing} now"));
+        }
+        self.said = pids;
+    }
+
+    /// Processes left out at some look and never started since.
+    pub(crate) fn never_started(&self) -> &BTreeSet<u32> {
+        &self.never_started
+    }
+}
+
 /// One watched process.
 struct Watched {
     target: Resolved,
@@ -313,7 +379,13 @@ fn write_report(out: &mut impl Write, w: &Watched, json: bool) -> io::Result<boo
         let line = print::json(&report).map_err(io::Error::other)?;
         writeln!(out, "{line}")?;
     } else if let Some(i) = &report.interval {
-        writeln!(out, "== {} ==", w.label())?;
+        // The name now: a process that called execve has a new one.
+        writeln!(
+            out,
+            "== process {} ({}) ==",
+            w.target.pid,
+            print::safe(&report.target.name)
+        )?;
         print::threads(out, i)?;
         print::thread_groups(out, &report.thread_groups, report.threads_folded)?;
         print::kernel(out, i)?;
@@ -378,7 +450,9 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     // Attach to the processes there now before the clock starts: an eBPF
     // attach takes seconds (more under load), which must not eat into
     // --seconds. Each one and the total are said, so it never looks hung.
+    let mut left_out = LeftOut::default();
     let attaching = Instant::now();
+    left_out.begin();
     for pid in sel.resolve_capped("watching", &mut last_dropped)? {
         let t = Instant::now();
         match Watched::start(pid, o) {
@@ -390,10 +464,12 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                     t.elapsed().as_secs_f64()
                 ));
                 set.insert(pid, w);
+                left_out.started(pid);
             }
-            Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
+            Err(e) => left_out.failed(pid, e),
         }
     }
+    left_out.end("watched");
     publish(&set);
     print::note(&format!(
         "wakemeter: {} processes measured after {:.1} s of attaching; the window starts now",
@@ -412,10 +488,12 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         let now = Instant::now();
         let at_deadline = deadline.is_some_and(|d| now >= d);
         // Processes that exited since the last look: a last report, then out.
+        // A sampler that stopped by itself met a fatal error: its target
+        // exited, or its PID now names another process.
         let gone: Vec<u32> = set
-            .keys()
-            .copied()
-            .filter(|&p| target::liveness(p) != Liveness::Alive)
+            .iter()
+            .filter(|(p, w)| target::liveness(**p) != Liveness::Alive || !w.sampler.is_running())
+            .map(|(p, _)| *p)
             .collect();
         for pid in gone {
             if let Some(mut w) = set.remove(&pid) {
@@ -423,10 +501,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 drop(w.guard.take());
                 drop(w.trace.take());
                 measured |= write_report(&mut out, &w, o.json)?;
-                print::note(&format!(
-                    "wakemeter: {} exited; no longer watched",
-                    w.label()
-                ));
+                let why = match w.sampler.stats().last_error {
+                    Some(e) if target::liveness(pid) == Liveness::Alive => format!(": {e}"),
+                    _ => " exited".to_string(),
+                };
+                print::note(&format!("wakemeter: {}{why}; no longer watched", w.label()));
             }
         }
         if now >= next || at_deadline {
@@ -443,6 +522,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             }
             // Resolve again: new processes of the name or cgroup join.
             let kept = sel.resolve_capped("watching", &mut last_dropped)?;
+            left_out.begin();
             for pid in kept {
                 if set.contains_key(&pid) {
                     continue;
@@ -451,15 +531,17 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                     Ok(mut w) => {
                         traced(&mut w, &trace);
                         print::note(&format!("wakemeter: watching {}", w.label()));
+                        left_out.started(pid);
                         set.insert(pid, w);
                         publish(&set);
                         waiting_said = false;
                     }
-                    // Exited between the listing and the start: the next
-                    // look decides again.
-                    Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
+                    // Left out, or exited between the listing and the
+                    // start: the next look tries again.
+                    Err(e) => left_out.failed(pid, e),
                 }
             }
+            left_out.end("watched");
         }
         if set.is_empty() {
             if !follows {

@@ -333,6 +333,13 @@ pub fn warnings(out: &mut impl Write, w: &[SampleWarning]) -> io::Result<()> {
             SampleWarning::KernelSourceFailed { message } => {
                 format!("kernel source failed: {}", safe(message))
             }
+            SampleWarning::HistoryOverBudget {
+                held_snapshots,
+                configured_snapshots,
+                budget_bytes,
+            } => format!(
+                "history holds {held_snapshots} of the {configured_snapshots} snapshots configured: its byte budget ({budget_bytes} bytes) is reached"
+            ),
             other => safe(&format!("{other:?}")).into_owned(),
         };
         writeln!(out, "  warning: {line}")?;

@@ -51,6 +51,9 @@ pub struct RecordOptions {
     pub kernel: crate::kernel::Choice,
     /// `--perfetto FILE`: the recorded processes in one trace too.
     pub perfetto: crate::perfetto::PerfettoArgs,
+    /// Exit 0 even when some selected processes could not be recorded
+    /// (`--allow-partial`).
+    pub allow_partial: bool,
 }
 
 /// Longest `record --seconds`: one day.
@@ -372,7 +375,9 @@ pub fn prepare_all(
     interval: Duration,
     choice: kernel::Choice,
     label: impl Fn(u32) -> Option<String>,
+    left_out: &mut crate::multi::LeftOut,
 ) -> Vec<Section> {
+    left_out.begin();
     let all = Instant::now();
     let mut ready = Vec::new();
     let mut tried = 0;
@@ -386,12 +391,15 @@ pub fn prepare_all(
                     s.label(),
                     t.elapsed().as_secs_f64()
                 ));
+                left_out.started(pid);
                 ready.push(s);
             }
-            // Exited between the listing and the attach.
-            Err(e) => print::note(&format!("wakemeter: process {pid}: {e}")),
+            // Left out (e.g. out of descriptors), or exited between the
+            // listing and the attach (then not named).
+            Err(e) => left_out.failed(pid, e.to_string()),
         }
     }
+    left_out.end("recorded");
     if tried == 0 {
         return ready;
     }
@@ -616,8 +624,9 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
     let follows = sel.name.is_some() || sel.cgroup.is_some();
     let many = follows || sel.pids.len() > 1;
     let mut last_dropped: Vec<u32> = Vec::new();
+    let mut left_out = crate::multi::LeftOut::default();
     let first = sel.resolve_capped("recording", &mut last_dropped)?;
-    let sections = prepare_all(first, o.interval, o.kernel, |_| None);
+    let sections = prepare_all(first, o.interval, o.kernel, |_| None, &mut left_out);
     let mut rec = Recorder::start_traced(out, sections, trace);
     // The window opens when every selected process is measured.
     let deadline = Instant::now()
@@ -639,7 +648,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
             next_resolve = now + resolve_every;
             let kept = sel.resolve_capped("recording", &mut last_dropped)?;
             let new: Vec<u32> = kept.into_iter().filter(|p| !rec.has(*p)).collect();
-            for s in prepare_all(new, o.interval, o.kernel, |_| None) {
+            for s in prepare_all(new, o.interval, o.kernel, |_| None, &mut left_out) {
                 if many {
                     print::note(&format!("wakemeter: recording {}", s.label()));
                 }
@@ -690,6 +699,25 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
         "wakemeter: recorded {written} intervals of {what} to {}{why}",
         print::safe(&target.to_string_lossy())
     ));
+    let missing = left_out.never_started();
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(u32::to_string).collect();
+        print::note(&format!(
+            "wakemeter: {}: {} selected process{} never recorded: {}",
+            if o.allow_partial { "warning" } else { "error" },
+            missing.len(),
+            if missing.len() == 1 {
+                " was"
+            } else {
+                "es were"
+            },
+            list.join(", ")
+        ));
+        if !o.allow_partial {
+            print::note("wakemeter: the recording is incomplete (--allow-partial accepts that)");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::{Sleeper, run, watch};
 
-const LIMIT: Duration = Duration::from_secs(25);
+/// A bound on waits and runs that only a hang reaches (a loaded machine
+/// is slow, never wrong).
+const LIMIT: Duration = Duration::from_secs(300);
 
 fn refused(extra: &[&str], says: &str) {
     let target = Sleeper::new("30");

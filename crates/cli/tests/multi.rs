@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use common::{Sleeper, bin, run};
 
-const LIMIT: Duration = Duration::from_secs(40);
+/// A bound on waits and runs that only a hang reaches (a loaded machine
+/// is slow, never wrong).
+const LIMIT: Duration = Duration::from_secs(300);
 
 /// The `target.pid` of every JSON report line.
 fn reported_pids(stdout: &str) -> BTreeSet<u64> {

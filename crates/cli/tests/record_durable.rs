@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Sleeper, bin, run};
+use common::{Sleeper, bin, run, run_until};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -268,7 +268,7 @@ fn durations_at_and_beyond_their_maxima_are_checked_not_a_panic() {
         assert!(matches!(r.code, Some(0 | 1)), "{args:?}: {}", r.said());
         assert!(!r.stderr().contains("panicked"), "{args:?}: {}", r.said());
     }
-    let r = run(
+    let r = run_until(
         bin()
             .args([
                 "watch",

@@ -201,7 +201,7 @@ impl Tmux {
                 return s;
             }
             assert!(
-                start.elapsed() < Duration::from_secs(30),
+                start.elapsed() < Duration::from_secs(300),
                 "never saw {what}; the screen:\n{s}"
             );
             std::thread::sleep(Duration::from_millis(100));

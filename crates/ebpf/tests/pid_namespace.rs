@@ -110,7 +110,7 @@ fn proc_switches(pid: u32, tid: u32) -> (char, u64, u64) {
 }
 
 fn thread_named(pid: u32, name: &str) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         for entry in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
             let path = entry.unwrap().path();

@@ -96,6 +96,13 @@ pub enum WakemeterError {
         /// The core error, as text.
         message: String,
     },
+    /// The observed process exited and its PID now names another process
+    /// (last, so the earlier variants keep their wire indices).
+    #[error("process {pid} exited and its pid now names another process (pid reused)")]
+    PidReused {
+        /// The process id, now another process's.
+        pid: u32,
+    },
 }
 
 impl From<wakemeter::Error> for WakemeterError {
@@ -111,6 +118,7 @@ impl From<wakemeter::Error> for WakemeterError {
                 message: source.to_string(),
             },
             E::NoSuchProcess { pid } => WakemeterError::NoSuchProcess { pid },
+            E::PidReused { pid } => WakemeterError::PidReused { pid },
             E::DescriptorsExhausted { path, source } => WakemeterError::DescriptorsExhausted {
                 path,
                 message: source.to_string(),

@@ -162,7 +162,7 @@ impl SamplerListener for Recorder {
 }
 
 fn wait_for(what: &str, cond: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while !cond() {
         assert!(std::time::Instant::now() < deadline, "timed out: {what}");
         std::thread::sleep(Duration::from_millis(5));

@@ -11,7 +11,7 @@ use wakemeter_profile::{AutoProfiler, StackKind, Target, Trigger};
 
 /// Generous: the finding needs 1-2 s of history, the capture 3 s; the
 /// two cores are shared with other builds.
-const LIMIT: Duration = Duration::from_secs(60);
+const LIMIT: Duration = Duration::from_secs(300);
 
 /// Of the samples whose stack holds `callee` (by weight), how many have
 /// `caller` as the frame directly below it (towards the root), and how

@@ -25,6 +25,18 @@ pub const DEFAULT_SWITCH_SPLIT_EVERY: u32 = 10;
 pub const DEFAULT_THREAD_NAME: &str = "wakemeter";
 /// Largest accepted history, to keep memory bounded (README, "Memory").
 pub const MAX_HISTORY: u32 = 100_000;
+/// Default byte budget of the history: 32 MiB. Enough for the default 300
+/// snapshots of a process with up to about 1,000 busy threads with a
+/// kernel (eBPF) source, and for about 20 snapshots (20 s at the default
+/// interval, more than the 10 s findings window) of a 20,000-thread one,
+/// which keeps such a sidecar under 64 MiB in all (README, "Memory").
+pub const DEFAULT_HISTORY_BUDGET_BYTES: u64 = 32 * 1024 * 1024;
+/// Smallest accepted history byte budget: 64 KiB.
+pub const MIN_HISTORY_BUDGET_BYTES: u64 = 64 * 1024;
+/// Largest accepted history byte budget: 1 GiB (the most a host is let to
+/// hand to one sampler's history; longer or wider histories belong in a
+/// recording, `wakemeter record`).
+pub const MAX_HISTORY_BUDGET_BYTES: u64 = 1024 * 1024 * 1024;
 /// Shortest accepted background interval.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 /// Longest accepted thread name, in bytes (Linux's `comm` limit).
@@ -42,7 +54,20 @@ pub struct SamplerConfig {
     /// Time between background samples (at least [`MIN_INTERVAL`]). Default 1 s.
     pub interval: Duration,
     /// Snapshots kept in history (1 to [`MAX_HISTORY`]). Default 300.
+    /// The history also stays within [`SamplerConfig::history_budget_bytes`]:
+    /// whichever limit is reached first drops the oldest snapshots.
     pub history: u32,
+    /// Byte budget of the history, in bytes ([`MIN_HISTORY_BUDGET_BYTES`] to
+    /// [`MAX_HISTORY_BUDGET_BYTES`]). When the stored snapshots reach it, the
+    /// oldest are dropped before `history` is reached (counted in
+    /// [`crate::SamplerStats::total_history_dropped_for_bytes`]); the two
+    /// newest are always kept, since an interval needs two. A budget out
+    /// of range is [`Error::InvalidConfig`]; a `history` the budget cannot
+    /// hold at the target's thread count is not an error (the thread count
+    /// changes while sampling), it is clamped as described. Default
+    /// [`DEFAULT_HISTORY_BUDGET_BYTES`].
+    #[serde(default = "default_history_budget_bytes")]
+    pub history_budget_bytes: u64,
     /// The process to observe. Default: this one.
     pub target: Target,
     /// Read voluntary/involuntary switch counts every Nth sample (1 = every
@@ -65,6 +90,11 @@ pub struct SamplerConfig {
     pub report_threads: u32,
 }
 
+/// What a configuration saved before `history_budget_bytes` existed reads as.
+fn default_history_budget_bytes() -> u64 {
+    DEFAULT_HISTORY_BUDGET_BYTES
+}
+
 /// What a configuration saved before `report_threads` existed reads as.
 fn default_report_threads() -> u32 {
     DEFAULT_REPORT_THREADS
@@ -75,6 +105,7 @@ impl Default for SamplerConfig {
         SamplerConfig {
             interval: DEFAULT_INTERVAL,
             history: DEFAULT_HISTORY,
+            history_budget_bytes: DEFAULT_HISTORY_BUDGET_BYTES,
             target: Target::SelfProcess,
             switch_split_every: DEFAULT_SWITCH_SPLIT_EVERY,
             thread_name: DEFAULT_THREAD_NAME.to_string(),
@@ -96,6 +127,13 @@ impl SamplerConfig {
     #[must_use]
     pub fn with_history(mut self, snapshots: u32) -> Self {
         self.history = snapshots;
+        self
+    }
+
+    /// Sets [`SamplerConfig::history_budget_bytes`], in bytes.
+    #[must_use]
+    pub fn with_history_budget_bytes(mut self, bytes: u64) -> Self {
+        self.history_budget_bytes = bytes;
         self
     }
 
@@ -157,6 +195,14 @@ impl SamplerConfig {
         if self.history > MAX_HISTORY {
             return invalid("history", "must be at most 100000 snapshots");
         }
+        if !(MIN_HISTORY_BUDGET_BYTES..=MAX_HISTORY_BUDGET_BYTES)
+            .contains(&self.history_budget_bytes)
+        {
+            return invalid(
+                "history_budget_bytes",
+                "must be between 65536 (64 KiB) and 1073741824 (1 GiB) bytes",
+            );
+        }
         if self.switch_split_every == 0 {
             return invalid(
                 "switch_split_every",
@@ -205,6 +251,24 @@ mod tests {
         );
         assert_eq!(field(d().with_history(0)), "history");
         assert_eq!(field(d().with_history(MAX_HISTORY + 1)), "history");
+        assert_eq!(
+            field(d().with_history_budget_bytes(MIN_HISTORY_BUDGET_BYTES - 1)),
+            "history_budget_bytes"
+        );
+        assert_eq!(
+            field(d().with_history_budget_bytes(MAX_HISTORY_BUDGET_BYTES + 1)),
+            "history_budget_bytes"
+        );
+        assert!(
+            d().with_history_budget_bytes(MIN_HISTORY_BUDGET_BYTES)
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            d().with_history_budget_bytes(MAX_HISTORY_BUDGET_BYTES)
+                .validate()
+                .is_ok()
+        );
         assert_eq!(field(d().with_switch_split_every(0)), "switch_split_every");
         assert_eq!(field(d().with_thread_name("")), "thread_name");
         assert_eq!(field(d().with_thread_name("x".repeat(16))), "thread_name");
@@ -219,6 +283,14 @@ mod tests {
         let back: SamplerConfig =
             serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn a_config_saved_before_history_budget_bytes_reads_with_the_default() {
+        let mut old = serde_json::to_value(SamplerConfig::default()).unwrap();
+        old.as_object_mut().unwrap().remove("history_budget_bytes");
+        let back: SamplerConfig = serde_json::from_value(old).unwrap();
+        assert_eq!(back.history_budget_bytes, DEFAULT_HISTORY_BUDGET_BYTES);
     }
 
     #[test]

@@ -33,6 +33,14 @@ pub enum Error {
         /// The process id that was asked for.
         pid: u32,
     },
+    /// The target process exited and its PID now names another process
+    /// (the OS reused it). A sampler follows one process: build a new
+    /// sampler to observe the new one.
+    #[error("process {pid} exited and its pid now names another process (pid reused)")]
+    PidReused {
+        /// The process id, now another process's.
+        pid: u32,
+    },
     /// The process has run out of file descriptors (EMFILE/ENFILE).
     ///
     /// The sampler keeps working with the descriptors it already holds;
@@ -75,6 +83,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the target process is gone ([`Error::NoSuchProcess`] or
+    /// [`Error::PidReused`]): sampling it again cannot succeed.
+    pub fn target_gone(&self) -> bool {
+        matches!(self, Error::NoSuchProcess { .. } | Error::PidReused { .. })
+    }
+
     /// Classifies an error from opening `path`: descriptor exhaustion gets its own variant.
     // Only the procfs (Linux/Android) backend opens files.
     #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]

@@ -117,6 +117,21 @@ pub enum SampleWarning {
         /// Events lost since the previous snapshot.
         dropped_events: u64,
     },
+    /// The history reached its byte budget
+    /// ([`crate::SamplerConfig::history_budget_bytes`]) before holding
+    /// `history` snapshots: it holds fewer than configured, the oldest
+    /// dropped first (counted in
+    /// [`crate::SamplerStats::total_history_dropped_for_bytes`]). The
+    /// configuration is clamped, not refused: the thread count, and so the
+    /// size of a snapshot, changes while sampling.
+    HistoryOverBudget {
+        /// Snapshots the history held after the last one was stored.
+        held_snapshots: u32,
+        /// Snapshots configured ([`crate::SamplerConfig::history`]).
+        configured_snapshots: u32,
+        /// The byte budget, in bytes.
+        budget_bytes: u64,
+    },
 }
 
 /// Facts about the machine, read once when the sampler is built.

@@ -84,6 +84,60 @@ const MIB: f64 = (1 << 20) as f64;
 fn history_bytes_with_kernel_counters_and_with_probes() {
     one_hundred_busy_probes_times_300_snapshots_fit_2_mib();
     kernel_counters_of_256_busy_threads_times_300_snapshots_fit_16_mib();
+    the_byte_budget_bounds_a_5000_thread_kernel_view();
+}
+
+/// 5,000 busy threads in the kernel view (every thread active under
+/// eBPF), 300 snapshots configured, a 4 MiB budget: the history stays
+/// within the budget by holding fewer snapshots, drops the oldest first
+/// and says so in the stats. (The same with 20,000 threads and the default
+/// 32 MiB held 13 snapshots of 2.5 MB; README, "Memory of the history".)
+fn the_byte_budget_bounds_a_5000_thread_kernel_view() {
+    let budget = 4 << 20;
+    let s = SamplerBuilder::new()
+        .with_history(SNAPSHOTS as u32)
+        .with_history_budget_bytes(budget)
+        .with_kernel_source(Box::new(BusyKernel::new(5_000)))
+        .build()
+        .unwrap();
+    let taken = 12;
+    for _ in 0..taken {
+        s.sample().unwrap();
+    }
+    let stats = s.stats();
+    println!(
+        "5,000 busy kernel threads: {} snapshots held in {:.2} MiB (budget {:.0} MiB), {} bytes per snapshot, {} dropped for bytes",
+        stats.history_len,
+        stats.history_bytes as f64 / MIB,
+        budget as f64 / MIB,
+        stats.history_bytes / u64::from(stats.history_len.max(1)),
+        stats.total_history_dropped_for_bytes
+    );
+    assert_eq!(stats.history_budget_bytes, budget);
+    assert!(stats.history_bytes <= budget, "{stats:?}");
+    assert!(stats.history_len >= 2, "{stats:?}");
+    assert_eq!(
+        stats.total_history_dropped_for_bytes,
+        taken - u64::from(stats.history_len),
+        "{stats:?}"
+    );
+    assert_eq!(stats.total_history_dropped_for_count, 0);
+    // The newest stay: the last snapshot is the last taken.
+    let seqs: Vec<u64> = s.snapshots().iter().map(|x| x.seq).collect();
+    assert_eq!(seqs.last(), Some(&(taken - 1)));
+    // And the report says the configuration was clamped.
+    let warned = s.latest().unwrap().warnings;
+    assert!(
+        warned.iter().any(|w| matches!(
+            w,
+            wakemeter::SampleWarning::HistoryOverBudget {
+                configured_snapshots: 300,
+                budget_bytes,
+                held_snapshots,
+            } if *budget_bytes == budget && u64::from(*held_snapshots) <= u64::from(stats.history_len)
+        )),
+        "{warned:?}"
+    );
 }
 
 /// 256 threads × 300 snapshots with a kernel source where every thread

@@ -30,7 +30,7 @@ impl Drop for Tracked {
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(10));
@@ -235,4 +235,87 @@ fn a_process_whose_leader_exited_first_is_still_alive() {
     child.kill().expect("kill");
     child.wait().expect("reap");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_target_that_execs_is_renamed_in_the_next_report() {
+    use std::io::Write;
+    // `sh` waits for a line, then becomes `sleep` (same PID, same start time).
+    let mut child = Command::new("sh")
+        .args(["-c", "read line; exec sleep 30"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn sh");
+    let sampler = SamplerBuilder::new()
+        .with_target(Target::Pid(child.id()))
+        .build()
+        .expect("build");
+    sampler.sample_now().expect("sample");
+    assert_eq!(sampler.report().target.name, "sh");
+    writeln!(child.stdin.as_mut().expect("stdin"), "go").expect("write");
+    let comm = format!("/proc/{}/comm", child.id());
+    wait_for("the exec", || {
+        std::fs::read_to_string(&comm).is_ok_and(|c| c.trim_end() == "sleep")
+    });
+    sampler.sample_now().expect("sample after the exec");
+    let report = sampler.report();
+    assert_eq!(report.target.name, "sleep");
+    assert_eq!(report.target.pid, child.id());
+    assert_eq!(
+        report.target.start_time_unix_ns,
+        sampler.target_identity().start_time_unix_ns
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Makes the next process this one spawns get `pid`, through
+/// `/proc/sys/kernel/ns_last_pid` (root; other processes on the machine
+/// can take it first, so the caller checks and retries).
+fn spawn_with_pid(pid: u32) -> Option<std::process::Child> {
+    std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).ok()?;
+    let child = Command::new("sleep").arg("30").spawn().ok()?;
+    if child.id() == pid {
+        Some(child)
+    } else {
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_reused_pid_is_reported_as_such() {
+    for _attempt in 0..50 {
+        let mut first = Command::new("sleep").arg("30").spawn().expect("spawn");
+        let pid = first.id();
+        let sampler = SamplerBuilder::new()
+            .with_target(Target::Pid(pid))
+            .build()
+            .expect("build");
+        sampler.sample_now().expect("sample");
+        first.kill().expect("kill");
+        first.wait().expect("reap");
+        let Some(mut second) = spawn_with_pid(pid) else {
+            continue;
+        };
+        let outcome = sampler.sample_now();
+        let _ = second.kill();
+        let _ = second.wait();
+        match outcome {
+            Err(Error::PidReused { pid: p }) => {
+                assert_eq!(p, pid);
+                let e = Error::PidReused { pid: p };
+                assert!(e.to_string().contains("pid reused"), "{e}");
+                assert!(e.target_gone());
+                // The report keeps the measured process's identity.
+                assert_eq!(sampler.report().target.name, "sleep");
+                return;
+            }
+            other => panic!("expected PidReused, got {other:?}"),
+        }
+    }
+    panic!("could not get the same pid again in 50 attempts (a busy machine?)");
 }

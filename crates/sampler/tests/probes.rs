@@ -225,3 +225,43 @@ fn probe_count_is_bounded() {
     sampler.sample_now().unwrap();
     assert!(sampler.loop_probe("fits-again").is_ok());
 }
+
+#[test]
+fn a_freed_probe_slot_is_reusable_at_once() {
+    // A host that makes a probe per request and never samples in between:
+    // 4,096 create+free pairs, then more, with no sample at all.
+    let sampler = Sampler::new().unwrap();
+    for i in 0..wakemeter::probe::MAX_PROBES + 10 {
+        let mut p = sampler.loop_probe(&format!("req{i}")).unwrap();
+        p.before_wait(None);
+        p.after_wait(1);
+        drop(p);
+        drop(sampler.sleep_probe(&format!("s{i}")).unwrap());
+    }
+    let live = sampler
+        .loop_probe("after")
+        .expect("a slot after 4,096 frees");
+    // The next snapshot reports the dropped probes' final counters (the
+    // 4,096 moved out when the list was full, and the 10 dropped since)
+    // and the live one, then only the live one.
+    let loops = sampler.sample_now().unwrap().loops;
+    assert_eq!(loops.len(), wakemeter::probe::MAX_PROBES + 10 + 1);
+    assert!(loops.windows(2).all(|w| w[0].id < w[1].id), "sorted by id");
+    assert!(
+        loops
+            .iter()
+            .filter(|l| l.name != "after")
+            .all(|l| l.total_wakeups == 1)
+    );
+    assert_eq!(loops.last().unwrap().name, "after");
+    let loops = sampler.sample_now().unwrap().loops;
+    assert_eq!(loops.len(), 1);
+    drop(live);
+    // Live probes still count: 4,096 alive leave no room.
+    let held: Vec<_> = (0..wakemeter::probe::MAX_PROBES)
+        .map(|i| sampler.sleep_probe(&format!("held{i}")).unwrap())
+        .collect();
+    assert!(sampler.sleep_probe("one-too-many").is_err());
+    drop(held);
+    assert!(sampler.sleep_probe("fits-again").is_ok());
+}

@@ -82,7 +82,7 @@ final class Recorder: SamplerListener {
 }
 
 /// Polls `condition` until it holds or `timeout` (seconds) passes.
-func eventually(_ timeout: TimeInterval = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+func eventually(_ timeout: TimeInterval = 120, _ condition: () throws -> Bool) rethrows -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while try !condition() {
         if Date() > deadline { return false }
@@ -213,7 +213,7 @@ func processThreadNames() -> [String] {
 
 /// Polls `condition` until it holds or `timeout` (seconds) passes, without
 /// blocking the task's thread (for async tests).
-func waitUntil(_ timeout: TimeInterval = 10, _ condition: () throws -> Bool) async rethrows -> Bool {
+func waitUntil(_ timeout: TimeInterval = 120, _ condition: () throws -> Bool) async rethrows -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while try !condition() {
         if Date() > deadline { return false }

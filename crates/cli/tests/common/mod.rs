@@ -46,9 +46,22 @@ impl Run {
     }
 }
 
-/// Runs `cmd`, killing it after `limit` (so a hang fails the test instead
-/// of blocking it forever).
+/// The least time [`run`] gives a command before it calls it hung: on a
+/// machine at load 200 a run of a few seconds took over 20 s, so a test
+/// must never fail only because the machine is slow. A test that checks
+/// promptness makes the broken behaviour take far longer than this
+/// (e.g. `--every 3600`).
+pub const HANG_GUARD: Duration = Duration::from_secs(600);
+
+/// Runs `cmd`, killing it after `limit` or [`HANG_GUARD`], whichever is
+/// longer (so a hang fails the test instead of blocking it forever).
 pub fn run(cmd: &mut Command, limit: Duration) -> Run {
+    run_until(cmd, limit.max(HANG_GUARD))
+}
+
+/// Runs `cmd` and kills it after exactly `limit`: for a test that means to
+/// stop a command that is meant to go on (a long `--seconds`).
+pub fn run_until(cmd: &mut Command, limit: Duration) -> Run {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -124,12 +137,12 @@ pub fn state(pid: u32) -> Option<char> {
         .next()
 }
 
-/// Waits (up to 10 s) until `pid` is a zombie.
+/// Waits (up to 300 s: only a hang takes that long) until `pid` is a zombie.
 pub fn wait_for_zombie(pid: u32) {
     let start = Instant::now();
     while state(pid) != Some('Z') {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(300),
             "{pid} never became a zombie"
         );
         std::thread::sleep(Duration::from_millis(20));

@@ -1271,7 +1271,7 @@ mod tests {
             cpu_time_source: CpuTimeSource::ThreadClock,
         });
         let mut enc = Encoders::default();
-        let mut h = History::new(1000);
+        let mut h = History::new(1000, u64::MAX);
         let (mut cpu_ns, mut vol) = (0u64, 0u64);
         for s in 0..=secs {
             if s > 0 {

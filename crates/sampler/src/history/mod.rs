@@ -150,14 +150,24 @@ impl Stored {
     }
 }
 
-/// A ring of at most `capacity` snapshots, oldest first. Cloning it copies
-/// one pointer per snapshot: what a reader takes under the lock.
+/// Snapshots the byte budget never drops: an interval needs two.
+pub(crate) const MIN_KEPT_SNAPSHOTS: usize = 2;
+
+/// A ring of at most `capacity` snapshots and, beyond its two newest, at
+/// most `budget` bytes, oldest first. Cloning it copies one pointer per
+/// snapshot: what a reader takes under the lock.
 #[derive(Debug, Clone)]
 pub(crate) struct History {
     capacity: usize,
+    /// Byte budget (see [`crate::SamplerConfig::history_budget_bytes`]).
+    budget: usize,
     ring: VecDeque<Arc<Stored>>,
     /// Bytes held by the stored snapshots, key frames included.
     bytes: usize,
+    /// Snapshots dropped because `capacity` was reached.
+    dropped_for_count: u64,
+    /// Snapshots dropped early because `budget` was reached.
+    dropped_for_bytes: u64,
 }
 
 fn same_key(a: &Arc<KeyFrame>, b: &Arc<KeyFrame>) -> bool {
@@ -165,49 +175,80 @@ fn same_key(a: &Arc<KeyFrame>, b: &Arc<KeyFrame>) -> bool {
 }
 
 impl History {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A ring of at most `capacity` snapshots (at least 1) and `budget` bytes.
+    pub(crate) fn new(capacity: usize, budget: u64) -> Self {
         History {
             capacity: capacity.max(1),
+            budget: usize::try_from(budget).unwrap_or(usize::MAX),
             ring: VecDeque::new(),
             bytes: 0,
+            dropped_for_count: 0,
+            dropped_for_bytes: 0,
         }
     }
 
-    /// Stores a snapshot; returns a thread buffer to sample into next (the
-    /// evicted snapshot's once the ring is full and no reader holds it,
-    /// else an empty one).
+    /// Stores a snapshot, then drops the oldest ones while more than
+    /// `capacity` are stored, or while more than `budget` bytes are held
+    /// and more than [`MIN_KEPT_SNAPSHOTS`] are stored. Returns a thread
+    /// buffer to sample into next (a dropped snapshot's when no reader
+    /// holds it, else an empty one).
     pub(crate) fn push(&mut self, stored: Arc<Stored>) -> Vec<PackedThread> {
-        let evicted = if self.ring.len() >= self.capacity {
-            self.ring.pop_front()
-        } else {
-            None
-        };
         // Key frames are shared by consecutive snapshots: count each once,
         // when its first snapshot arrives and when its last one leaves.
-        let (prev, next) = (self.ring.back(), self.ring.front());
+        let prev = self.ring.back();
         for k in stored.key_frames() {
             if !prev.is_some_and(|p| p.key_frames().any(|pk| same_key(pk, k))) {
                 self.bytes += k.size();
             }
         }
         self.bytes += stored.size();
+        self.ring.push_back(stored);
         let mut buffer = Vec::new();
-        if let Some(old) = evicted {
+        loop {
+            let for_count = self.ring.len() > self.capacity;
+            let for_bytes = self.bytes > self.budget && self.ring.len() > MIN_KEPT_SNAPSHOTS;
+            if !for_count && !for_bytes {
+                break;
+            }
+            let Some(old) = self.ring.pop_front() else {
+                break;
+            };
+            if for_count {
+                self.dropped_for_count += 1;
+            } else {
+                self.dropped_for_bytes += 1;
+            }
+            let next = self.ring.front();
             for k in old.key_frames() {
-                let kept = next.is_some_and(|n| n.key_frames().any(|nk| same_key(nk, k)))
-                    || stored.key_frames().any(|nk| same_key(nk, k));
-                if !kept {
+                if !next.is_some_and(|n| n.key_frames().any(|nk| same_key(nk, k))) {
                     self.bytes = self.bytes.saturating_sub(k.size());
                 }
             }
             self.bytes = self.bytes.saturating_sub(old.size());
-            if let Ok(old) = Arc::try_unwrap(old) {
+            if buffer.capacity() == 0
+                && let Ok(old) = Arc::try_unwrap(old)
+            {
                 buffer = old.threads;
                 buffer.clear();
             }
         }
-        self.ring.push_back(stored);
         buffer
+    }
+
+    /// Snapshots dropped so far because `history` snapshots were stored.
+    pub(crate) fn dropped_for_count(&self) -> u64 {
+        self.dropped_for_count
+    }
+
+    /// Snapshots dropped so far before `history` was reached, because the
+    /// byte budget was.
+    pub(crate) fn dropped_for_bytes(&self) -> u64 {
+        self.dropped_for_bytes
+    }
+
+    /// The byte budget, in bytes.
+    pub(crate) fn budget(&self) -> usize {
+        self.budget
     }
 
     /// Bytes held by the stored snapshots (threads, probe and kernel
@@ -291,6 +332,28 @@ mod tests {
         Arc::new(Stored::new(enc, header(seq), threads, &[probe], &[], None))
     }
 
+    /// The identity of one thread, shared by its samples.
+    fn one_ident() -> Arc<ThreadIdent> {
+        Arc::new(ThreadIdent {
+            tid: 1,
+            serial: 0,
+            name: "t".into(),
+            cpu_time_source: CpuTimeSource::ThreadClock,
+        })
+    }
+
+    /// A sample of `ident`'s thread with `cpu_ns` of CPU time.
+    fn thread(ident: &Arc<ThreadIdent>, cpu_ns: u64) -> PackedThread {
+        PackedThread {
+            ident: ident.clone(),
+            cpu_time_ns: cpu_ns,
+            run_queue_wait_ns: 0,
+            switches: 0,
+            voluntary_switches: 0,
+            involuntary_switches: 0,
+        }
+    }
+
     /// The bytes of `h` counted from scratch: every snapshot, and every
     /// distinct key frame once.
     fn recount(h: &History) -> usize {
@@ -317,25 +380,13 @@ mod tests {
 
     #[test]
     fn ring_is_bounded_reuses_buffers_and_counts_its_bytes() {
-        let ident = Arc::new(ThreadIdent {
-            tid: 1,
-            serial: 0,
-            name: "t".into(),
-            cpu_time_source: CpuTimeSource::ThreadClock,
-        });
+        let ident = one_ident();
         let mut enc = Encoders::default();
-        let mut h = History::new(3);
+        let mut h = History::new(3, u64::MAX);
         let mut buf = Vec::new();
         let mut reused = 0;
         for seq in 0..100 {
-            buf.push(PackedThread {
-                ident: ident.clone(),
-                cpu_time_ns: seq,
-                run_queue_wait_ns: 0,
-                switches: 0,
-                voluntary_switches: 0,
-                involuntary_switches: 0,
-            });
+            buf.push(thread(&ident, seq));
             let threads = std::mem::take(&mut buf);
             buf = h.push(stored(&mut enc, seq, threads));
             assert!(buf.is_empty());
@@ -343,6 +394,7 @@ mod tests {
             assert_eq!(h.bytes(), recount(&h), "after snapshot {seq}");
         }
         assert_eq!(h.len(), 3);
+        assert_eq!((h.dropped_for_count(), h.dropped_for_bytes()), (97, 0));
         let seqs: Vec<u64> = h.iter().map(|s| s.header.seq).collect();
         assert_eq!(seqs, vec![97, 98, 99]);
         // Only the stored snapshots (and nothing evicted) keep the identity alive.
@@ -361,7 +413,7 @@ mod tests {
     #[test]
     fn a_reader_copy_keeps_its_snapshots_and_the_ring_still_advances() {
         let mut enc = Encoders::default();
-        let mut h = History::new(2);
+        let mut h = History::new(2, u64::MAX);
         for seq in 0..2 {
             h.push(stored(&mut enc, seq, Vec::with_capacity(4)));
         }
@@ -375,5 +427,42 @@ mod tests {
         let seqs: Vec<u64> = reader.iter().map(|s| s.header.seq).collect();
         assert_eq!(seqs, vec![0, 1]);
         assert_eq!(reader.get(1).unwrap().loops()[0].total_wakeups, 1);
+    }
+
+    #[test]
+    fn the_byte_budget_drops_the_oldest_first_and_keeps_two() {
+        let ident = one_ident();
+        // Snapshots of 100 threads each (about 5 KB): a 64 KiB budget holds
+        // about a dozen, far fewer than the 1,000 of the count.
+        let mut enc = Encoders::default();
+        let budget = 64 * 1024;
+        let mut h = History::new(1000, budget);
+        for seq in 0..200 {
+            let threads = (0..100).map(|_| thread(&ident, seq)).collect();
+            h.push(stored(&mut enc, seq, threads));
+            assert!(h.bytes() <= budget as usize, "{} after {seq}", h.bytes());
+            assert_eq!(h.bytes(), recount(&h), "after snapshot {seq}");
+        }
+        let kept = h.len() as u64;
+        assert!((5..50).contains(&kept), "{kept}");
+        assert_eq!(h.dropped_for_bytes(), 200 - kept);
+        assert_eq!(h.dropped_for_count(), 0);
+        let seqs: Vec<u64> = h.iter().map(|s| s.header.seq).collect();
+        assert_eq!(
+            seqs,
+            (200 - kept..200).collect::<Vec<_>>(),
+            "the newest stay"
+        );
+
+        // Snapshots bigger than the whole budget: the two newest stay.
+        let mut h = History::new(1000, budget);
+        for seq in 0..10 {
+            let threads = (0..5000).map(|_| thread(&ident, seq)).collect();
+            h.push(stored(&mut enc, seq, threads));
+            assert!(h.len() <= MIN_KEPT_SNAPSHOTS);
+            assert_eq!(h.bytes(), recount(&h));
+        }
+        assert_eq!(h.len(), MIN_KEPT_SNAPSHOTS);
+        assert_eq!(h.dropped_for_bytes(), 8);
     }
 }

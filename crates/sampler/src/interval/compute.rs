@@ -807,7 +807,7 @@ mod tests {
             })
             .collect();
         let mut enc = Encoders::default();
-        let mut h = History::new(16);
+        let mut h = History::new(16, u64::MAX);
         let mut seed = 3;
         for seq in 0..6u64 {
             let split = seq == 1 || seq == 4;

@@ -66,9 +66,10 @@ pub(crate) fn thread_cpu_ns(tid: u32) -> Option<u64> {
 /// dropping them brings a LoopProbe wait pair (two reads) close to two
 /// `Instant::now()` (BENCHMARKS.md, "Probes and findings").
 /// CLOCK_MONOTONIC_COARSE would be cheaper still, but it advances once per
-/// tick (1-4 ms), too coarse for poll delays of a few hundred µs. On
-/// x86_64 Linux with a trusted TSC, loop probes move to the counter once
-/// the sampler has calibrated it (`super::ticks`). Other platforms use
+/// tick (1-4 ms), too coarse for poll delays of a few hundred µs. Where
+/// the CPU's counter is safe (x86_64 Linux with a trusted TSC, aarch64
+/// Linux and Android, Apple platforms), loop probes move to it once the
+/// sampler has calibrated it (`super::ticks`). Other platforms use
 /// `Instant` (not measured here).
 #[inline]
 pub(crate) fn now_ns() -> u64 {

@@ -302,8 +302,8 @@ mod tests {
 
     /// A calibrated counter clock, or None where it is not used (then
     /// probes read `now_ns`, which the integration tests cover). On
-    /// x86_64 Linux whose kernel clocksource is an invariant TSC it must
-    /// be used.
+    /// x86_64 Linux whose kernel clocksource is an invariant TSC, and on
+    /// aarch64 Linux, it must be used (unless `WAKEMETER_PROBE_CLOCK=os`).
     fn counter() -> Option<u64> {
         ticks::init();
         std::thread::sleep(Duration::from_millis(60));
@@ -315,11 +315,21 @@ mod tests {
         .is_ok_and(|s| s.trim() == "tsc")
             && std::fs::read_to_string("/proc/cpuinfo")
                 .is_ok_and(|c| c.contains(" constant_tsc") && c.contains(" nonstop_tsc"));
-        if cfg!(all(target_os = "linux", target_arch = "x86_64")) && tsc {
+        let forced_os = std::env::var_os("WAKEMETER_PROBE_CLOCK").is_some_and(|v| v == "os");
+        if cfg!(all(target_os = "linux", target_arch = "x86_64")) && tsc && !forced_os {
             assert!(
                 mult.is_some(),
                 "the kernel trusts the TSC: so do the probes"
             );
+        }
+        // The architecture's system counter, always readable on Linux:
+        // used there (under qemu-user too, which emulates it).
+        if cfg!(all(
+            any(target_os = "linux", target_os = "android"),
+            target_arch = "aarch64"
+        )) && !forced_os
+        {
+            assert!(mult.is_some(), "CNTVCT_EL0 is the probes' clock on arm64");
         }
         mult
     }

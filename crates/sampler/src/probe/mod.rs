@@ -21,8 +21,10 @@ pub use loop_probe::{LoopProbe, LoopStats, WaitGuard};
 pub(crate) use registry::ProbeRegistry;
 pub use sleep_probe::{SleepProbe, SleepStats};
 
-/// Most probes of each kind (loop, sleep) one sampler tracks at once (live,
-/// or dropped and not yet reported in a snapshot).
+/// Most live probes of each kind (loop, sleep) one sampler tracks at once.
+/// A dropped probe's slot is free at once; its final counters wait for the
+/// next snapshot outside the slots (at most this many of them too, the
+/// oldest forgotten first).
 pub const MAX_PROBES: usize = 4096;
 
 /// Longest probe name, in bytes (UTF-8). Names are stored once per key

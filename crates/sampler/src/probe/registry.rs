@@ -11,18 +11,101 @@ use crate::{Error, Result, lock};
 /// Probes registered with one sampler. A dropped probe is reported in one
 /// more snapshot (its final counters) and then forgotten, so the list is
 /// bounded by the live probes.
+///
+/// A dropped probe's slot is free at once: when the list is full, creating
+/// a probe first moves the dropped ones' final counters out of the list
+/// (see [`Kind::make_room`]), so a host that makes a probe per request
+/// and never samples in between is not refused.
 #[derive(Debug, Default)]
 pub(crate) struct ProbeRegistry {
     next_id: AtomicU64,
-    loops: Mutex<Vec<Arc<LoopCells>>>,
-    sleeps: Mutex<Vec<Arc<SleepCells>>>,
+    loops: Mutex<Kind<LoopCells, LoopStats>>,
+    sleeps: Mutex<Kind<SleepCells, SleepStats>>,
 }
 
-fn check_room(len: usize) -> Result<()> {
-    if len >= MAX_PROBES {
-        return Err(Error::TooManyProbes { max: MAX_PROBES });
+/// The probes of one kind.
+#[derive(Debug)]
+struct Kind<C, S> {
+    /// Probes alive, or dropped and not yet moved to `retired`.
+    cells: Vec<Arc<C>>,
+    /// Final counters of dropped probes moved out of `cells` before a
+    /// snapshot could report them: reported by the next one. At most
+    /// [`MAX_PROBES`]; beyond that the oldest are forgotten unreported (a
+    /// host that drops more than 4,096 probes between two snapshots).
+    retired: Vec<S>,
+}
+
+impl<C, S> Default for Kind<C, S> {
+    fn default() -> Self {
+        Kind {
+            cells: Vec::new(),
+            retired: Vec::new(),
+        }
     }
-    Ok(())
+}
+
+/// Cells that can be read into their stats.
+trait Read {
+    type Stats;
+    fn read_stats(&self) -> Self::Stats;
+}
+
+impl Read for LoopCells {
+    type Stats = LoopStats;
+    fn read_stats(&self) -> LoopStats {
+        self.read()
+    }
+}
+
+impl Read for SleepCells {
+    type Stats = SleepStats;
+    fn read_stats(&self) -> SleepStats {
+        self.read()
+    }
+}
+
+/// Whether the probe owning `cells` was dropped (the registry holds the
+/// only reference left).
+fn dropped<C>(cells: &Arc<C>) -> bool {
+    Arc::strong_count(cells) == 1
+}
+
+impl<C: Read<Stats = S>, S> Kind<C, S> {
+    /// Makes room for one more probe: when the list is full, the dropped
+    /// probes leave it with their final counters kept for the next snapshot.
+    ///
+    /// # Errors
+    /// [`Error::TooManyProbes`] when [`MAX_PROBES`] probes are alive.
+    fn make_room(&mut self) -> Result<()> {
+        if self.cells.len() < MAX_PROBES {
+            return Ok(());
+        }
+        let retired = &mut self.retired;
+        self.cells.retain(|c| {
+            if dropped(c) {
+                retired.push(c.read_stats());
+                false
+            } else {
+                true
+            }
+        });
+        if let Some(excess) = retired.len().checked_sub(MAX_PROBES) {
+            retired.drain(..excess);
+        }
+        if self.cells.len() >= MAX_PROBES {
+            return Err(Error::TooManyProbes { max: MAX_PROBES });
+        }
+        Ok(())
+    }
+
+    /// Reads every probe (and the final counters of those retired since
+    /// the last call); forgets the dropped ones.
+    fn collect(&mut self) -> Vec<S> {
+        let mut out = std::mem::take(&mut self.retired);
+        out.extend(self.cells.iter().map(|c| c.read_stats()));
+        self.cells.retain(|c| !dropped(c));
+        out
+    }
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -39,40 +122,38 @@ impl ProbeRegistry {
     pub(crate) fn loop_probe(&self, name: &str) -> Result<LoopProbe> {
         check_name(name)?;
         let mut loops = lock(&self.loops);
-        check_room(loops.len())?;
+        loops.make_room()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let cells = Arc::new(LoopCells {
             id,
             name: name.to_string(),
             ..Default::default()
         });
-        loops.push(cells.clone());
+        loops.cells.push(cells.clone());
         Ok(LoopProbe::new(cells))
     }
 
     pub(crate) fn sleep_probe(&self, name: &str) -> Result<SleepProbe> {
         check_name(name)?;
         let mut sleeps = lock(&self.sleeps);
-        check_room(sleeps.len())?;
+        sleeps.make_room()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let cells = Arc::new(SleepCells {
             id,
             name: name.to_string(),
             ..Default::default()
         });
-        sleeps.push(cells.clone());
+        sleeps.cells.push(cells.clone());
         Ok(SleepProbe::new(cells))
     }
 
     /// Reads every probe; forgets the ones whose probe was dropped.
+    /// Each kind comes sorted by probe id (retired and live probes merge).
     pub(crate) fn collect(&self) -> (Vec<LoopStats>, Vec<SleepStats>) {
-        let mut loops = lock(&self.loops);
-        let l = loops.iter().map(|c| c.read()).collect();
-        loops.retain(|c| Arc::strong_count(c) > 1);
-        drop(loops);
-        let mut sleeps = lock(&self.sleeps);
-        let s = sleeps.iter().map(|c| c.read()).collect();
-        sleeps.retain(|c| Arc::strong_count(c) > 1);
+        let mut l = lock(&self.loops).collect();
+        l.sort_by_key(|s| s.id);
+        let mut s = lock(&self.sleeps).collect();
+        s.sort_by_key(|s| s.id);
         (l, s)
     }
 }

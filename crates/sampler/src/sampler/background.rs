@@ -84,7 +84,7 @@ impl Inner {
         let mut next = clock::monotonic_ns();
         loop {
             if let Err(e) = self.take() {
-                let fatal = matches!(e, Error::NoSuchProcess { .. });
+                let fatal = e.target_gone();
                 *lock(&self.last_error) = Some(e.to_string());
                 if fatal {
                     return;

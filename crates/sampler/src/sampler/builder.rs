@@ -70,6 +70,15 @@ impl SamplerBuilder {
         self
     }
 
+    /// Byte budget of the history, in bytes
+    /// ([`MIN_HISTORY_BUDGET_BYTES`](crate::config::MIN_HISTORY_BUDGET_BYTES) to
+    /// [`MAX_HISTORY_BUDGET_BYTES`](crate::config::MAX_HISTORY_BUDGET_BYTES); see
+    /// [`SamplerConfig::history_budget_bytes`](crate::SamplerConfig::history_budget_bytes)).
+    pub fn with_history_budget_bytes(mut self, bytes: u64) -> Self {
+        self.config.history_budget_bytes = bytes;
+        self
+    }
+
     /// The process to observe (default: this one).
     pub fn with_target(mut self, target: Target) -> Self {
         self.config.target = target;
@@ -134,8 +143,12 @@ impl SamplerBuilder {
                     scratch: Vec::new(),
                     encoders: Encoders::default(),
                     dropped_events: 0,
+                    held_over_budget: None,
                 }),
-                history: Mutex::new(History::new(config.history as usize)),
+                history: Mutex::new(History::new(
+                    config.history as usize,
+                    config.history_budget_bytes,
+                )),
                 config,
                 samples_taken: AtomicU64::new(0),
                 sampler_cpu_time_ns: AtomicU64::new(0),

@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+#[cfg(any(doc, test))]
+use crate::Error;
 use crate::diagnose::{self, Finding, Thresholds};
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
 use crate::interval::{Interval, between_in_history, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo, TargetIdentity};
-use crate::platform::{Backend, PackedThread, SampleRequest, Target, clock, ticks};
+use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock, ticks};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
-use crate::{Error, Result, lock};
+use crate::{Result, lock};
 
 mod background;
 mod builder;
@@ -38,6 +40,9 @@ struct State {
     encoders: Encoders,
     /// The kernel source's `dropped_events` at the previous snapshot.
     dropped_events: u64,
+    /// Snapshots the history held when storing the previous snapshot
+    /// dropped one for its byte budget; `None` when it did not.
+    held_over_budget: Option<u32>,
 }
 
 struct Inner {
@@ -123,7 +128,8 @@ impl Sampler {
     /// Takes a snapshot now, stores it in history and returns it.
     ///
     /// # Errors
-    /// [`Error::NoSuchProcess`] once the target has exited; [`Error::Unreadable`]
+    /// [`Error::NoSuchProcess`] once the target has exited ([`Error::PidReused`]
+    /// when its PID now names another process); [`Error::Unreadable`]
     /// when the process-level `/proc` files cannot be read.
     pub fn sample_now(&self) -> Result<Snapshot> {
         self.inner.take_snapshot()
@@ -275,6 +281,22 @@ impl Sampler {
         &self.inner.identity
     }
 
+    /// The target's identity with its name as it is now: a target that
+    /// called `execve` has a new name (same PID, same start time). A PID
+    /// now naming another process (another start time) keeps the old name.
+    fn current_identity(&self) -> TargetIdentity {
+        let built = &self.inner.identity;
+        let mut id = built.clone();
+        let now = platform::identity(self.inner.config.target);
+        if built.start_time_unix_ns.is_some()
+            && now.start_time_unix_ns == built.start_time_unix_ns
+            && !now.name.is_empty()
+        {
+            id.name = now.name;
+        }
+        id
+    }
+
     /// Whether background sampling is running (as [`SamplerStats::running`],
     /// without reading the other counters).
     pub fn is_running(&self) -> bool {
@@ -291,9 +313,15 @@ impl Sampler {
             0 => 0,
             f => clock::monotonic_ns().saturating_sub(f - 1),
         };
-        let (history_len, history_bytes) = {
+        let (history_len, history_bytes, budget, for_bytes, for_count) = {
             let h = lock(&i.history);
-            (h.len(), h.bytes())
+            (
+                h.len(),
+                h.bytes(),
+                h.budget(),
+                h.dropped_for_bytes(),
+                h.dropped_for_count(),
+            )
         };
         SamplerStats {
             total_samples: samples,
@@ -303,6 +331,9 @@ impl Sampler {
             history_len: u32::try_from(history_len).unwrap_or(u32::MAX),
             bytes_per_stored_thread_sample: BYTES_PER_STORED_THREAD_SAMPLE as u32,
             history_bytes: history_bytes as u64,
+            history_budget_bytes: budget as u64,
+            total_history_dropped_for_bytes: for_bytes,
+            total_history_dropped_for_count: for_count,
             running: i.run.load(Ordering::Acquire) != 0,
             last_error: lock(&i.last_error).clone(),
         }
@@ -425,7 +456,7 @@ impl Sampler {
         Report {
             schema_version: REPORT_SCHEMA_VERSION,
             library_version: env!("CARGO_PKG_VERSION").to_string(),
-            target: self.inner.identity.clone(),
+            target: self.current_identity(),
             config: self.inner.config.clone(),
             unix_time_ns: clock::unix_ns(),
             system: self.inner.system.clone(),
@@ -487,7 +518,7 @@ impl Inner {
         let process = match st.backend.sample(request, &mut st.scratch, &mut warnings) {
             Ok(p) => p,
             Err(e) => {
-                if matches!(e, Error::NoSuchProcess { .. }) {
+                if e.target_gone() {
                     // The target is gone: detach the kernel source now
                     // (programs, maps, links), not when the sampler is dropped.
                     st.kernel = None;
@@ -519,6 +550,13 @@ impl Inner {
                 None
             }
         };
+        if let Some(held) = st.held_over_budget {
+            warnings.push(SampleWarning::HistoryOverBudget {
+                held_snapshots: held,
+                configured_snapshots: self.config.history,
+                budget_bytes: self.config.history_budget_bytes,
+            });
+        }
         let (loops, sleeps) = self.probes.collect();
         let threads = std::mem::take(&mut st.scratch);
         let header = Header {
@@ -552,7 +590,13 @@ impl Inner {
             Ordering::Relaxed,
         );
         let stored = Arc::new(stored);
-        st.scratch = lock(&self.history).push(stored.clone());
+        {
+            let mut history = lock(&self.history);
+            let dropped_before = history.dropped_for_bytes();
+            st.scratch = history.push(stored.clone());
+            st.held_over_budget = (history.dropped_for_bytes() > dropped_before)
+                .then(|| u32::try_from(history.len()).unwrap_or(u32::MAX));
+        }
         self.samples_taken.store(seq + 1, Ordering::Release);
         self.notify_stored();
         Ok(stored)

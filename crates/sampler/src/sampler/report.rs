@@ -271,6 +271,24 @@ pub struct SamplerStats {
     /// counters (packed), headers. Divide by `history_len` for the bytes
     /// per stored snapshot.
     pub history_bytes: u64,
+    /// The history's byte budget, in bytes
+    /// ([`crate::SamplerConfig::history_budget_bytes`]).
+    /// (Read as 0 from a report saved before it existed.)
+    #[serde(default)]
+    pub history_budget_bytes: u64,
+    /// Snapshots dropped from history, oldest first, because the byte
+    /// budget was reached before `history` snapshots were stored: the
+    /// history then spans fewer snapshots than configured. Nonzero means
+    /// the configured `history` does not fit the budget at the target's
+    /// thread count; raise `history_budget_bytes` or lower `history`.
+    /// (Read as 0 from a report saved before it existed.)
+    #[serde(default)]
+    pub total_history_dropped_for_bytes: u64,
+    /// Snapshots dropped from history, oldest first, because `history`
+    /// snapshots were stored (the ring's normal turnover).
+    /// (Read as 0 from a report saved before it existed.)
+    #[serde(default)]
+    pub total_history_dropped_for_count: u64,
     /// Whether background sampling is running: false once the sampling
     /// thread stopped, by its guard or on a fatal error such as the
     /// target's exit (see `last_error`).
@@ -288,7 +306,7 @@ mod tests {
     fn history_at(times: &[u64]) -> History {
         use crate::history::{Encoders, Header, Stored};
         let mut enc = Encoders::default();
-        let mut h = History::new(16);
+        let mut h = History::new(16, u64::MAX);
         for (seq, &monotonic_ns) in times.iter().enumerate() {
             let header = Header {
                 seq: seq as u64,

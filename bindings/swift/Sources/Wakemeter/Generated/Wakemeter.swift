@@ -2605,6 +2605,12 @@ enum WakemeterError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError
      */
     case Other(message: String)
     
+    /**
+     * The observed process exited and its PID now names another process
+     * (last, so the earlier variants keep their wire indices).
+     */
+    case PidReused(message: String)
+    
 
     
 
@@ -2690,6 +2696,10 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             message: try FfiConverterString.read(from: &buf)
         )
         
+        case 15: return .PidReused(
+            message: try FfiConverterString.read(from: &buf)
+        )
+        
 
         default: throw UniffiInternalError.unexpectedEnumCase
         }
@@ -2729,6 +2739,8 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             writeInt(&buf, Int32(13))
         case .Other(_ /* message is ignored*/):
             writeInt(&buf, Int32(14))
+        case .PidReused(_ /* message is ignored*/):
+            writeInt(&buf, Int32(15))
 
         
         }

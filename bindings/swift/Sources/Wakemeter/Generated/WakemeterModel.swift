@@ -2889,8 +2889,22 @@ public struct SamplerConfig: Equatable, Hashable {
     public var interval: TimeInterval
     /**
      * Snapshots kept in history (1 to [`MAX_HISTORY`]). Default 300.
+     * The history also stays within [`SamplerConfig::history_budget_bytes`]:
+     * whichever limit is reached first drops the oldest snapshots.
      */
     public var history: UInt32
+    /**
+     * Byte budget of the history, in bytes ([`MIN_HISTORY_BUDGET_BYTES`] to
+     * [`MAX_HISTORY_BUDGET_BYTES`]). When the stored snapshots reach it, the
+     * oldest are dropped before `history` is reached (counted in
+     * [`crate::SamplerStats::total_history_dropped_for_bytes`]); the two
+     * newest are always kept, since an interval needs two. A budget out
+     * of range is [`Error::InvalidConfig`]; a `history` the budget cannot
+     * hold at the target's thread count is not an error (the thread count
+     * changes while sampling), it is clamped as described. Default
+     * [`DEFAULT_HISTORY_BUDGET_BYTES`].
+     */
+    public var historyBudgetBytes: UInt64
     /**
      * The process to observe. Default: this one.
      */
@@ -2929,7 +2943,20 @@ public struct SamplerConfig: Equatable, Hashable {
          */interval: TimeInterval, 
         /**
          * Snapshots kept in history (1 to [`MAX_HISTORY`]). Default 300.
+         * The history also stays within [`SamplerConfig::history_budget_bytes`]:
+         * whichever limit is reached first drops the oldest snapshots.
          */history: UInt32, 
+        /**
+         * Byte budget of the history, in bytes ([`MIN_HISTORY_BUDGET_BYTES`] to
+         * [`MAX_HISTORY_BUDGET_BYTES`]). When the stored snapshots reach it, the
+         * oldest are dropped before `history` is reached (counted in
+         * [`crate::SamplerStats::total_history_dropped_for_bytes`]); the two
+         * newest are always kept, since an interval needs two. A budget out
+         * of range is [`Error::InvalidConfig`]; a `history` the budget cannot
+         * hold at the target's thread count is not an error (the thread count
+         * changes while sampling), it is clamped as described. Default
+         * [`DEFAULT_HISTORY_BUDGET_BYTES`].
+         */historyBudgetBytes: UInt64, 
         /**
          * The process to observe. Default: this one.
          */target: Target, 
@@ -2956,6 +2983,7 @@ public struct SamplerConfig: Equatable, Hashable {
          */reportThreads: UInt32) {
         self.interval = interval
         self.history = history
+        self.historyBudgetBytes = historyBudgetBytes
         self.target = target
         self.switchSplitEvery = switchSplitEvery
         self.threadName = threadName
@@ -2981,6 +3009,7 @@ public struct FfiConverterTypeSamplerConfig: FfiConverterRustBuffer {
             try SamplerConfig(
                 interval: FfiConverterDuration.read(from: &buf), 
                 history: FfiConverterUInt32.read(from: &buf), 
+                historyBudgetBytes: FfiConverterUInt64.read(from: &buf), 
                 target: FfiConverterTypeTarget.read(from: &buf), 
                 switchSplitEvery: FfiConverterUInt32.read(from: &buf), 
                 threadName: FfiConverterString.read(from: &buf), 
@@ -2992,6 +3021,7 @@ public struct FfiConverterTypeSamplerConfig: FfiConverterRustBuffer {
     public static func write(_ value: SamplerConfig, into buf: inout [UInt8]) {
         FfiConverterDuration.write(value.interval, into: &buf)
         FfiConverterUInt32.write(value.history, into: &buf)
+        FfiConverterUInt64.write(value.historyBudgetBytes, into: &buf)
         FfiConverterTypeTarget.write(value.target, into: &buf)
         FfiConverterUInt32.write(value.switchSplitEvery, into: &buf)
         FfiConverterString.write(value.threadName, into: &buf)
@@ -3051,6 +3081,27 @@ public struct SamplerStats: Equatable, Hashable {
      */
     public var historyBytes: UInt64
     /**
+     * The history's byte budget, in bytes
+     * ([`crate::SamplerConfig::history_budget_bytes`]).
+     * (Read as 0 from a report saved before it existed.)
+     */
+    public var historyBudgetBytes: UInt64
+    /**
+     * Snapshots dropped from history, oldest first, because the byte
+     * budget was reached before `history` snapshots were stored: the
+     * history then spans fewer snapshots than configured. Nonzero means
+     * the configured `history` does not fit the budget at the target's
+     * thread count; raise `history_budget_bytes` or lower `history`.
+     * (Read as 0 from a report saved before it existed.)
+     */
+    public var totalHistoryDroppedForBytes: UInt64
+    /**
+     * Snapshots dropped from history, oldest first, because `history`
+     * snapshots were stored (the ring's normal turnover).
+     * (Read as 0 from a report saved before it existed.)
+     */
+    public var totalHistoryDroppedForCount: UInt64
+    /**
      * Whether background sampling is running: false once the sampling
      * thread stopped, by its guard or on a fatal error such as the
      * target's exit (see `last_error`).
@@ -3088,6 +3139,24 @@ public struct SamplerStats: Equatable, Hashable {
          * per stored snapshot.
          */historyBytes: UInt64, 
         /**
+         * The history's byte budget, in bytes
+         * ([`crate::SamplerConfig::history_budget_bytes`]).
+         * (Read as 0 from a report saved before it existed.)
+         */historyBudgetBytes: UInt64, 
+        /**
+         * Snapshots dropped from history, oldest first, because the byte
+         * budget was reached before `history` snapshots were stored: the
+         * history then spans fewer snapshots than configured. Nonzero means
+         * the configured `history` does not fit the budget at the target's
+         * thread count; raise `history_budget_bytes` or lower `history`.
+         * (Read as 0 from a report saved before it existed.)
+         */totalHistoryDroppedForBytes: UInt64, 
+        /**
+         * Snapshots dropped from history, oldest first, because `history`
+         * snapshots were stored (the ring's normal turnover).
+         * (Read as 0 from a report saved before it existed.)
+         */totalHistoryDroppedForCount: UInt64, 
+        /**
          * Whether background sampling is running: false once the sampling
          * thread stopped, by its guard or on a fatal error such as the
          * target's exit (see `last_error`).
@@ -3102,6 +3171,9 @@ public struct SamplerStats: Equatable, Hashable {
         self.historyLen = historyLen
         self.bytesPerStoredThreadSample = bytesPerStoredThreadSample
         self.historyBytes = historyBytes
+        self.historyBudgetBytes = historyBudgetBytes
+        self.totalHistoryDroppedForBytes = totalHistoryDroppedForBytes
+        self.totalHistoryDroppedForCount = totalHistoryDroppedForCount
         self.running = running
         self.lastError = lastError
     }
@@ -3129,6 +3201,9 @@ public struct FfiConverterTypeSamplerStats: FfiConverterRustBuffer {
                 historyLen: FfiConverterUInt32.read(from: &buf), 
                 bytesPerStoredThreadSample: FfiConverterUInt32.read(from: &buf), 
                 historyBytes: FfiConverterUInt64.read(from: &buf), 
+                historyBudgetBytes: FfiConverterUInt64.read(from: &buf), 
+                totalHistoryDroppedForBytes: FfiConverterUInt64.read(from: &buf), 
+                totalHistoryDroppedForCount: FfiConverterUInt64.read(from: &buf), 
                 running: FfiConverterBool.read(from: &buf), 
                 lastError: FfiConverterOptionString.read(from: &buf)
         )
@@ -3142,6 +3217,9 @@ public struct FfiConverterTypeSamplerStats: FfiConverterRustBuffer {
         FfiConverterUInt32.write(value.historyLen, into: &buf)
         FfiConverterUInt32.write(value.bytesPerStoredThreadSample, into: &buf)
         FfiConverterUInt64.write(value.historyBytes, into: &buf)
+        FfiConverterUInt64.write(value.historyBudgetBytes, into: &buf)
+        FfiConverterUInt64.write(value.totalHistoryDroppedForBytes, into: &buf)
+        FfiConverterUInt64.write(value.totalHistoryDroppedForCount, into: &buf)
         FfiConverterBool.write(value.running, into: &buf)
         FfiConverterOptionString.write(value.lastError, into: &buf)
     }
@@ -5489,6 +5567,26 @@ public enum SampleWarning: Equatable, Hashable {
          * Events lost since the previous snapshot.
          */droppedEvents: UInt64
     )
+    /**
+     * The history reached its byte budget
+     * ([`crate::SamplerConfig::history_budget_bytes`]) before holding
+     * `history` snapshots: it holds fewer than configured, the oldest
+     * dropped first (counted in
+     * [`crate::SamplerStats::total_history_dropped_for_bytes`]). The
+     * configuration is clamped, not refused: the thread count, and so the
+     * size of a snapshot, changes while sampling.
+     */
+    case historyOverBudget(
+        /**
+         * Snapshots the history held after the last one was stored.
+         */heldSnapshots: UInt32, 
+        /**
+         * Snapshots configured ([`crate::SamplerConfig::history`]).
+         */configuredSnapshots: UInt32, 
+        /**
+         * The byte budget, in bytes.
+         */budgetBytes: UInt64
+    )
 
 
 
@@ -5519,6 +5617,9 @@ public struct FfiConverterTypeSampleWarning: FfiConverterRustBuffer {
         case 3: return .kernelEventsDropped(droppedEvents: try FfiConverterUInt64.read(from: &buf)
         )
         
+        case 4: return .historyOverBudget(heldSnapshots: try FfiConverterUInt32.read(from: &buf), configuredSnapshots: try FfiConverterUInt32.read(from: &buf), budgetBytes: try FfiConverterUInt64.read(from: &buf)
+        )
+        
         default: throw UniffiInternalError.unexpectedEnumCase
         }
     }
@@ -5540,6 +5641,13 @@ public struct FfiConverterTypeSampleWarning: FfiConverterRustBuffer {
         case let .kernelEventsDropped(droppedEvents):
             writeInt(&buf, Int32(3))
             FfiConverterUInt64.write(droppedEvents, into: &buf)
+            
+        
+        case let .historyOverBudget(heldSnapshots,configuredSnapshots,budgetBytes):
+            writeInt(&buf, Int32(4))
+            FfiConverterUInt32.write(heldSnapshots, into: &buf)
+            FfiConverterUInt32.write(configuredSnapshots, into: &buf)
+            FfiConverterUInt64.write(budgetBytes, into: &buf)
             
         }
     }

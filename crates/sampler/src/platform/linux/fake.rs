@@ -54,6 +54,9 @@ pub(crate) struct FakeSys {
     pub process_status_reads_avoided: usize,
     /// Successful opens, to tell kept descriptors from open-read-close.
     pub opens: usize,
+    /// The descriptor budget: its own unless a test shares one between
+    /// several fake samplers of one "process".
+    pub pool: std::sync::Arc<super::DescriptorPool>,
     next_incarnation: u64,
 }
 
@@ -75,6 +78,7 @@ impl FakeSys {
             clock_reads: 0,
             process_status_reads_avoided: 0,
             opens: 0,
+            pool: std::sync::Arc::default(),
             next_incarnation: 0,
         };
         s.spawn(pid, "main");
@@ -206,6 +210,14 @@ impl Sys for FakeSys {
 
     fn descriptor_number(&self, file: &FakeFile) -> u64 {
         file.number as u64
+    }
+
+    fn descriptor_pool(&self) -> std::sync::Arc<super::DescriptorPool> {
+        self.pool.clone()
+    }
+
+    fn fixed_descriptors(&self) -> u64 {
+        0
     }
 
     fn nofile_limit(&mut self) -> Option<u64> {

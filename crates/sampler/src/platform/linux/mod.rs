@@ -46,6 +46,7 @@ use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) use sys::{LinuxSys, Sys, TaskFile};
 
@@ -59,12 +60,15 @@ use fake::FakeThread;
 /// Size of the scratch buffer for `status` files (they are ~1.5 KiB).
 const READ_BUF: usize = 8 * 1024;
 
-/// The share of the soft `RLIMIT_NOFILE` that kept per-thread descriptors
-/// may hold, as a divisor: at most `limit / 4` descriptors (256 under the
-/// common limit of 1024). When every thread's two files fit in the share,
-/// both are kept; otherwise only `schedstat` (or `stat`) descriptors are,
-/// since they are read on every sample while `status` is read on one sample
-/// in N and only for threads that switched.
+/// The share of the soft `RLIMIT_NOFILE` that the descriptors kept by all
+/// samplers of the process together may hold, as a divisor: at most
+/// `limit / 4` descriptors (256 under the common limit of 1024), counting
+/// each sampler's process-level files (task directory, `statm`, `status`)
+/// and every kept per-thread file ([`DescriptorPool`]). When a sampler's
+/// threads' two files fit in what is left of the share, both are kept;
+/// otherwise only `schedstat` (or `stat`) descriptors are, since they are
+/// read on every sample while `status` is read on one sample in N and only
+/// for threads that switched.
 ///
 /// Why: a kept descriptor lives as long as its thread, so without a cap a
 /// process with many threads would hand most of its table to the sampler
@@ -106,13 +110,70 @@ enum CounterFile {
     Stat,
 }
 
+/// The descriptors held by every sampler of one host process, counted
+/// together so that the share ([`KEPT_SHARE_DIVISOR`]) is one budget for the
+/// whole process, not one per sampler: a host (or `wakemeter watch --name`)
+/// with hundreds of samplers keeps no more than one sampler did.
+///
+/// Why an atomic and not a lock: samplers take and give back descriptors on
+/// their sampling paths, which never block.
+#[derive(Debug, Default)]
+pub(crate) struct DescriptorPool {
+    /// Descriptors held now: process-level files of every live sampler plus
+    /// every kept per-thread file.
+    held: AtomicU64,
+}
+
+impl DescriptorPool {
+    /// The pool of this process, shared by every sampler built on the real
+    /// `/proc` ([`LinuxSys`]).
+    pub(crate) fn process() -> Arc<DescriptorPool> {
+        static POOL: std::sync::OnceLock<Arc<DescriptorPool>> = std::sync::OnceLock::new();
+        POOL.get_or_init(Arc::default).clone()
+    }
+
+    /// Descriptors held now by every sampler of the pool.
+    pub(crate) fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Counts `n` descriptors that are held whatever the budget (a
+    /// sampler's process-level files).
+    fn add(&self, n: u64) {
+        self.held.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Takes one descriptor from the budget if fewer than `allowed` are held.
+    fn try_take(&self, allowed: u64) -> bool {
+        self.held
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                (h < allowed).then_some(h + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` descriptors.
+    fn release(&self, n: u64) {
+        // Saturating: a miscount must never wrap into a full budget.
+        let _ = self
+            .held
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                Some(h.saturating_sub(n))
+            });
+    }
+}
+
 /// The descriptor policy's state (see [`KEPT_SHARE_DIVISOR`],
 /// [`HEADROOM_DESCRIPTORS`], [`EXHAUSTION_BACKOFF_SAMPLES`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Descriptors {
-    /// Per-thread descriptors kept open now.
+    /// The budget shared with the process's other samplers.
+    pool: Arc<DescriptorPool>,
+    /// Process-level descriptors this sampler holds (counted in `pool`).
+    fixed: u64,
+    /// Per-thread descriptors kept open now by this sampler (counted in `pool`).
     kept: u64,
-    /// How many may be kept during this pass.
+    /// How many the whole pool may hold during this pass.
     allowed: u64,
     /// Whether `status` descriptors may be kept during this pass.
     keep_status: bool,
@@ -143,14 +204,32 @@ impl Descriptors {
         if generation < self.backoff_until {
             self.allowed = 0;
         }
-        self.keep_status = threads.saturating_mul(2) <= self.allowed;
+        // What the other samplers hold is not this sampler's to use.
+        let others = self.pool.held().saturating_sub(self.kept);
+        self.keep_status = threads.saturating_mul(2) <= self.allowed.saturating_sub(others);
     }
 
     /// Whether one more descriptor of `file` may be kept, if its number allows.
     fn could_keep(&self, file: TaskFile) -> bool {
         !self.exhausted
-            && self.kept < self.allowed
+            && self.pool.held() < self.allowed
             && (file != TaskFile::Status || self.keep_status)
+    }
+
+    /// Counts a descriptor about to be kept; `false` when another sampler
+    /// took the last of the budget since [`Self::could_keep`].
+    fn take(&mut self) -> bool {
+        if !self.pool.try_take(self.allowed) {
+            return false;
+        }
+        self.kept += 1;
+        true
+    }
+
+    /// Gives back `n` kept descriptors that were just closed.
+    fn give_back(&mut self, n: u64) {
+        self.kept = self.kept.saturating_sub(n);
+        self.pool.release(n);
     }
 
     /// Whether a descriptor of `file` just opened with this number may be kept.
@@ -160,7 +239,7 @@ impl Descriptors {
 
     /// Whether some kept descriptors must be closed (see [`Self::release_excess`]).
     fn over_budget(&self) -> bool {
-        self.kept > self.allowed || (!self.keep_status && self.kept > 0)
+        self.kept > 0 && (self.pool.held() > self.allowed || !self.keep_status)
     }
 
     fn on_exhausted(&mut self) {
@@ -176,23 +255,30 @@ impl Descriptors {
         tracked: &mut HashMap<u32, Tracked<F>, BuildHasherDefault<TidHasher>>,
     ) {
         for t in tracked.values_mut() {
-            if (!self.keep_status || self.kept > self.allowed) && t.status.take().is_some() {
-                self.kept -= 1;
+            if (!self.keep_status || self.pool.held() > self.allowed) && t.status.take().is_some() {
+                self.give_back(1);
             }
         }
         for t in tracked.values_mut() {
-            if self.kept <= self.allowed {
+            if self.pool.held() <= self.allowed {
                 break;
             }
             if t.counters.take().is_some() {
-                self.kept -= 1;
+                self.give_back(1);
             }
         }
     }
 
     /// Accounts for a tracked thread dropped with its descriptors.
     fn forget<F>(&mut self, t: &Tracked<F>) {
-        self.kept -= u64::from(t.counters.is_some()) + u64::from(t.status.is_some());
+        self.give_back(u64::from(t.counters.is_some()) + u64::from(t.status.is_some()));
+    }
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // The backend (and with it every descriptor it holds) goes away.
+        self.pool.release(self.fixed + self.kept);
     }
 }
 
@@ -338,6 +424,18 @@ impl<S: Sys> LinuxBackend<S> {
         };
         let statm = open_proc(&mut sys, "statm")?;
         let status = open_proc(&mut sys, "status")?;
+        // A sampler built while the host is at the top of its table would
+        // take the host's last descriptors for as long as it lives: refuse
+        // it with the error an open at the limit gives (see
+        // [`HEADROOM_DESCRIPTORS`]).
+        if let Some(limit) = sys.nofile_limit()
+            && sys.descriptor_number(&status) >= limit.saturating_sub(HEADROOM_DESCRIPTORS)
+        {
+            return Err(Error::DescriptorsExhausted {
+                path: format!("{}/status", sys.base()),
+                source: io::Error::from_raw_os_error(libc::EMFILE),
+            });
+        }
         let main = sys.pid();
         let counter_file = match sys.open_task(main, TaskFile::Schedstat) {
             Ok(_) => CounterFile::Schedstat,
@@ -349,6 +447,11 @@ impl<S: Sys> LinuxBackend<S> {
                 ));
             }
         };
+        // The task directory, `statm` and `status` stay open while the
+        // sampler lives: they count against the shared budget.
+        let pool = sys.descriptor_pool();
+        let fixed = sys.fixed_descriptors() + 2;
+        pool.add(fixed);
         Ok(LinuxBackend {
             reader: Reader {
                 sys,
@@ -358,7 +461,17 @@ impl<S: Sys> LinuxBackend<S> {
                 next_serial: 0,
                 statm,
                 status,
-                fds: Descriptors::default(),
+                fds: Descriptors {
+                    pool,
+                    fixed,
+                    kept: 0,
+                    allowed: 0,
+                    keep_status: false,
+                    headroom_from: 0,
+                    generation: 0,
+                    backoff_until: 0,
+                    exhausted: false,
+                },
                 peak_rss_bytes: None,
             },
             tracked: HashMap::default(),
@@ -406,8 +519,7 @@ impl<S: Sys> Reader<S> {
             Err(e) if is_gone(&e) => return FileRead::Gone,
             Err(_) => FileRead::Bytes(0),
         };
-        if self.fds.may_keep(file, self.sys.descriptor_number(&f)) {
-            self.fds.kept += 1;
+        if self.fds.may_keep(file, self.sys.descriptor_number(&f)) && self.fds.take() {
             *kept = Some(f);
         }
         read
@@ -709,7 +821,14 @@ impl<S: Sys> Reader<S> {
 
     /// Maps a failed process-level read to the right error.
     fn process_error(&mut self, e: io::Error, file: &str) -> Error {
-        if is_gone(&e) || !self.sys.target_alive() {
+        let alive = self.sys.target_alive();
+        if is_gone(&e) && alive && !self.self_target {
+            // The kept descriptor is bound to the process it was opened
+            // for, which is gone; a process with its PID exists: another one.
+            Error::PidReused {
+                pid: self.sys.pid(),
+            }
+        } else if is_gone(&e) || !alive {
             Error::NoSuchProcess {
                 pid: self.sys.pid(),
             }

@@ -45,6 +45,12 @@ pub(crate) trait Sys: Send {
     /// The descriptor number of `file` (open(2) returns the lowest free
     /// number, so every number below it was in use when it was opened).
     fn descriptor_number(&self, file: &Self::File) -> u64;
+    /// The descriptor budget this backend shares with the other samplers of
+    /// the process (see `DescriptorPool`).
+    fn descriptor_pool(&self) -> std::sync::Arc<super::DescriptorPool>;
+    /// Descriptors this `Sys` itself keeps open while it lives (the task
+    /// directory), counted against the shared budget.
+    fn fixed_descriptors(&self) -> u64;
     /// The calling process's soft `RLIMIT_NOFILE` (descriptor numbers must be
     /// below it); `None` when unlimited or unreadable.
     fn nofile_limit(&mut self) -> Option<u64>;
@@ -216,6 +222,14 @@ impl Sys for LinuxSys {
 
     fn descriptor_number(&self, file: &OwnedFd) -> u64 {
         u64::try_from(file.as_raw_fd()).unwrap_or(0)
+    }
+
+    fn descriptor_pool(&self) -> std::sync::Arc<super::DescriptorPool> {
+        super::DescriptorPool::process()
+    }
+
+    fn fixed_descriptors(&self) -> u64 {
+        1
     }
 
     fn nofile_limit(&mut self) -> Option<u64> {

@@ -358,9 +358,10 @@ fn kept_descriptors_stay_within_a_quarter_of_the_limit() {
         let (threads, warnings, _) = sample(&mut b, true);
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_complete(&threads, 301, true);
-        assert_eq!(kept(&b), 400 / KEPT_SHARE_DIVISOR);
-        // The process files plus the share: the rest is the host's.
-        assert_eq!(OPEN.with(|c| c.get()) - base, 2 + 100);
+        // The share holds the process files and the kept ones: the rest
+        // is the host's.
+        assert_eq!(kept(&b), 400 / KEPT_SHARE_DIVISOR - 2);
+        assert_eq!(OPEN.with(|c| c.get()) - base, 100);
     }
     // The kept ones are read in place, the others by open-read-close
     // (threads that ran: an idle thread's clock says schedstat is unchanged).
@@ -370,7 +371,7 @@ fn kept_descriptors_stay_within_a_quarter_of_the_limit() {
     let reopened = b.reader.sys.opens - opens;
     assert_eq!(
         reopened,
-        301 - 100,
+        301 - 98,
         "only threads without a kept schedstat reopen"
     );
 }
@@ -458,7 +459,61 @@ fn a_lowered_limit_closes_the_excess_on_the_next_sample() {
     let (threads, warnings, _) = sample(&mut b, true);
     assert!(warnings.is_empty());
     assert_complete(&threads, 101, true);
-    assert_eq!(kept(&b), 256 / KEPT_SHARE_DIVISOR);
+    assert_eq!(kept(&b), 256 / KEPT_SHARE_DIVISOR - 2);
+}
+
+#[test]
+fn samplers_of_one_process_share_one_budget() {
+    // Three samplers of one host process (as `watch --name` makes), each
+    // on a target with 300 threads, under a limit of 400: together they
+    // keep no more than the share one sampler may keep.
+    let pool = std::sync::Arc::new(DescriptorPool::default());
+    let mut backends: Vec<_> = (0..3u32)
+        .map(|i| {
+            let mut sys = many_threads(10 + i * 1000, 300);
+            sys.nofile = Some(400);
+            sys.pool = pool.clone();
+            backend(sys, Target::Pid(10 + i * 1000))
+        })
+        .collect();
+    let share = 400 / KEPT_SHARE_DIVISOR;
+    for _ in 0..3 {
+        for b in &mut backends {
+            let (threads, warnings, _) = sample(b, true);
+            assert!(warnings.is_empty(), "{warnings:?}");
+            assert_complete(&threads, 301, true);
+        }
+        let kept_all: u64 = backends.iter().map(kept).sum();
+        assert_eq!(
+            pool.held(),
+            kept_all + 3 * 2,
+            "the pool counts every sampler"
+        );
+        assert!(pool.held() <= share, "{} > {share}", pool.held());
+    }
+    // A sampler that goes away gives its share back to the others.
+    let first = kept(&backends[0]);
+    assert!(first > 0);
+    backends.remove(0);
+    assert_eq!(pool.held(), backends.iter().map(kept).sum::<u64>() + 2 * 2);
+    for b in &mut backends {
+        run_all(&mut b.reader.sys);
+        sample(b, true);
+    }
+    assert_eq!(pool.held(), share, "the freed share is used again");
+}
+
+#[test]
+fn a_sampler_built_at_the_top_of_the_table_is_refused() {
+    let mut sys = many_threads(10, 3);
+    sys.nofile = Some(HEADROOM_DESCRIPTORS);
+    let pool = sys.pool.clone();
+    match LinuxBackend::new(sys, Target::Pid(10)) {
+        Err(Error::DescriptorsExhausted { .. }) => {}
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a sampler took the host's last descriptors"),
+    }
+    assert_eq!(pool.held(), 0, "nothing counted for a refused sampler");
 }
 
 #[test]
@@ -467,8 +522,9 @@ fn a_reused_tid_without_kept_descriptors_is_a_new_thread() {
     sys.spawn(11, "old");
     sys.thread(11).cpu_ns = 9_000_000;
     sys.thread(11).slices = 50;
-    // Limit inside the headroom: nothing is ever kept.
-    sys.nofile = Some(HEADROOM_DESCRIPTORS);
+    // Limit just above the headroom: the process files fit, but no
+    // per-thread descriptor is ever kept.
+    sys.nofile = Some(HEADROOM_DESCRIPTORS + 2);
     let mut b = backend(sys, Target::Pid(10));
     let (before, _, _) = sample(&mut b, false);
     assert_eq!(kept(&b), 0);

@@ -33,8 +33,15 @@ class SamplerSettings {
     /** Time between background samples; at least 1 ms. */
     var interval: Duration = defaults.interval.toKotlinDuration()
 
-    /** Snapshots kept in history (1 to 100000). */
+    /** Snapshots kept in history (1 to 100000), within [historyBudgetBytes]. */
     var history: Int = defaults.history.toInt()
+
+    /**
+     * Byte budget of the history, in bytes (64 KiB to 1 GiB; default 32 MiB):
+     * the oldest snapshots are dropped when it is reached, before [history] is
+     * (counted in `stats().totalHistoryDroppedForBytes`).
+     */
+    var historyBudgetBytes: Long = defaults.historyBudgetBytes.toLong()
 
     /** Process to observe; `null` observes this process. */
     var pid: Int? = (defaults.target as? Target.Pid)?.v1?.toInt()
@@ -57,6 +64,8 @@ class SamplerSettings {
         // InvalidConfig like any other bad value.
         interval = interval.coerceAtLeast(Duration.ZERO).toJavaDuration(),
         history = history.toUInt(),
+        // A negative budget becomes zero, which the library rejects.
+        historyBudgetBytes = historyBudgetBytes.coerceAtLeast(0).toULong(),
         target = pid?.let { Target.Pid(it.toUInt()) } ?: Target.SelfProcess,
         switchSplitEvery = switchSplitEvery.toUInt(),
         threadName = threadName,

@@ -159,6 +159,23 @@ class ProbeAndFindingTest {
     }
 
     /** Runs [iteration] on its own thread for [duration] while [s] samples in the background. */
+    /**
+     * Runs [iteration] on another thread until [done] (checked every 50 ms),
+     * for at most two minutes: a loaded machine takes longer, never fails.
+     */
+    private fun runUntil(done: () -> Boolean, iteration: () -> Unit) {
+        val stop = java.util.concurrent.atomic.AtomicBoolean(false)
+        val t = Thread { while (!stop.get()) iteration() }
+        t.start()
+        val bound = TimeSource.Monotonic.markNow() + 120.seconds
+        try {
+            while (!done() && bound.hasNotPassedNow()) Thread.sleep(50)
+        } finally {
+            stop.set(true)
+            t.join()
+        }
+    }
+
     private fun runLoop(s: dev.wakemeter.ffi.Sampler, duration: Duration, iteration: () -> Unit) {
         val end = TimeSource.Monotonic.markNow() + duration
         val t = Thread {
@@ -181,8 +198,11 @@ class ProbeAndFindingTest {
                     calm.none { it.subject is Subject.Loop },
                     "an idle loop is not a finding: $calm",
                 )
-                // Spinning: non-blocking polls that find nothing, as fast as possible.
-                runLoop(s, 700.milliseconds) { spin.wait(Duration.ZERO) { 0 } }
+                // Spinning: non-blocking polls that find nothing, as fast as
+                // possible, until the sampler has seen enough of it.
+                runUntil({ s.findings().any { it.kind == FindingKind.BUSY_POLLER } }) {
+                    spin.wait(Duration.ZERO) { 0 }
+                }
             }
             val found = s.findings()
             val busy = found.singleOrNull { it.kind == FindingKind.BUSY_POLLER }
@@ -205,12 +225,17 @@ class ProbeAndFindingTest {
         wakemeter { interval = 50.milliseconds; thresholds = quick }.use { s ->
             s.newLoopProbe("spin").use { spin ->
                 s.start()
-                val spinner = Thread { runLoop(s, 1500.milliseconds) { spin.wait(Duration.ZERO) { 0 } } }
+                val found = java.util.concurrent.atomic.AtomicBoolean(false)
+                val spinner = Thread { runUntil({ found.get() }) { spin.wait(Duration.ZERO) { 0 } } }
                 spinner.start()
-                val first: Finding = withTimeout(10.seconds) {
-                    s.findingFlow().first { it.kind == FindingKind.BUSY_POLLER }
+                val first: Finding = try {
+                    withTimeout(120.seconds) {
+                        s.findingFlow().first { it.kind == FindingKind.BUSY_POLLER }
+                    }
+                } finally {
+                    found.set(true)
+                    spinner.join()
                 }
-                spinner.join()
                 s.stop()
                 assertEquals("spin", (first.subject as Subject.Loop).name)
                 assertTrue(s.listenerStats().findingsDelivered >= 1uL)

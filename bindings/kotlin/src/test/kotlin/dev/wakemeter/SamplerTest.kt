@@ -44,6 +44,7 @@ class SamplerTest {
         assertEquals(10u, c.switchSplitEvery)
         assertEquals("wakemeter", c.threadName)
         assertEquals(64u, c.reportThreads)
+        assertEquals(32uL shl 20, c.historyBudgetBytes)
         assertEquals(c, SamplerSettings().toConfig())
         assertTrue(wakemeterVersion().isNotEmpty())
     }
@@ -157,7 +158,7 @@ class SamplerTest {
                 }
             })
             s.start()
-            assertTrue(got.await(5, TimeUnit.SECONDS), "three intervals delivered")
+            assertTrue(got.await(120, TimeUnit.SECONDS), "three intervals delivered")
             s.stop()
             assertTrue(seen.all { it.first == "wakemeter-cb" }, "threads: ${seen.map { it.first }.toSet()}")
             val seqs = seen.map { it.second.toSeq }
@@ -189,7 +190,7 @@ class SamplerTest {
                 override fun onInterval(interval: Interval) = healthy.countDown()
             })
             s.start()
-            assertTrue(healthy.await(5, TimeUnit.SECONDS), "the other listener kept receiving")
+            assertTrue(healthy.await(120, TimeUnit.SECONDS), "the other listener kept receiving")
             s.stop()
             val ls = s.listenerStats()
             assertTrue(ls.listenerErrors >= 3uL, "errors counted: ${ls.listenerErrors}")
@@ -211,7 +212,7 @@ class SamplerTest {
             }).use {
                 s.listen(onInterval = { healthy.countDown() }).use {
                     s.start()
-                    assertTrue(healthy.await(5, TimeUnit.SECONDS), "the other listener kept receiving")
+                    assertTrue(healthy.await(120, TimeUnit.SECONDS), "the other listener kept receiving")
                     s.stop()
                 }
             }
@@ -240,7 +241,7 @@ class SamplerTest {
             s.listen(failing).use {
                 s.listen(onInterval = { healthy.countDown() }).use {
                     s.start()
-                    assertTrue(healthy.await(5, TimeUnit.SECONDS), "the other listener kept receiving")
+                    assertTrue(healthy.await(120, TimeUnit.SECONDS), "the other listener kept receiving")
                     s.stop()
                 }
             }
@@ -255,7 +256,7 @@ class SamplerTest {
     fun `interval flow delivers background intervals`() = runBlocking {
         wakemeter { interval = 20.milliseconds }.use { s ->
             s.start()
-            val got = withTimeout(5.seconds) { s.intervalFlow().take(3).toList() }
+            val got = withTimeout(120.seconds) { s.intervalFlow().take(3).toList() }
             s.stop()
             assertEquals(3, got.size)
             assertTrue(got.zipWithNext().all { (a, b) -> a.toSeq < b.toSeq })
@@ -313,6 +314,8 @@ class SamplerTest {
         assertTrue(field { history = 10_000_000 }.contains("history must be at most"))
         assertTrue(field { history = -1 }.contains("history"))
         assertTrue(field { switchSplitEvery = 0 }.contains("switch_split_every"))
+        assertTrue(field { historyBudgetBytes = 1024 }.contains("history_budget_bytes"))
+        assertTrue(field { historyBudgetBytes = -1 }.contains("history_budget_bytes"))
         assertTrue(field { threadName = "a-name-longer-than-15" }.contains("thread_name"))
         assertTrue(field { threadName = "" }.contains("thread_name"))
         assertThrows<WakemeterException.NoSuchProcess> { wakemeter { pid = Int.MAX_VALUE }.close() }
@@ -362,7 +365,7 @@ class SamplerTest {
                 }
             })
             s.start()
-            assertTrue(stopped.await(5, TimeUnit.SECONDS))
+            assertTrue(stopped.await(120, TimeUnit.SECONDS))
             Thread.sleep(50)
             assertFalse(s.isRunning())
         }

@@ -4417,6 +4417,12 @@ sealed class WakemeterException(message: String): kotlin.Exception(message) {
      */
         class Other(message: String) : WakemeterException(message)
         
+    /**
+     * The observed process exited and its PID now names another process
+     * (last, so the earlier variants keep their wire indices).
+     */
+        class PidReused(message: String) : WakemeterException(message)
+        
 
     companion object ErrorHandler : UniffiRustCallStatusErrorHandler<WakemeterException> {
         override fun lift(error_buf: RustBuffer.ByValue): WakemeterException = FfiConverterTypeWakemeterError.lift(error_buf)
@@ -4444,6 +4450,7 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
             12 -> WakemeterException.Serialization(FfiConverterString.read(buf))
             13 -> WakemeterException.Unwritable(FfiConverterString.read(buf))
             14 -> WakemeterException.Other(FfiConverterString.read(buf))
+            15 -> WakemeterException.PidReused(FfiConverterString.read(buf))
             else -> throw RuntimeException("invalid error enum value, something is very wrong!!")
         }
         
@@ -4509,6 +4516,10 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
             }
             is WakemeterException.Other -> {
                 buf.putInt(14)
+                Unit
+            }
+            is WakemeterException.PidReused -> {
+                buf.putInt(15)
                 Unit
             }
         }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }

@@ -2797,8 +2797,23 @@ data class SamplerConfig (
     , 
     /**
      * Snapshots kept in history (1 to [`MAX_HISTORY`]). Default 300.
+     * The history also stays within [`SamplerConfig::history_budget_bytes`]:
+     * whichever limit is reached first drops the oldest snapshots.
      */
     val `history`: kotlin.UInt
+    , 
+    /**
+     * Byte budget of the history, in bytes ([`MIN_HISTORY_BUDGET_BYTES`] to
+     * [`MAX_HISTORY_BUDGET_BYTES`]). When the stored snapshots reach it, the
+     * oldest are dropped before `history` is reached (counted in
+     * [`crate::SamplerStats::total_history_dropped_for_bytes`]); the two
+     * newest are always kept, since an interval needs two. A budget out
+     * of range is [`Error::InvalidConfig`]; a `history` the budget cannot
+     * hold at the target's thread count is not an error (the thread count
+     * changes while sampling), it is clamped as described. Default
+     * [`DEFAULT_HISTORY_BUDGET_BYTES`].
+     */
+    val `historyBudgetBytes`: kotlin.ULong
     , 
     /**
      * The process to observe. Default: this one.
@@ -2851,6 +2866,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
         return SamplerConfig(
             FfiConverterDuration.read(buf),
             FfiConverterUInt.read(buf),
+            FfiConverterULong.read(buf),
             FfiConverterTypeTarget.read(buf),
             FfiConverterUInt.read(buf),
             FfiConverterString.read(buf),
@@ -2862,6 +2878,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
     override fun allocationSize(value: SamplerConfig) = (
             FfiConverterDuration.allocationSize(value.`interval`) +
             FfiConverterUInt.allocationSize(value.`history`) +
+            FfiConverterULong.allocationSize(value.`historyBudgetBytes`) +
             FfiConverterTypeTarget.allocationSize(value.`target`) +
             FfiConverterUInt.allocationSize(value.`switchSplitEvery`) +
             FfiConverterString.allocationSize(value.`threadName`) +
@@ -2872,6 +2889,7 @@ public object FfiConverterTypeSamplerConfig: FfiConverterRustBuffer<SamplerConfi
     override fun write(value: SamplerConfig, buf: ByteBuffer) {
             FfiConverterDuration.write(value.`interval`, buf)
             FfiConverterUInt.write(value.`history`, buf)
+            FfiConverterULong.write(value.`historyBudgetBytes`, buf)
             FfiConverterTypeTarget.write(value.`target`, buf)
             FfiConverterUInt.write(value.`switchSplitEvery`, buf)
             FfiConverterString.write(value.`threadName`, buf)
@@ -2924,6 +2942,30 @@ data class SamplerStats (
     val `historyBytes`: kotlin.ULong
     , 
     /**
+     * The history's byte budget, in bytes
+     * ([`crate::SamplerConfig::history_budget_bytes`]).
+     * (Read as 0 from a report saved before it existed.)
+     */
+    val `historyBudgetBytes`: kotlin.ULong
+    , 
+    /**
+     * Snapshots dropped from history, oldest first, because the byte
+     * budget was reached before `history` snapshots were stored: the
+     * history then spans fewer snapshots than configured. Nonzero means
+     * the configured `history` does not fit the budget at the target's
+     * thread count; raise `history_budget_bytes` or lower `history`.
+     * (Read as 0 from a report saved before it existed.)
+     */
+    val `totalHistoryDroppedForBytes`: kotlin.ULong
+    , 
+    /**
+     * Snapshots dropped from history, oldest first, because `history`
+     * snapshots were stored (the ring's normal turnover).
+     * (Read as 0 from a report saved before it existed.)
+     */
+    val `totalHistoryDroppedForCount`: kotlin.ULong
+    , 
+    /**
      * Whether background sampling is running: false once the sampling
      * thread stopped, by its guard or on a fatal error such as the
      * target's exit (see `last_error`).
@@ -2957,6 +2999,9 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterUInt.read(buf),
             FfiConverterUInt.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
             FfiConverterBoolean.read(buf),
             FfiConverterOptionalString.read(buf),
         )
@@ -2970,6 +3015,9 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterUInt.allocationSize(value.`historyLen`) +
             FfiConverterUInt.allocationSize(value.`bytesPerStoredThreadSample`) +
             FfiConverterULong.allocationSize(value.`historyBytes`) +
+            FfiConverterULong.allocationSize(value.`historyBudgetBytes`) +
+            FfiConverterULong.allocationSize(value.`totalHistoryDroppedForBytes`) +
+            FfiConverterULong.allocationSize(value.`totalHistoryDroppedForCount`) +
             FfiConverterBoolean.allocationSize(value.`running`) +
             FfiConverterOptionalString.allocationSize(value.`lastError`)
     )
@@ -2982,6 +3030,9 @@ public object FfiConverterTypeSamplerStats: FfiConverterRustBuffer<SamplerStats>
             FfiConverterUInt.write(value.`historyLen`, buf)
             FfiConverterUInt.write(value.`bytesPerStoredThreadSample`, buf)
             FfiConverterULong.write(value.`historyBytes`, buf)
+            FfiConverterULong.write(value.`historyBudgetBytes`, buf)
+            FfiConverterULong.write(value.`totalHistoryDroppedForBytes`, buf)
+            FfiConverterULong.write(value.`totalHistoryDroppedForCount`, buf)
             FfiConverterBoolean.write(value.`running`, buf)
             FfiConverterOptionalString.write(value.`lastError`, buf)
     }
@@ -4651,6 +4702,35 @@ sealed class SampleWarning {
         companion object
     }
     
+    /**
+     * The history reached its byte budget
+     * ([`crate::SamplerConfig::history_budget_bytes`]) before holding
+     * `history` snapshots: it holds fewer than configured, the oldest
+     * dropped first (counted in
+     * [`crate::SamplerStats::total_history_dropped_for_bytes`]). The
+     * configuration is clamped, not refused: the thread count, and so the
+     * size of a snapshot, changes while sampling.
+     */
+    data class HistoryOverBudget(
+        /**
+         * Snapshots the history held after the last one was stored.
+         */
+        val `heldSnapshots`: kotlin.UInt, 
+        /**
+         * Snapshots configured ([`crate::SamplerConfig::history`]).
+         */
+        val `configuredSnapshots`: kotlin.UInt, 
+        /**
+         * The byte budget, in bytes.
+         */
+        val `budgetBytes`: kotlin.ULong) : SampleWarning()
+        
+    {
+        
+
+        companion object
+    }
+    
 
     
 
@@ -4674,6 +4754,11 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
                 FfiConverterString.read(buf),
                 )
             3 -> SampleWarning.KernelEventsDropped(
+                FfiConverterULong.read(buf),
+                )
+            4 -> SampleWarning.HistoryOverBudget(
+                FfiConverterUInt.read(buf),
+                FfiConverterUInt.read(buf),
                 FfiConverterULong.read(buf),
                 )
             else -> throw RuntimeException("invalid enum value, something is very wrong!!")
@@ -4702,6 +4787,15 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
                 + FfiConverterULong.allocationSize(value.`droppedEvents`)
             )
         }
+        is SampleWarning.HistoryOverBudget -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`heldSnapshots`)
+                + FfiConverterUInt.allocationSize(value.`configuredSnapshots`)
+                + FfiConverterULong.allocationSize(value.`budgetBytes`)
+            )
+        }
     }
 
     override fun write(value: SampleWarning, buf: ByteBuffer) {
@@ -4719,6 +4813,13 @@ public object FfiConverterTypeSampleWarning : FfiConverterRustBuffer<SampleWarni
             is SampleWarning.KernelEventsDropped -> {
                 buf.putInt(3)
                 FfiConverterULong.write(value.`droppedEvents`, buf)
+                Unit
+            }
+            is SampleWarning.HistoryOverBudget -> {
+                buf.putInt(4)
+                FfiConverterUInt.write(value.`heldSnapshots`, buf)
+                FfiConverterUInt.write(value.`configuredSnapshots`, buf)
+                FfiConverterULong.write(value.`budgetBytes`, buf)
                 Unit
             }
         }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
