@@ -42,6 +42,11 @@ cargo bench --workspace --no-run
 step "cross-target checks (iOS, macOS, Android)"
 scripts/cross.sh
 
+if [ -x scripts/perfetto-test.sh ]; then
+  step "Perfetto traces read with Perfetto's own schema (PyPI perfetto in a venv under target/)"
+  scripts/perfetto-test.sh
+fi
+
 if [ -x scripts/kotlin-test.sh ]; then
   step "Kotlin bindings on the JVM"
   scripts/kotlin-test.sh

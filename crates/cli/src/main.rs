@@ -9,6 +9,7 @@ mod kernel;
 mod loadgen;
 mod metrics;
 mod multi;
+mod perfetto;
 mod print;
 #[cfg(feature = "ebpf")]
 mod profile;
@@ -119,6 +120,8 @@ enum Command {
         /// are then reachable from other hosts).
         #[arg(long, requires = "listen")]
         allow_non_loopback: bool,
+        #[command(flatten)]
+        perfetto: perfetto::PerfettoArgs,
     },
     /// A live view of a process, like `top -H`: threads sorted by CPU
     /// (or switches, wakes, run-queue wait), the kernel view (eBPF) when
@@ -170,6 +173,8 @@ enum Command {
         allow_partial: bool,
         #[command(flatten)]
         kernel: kernel::Args,
+        #[command(flatten)]
+        perfetto: perfetto::PerfettoArgs,
     },
     /// Compares recordings: `diff CONTROL VARIANT`, or repeated runs
     /// `diff a1 a2 a3 -- b1 b2 b3` with their spread, so noise is not
@@ -411,6 +416,7 @@ fn main() -> ExitCode {
             profile,
             listen,
             allow_non_loopback,
+            perfetto,
         } => match duration::whole_seconds(every, "--interval", 1, 3600) {
             Err(e) => Err(e.into()),
             Ok(every) => match single_pid(&selection) {
@@ -424,6 +430,7 @@ fn main() -> ExitCode {
                     profile: profile.options(),
                     listen,
                     allow_non_loopback,
+                    perfetto,
                 }),
                 _ if profile.profile_dir.is_some() => {
                     Err("--profile-dir profiles one process: give a single --pid".into())
@@ -437,6 +444,7 @@ fn main() -> ExitCode {
                     kernel: kernel.choice(),
                     listen,
                     allow_non_loopback,
+                    perfetto,
                 }),
             },
         },
@@ -458,12 +466,14 @@ fn main() -> ExitCode {
             output,
             allow_partial,
             kernel,
+            perfetto,
         } => record::record(&record::RecordOptions {
             selection,
             duration: seconds,
             interval,
             output,
             kernel: kernel.choice(),
+            perfetto,
             allow_partial,
         }),
         Command::Diff {

@@ -96,6 +96,8 @@ pub struct Options {
     pub listen: Option<String>,
     /// Allow a non-loopback `--listen` address.
     pub allow_non_loopback: bool,
+    /// `--perfetto FILE`: every watched process in one trace.
+    pub perfetto: crate::perfetto::PerfettoArgs,
 }
 
 /// The cgroup directory `--cgroup` names: the path itself when it is a
@@ -333,6 +335,8 @@ struct Watched {
     target: Resolved,
     sampler: Sampler,
     guard: Option<SamplingGuard>,
+    /// Its part of the `--perfetto` trace.
+    trace: Option<wakemeter_perfetto::ProcessTrace>,
 }
 
 impl Watched {
@@ -354,6 +358,7 @@ impl Watched {
             target,
             sampler,
             guard: Some(guard),
+            trace: None,
         })
     }
 
@@ -409,6 +414,19 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         )?),
         None => None,
     };
+    let mut trace = o.perfetto.create()?;
+    let interrupted = match &trace {
+        Some(_) => Some(crate::record::stop_on_signals()?),
+        None => None,
+    };
+    let traced = |w: &mut Watched, trace: &Option<crate::perfetto::Trace>| {
+        if let Some(t) = trace {
+            match t.file.add(&w.sampler) {
+                Ok(p) => w.trace = Some(p),
+                Err(e) => print::note(&format!("wakemeter: {}: {e}", w.label())),
+            }
+        }
+    };
     // The samplers the endpoint follows: kept equal to `set` below.
     let exposed: Arc<Mutex<Vec<Sampler>>> = Arc::new(Mutex::new(Vec::new()));
     let _updates = match &endpoint {
@@ -438,7 +456,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     for pid in sel.resolve_capped("watching", &mut last_dropped)? {
         let t = Instant::now();
         match Watched::start(pid, o) {
-            Ok(w) => {
+            Ok(mut w) => {
+                traced(&mut w, &trace);
                 print::note(&format!(
                     "wakemeter: watching {} (attached in {:.1} s)",
                     w.label(),
@@ -480,6 +499,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             if let Some(mut w) = set.remove(&pid) {
                 publish(&set);
                 drop(w.guard.take());
+                drop(w.trace.take());
                 measured |= write_report(&mut out, &w, o.json)?;
                 let why = match w.sampler.stats().last_error {
                     Some(e) if target::liveness(pid) == Liveness::Alive => format!(": {e}"),
@@ -508,7 +528,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                     continue;
                 }
                 match Watched::start(pid, o) {
-                    Ok(w) => {
+                    Ok(mut w) => {
+                        traced(&mut w, &trace);
                         print::note(&format!("wakemeter: watching {}", w.label()));
                         left_out.started(pid);
                         set.insert(pid, w);
@@ -534,6 +555,23 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 waiting_said = true;
             }
         }
+        if let Some(t) = &mut trace {
+            for w in set.values_mut() {
+                if let Some(p) = &mut w.trace {
+                    p.poll();
+                }
+            }
+            t.note_end();
+        }
+        if interrupted
+            .as_ref()
+            .is_some_and(|i| i.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            for w in set.values() {
+                measured |= write_report(&mut out, w, o.json)?;
+            }
+            break;
+        }
         // Wake for the next report, the deadline, or a look at who exited,
         // whichever comes first.
         let now = Instant::now();
@@ -542,6 +580,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     }
     for mut w in std::mem::take(&mut set).into_values() {
         drop(w.guard.take());
+        drop(w.trace.take());
+    }
+    if let Some(t) = &mut trace {
+        t.summary();
     }
     if measured {
         Ok(ExitCode::SUCCESS)

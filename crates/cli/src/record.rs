@@ -49,6 +49,8 @@ pub struct RecordOptions {
     pub interval: Duration,
     pub output: PathBuf,
     pub kernel: crate::kernel::Choice,
+    /// `--perfetto FILE`: the recorded processes in one trace too.
+    pub perfetto: crate::perfetto::PerfettoArgs,
     /// Exit 0 even when some selected processes could not be recorded
     /// (`--allow-partial`).
     pub allow_partial: bool,
@@ -265,6 +267,8 @@ pub struct Section {
     last: Option<u64>,
     pub written: u64,
     pub exited: bool,
+    /// Its part of the `--perfetto` trace.
+    trace: Option<wakemeter_perfetto::ProcessTrace>,
 }
 
 impl Section {
@@ -297,6 +301,7 @@ impl Section {
             last: None,
             written: 0,
             exited: false,
+            trace: None,
         })
     }
 
@@ -349,6 +354,8 @@ impl Section {
             // A process that has just exited has nothing more to give.
             let _ = self.sampler.sample();
         }
+        // The trace takes the last snapshots and ends its finding slices.
+        drop(self.trace.take());
         self.write_new(out)
     }
 
@@ -433,17 +440,29 @@ pub struct Recorder {
     pub intervals: u64,
     /// The first write error; recording stops at it.
     write_error: Option<String>,
+    /// `--perfetto`: every section's process is added to it.
+    pub perfetto: Option<crate::perfetto::Trace>,
 }
 
 impl Recorder {
     /// Starts every prepared section at once.
     pub fn start(out: Output, sections: Vec<Section>) -> Recorder {
+        Recorder::start_traced(out, sections, None)
+    }
+
+    /// As [`Recorder::start`], with every process also in a Perfetto trace.
+    pub fn start_traced(
+        out: Output,
+        sections: Vec<Section>,
+        perfetto: Option<crate::perfetto::Trace>,
+    ) -> Recorder {
         let mut r = Recorder {
             out,
             live: BTreeMap::new(),
             done: Vec::new(),
             intervals: 0,
             write_error: None,
+            perfetto,
         };
         for s in sections {
             r.add(s);
@@ -453,6 +472,12 @@ impl Recorder {
 
     /// Starts one more section (a process that appeared).
     pub fn add(&mut self, mut s: Section) {
+        if let Some(t) = &self.perfetto {
+            match t.file.add(&s.sampler) {
+                Ok(p) => s.trace = Some(p),
+                Err(e) => print::note(&format!("wakemeter: {}: {e}", s.label())),
+            }
+        }
         match s.start() {
             Ok(()) => {
                 self.live.insert(s.target.pid, s);
@@ -492,6 +517,12 @@ impl Recorder {
             };
             let r = s.write_new(&mut self.out);
             self.wrote(r);
+            if let Some(p) = &mut s.trace {
+                p.poll();
+            }
+            if let Some(t) = &mut self.perfetto {
+                t.note_end();
+            }
             if target::liveness(pid) != Liveness::Alive || !s.sampler.is_running() {
                 s.exited = true;
                 let r = s.stop(&mut self.out);
@@ -582,6 +613,13 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
     // Every bad input is found here, before any file is created.
     sel.check()?;
     let out = Output::open(&o.output)?;
+    let trace = match o.perfetto.create() {
+        Ok(t) => t,
+        Err(e) => {
+            out.abandon();
+            return Err(e.into());
+        }
+    };
     let stop = stop_on_signals()?;
     let follows = sel.name.is_some() || sel.cgroup.is_some();
     let many = follows || sel.pids.len() > 1;
@@ -589,7 +627,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
     let mut left_out = crate::multi::LeftOut::default();
     let first = sel.resolve_capped("recording", &mut last_dropped)?;
     let sections = prepare_all(first, o.interval, o.kernel, |_| None, &mut left_out);
-    let mut rec = Recorder::start(out, sections);
+    let mut rec = Recorder::start_traced(out, sections, trace);
     // The window opens when every selected process is measured.
     let deadline = Instant::now()
         .checked_add(o.duration)
@@ -633,7 +671,11 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
         }
         std::thread::sleep(step.min(deadline.saturating_duration_since(Instant::now())));
     };
+    let mut trace = rec.perfetto.take();
     let (kept, target) = rec.finish(reason, None)?;
+    if let Some(t) = &mut trace {
+        t.summary();
+    }
     let kept: Vec<&Section> = kept.iter().filter(|s| s.written > 0).collect();
     let written: u64 = kept.iter().map(|s| s.written).sum();
     let what = match &kept[..] {

@@ -65,6 +65,8 @@ pub struct Options {
     pub listen: Option<String>,
     /// Allow a non-loopback `--listen` address.
     pub allow_non_loopback: bool,
+    /// `--perfetto FILE`.
+    pub perfetto: crate::perfetto::PerfettoArgs,
 }
 
 pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
@@ -82,6 +84,13 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         Some(addr) => Some(metrics::serve(addr, o.allow_non_loopback, None)?),
         None => None,
     };
+    // Created before anything is sampled, like the endpoint; with a
+    // trace, Ctrl-C ends the watch normally so the file is finished.
+    let mut trace = o.perfetto.create()?;
+    let interrupted = match &trace {
+        Some(_) => Some(crate::record::stop_on_signals()?),
+        None => None,
+    };
     let kernel = match kernel::attach(Target::Pid(pid), o.kernel) {
         Ok(src) => Some(src),
         // Profiles need what the kernel source needs: say so now, not at
@@ -97,10 +106,14 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let started = session::sampler(pid, Duration::from_secs(o.every), o.report_threads, kernel)
         .map_err(Box::<dyn Error>::from)
         .and_then(|s| {
+            let traced = match &trace {
+                Some(t) => Some(t.file.add(&s)?),
+                None => None,
+            };
             let guard = s.start()?;
-            Ok((s, guard))
+            Ok((s, traced, guard))
         });
-    let (sampler, guard) = match started {
+    let (sampler, mut traced, guard) = match started {
         Ok(started) => started,
         Err(e) => return exited_while_starting(pid, &target.name, e),
     };
@@ -149,6 +162,23 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         if let Some(a) = &mut auto {
             a.note_new();
         }
+        if let (Some(p), Some(t)) = (&mut traced, &mut trace) {
+            p.poll();
+            t.note_end();
+        }
+        if interrupted
+            .as_ref()
+            .is_some_and(|i| i.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            measured |= write_report(
+                &mut out,
+                &sampler.report(),
+                o.json,
+                auto.as_ref(),
+                &mut printed,
+            )?;
+            break End::Deadline;
+        }
         let final_seq = stored.is_some_and(|seq| last_seq.is_some_and(|l| seq >= l));
         let ending = final_seq || deadline.is_some_and(|d| Instant::now() >= d);
         let due = stored.filter(|seq| seq / per_report > reports_due);
@@ -175,6 +205,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     };
     // Stop sampling before the final report, so that it says so.
     drop(guard);
+    // The trace takes the last snapshots and ends its finding slices.
+    drop(traced);
+    if let Some(t) = &mut trace {
+        t.summary();
+    }
     match end {
         End::Deadline => Ok(ExitCode::SUCCESS),
         End::TargetGone(how) => {

@@ -81,6 +81,15 @@ pub enum WakemeterError {
         /// The serializer's error, as text.
         message: String,
     },
+    /// A file could not be written (a Perfetto trace: a missing
+    /// directory, no permission, a full disk), or its size cap is too small.
+    #[error("cannot write {path}: {message}")]
+    Unwritable {
+        /// The path asked for.
+        path: String,
+        /// Why, as text.
+        message: String,
+    },
     /// An error of the core library this version of the bindings does not know.
     #[error("{message}")]
     Other {
@@ -125,6 +134,28 @@ impl From<wakemeter::Error> for WakemeterError {
                 max: u32::try_from(max).unwrap_or(u32::MAX),
             },
             E::AlreadyRunning => WakemeterError::AlreadyRunning,
+            E::Spawn(source) => WakemeterError::Spawn {
+                message: source.to_string(),
+            },
+            other => WakemeterError::Other {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<wakemeter_perfetto::Error> for WakemeterError {
+    fn from(e: wakemeter_perfetto::Error) -> Self {
+        use wakemeter_perfetto::Error as E;
+        match e {
+            E::Create { path, source } => WakemeterError::Unwritable {
+                path: path.to_string_lossy().into_owned(),
+                message: source.to_string(),
+            },
+            E::CapTooSmall { .. } => WakemeterError::InvalidConfig {
+                field: "max_bytes".to_string(),
+                reason: e.to_string(),
+            },
             E::Spawn(source) => WakemeterError::Spawn {
                 message: source.to_string(),
             },

@@ -4,7 +4,7 @@
 //! proc-macros. The plain records (snapshots, intervals, findings, the
 //! report, the configuration) are the core's own, derived there behind its
 //! `uniffi` feature; this crate holds only what has a different shape
-//! across FFI: the objects (sampler, probes, listeners), the error
+//! across FFI: the objects (sampler, probes, listeners, Perfetto trace), the error
 //! ([`WakemeterError`]) and the JVM fast path ([`fast`]).
 //!
 //! Bindings are generated from the built library ("library mode") by
@@ -16,11 +16,13 @@ uniffi::setup_scaffolding!();
 mod error;
 pub mod fast;
 mod listener;
+mod perfetto;
 mod probe;
 mod sampler;
 
 pub use error::{ListenerError, WakemeterError};
 pub use listener::{ListenerStats, SamplerListener};
+pub use perfetto::{PerfettoTrace, PerfettoTraceStatus};
 pub use probe::{LoopProbe, SleepProbe};
 pub use sampler::Sampler;
 

@@ -116,6 +116,24 @@ impl Sampler {
         Ok(())
     }
 
+    /// Starts writing a Perfetto trace of this sampler's process to `path`
+    /// (created or truncated now; at most `max_bytes`, at least 64 KiB):
+    /// per-thread CPU, switches and run-queue wait, loop and sleep probes,
+    /// RSS, and findings as slices, one interval per sample from the next
+    /// one on. Open it at ui.perfetto.dev or in Android Studio.
+    ///
+    /// # Errors
+    /// `Unwritable` when the file cannot be created (nothing is sampled
+    /// for it); `InvalidConfig` for a `max_bytes` under the minimum;
+    /// `Closed` after `shutdown()`; `Spawn`.
+    pub fn start_perfetto_trace(
+        &self,
+        path: String,
+        max_bytes: u64,
+    ) -> Result<Arc<crate::perfetto::PerfettoTrace>, WakemeterError> {
+        crate::perfetto::PerfettoTrace::start(self, path, max_bytes)
+    }
+
     /// Stops background sampling (history is kept; `start()` resumes).
     /// Does nothing when not running.
     ///

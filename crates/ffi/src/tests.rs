@@ -274,3 +274,35 @@ fn report_json_is_the_core_json() {
     assert_eq!(serde_json::to_value(&r).unwrap()["config"], v["config"]);
     assert!(r.interval.is_some());
 }
+
+#[test]
+fn perfetto_trace_follows_the_sampler_and_bad_paths_are_typed() {
+    let s = Sampler::new(config()).unwrap();
+    let dir = std::env::temp_dir().join(format!("wakemeter-ffi-perfetto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.perfetto-trace");
+    s.sample_now().unwrap();
+    let t = s
+        .start_perfetto_trace(path.to_string_lossy().into_owned(), 1 << 20)
+        .unwrap();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(5));
+        s.sample_now().unwrap();
+    }
+    let done = t.finish();
+    assert_eq!(done.intervals, 3, "{done:?}");
+    assert_eq!(done.ended, None);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), done.bytes_written);
+    assert_eq!(t.finish(), done, "finish is idempotent");
+    let bad = s.start_perfetto_trace("/nonexistent-dir/t.perfetto-trace".into(), 1 << 20);
+    assert!(
+        matches!(bad, Err(WakemeterError::Unwritable { ref path, .. }) if path.contains("nonexistent-dir")),
+        "{bad:?}"
+    );
+    let small = s.start_perfetto_trace(path.to_string_lossy().into_owned(), 10);
+    assert!(
+        matches!(small, Err(WakemeterError::InvalidConfig { .. })),
+        "{small:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

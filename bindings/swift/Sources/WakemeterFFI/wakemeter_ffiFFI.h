@@ -292,6 +292,26 @@ void uniffi_wakemeter_ffi_fn_method_samplerlistener_on_interval(uint64_t ptr, Ru
 void uniffi_wakemeter_ffi_fn_method_samplerlistener_on_finding(uint64_t ptr, RustBuffer finding, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_PERFETTOTRACE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_PERFETTOTRACE
+uint64_t uniffi_wakemeter_ffi_fn_clone_perfettotrace(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FREE_PERFETTOTRACE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_FREE_PERFETTOTRACE
+void uniffi_wakemeter_ffi_fn_free_perfettotrace(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_PERFETTOTRACE_FINISH
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_PERFETTOTRACE_FINISH
+RustBuffer uniffi_wakemeter_ffi_fn_method_perfettotrace_finish(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_PERFETTOTRACE_STATUS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_PERFETTOTRACE_STATUS
+RustBuffer uniffi_wakemeter_ffi_fn_method_perfettotrace_status(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_LOOPPROBE
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_CLONE_LOOPPROBE
 uint64_t uniffi_wakemeter_ffi_fn_clone_loopprobe(uint64_t handle, RustCallStatus *_Nonnull out_status
@@ -475,6 +495,11 @@ RustBuffer uniffi_wakemeter_ffi_fn_method_sampler_snapshots(uint64_t ptr, RustCa
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_START
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_START
 void uniffi_wakemeter_ffi_fn_method_sampler_start(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_START_PERFETTO_TRACE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_START_PERFETTO_TRACE
+uint64_t uniffi_wakemeter_ffi_fn_method_sampler_start_perfetto_trace(uint64_t ptr, RustBuffer path, uint64_t max_bytes, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_FN_METHOD_SAMPLER_STATS
@@ -781,6 +806,18 @@ uint16_t uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_PERFETTOTRACE_FINISH
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_PERFETTOTRACE_FINISH
+uint16_t uniffi_wakemeter_ffi_checksum_method_perfettotrace_finish(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_PERFETTOTRACE_STATUS
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_PERFETTOTRACE_STATUS
+uint16_t uniffi_wakemeter_ffi_checksum_method_perfettotrace_status(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_AFTER_WAIT
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_LOOPPROBE_AFTER_WAIT
 uint16_t uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait(void
@@ -958,6 +995,12 @@ uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_snapshots(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_START
 #define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_START
 uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_start(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_START_PERFETTO_TRACE
+#define UNIFFI_FFIDEF_UNIFFI_WAKEMETER_FFI_CHECKSUM_METHOD_SAMPLER_START_PERFETTO_TRACE
+uint16_t uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace(void
     
 );
 #endif

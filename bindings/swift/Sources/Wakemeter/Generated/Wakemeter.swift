@@ -849,6 +849,162 @@ public func FfiConverterTypeLoopProbe_lower(_ value: LoopProbe) -> UInt64 {
 
 
 /**
+ * A Perfetto trace file being written from a sampler's snapshots (open it
+ * at ui.perfetto.dev or in Android Studio). Written by a wakemeter thread
+ * woken by each sample; `finish()` (or releasing the object) writes the
+ * last samples and closes the file, which is a complete trace after every
+ * sample.
+ */
+public protocol PerfettoTraceProtocol: AnyObject, Sendable {
+    
+    /**
+     * Writes the samples taken so far, ends the open finding slices and
+     * closes the file; returns what it holds. Later calls return the same.
+     */
+    func finish()  -> PerfettoTraceStatus
+    
+    /**
+     * What the file holds so far.
+     */
+    func status()  -> PerfettoTraceStatus
+    
+}
+/**
+ * A Perfetto trace file being written from a sampler's snapshots (open it
+ * at ui.perfetto.dev or in Android Studio). Written by a wakemeter thread
+ * woken by each sample; `finish()` (or releasing the object) writes the
+ * last samples and closes the file, which is a complete trace after every
+ * sample.
+ */
+open class PerfettoTrace: PerfettoTraceProtocol, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_wakemeter_ffi_fn_clone_perfettotrace(self.handle, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_wakemeter_ffi_fn_free_perfettotrace(handle, $0) }
+    }
+
+    
+
+    
+    /**
+     * Writes the samples taken so far, ends the open finding slices and
+     * closes the file; returns what it holds. Later calls return the same.
+     */
+open func finish() -> PerfettoTraceStatus  {
+    return try!  FfiConverterTypePerfettoTraceStatus_lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_perfettotrace_finish(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * What the file holds so far.
+     */
+open func status() -> PerfettoTraceStatus  {
+    return try!  FfiConverterTypePerfettoTraceStatus_lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_perfettotrace_status(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+
+    
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypePerfettoTrace: FfiConverter {
+    typealias FfiType = UInt64
+    typealias SwiftType = PerfettoTrace
+
+    public static func lift(_ handle: UInt64) throws -> PerfettoTrace {
+        return PerfettoTrace(unsafeFromHandle: handle)
+    }
+
+    public static func lower(_ value: PerfettoTrace) -> UInt64 {
+        return value.uniffiCloneHandle()
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> PerfettoTrace {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: PerfettoTrace, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypePerfettoTrace_lift(_ handle: UInt64) throws -> PerfettoTrace {
+    return try FfiConverterTypePerfettoTrace.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypePerfettoTrace_lower(_ value: PerfettoTrace) -> UInt64 {
+    return FfiConverterTypePerfettoTrace.lower(value)
+}
+
+
+
+
+
+
+/**
  * Samples this process's (or another process's) threads.
  *
  * Safe to use from any thread. `start()` samples in the background until
@@ -1005,6 +1161,20 @@ public protocol SamplerProtocol: AnyObject, Sendable {
      * `Spawn` if a thread cannot be created.
      */
     func start() throws 
+    
+    /**
+     * Starts writing a Perfetto trace of this sampler's process to `path`
+     * (created or truncated now; at most `max_bytes`, at least 64 KiB):
+     * per-thread CPU, switches and run-queue wait, loop and sleep probes,
+     * RSS, and findings as slices, one interval per sample from the next
+     * one on. Open it at ui.perfetto.dev or in Android Studio.
+     *
+     * # Errors
+     * `Unwritable` when the file cannot be created (nothing is sampled
+     * for it); `InvalidConfig` for a `max_bytes` under the minimum;
+     * `Closed` after `shutdown()`; `Spawn`.
+     */
+    func startPerfettoTrace(path: String, maxBytes: UInt64) throws  -> PerfettoTrace
     
     /**
      * Counters about the sampler itself, including its own CPU overhead.
@@ -1395,6 +1565,29 @@ open func start()throws   {try rustCallWithError(FfiConverterTypeWakemeterError_
             self.uniffiCloneHandle(),uniffiCallStatus
     )
 }
+}
+    
+    /**
+     * Starts writing a Perfetto trace of this sampler's process to `path`
+     * (created or truncated now; at most `max_bytes`, at least 64 KiB):
+     * per-thread CPU, switches and run-queue wait, loop and sleep probes,
+     * RSS, and findings as slices, one interval per sample from the next
+     * one on. Open it at ui.perfetto.dev or in Android Studio.
+     *
+     * # Errors
+     * `Unwritable` when the file cannot be created (nothing is sampled
+     * for it); `InvalidConfig` for a `max_bytes` under the minimum;
+     * `Closed` after `shutdown()`; `Spawn`.
+     */
+open func startPerfettoTrace(path: String, maxBytes: UInt64)throws  -> PerfettoTrace  {
+    return try  FfiConverterTypePerfettoTrace_lift(try rustCallWithError(FfiConverterTypeWakemeterError_lift) {
+        uniffiCallStatus in
+    uniffi_wakemeter_ffi_fn_method_sampler_start_perfetto_trace(
+            self.uniffiCloneHandle(),
+        FfiConverterString.lower(path),
+        FfiConverterUInt64.lower(maxBytes),uniffiCallStatus
+    )
+})
 }
     
     /**
@@ -2121,6 +2314,109 @@ public func FfiConverterTypeListenerStats_lower(_ value: ListenerStats) -> RustB
 
 
 /**
+ * What a Perfetto trace file holds so far.
+ */
+public struct PerfettoTraceStatus: Equatable, Hashable {
+    /**
+     * The file.
+     */
+    public let path: String
+    /**
+     * Bytes in the file, all of them whole records.
+     */
+    public let bytesWritten: UInt64
+    /**
+     * Sampling intervals written.
+     */
+    public let intervals: UInt64
+    /**
+     * Finding slices begun.
+     */
+    public let findings: UInt64
+    /**
+     * Why the trace stopped taking intervals early (the size cap, a failed
+     * write such as a full disk), if it did; the file is still a complete
+     * trace of what came before.
+     */
+    public let ended: String?
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The file.
+         */path: String, 
+        /**
+         * Bytes in the file, all of them whole records.
+         */bytesWritten: UInt64, 
+        /**
+         * Sampling intervals written.
+         */intervals: UInt64, 
+        /**
+         * Finding slices begun.
+         */findings: UInt64, 
+        /**
+         * Why the trace stopped taking intervals early (the size cap, a failed
+         * write such as a full disk), if it did; the file is still a complete
+         * trace of what came before.
+         */ended: String?) {
+        self.path = path
+        self.bytesWritten = bytesWritten
+        self.intervals = intervals
+        self.findings = findings
+        self.ended = ended
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension PerfettoTraceStatus: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypePerfettoTraceStatus: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> PerfettoTraceStatus {
+        return
+            try PerfettoTraceStatus(
+                path: FfiConverterString.read(from: &buf), 
+                bytesWritten: FfiConverterUInt64.read(from: &buf), 
+                intervals: FfiConverterUInt64.read(from: &buf), 
+                findings: FfiConverterUInt64.read(from: &buf), 
+                ended: FfiConverterOptionString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: PerfettoTraceStatus, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.path, into: &buf)
+        FfiConverterUInt64.write(value.bytesWritten, into: &buf)
+        FfiConverterUInt64.write(value.intervals, into: &buf)
+        FfiConverterUInt64.write(value.findings, into: &buf)
+        FfiConverterOptionString.write(value.ended, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypePerfettoTraceStatus_lift(_ buf: RustBuffer) throws -> PerfettoTraceStatus {
+    return try FfiConverterTypePerfettoTraceStatus.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypePerfettoTraceStatus_lower(_ value: PerfettoTraceStatus) -> RustBuffer {
+    return FfiConverterTypePerfettoTraceStatus.lower(value)
+}
+
+
+/**
  * What a Kotlin or Swift listener reports back when it fails.
  *
  * Any exception a listener throws arrives here (an exception that is not a
@@ -2299,6 +2595,12 @@ enum WakemeterError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError
     case Serialization(message: String)
     
     /**
+     * A file could not be written (a Perfetto trace: a missing
+     * directory, no permission, a full disk), or its size cap is too small.
+     */
+    case Unwritable(message: String)
+    
+    /**
      * An error of the core library this version of the bindings does not know.
      */
     case Other(message: String)
@@ -2386,11 +2688,15 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 13: return .Other(
+        case 13: return .Unwritable(
             message: try FfiConverterString.read(from: &buf)
         )
         
-        case 14: return .PidReused(
+        case 14: return .Other(
+            message: try FfiConverterString.read(from: &buf)
+        )
+        
+        case 15: return .PidReused(
             message: try FfiConverterString.read(from: &buf)
         )
         
@@ -2429,10 +2735,12 @@ public struct FfiConverterTypeWakemeterError: FfiConverterRustBuffer {
             writeInt(&buf, Int32(11))
         case .Serialization(_ /* message is ignored*/):
             writeInt(&buf, Int32(12))
-        case .Other(_ /* message is ignored*/):
+        case .Unwritable(_ /* message is ignored*/):
             writeInt(&buf, Int32(13))
-        case .PidReused(_ /* message is ignored*/):
+        case .Other(_ /* message is ignored*/):
             writeInt(&buf, Int32(14))
+        case .PidReused(_ /* message is ignored*/):
+            writeInt(&buf, Int32(15))
 
         
         }
@@ -2610,6 +2918,12 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding() != 34146) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_wakemeter_ffi_checksum_method_perfettotrace_finish() != 26301) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_perfettotrace_status() != 9949) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait() != 38488) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -2698,6 +3012,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_start() != 36527) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace() != 34895) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_stats() != 39950) {

@@ -739,6 +739,10 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding(
     ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_perfettotrace_finish(
+    ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_perfettotrace_status(
+    ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_loopprobe_before_wait(
@@ -805,6 +809,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_start(
     ): Int
+    external fun uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace(
+    ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_stats(
     ): Int
     external fun uniffi_wakemeter_ffi_checksum_method_sampler_stop(
@@ -847,6 +853,14 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_wakemeter_ffi_fn_method_samplerlistener_on_finding(`ptr`: Long,`finding`: RustBufferFinding.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_wakemeter_ffi_fn_clone_perfettotrace(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_wakemeter_ffi_fn_free_perfettotrace(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_perfettotrace_finish(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_wakemeter_ffi_fn_method_perfettotrace_status(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_clone_loopprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_wakemeter_ffi_fn_free_loopprobe(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -927,6 +941,8 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_start(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_wakemeter_ffi_fn_method_sampler_start_perfetto_trace(`ptr`: Long,`path`: RustBuffer.ByValue,`maxBytes`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
     external fun uniffi_wakemeter_ffi_fn_method_sampler_stats(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBufferSamplerStats.ByValue
     external fun uniffi_wakemeter_ffi_fn_method_sampler_stop(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -1065,6 +1081,12 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_samplerlistener_on_finding() and 0xFFFF) != 34146) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_perfettotrace_finish() and 0xFFFF) != 26301) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_perfettotrace_status() and 0xFFFF) != 9949) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_after_wait() and 0xFFFF) != 38488) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1162,6 +1184,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start() and 0xFFFF) != 36527) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace() and 0xFFFF) != 34895) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stats() and 0xFFFF) != 39950) {
@@ -2069,6 +2094,304 @@ public object FfiConverterTypeLoopProbe: FfiConverter<LoopProbe, Long> {
 
 
 /**
+ * A Perfetto trace file being written from a sampler's snapshots (open it
+ * at ui.perfetto.dev or in Android Studio). Written by a wakemeter thread
+ * woken by each sample; `finish()` (or releasing the object) writes the
+ * last samples and closes the file, which is a complete trace after every
+ * sample.
+ */
+public interface PerfettoTraceInterface {
+    
+    /**
+     * Writes the samples taken so far, ends the open finding slices and
+     * closes the file; returns what it holds. Later calls return the same.
+     */
+    fun `finish`(): PerfettoTraceStatus
+    
+    /**
+     * What the file holds so far.
+     */
+    fun `status`(): PerfettoTraceStatus
+    
+    companion object
+}
+
+/**
+ * A Perfetto trace file being written from a sampler's snapshots (open it
+ * at ui.perfetto.dev or in Android Studio). Written by a wakemeter thread
+ * woken by each sample; `finish()` (or releasing the object) writes the
+ * last samples and closes the file, which is a complete trace after every
+ * sample.
+ */
+open class PerfettoTrace: Disposable, AutoCloseable, PerfettoTraceInterface
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_wakemeter_ffi_fn_free_perfettotrace(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_wakemeter_ffi_fn_clone_perfettotrace(handle, status)
+        }
+    }
+
+    
+    /**
+     * Writes the samples taken so far, ends the open finding slices and
+     * closes the file; returns what it holds. Later calls return the same.
+     */override fun `finish`(): PerfettoTraceStatus {
+            return FfiConverterTypePerfettoTraceStatus.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_perfettotrace_finish(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * What the file holds so far.
+     */override fun `status`(): PerfettoTraceStatus {
+            return FfiConverterTypePerfettoTraceStatus.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_perfettotrace_status(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypePerfettoTrace: FfiConverter<PerfettoTrace, Long> {
+    override fun lower(value: PerfettoTrace): Long {
+        return value.uniffiCloneHandle()
+    }
+
+    override fun lift(value: Long): PerfettoTrace {
+        return PerfettoTrace(UniffiWithHandle, value)
+    }
+
+    override fun read(buf: ByteBuffer): PerfettoTrace {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: PerfettoTrace) = 8UL
+
+    override fun write(value: PerfettoTrace, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
  * Samples this process's (or another process's) threads.
  *
  * Safe to use from any thread. `start()` samples in the background until
@@ -2233,6 +2556,20 @@ public interface SamplerInterface {
      * `Spawn` if a thread cannot be created.
      */
     fun `start`()
+    
+    /**
+     * Starts writing a Perfetto trace of this sampler's process to `path`
+     * (created or truncated now; at most `max_bytes`, at least 64 KiB):
+     * per-thread CPU, switches and run-queue wait, loop and sleep probes,
+     * RSS, and findings as slices, one interval per sample from the next
+     * one on. Open it at ui.perfetto.dev or in Android Studio.
+     *
+     * # Errors
+     * `Unwritable` when the file cannot be created (nothing is sampled
+     * for it); `InvalidConfig` for a `max_bytes` under the minimum;
+     * `Closed` after `shutdown()`; `Spawn`.
+     */
+    fun `startPerfettoTrace`(`path`: kotlin.String, `maxBytes`: kotlin.ULong): PerfettoTrace
     
     /**
      * Counters about the sampler itself, including its own CPU overhead.
@@ -2781,6 +3118,34 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 }
     }
     
+    
+
+    
+    /**
+     * Starts writing a Perfetto trace of this sampler's process to `path`
+     * (created or truncated now; at most `max_bytes`, at least 64 KiB):
+     * per-thread CPU, switches and run-queue wait, loop and sleep probes,
+     * RSS, and findings as slices, one interval per sample from the next
+     * one on. Open it at ui.perfetto.dev or in Android Studio.
+     *
+     * # Errors
+     * `Unwritable` when the file cannot be created (nothing is sampled
+     * for it); `InvalidConfig` for a `max_bytes` under the minimum;
+     * `Closed` after `shutdown()`; `Spawn`.
+     */
+    @Throws(WakemeterException::class)override fun `startPerfettoTrace`(`path`: kotlin.String, `maxBytes`: kotlin.ULong): PerfettoTrace {
+            return FfiConverterTypePerfettoTrace.lift(
+    callWithHandle {
+    uniffiRustCallWithError(WakemeterException) { _status ->
+    UniffiLib.uniffi_wakemeter_ffi_fn_method_sampler_start_perfetto_trace(
+        it,
+        
+        FfiConverterString.lower(`path`),
+        FfiConverterULong.lower(`maxBytes`),_status)
+}
+    }
+    )
+    }
     
 
     
@@ -3793,6 +4158,79 @@ public object FfiConverterTypeListenerStats: FfiConverterRustBuffer<ListenerStat
 
 
 
+/**
+ * What a Perfetto trace file holds so far.
+ */
+data class PerfettoTraceStatus (
+    /**
+     * The file.
+     */
+    val `path`: kotlin.String
+    , 
+    /**
+     * Bytes in the file, all of them whole records.
+     */
+    val `bytesWritten`: kotlin.ULong
+    , 
+    /**
+     * Sampling intervals written.
+     */
+    val `intervals`: kotlin.ULong
+    , 
+    /**
+     * Finding slices begun.
+     */
+    val `findings`: kotlin.ULong
+    , 
+    /**
+     * Why the trace stopped taking intervals early (the size cap, a failed
+     * write such as a full disk), if it did; the file is still a complete
+     * trace of what came before.
+     */
+    val `ended`: kotlin.String?
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypePerfettoTraceStatus: FfiConverterRustBuffer<PerfettoTraceStatus> {
+    override fun read(buf: ByteBuffer): PerfettoTraceStatus {
+        return PerfettoTraceStatus(
+            FfiConverterString.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterOptionalString.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: PerfettoTraceStatus) = (
+            FfiConverterString.allocationSize(value.`path`) +
+            FfiConverterULong.allocationSize(value.`bytesWritten`) +
+            FfiConverterULong.allocationSize(value.`intervals`) +
+            FfiConverterULong.allocationSize(value.`findings`) +
+            FfiConverterOptionalString.allocationSize(value.`ended`)
+    )
+
+    override fun write(value: PerfettoTraceStatus, buf: ByteBuffer) {
+            FfiConverterString.write(value.`path`, buf)
+            FfiConverterULong.write(value.`bytesWritten`, buf)
+            FfiConverterULong.write(value.`intervals`, buf)
+            FfiConverterULong.write(value.`findings`, buf)
+            FfiConverterOptionalString.write(value.`ended`, buf)
+    }
+}
+
+
+
 
 
 /**
@@ -3969,6 +4407,12 @@ sealed class WakemeterException(message: String): kotlin.Exception(message) {
         class Serialization(message: String) : WakemeterException(message)
         
     /**
+     * A file could not be written (a Perfetto trace: a missing
+     * directory, no permission, a full disk), or its size cap is too small.
+     */
+        class Unwritable(message: String) : WakemeterException(message)
+        
+    /**
      * An error of the core library this version of the bindings does not know.
      */
         class Other(message: String) : WakemeterException(message)
@@ -4004,8 +4448,9 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
             10 -> WakemeterException.Closed(FfiConverterString.read(buf))
             11 -> WakemeterException.SamplerGone(FfiConverterString.read(buf))
             12 -> WakemeterException.Serialization(FfiConverterString.read(buf))
-            13 -> WakemeterException.Other(FfiConverterString.read(buf))
-            14 -> WakemeterException.PidReused(FfiConverterString.read(buf))
+            13 -> WakemeterException.Unwritable(FfiConverterString.read(buf))
+            14 -> WakemeterException.Other(FfiConverterString.read(buf))
+            15 -> WakemeterException.PidReused(FfiConverterString.read(buf))
             else -> throw RuntimeException("invalid error enum value, something is very wrong!!")
         }
         
@@ -4065,12 +4510,16 @@ public object FfiConverterTypeWakemeterError : FfiConverterRustBuffer<WakemeterE
                 buf.putInt(12)
                 Unit
             }
-            is WakemeterException.Other -> {
+            is WakemeterException.Unwritable -> {
                 buf.putInt(13)
                 Unit
             }
-            is WakemeterException.PidReused -> {
+            is WakemeterException.Other -> {
                 buf.putInt(14)
+                Unit
+            }
+            is WakemeterException.PidReused -> {
+                buf.putInt(15)
                 Unit
             }
         }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }

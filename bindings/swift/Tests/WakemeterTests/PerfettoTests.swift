@@ -1,0 +1,38 @@
+// Perfetto traces through the Swift wrapper (Kotlin: PerfettoTest).
+import Foundation
+import XCTest
+@testable import Wakemeter
+
+final class PerfettoTests: XCTestCase {
+    func testTracingWritesOneIntervalPerSampleToACompleteFile() throws {
+        let dir = FileManager.default.temporaryDirectory
+            .appendingPathComponent("wakemeter-perfetto-\(ProcessInfo.processInfo.processIdentifier)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let url = dir.appendingPathComponent("app.perfetto-trace")
+        let s = try Sampler.make(interval: 0.05)
+        _ = try s.sampleNow()
+        let status = try s.tracing(to: url) {
+            for _ in 0..<3 {
+                Thread.sleep(forTimeInterval: 0.005)
+                _ = try s.sampleNow()
+            }
+        }
+        XCTAssertEqual(status.intervals, 3)
+        XCTAssertNil(status.ended)
+        XCTAssertEqual(status.path, url.path)
+        let bytes = try Data(contentsOf: url)
+        XCTAssertEqual(UInt64(bytes.count), status.bytesWritten)
+        // Every record of a trace file is a Trace.packet (field 1, length-delimited).
+        XCTAssertEqual(bytes.first, 0x0a)
+    }
+
+    func testAnUnwritablePathIsATypedError() throws {
+        let s = try Sampler.make()
+        XCTAssertThrowsError(try s.perfettoTrace(to: URL(fileURLWithPath: "/nonexistent-dir/app.perfetto-trace"))) { e in
+            guard case WakemeterError.Unwritable(message: let message) = e else {
+                return XCTFail("\(e)")
+            }
+            XCTAssertTrue(message.contains("nonexistent-dir"), message)
+        }
+    }
+}

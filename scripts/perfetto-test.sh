@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Reads every Perfetto trace the tests write with Perfetto's own schema:
+# installs PyPI `perfetto` (perfetto.protos.perfetto.trace.perfetto_trace_pb2)
+# into a virtualenv under the target directory, then runs the trace tests
+# of wakemeter-perfetto and of the CLI with WAKEMETER_PERFETTO_PYTHON set,
+# so that tests/check_trace.py checks every trace (tracks, counter values
+# against the sampler's own intervals, findings with their text). As root
+# the full-disk test (a 64 KiB tmpfs) runs too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target_dir="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps |
+  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}"
+venv="$target_dir/perfetto-venv"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    echo "MISSING: python3 venv (apt-get install python3-venv): Perfetto traces not read with Perfetto's schema" >&2
+    exit 1
+  fi
+  if ! "$venv/bin/pip" install --quiet perfetto; then
+    echo "MISSING: PyPI perfetto (pip install perfetto failed): Perfetto traces not read with Perfetto's schema" >&2
+    exit 1
+  fi
+fi
+export WAKEMETER_PERFETTO_PYTHON="$venv/bin/python"
+ignored=()
+if [ "$(id -u)" -eq 0 ]; then ignored=(-- --include-ignored); fi
+cargo test -p wakemeter-perfetto --test trace "${ignored[@]}"
+cargo test -p wakemeter-cli --test perfetto
