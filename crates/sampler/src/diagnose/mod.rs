@@ -11,7 +11,7 @@
 //!
 //! Severities have hysteresis ([`Thresholds::severity_margin`]): the
 //! engine remembers the severity of each finding of the previous report
-//! ([`SeverityMemory`]) and keeps it until the figure moves past the
+//! (`SeverityMemory`) and keeps it until the figure moves past the
 //! threshold by the margin, so that a figure hovering at a threshold does
 //! not flip a finding between two severities from one report to the next.
 
