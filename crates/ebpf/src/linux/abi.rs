@@ -17,6 +17,9 @@ pub(crate) const OFF_PREEMPTED: usize = 4;
 pub(crate) const OFF_OTHER: usize = 5;
 pub(crate) const OFF_CAUSES: usize = 6;
 
+/// `WM_ARG_UNKNOWN`: a timeout or sleep request that is not known.
+pub(crate) const ARG_UNKNOWN: u64 = u64::MAX - 1;
+
 /// Indexes of `WmThread::wakes_by` (`WM_WAKE_*`).
 pub(crate) const WAKE_INTERRUPT: usize = 0;
 pub(crate) const WAKE_TARGET: usize = 1;

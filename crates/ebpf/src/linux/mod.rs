@@ -434,10 +434,11 @@ impl ProgramSet {
     /// record first, then its bit, so the programs never see a watched
     /// process without a record. From the next event on its threads are
     /// counted, with no new attach.
-    fn join(&mut self, tgid: u32, reserve: u32) -> Result<(), EbpfError> {
+    /// Returns whether the process is new to the set.
+    fn join(&mut self, tgid: u32, reserve: u32) -> Result<bool, EbpfError> {
         if let Some(m) = self.members.get_mut(&tgid) {
             m.sessions = m.sessions.saturating_add(1);
-            return Ok(());
+            return Ok(false);
         }
         let word = tgid >> 6;
         if word >= abi::TGID_WORDS {
@@ -464,7 +465,48 @@ impl ProgramSet {
             },
         );
         self.reserved = self.reserved.saturating_add(reserve);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Gives every thread of process `pid` (`tgid` in the initial PID
+    /// namespace) that is blocked right now an entry saying since when (now)
+    /// and in what, read from `/proc/<pid>/task/<tid>/syscall` and `stat`.
+    /// A thread blocked since before the attach has no switch for the
+    /// programs to see until it wakes: without this, one that sleeps for
+    /// minutes (redis's `bio_*` threads, an idle pool) has no kernel view
+    /// at all while its alike neighbour that woke once is charged with the
+    /// whole wait. An entry the programs created meanwhile is never
+    /// overwritten (`BPF_NOEXIST`). Best effort: a thread that exits or
+    /// runs in between is simply not seeded.
+    fn seed_blocked_threads(&mut self, pid: u32, tgid: u32) {
+        let mut tids = Vec::new();
+        if !sys::list_tids(pid, &mut tids) {
+            return;
+        }
+        let Ok(mut map) = HashMap::<&mut MapData, u32, WmThread>::try_from(&mut self.live.threads)
+        else {
+            return;
+        };
+        let now = wakemeter::monotonic_ns();
+        for tid in tids {
+            let Some(blocked) = sys::blocked_in(pid, tid) else {
+                continue;
+            };
+            let mut entry = WmThread::ZERO;
+            entry.tgid = u64::from(tgid);
+            entry.off_since_ns = now;
+            entry.off_cause = blocked.cause as u64;
+            if let Some(nr) = blocked.poll_or_sleep_syscall {
+                // As if the programs had seen it block now: its return is
+                // then a blocking call, timed from here, timeout unknown.
+                entry.sc_block_nr = nr;
+                entry.sc_block_ns = now;
+                entry.sc_arg_ns = abi::ARG_UNKNOWN;
+            }
+            entry.comm = blocked.comm;
+            // BPF_NOEXIST: an entry the programs made first stays.
+            let _ = map.insert(&tid, &entry, 1);
+        }
     }
 
     /// One session of `tgid` leaves; with the last one, the process leaves
@@ -662,7 +704,11 @@ impl Session {
         )?;
         let (kind, syscall_hook, max_threads) = {
             let mut s = lock(&set);
-            s.join(kernel_tgid, reserve)?;
+            let new = s.join(kernel_tgid, reserve)?;
+            // In another PID namespace the /proc ids are not the map's keys.
+            if new && namespace.is_none() {
+                s.seed_blocked_threads(pid, kernel_tgid);
+            }
             (s.kind, s.syscall_hook, s.capacity())
         };
         Ok(Session {

@@ -5,6 +5,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+use super::abi;
 use crate::error::EbpfError;
 
 const CAP_SYS_ADMIN: u32 = 21;
@@ -110,6 +111,89 @@ pub(crate) fn list_tids(pid: u32, out: &mut Vec<u32>) -> bool {
             .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())),
     );
     true
+}
+
+/// What a thread that is blocked right now is blocked in (see
+/// [`blocked_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Blocked {
+    /// The off-CPU cause (`abi::OFF_*`), classified as the kernel side's
+    /// `off_cpu_cause` does.
+    pub cause: usize,
+    /// The syscall number when it is one of the poll or sleep family.
+    pub poll_or_sleep_syscall: Option<u64>,
+    /// Its `comm`, NUL-padded.
+    pub comm: [u8; abi::COMM_LEN],
+}
+
+/// The off-CPU cause of a thread blocked in syscall `nr` with task state
+/// `state` (a `/proc` state letter), as the kernel side's `off_cpu_cause`
+/// and `syscall_class` classify a switch-out; `None` for a runnable
+/// thread (it is about to run, and the programs will see it).
+pub(crate) fn blocked_cause(nr: Option<i64>, state: char) -> Option<(usize, bool)> {
+    if matches!(state, 'R') {
+        return None;
+    }
+    let sleep = [libc::SYS_nanosleep, libc::SYS_clock_nanosleep];
+    let lock = [libc::SYS_futex, libc::SYS_futex_waitv];
+    #[cfg(target_arch = "x86_64")]
+    let poll = [
+        libc::SYS_poll,
+        libc::SYS_select,
+        libc::SYS_epoll_wait,
+        libc::SYS_epoll_pwait,
+        libc::SYS_epoll_pwait2,
+        libc::SYS_ppoll,
+        libc::SYS_pselect6,
+    ];
+    #[cfg(not(target_arch = "x86_64"))]
+    let poll = [
+        libc::SYS_epoll_pwait,
+        libc::SYS_epoll_pwait2,
+        libc::SYS_ppoll,
+        libc::SYS_pselect6,
+    ];
+    Some(match nr {
+        Some(n) if sleep.contains(&n) => (abi::OFF_SLEEP, true),
+        Some(n) if lock.contains(&n) => (abi::OFF_LOCK, false),
+        Some(n) if poll.contains(&n) => (abi::OFF_POLL, true),
+        _ if state == 'D' => (abi::OFF_IO, false),
+        _ => (abi::OFF_OTHER, false),
+    })
+}
+
+/// What thread `tid` of process `pid` is blocked in now, from
+/// `/proc/<pid>/task/<tid>/{stat,syscall,comm}` (`syscall` needs the
+/// privilege to trace the process, which the eBPF attach has); `None` when
+/// it is runnable, gone, or the files cannot be read.
+pub(crate) fn blocked_in(pid: u32, tid: u32) -> Option<Blocked> {
+    let dir = format!("/proc/{pid}/task/{tid}");
+    let stat = fs::read_to_string(format!("{dir}/stat")).ok()?;
+    let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
+    let syscall = fs::read_to_string(format!("{dir}/syscall")).ok()?;
+    // "running" (on a CPU), "-1 ..." (blocked outside a syscall), or the
+    // number and arguments of the call it is blocked in.
+    let first = syscall.split_whitespace().next()?;
+    if first == "running" {
+        return None;
+    }
+    let nr = first.parse::<i64>().ok().filter(|n| *n >= 0);
+    let (cause, poll_or_sleep) = blocked_cause(nr, state)?;
+    let mut comm = [0u8; abi::COMM_LEN];
+    if let Ok(name) = fs::read(format!("{dir}/comm")) {
+        let name = name.strip_suffix(b"\n").unwrap_or(&name);
+        let n = name.len().min(abi::COMM_LEN - 1);
+        comm[..n].copy_from_slice(&name[..n]);
+    }
+    Some(Blocked {
+        cause,
+        poll_or_sleep_syscall: if poll_or_sleep {
+            nr.and_then(|n| u64::try_from(n).ok())
+        } else {
+            None
+        },
+        comm,
+    })
 }
 
 /// `BPF_MAP_LOOKUP_BATCH` (`enum bpf_cmd`, Linux 5.6+).
@@ -316,6 +400,34 @@ pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn blocked_threads_are_classified_as_the_kernel_side_does() {
+        use super::{abi, blocked_cause};
+        assert_eq!(
+            blocked_cause(Some(libc::SYS_futex), 'S'),
+            Some((abi::OFF_LOCK, false))
+        );
+        assert_eq!(
+            blocked_cause(Some(libc::SYS_clock_nanosleep), 'S'),
+            Some((abi::OFF_SLEEP, true))
+        );
+        assert_eq!(
+            blocked_cause(Some(libc::SYS_epoll_pwait), 'S'),
+            Some((abi::OFF_POLL, true))
+        );
+        assert_eq!(
+            blocked_cause(Some(libc::SYS_read), 'D'),
+            Some((abi::OFF_IO, false))
+        );
+        assert_eq!(
+            blocked_cause(Some(libc::SYS_read), 'S'),
+            Some((abi::OFF_OTHER, false))
+        );
+        assert_eq!(blocked_cause(None, 'S'), Some((abi::OFF_OTHER, false)));
+        // Runnable: the programs see it at its next switch.
+        assert_eq!(blocked_cause(Some(libc::SYS_futex), 'R'), None);
+    }
+
     use super::*;
 
     #[test]
