@@ -337,6 +337,8 @@ struct Watched {
     guard: Option<SamplingGuard>,
     /// Its part of the `--perfetto` trace.
     trace: Option<wakemeter_perfetto::ProcessTrace>,
+    /// Its last report written: a report is never written twice.
+    printed: crate::watch::Printed,
 }
 
 impl Watched {
@@ -359,6 +361,7 @@ impl Watched {
             sampler,
             guard: Some(guard),
             trace: None,
+            printed: crate::watch::Printed::default(),
         })
     }
 
@@ -373,8 +376,11 @@ impl Watched {
 
 /// Writes the report of one process: a JSON line (the report carries the
 /// process as `target`), or its tables under a heading.
-fn write_report(out: &mut impl Write, w: &Watched, json: bool) -> io::Result<bool> {
+fn write_report(out: &mut impl Write, w: &mut Watched, json: bool) -> io::Result<bool> {
     let report = w.sampler.report();
+    if w.printed.repeats(&report, json) {
+        return Ok(report.interval.is_some());
+    }
     if json {
         let line = print::json(&report).map_err(io::Error::other)?;
         writeln!(out, "{line}")?;
@@ -500,7 +506,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 publish(&set);
                 drop(w.guard.take());
                 drop(w.trace.take());
-                measured |= write_report(&mut out, &w, o.json)?;
+                measured |= write_report(&mut out, &mut w, o.json)?;
                 let why = match w.sampler.stats().last_error {
                     Some(e) if target::liveness(pid) == Liveness::Alive => format!(": {e}"),
                     _ => " exited".to_string(),
@@ -510,7 +516,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         }
         if now >= next || at_deadline {
             if !set.is_empty() {
-                for w in set.values() {
+                for w in set.values_mut() {
                     measured |= write_report(&mut out, w, o.json)?;
                 }
             }
@@ -567,7 +573,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             .as_ref()
             .is_some_and(|i| i.load(std::sync::atomic::Ordering::Relaxed))
         {
-            for w in set.values() {
+            for w in set.values_mut() {
                 measured |= write_report(&mut out, w, o.json)?;
             }
             break;

@@ -244,10 +244,30 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
 /// deadline, or before the target's exit is noticed), the final report
 /// would repeat the last one.
 #[derive(Default)]
-struct Printed {
+pub(crate) struct Printed {
     /// The snapshot the last written interval ended at, and whether the
     /// sampler was running then.
     last: Option<(u64, bool)>,
+}
+
+impl Printed {
+    /// Whether `report` repeats the last one written (then it is not
+    /// written again); otherwise it is noted as written. In JSON a report
+    /// that only adds `running: false` to the same interval is written: it
+    /// is how a reader learns that sampling ended.
+    pub(crate) fn repeats(&mut self, report: &Report, json: bool) -> bool {
+        let Some(i) = &report.interval else {
+            return false;
+        };
+        let running = report.stats.running;
+        let same = self
+            .last
+            .is_some_and(|(seq, was)| seq == i.to_seq && (!json || was == running));
+        if !same {
+            self.last = Some((i.to_seq, running));
+        }
+        same
+    }
 }
 
 /// Writes one report, with the profile captured for each finding when
@@ -264,15 +284,8 @@ fn write_report(
     printed: &mut Printed,
 ) -> io::Result<bool> {
     let measured = report.interval.is_some();
-    if let Some(i) = &report.interval {
-        let running = report.stats.running;
-        let same = printed
-            .last
-            .is_some_and(|(seq, was)| seq == i.to_seq && (!json || was == running));
-        if same {
-            return Ok(measured);
-        }
-        printed.last = Some((i.to_seq, running));
+    if printed.repeats(report, json) {
+        return Ok(measured);
     }
     if json {
         let line = print::json(report).map_err(io::Error::other)?;
