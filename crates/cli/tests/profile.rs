@@ -20,17 +20,24 @@ const LIMIT: Duration = Duration::from_secs(300);
 /// The busy poller of the profile tests (`epoll_wait(…, 0)` in
 /// `poll_forever`, thread "poller"), built with frame pointers.
 fn busy_poller() -> Child {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profile/tests/programs/busypoll.c");
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("busypoll-cli");
-    let built = Command::new("cc")
-        .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-lpthread")
-        .status()
-        .unwrap();
-    assert!(built.success(), "cc busypoll.c");
-    let mut child = Command::new(&exe)
+    // Built once: two tests building the same file at once would exec it
+    // while the other's compiler still writes it ("Text file busy").
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let exe = BUILT.get_or_init(|| {
+        let src =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../profile/tests/programs/busypoll.c");
+        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("busypoll-cli");
+        let built = Command::new("cc")
+            .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .arg("-lpthread")
+            .status()
+            .unwrap();
+        assert!(built.success(), "cc busypoll.c");
+        exe
+    });
+    let mut child = Command::new(exe)
         .arg("60")
         .stdout(Stdio::piped())
         .spawn()

@@ -496,9 +496,14 @@ impl ProgramSet {
             entry.tgid = u64::from(tgid);
             entry.off_since_ns = now;
             entry.off_cause = blocked.cause as u64;
-            if let Some(nr) = blocked.poll_or_sleep_syscall {
+            if let Some(nr) = blocked.poll_or_sleep_syscall
+                && blocked.cause == abi::OFF_POLL
+            {
                 // As if the programs had seen it block now: its return is
-                // then a blocking call, timed from here, timeout unknown.
+                // then a blocking call, timed from here, timeout unknown
+                // (else a poll that blocked would count as one that found
+                // nothing without waiting). A sleep is left to be read at
+                // its return, where its request is still in its arguments.
                 entry.sc_block_nr = nr;
                 entry.sc_block_ns = now;
                 entry.sc_arg_ns = abi::ARG_UNKNOWN;
