@@ -285,9 +285,17 @@ fn perfetto_trace_follows_the_sampler_and_bad_paths_are_typed() {
     let t = s
         .start_perfetto_trace(path.to_string_lossy().into_owned(), 1 << 20)
         .unwrap();
-    for _ in 0..3 {
+    // The trace follows the sampler on a thread of its own, one interval
+    // per new snapshot it sees: each sample is waited for (generously: a
+    // loaded or emulated machine is slow), so two never fold into one.
+    for n in 1..=3u64 {
         std::thread::sleep(Duration::from_millis(5));
         s.sample_now().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while t.status().intervals < n {
+            assert!(std::time::Instant::now() < deadline, "{:?}", t.status());
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
     let done = t.finish();
     assert_eq!(done.intervals, 3, "{done:?}");
