@@ -102,7 +102,7 @@ fn ms(ns: u64) -> f64 {
 }
 
 /// ns per `getppid` syscall of this process, best of 5 runs.
-fn ns_per_syscall() -> f64 {
+pub fn ns_per_syscall() -> f64 {
     const CALLS: u32 = 200_000;
     let mut best = f64::MAX;
     for _ in 0..5 {

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use wakemeter_ebpf::{EbpfSource, Target};
 
+use crate::costs::ns_per_syscall;
 use crate::stats::{self, ns_per_event};
 use crate::workload::{Layout, Workload};
 
@@ -32,21 +33,6 @@ impl Drop for Sleepers {
             let _ = c.wait();
         }
     }
-}
-
-/// ns per `getppid` of this process, best of 5 runs of 200,000.
-fn ns_per_syscall() -> f64 {
-    const CALLS: u32 = 200_000;
-    (0..5)
-        .map(|_| {
-            let t0 = Instant::now();
-            for _ in 0..CALLS {
-                // SAFETY: getppid has no arguments and no side effects.
-                std::hint::black_box(unsafe { libc::syscall(libc::SYS_getppid) });
-            }
-            t0.elapsed().as_nanos() as f64 / f64::from(CALLS)
-        })
-        .fold(f64::INFINITY, f64::min)
 }
 
 /// Attaches sources to the first `n` of `pids`; `None` when an attach fails.

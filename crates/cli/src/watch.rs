@@ -166,21 +166,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             p.poll();
             t.note_end();
         }
-        if interrupted
+        let stopped = interrupted
             .as_ref()
-            .is_some_and(|i| i.load(std::sync::atomic::Ordering::Relaxed))
-        {
-            measured |= write_report(
-                &mut out,
-                &sampler.report(),
-                o.json,
-                auto.as_ref(),
-                &mut printed,
-            )?;
-            break End::Deadline;
-        }
+            .is_some_and(|i| i.load(std::sync::atomic::Ordering::Relaxed));
         let final_seq = stored.is_some_and(|seq| last_seq.is_some_and(|l| seq >= l));
-        let ending = final_seq || deadline.is_some_and(|d| Instant::now() >= d);
+        let ending = stopped || final_seq || deadline.is_some_and(|d| Instant::now() >= d);
         let due = stored.filter(|seq| seq / per_report > reports_due);
         if ending || due.is_some() {
             if let Some(seq) = due {
