@@ -1,4 +1,4 @@
-//! `wakemeter`: the demo and the sidecar watcher.
+#![doc = include_str!("../README.md")]
 
 mod ab;
 mod autoprofile;

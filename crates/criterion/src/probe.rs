@@ -26,7 +26,8 @@ pub enum LoopCount {
 /// often the loop woke, and woke for nothing, per operation. Each `start`
 /// and `end` takes one snapshot of the sampler (`Sampler::sample_now`, a
 /// cost per thread of the process plus the probes: BENCHMARKS.md, "One
-/// sample at the cadence users sample" and "History"), which is paid per
+/// sample at the cadence users sample" and "History: bytes per stored
+/// snapshot"), which is paid per
 /// criterion sample, not per iteration, and is stored in the sampler's
 /// history like any other snapshot.
 ///

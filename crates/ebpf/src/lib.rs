@@ -1,38 +1,4 @@
-//! # wakemeter-ebpf
-//!
-//! A Linux-host kernel source for [`wakemeter`]: eBPF programs on the
-//! scheduler and syscall tracepoints that tell, per thread of one process,
-//! what in-process sampling cannot see — on-CPU time, voluntary and
-//! involuntary switches, off-CPU time split by cause (sleep, lock, poll, I/O,
-//! preempted, other), log2 histograms of off-CPU spans and of wakeup-to-run
-//! latency, wakeups with the threads that caused them, and the poll-family
-//! and `nanosleep` syscalls with their timeouts.
-//!
-//! ```no_run
-//! use wakemeter::KernelSource;
-//! use wakemeter_ebpf::{EbpfSource, Target};
-//!
-//! let mut source = EbpfSource::attach(Target::SelfProcess)?;
-//! std::thread::sleep(std::time::Duration::from_millis(100));
-//! let sample = source.read()?;
-//! for t in &sample.threads {
-//!     println!("{} {}: {} voluntary switches, {} ns asleep",
-//!         t.tid, t.name, t.total_voluntary_switches, t.total_off_cpu.sleep_ns);
-//! }
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-//!
-//! Attaching needs `CAP_BPF` and `CAP_PERFMON` (or `CAP_SYS_ADMIN`, as root
-//! has) and a kernel with BTF (`/sys/kernel/btf/vmlinux`). On other
-//! operating systems, and when the crate was built without clang, the same
-//! API exists and [`EbpfSource::attach`] returns a typed error.
-//!
-//! Process and thread ids are those of this process's `/proc`, also in a
-//! PID namespace other than the initial one (a container without the
-//! host's PID namespace): the kernel programs compare initial-namespace ids,
-//! found once at attach, and report the ids of that namespace. A waker
-//! outside it is reported with tid 0 and its name.
-
+#![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
@@ -104,7 +70,8 @@ pub enum SyscallHook {
     /// The per-syscall `syscalls/sys_exit_<name>` tracepoints of those
     /// families, used with [`AttachKind::Auto`] where tracefs is mounted:
     /// the kernel runs no program for the other syscalls, so every other
-    /// syscall on the machine pays less (see BENCHMARKS.md).
+    /// syscall on the machine pays less (BENCHMARKS.md, "Syscall cost for
+    /// every other process").
     PerSyscall,
 }
 

@@ -1,15 +1,4 @@
-//! # wakemeter-ffi
-//!
-//! Kotlin and Swift bindings of [`wakemeter`], exported with uniffi
-//! proc-macros. The plain records (snapshots, intervals, findings, the
-//! report, the configuration) are the core's own, derived there behind its
-//! `uniffi` feature; this crate holds only what has a different shape
-//! across FFI: the objects (sampler, probes, listeners, Perfetto trace), the error
-//! ([`WakemeterError`]) and the JVM fast path ([`fast`]).
-//!
-//! Bindings are generated from the built library ("library mode") by
-//! `scripts/bindings.sh`; the idiomatic Kotlin and Swift layers live in
-//! `bindings/kotlin` and `bindings/swift`.
+#![doc = include_str!("../README.md")]
 
 uniffi::setup_scaffolding!();
 

@@ -11,7 +11,7 @@
 //!
 //! How long: `FUZZ_CASES` cases per property (default 5,000: about 3 to 4 s
 //! each in a debug build, the short pass of `scripts/test.sh`). A longer run:
-//! `FUZZ_CASES=500000 cargo test --release -p wakemeter-fuzz` (README,
+//! `FUZZ_CASES=500000 cargo test --release -p wakemeter-fuzz` (RELIABILITY.md,
 //! "Fuzzing").
 
 use proptest::prelude::*;

@@ -14,8 +14,8 @@ use wakemeter::{SampleWait, Sampler};
 use crate::encode::{CLOSE_BYTES_PER_FINDING, MAX_OPEN_FINDINGS, TraceEncoder};
 use crate::error::Error;
 
-/// Default size cap of a trace file: 256 MiB (an hour at 1 Hz of 256 busy
-/// threads is 32-37 MB, BENCHMARKS.md).
+/// Default size cap of a trace file: 256 MiB (several hours at 1 Hz of 256
+/// busy threads: BENCHMARKS.md, "Perfetto trace writer").
 pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// Bytes kept free under the cap to close every open finding.
 const CLOSE_RESERVE: u64 = MAX_OPEN_FINDINGS as u64 * CLOSE_BYTES_PER_FINDING;

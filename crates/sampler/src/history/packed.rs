@@ -22,7 +22,8 @@ use crate::probe::{LoopStats, SleepStats};
 /// A new key frame is written every this many snapshots (at most): a
 /// longer period stores less, a shorter one keeps deltas smaller. 32 keeps
 /// 256 eBPF threads × 300 snapshots under 16 MiB with every thread active
-/// (see the memory test and BENCHMARKS.md).
+/// (see the memory test and BENCHMARKS.md, "History: bytes per stored
+/// snapshot").
 pub(crate) const KEY_FRAME_EVERY: u32 = 32;
 
 /// An entity stored packed: a key unique within its snapshot and a list of fields.

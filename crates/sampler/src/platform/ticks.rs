@@ -11,8 +11,8 @@
 //!
 //! Why by hand: `clock_gettime(CLOCK_MONOTONIC)` through the vDSO reads
 //! the same counter and scales it, behind a sequence lock and an ordering
-//! fence: 20 ns a read on x86_64 here, against 8.8 ns for a bare `rdtsc`
-//! (`rdtscp`: 16.9 ns; BENCHMARKS.md, "Probes and findings"). A wait pair
+//! fence: a read costs about twice a bare `rdtsc`, and more than `rdtscp`
+//! (`benches/c/clock_reads.c`; BENCHMARKS.md, "Probes and findings"). A wait pair
 //! takes two reads, so this is most of what a probe costs. quanta does the
 //! same, but calibrates for up to 200 ms on the thread that first reads it;
 //! here the calibration rides on the samples the sampler takes anyway.
@@ -52,8 +52,8 @@
 //! asleep on such a counter, where the OS clock would not.
 //!
 //! Accuracy: each calibration point is the closest of three
-//! (counter, clock, counter) triples, within about 20 ns on x86_64 (more
-//! on a slow counter: one tick of a 24 MHz counter is 42 ns); over a span
+//! (counter, clock, counter) triples, within one OS clock read on x86_64
+//! (more on a slow counter: one tick of a 24 MHz counter is 42 ns); over a span
 //! of at least 1 s the factor is off by less than 1e-7 (0.1 µs on a 1 s
 //! wait), and it is refined at every sample as the span grows.
 
@@ -95,8 +95,8 @@ mod counter {
     /// EDX bit 8): what the kernel shows as `constant_tsc` and
     /// `nonstop_tsc`, which it sets from this bit. Asked of the CPU rather
     /// than read from `/proc/cpuinfo`, whose text (and the kernel's time
-    /// to write it) grows with the number of CPUs: on the 2-CPU test VM
-    /// the file took 29 µs a read, `cpuid` 4.3 µs (a VM exit).
+    /// to write it) grows with the number of CPUs: even on a 2-CPU VM,
+    /// where `cpuid` is a VM exit, reading the file costs several times it.
     fn invariant_counter() -> bool {
         use core::arch::x86_64::__cpuid;
         const POWER_LEAF: u32 = 0x8000_0007;
