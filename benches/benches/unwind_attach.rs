@@ -3,7 +3,8 @@
 //! loading the table, loading the programs) on a target with 50 shared
 //! libraries loaded besides its own, against the same attach on a target
 //! with only the C library (`sleep`), measured in the same run, with the
-//! rows and bytes of each table.
+//! rows of each table and the kernel memory it holds (two halves with
+//! room for modules loaded later, see `StackSession::leaf_table_bytes`).
 //!
 //! Needs root and kernel BTF; x86_64 (elsewhere the table is empty).
 //!
@@ -97,9 +98,9 @@ mod linux {
     }
 
     /// Median attach time (s) and the table's rows over `rounds` attaches.
-    fn attach(pid: u32, rounds: usize) -> Option<(f64, u32)> {
+    fn attach(pid: u32, rounds: usize) -> Option<(f64, u32, u64)> {
         let mut times = Vec::new();
-        let mut rows = 0;
+        let (mut rows, mut bytes) = (0, 0);
         for _ in 0..rounds {
             let session = match StackSession::builder(Target::Pid(pid), StackKind::OnCpu).attach() {
                 Ok(s) => s,
@@ -110,9 +111,10 @@ mod linux {
             };
             times.push(session.attach_duration().as_secs_f64());
             rows = session.leaf_rows();
+            bytes = session.leaf_table_bytes();
         }
         times.sort_by(f64::total_cmp);
-        Some((times[times.len() / 2], rows))
+        Some((times[times.len() / 2], rows, bytes))
     }
 
     pub fn main() {
@@ -132,25 +134,25 @@ mod linux {
         };
         std::thread::sleep(Duration::from_millis(200));
         let (small_pid, big_pid) = (small.0.id(), big.0.id());
-        let Some((base, base_rows)) = attach(small_pid, rounds) else {
+        let Some((base, base_rows, base_bytes)) = attach(small_pid, rounds) else {
             return;
         };
-        let Some((many, many_rows)) = attach(big_pid, rounds) else {
+        let Some((many, many_rows, many_bytes)) = attach(big_pid, rounds) else {
             return;
         };
         println!(
-            "unwind_attach: baseline `sleep` ({} executable modules): attach median {:.3} s, {} rows ({:.2} MiB)",
+            "unwind_attach: baseline `sleep` ({} executable modules): attach median {:.3} s, {} rows, {:.2} MiB of kernel memory",
             executable_modules(small_pid),
             base,
             base_rows,
-            f64::from(base_rows) * 16.0 / 1048576.0
+            base_bytes as f64 / 1048576.0
         );
         println!(
-            "unwind_attach: {loaded} libraries loaded ({} executable modules): attach median {:.3} s, {} rows ({:.2} MiB); ratio to baseline {:.2}",
+            "unwind_attach: {loaded} libraries loaded ({} executable modules): attach median {:.3} s, {} rows, {:.2} MiB of kernel memory; ratio to baseline {:.2}",
             executable_modules(big_pid),
             many,
             many_rows,
-            f64::from(many_rows) * 16.0 / 1048576.0,
+            many_bytes as f64 / 1048576.0,
             many / base.max(1e-9)
         );
     }

@@ -58,7 +58,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let profiler = Profiler::new();
     // Attach first: without privilege (or BTF) this fails, and nothing has
     // been announced that will not happen.
-    let capture = profiler.start(Target::Pid(resolved.pid), &options)?;
+    let mut capture = profiler.start(Target::Pid(resolved.pid), &options)?;
     print::note(&format!(
         "wakemeter: profiling {} of process {} ({}) for {} s",
         wakemeter_profile::kind_label(o.kind).replace('_', "-"),
@@ -68,6 +68,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     ));
     while capture.elapsed() < o.seconds && !capture.target_exited() {
         std::thread::sleep(EXIT_CHECK.min(o.seconds.saturating_sub(capture.elapsed())));
+        capture.refresh_modules();
     }
     let profile = capture.finish(&profiler)?;
     for w in &profile.warnings {

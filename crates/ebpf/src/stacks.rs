@@ -315,15 +315,45 @@ impl StackSession {
         self.inner.attach_duration()
     }
 
-    /// Rows of the unwind table loaded for the target (16 bytes of kernel
+    /// Rows of the unwind table in use for the target (16 bytes of kernel
     /// memory each, at most 262,144): the CFA and saved `%rbp` rules of
     /// every address range of its modules, from their `.eh_frame` (modules
     /// without frame pointers first, then the others while there is room),
-    /// built at attach. 0 when every module keeps frame pointers (the
-    /// kernel's frame-pointer walk is used), and on other architectures
-    /// than x86_64.
+    /// built at attach and again by [`StackSession::refresh_modules`]. 0
+    /// when every module keeps frame pointers (the kernel's frame-pointer
+    /// walk is used), and on other architectures than x86_64.
+    ///
+    /// The kernel holds two tables of the same size, each with room for as
+    /// many rows again as at attach (at least 32,768 more), so that modules
+    /// loaded later fit.
     pub fn leaf_rows(&self) -> u32 {
         self.inner.leaf_rows()
+    }
+
+    /// Kernel memory the unwind table holds, in bytes: two halves (one in
+    /// use, one for the next rebuild) of room for the rows at attach and as
+    /// many again (at least 32,768 more), 16 bytes a row; 0 without a table.
+    pub fn leaf_table_bytes(&self) -> u64 {
+        self.inner.leaf_table_bytes()
+    }
+
+    /// Picks up modules the target mapped or unmapped since the unwind
+    /// table was built (`dlopen`, `dlclose`) and a new image after an
+    /// exec: reads `/proc/<pid>/maps` and, when its executable file
+    /// mappings changed, builds the table again from the modules already
+    /// read plus the new ones and switches the programs to it (a walk in
+    /// progress finishes on the old table). Call it about once a second
+    /// while capturing; a module mapped between two calls is unwound with
+    /// frame pointers (or marked truncated) until the next one.
+    ///
+    /// Returns whether the table changed. Costs one read of the maps file
+    /// when nothing changed.
+    ///
+    /// # Errors
+    /// [`EbpfError::Map`] or [`EbpfError::Io`] when the kernel maps cannot
+    /// be read or written; the table in use then stays.
+    pub fn refresh_modules(&mut self) -> Result<bool, EbpfError> {
+        self.inner.refresh_modules()
     }
 
     /// Whether the target has exited.

@@ -103,6 +103,14 @@ pub(crate) mod stacks {
             match *self {}
         }
 
+        pub(crate) fn leaf_table_bytes(&self) -> u64 {
+            match *self {}
+        }
+
+        pub(crate) fn refresh_modules(&mut self) -> Result<bool, EbpfError> {
+            match *self {}
+        }
+
         pub(crate) fn target_exited(&self) -> bool {
             match *self {}
         }

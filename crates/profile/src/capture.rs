@@ -21,6 +21,10 @@ pub const MAX_CAPTURE: Duration = Duration::from_secs(3600);
 /// How often a capture checks whether the target exited.
 const POLL_EXIT: Duration = Duration::from_millis(100);
 
+/// How often a capture looks for modules the target mapped since the last
+/// look (see [`Capture::refresh_modules`]).
+const MODULE_REFRESH: Duration = Duration::from_secs(1);
+
 /// A user stack at most this deep counts as shallow (no frame pointers).
 const SHALLOW_USER_FRAMES: usize = 2;
 
@@ -119,6 +123,10 @@ pub struct Capture {
     started: Instant,
     start_unix_ns: u64,
     view: ProcessViewHolder,
+    /// When the unwind table was last checked against the target's modules.
+    modules_checked: Instant,
+    /// The first failure to rebuild it, reported with the profile.
+    refresh_error: Option<String>,
 }
 
 /// [`ProcessView`] is crate-private; this keeps `Capture`'s Debug simple.
@@ -143,6 +151,29 @@ impl Capture {
         self.started.elapsed()
     }
 
+    /// Picks up modules the target mapped since the last call (`dlopen`,
+    /// a new image after an exec), so that their frames are unwound from
+    /// their `.eh_frame` too: at most once a second, however often it is
+    /// called (see [`StackSession::refresh_modules`]). Call it from the
+    /// loop that waits for the capture to end; [`Profiler::capture`] does.
+    ///
+    /// Returns whether the unwind table changed. A failure is kept and
+    /// reported as [`ProfileWarning::ModulesNotRefreshed`] in the profile;
+    /// the capture goes on.
+    pub fn refresh_modules(&mut self) -> bool {
+        if self.modules_checked.elapsed() < MODULE_REFRESH {
+            return false;
+        }
+        self.modules_checked = Instant::now();
+        match self.session.refresh_modules() {
+            Ok(changed) => changed,
+            Err(e) => {
+                self.refresh_error.get_or_insert_with(|| e.to_string());
+                false
+            }
+        }
+    }
+
     /// Stops collecting, reads and symbolizes.
     ///
     /// # Errors
@@ -154,13 +185,19 @@ impl Capture {
         profiler
             .symbolizer
             .refresh(&mut self.view.0, counts.target_exited);
-        Ok(aggregate(
+        let mut profile = aggregate(
             &profiler.symbolizer,
             &self.view.0,
             counts,
             duration,
             self.start_unix_ns,
-        ))
+        );
+        if let Some(reason) = self.refresh_error.take() {
+            profile
+                .warnings
+                .push(ProfileWarning::ModulesNotRefreshed { reason });
+        }
+        Ok(profile)
     }
 }
 
@@ -194,6 +231,8 @@ impl Profiler {
             started: Instant::now(),
             start_unix_ns,
             view: ProcessViewHolder(view),
+            modules_checked: Instant::now(),
+            refresh_error: None,
         })
     }
 
@@ -210,9 +249,10 @@ impl Profiler {
         duration: Duration,
     ) -> Result<Profile, ProfileError> {
         check_duration(duration)?;
-        let capture = self.start(target, options)?;
+        let mut capture = self.start(target, options)?;
         while capture.elapsed() < duration && !capture.target_exited() {
             std::thread::sleep(POLL_EXIT.min(duration.saturating_sub(capture.elapsed())));
+            capture.refresh_modules();
         }
         capture.finish(self)
     }

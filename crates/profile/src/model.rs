@@ -198,6 +198,13 @@ pub enum ProfileWarning {
         /// Why.
         reason: String,
     },
+    /// The unwind table could not be rebuilt for modules the target mapped
+    /// during the capture (`dlopen`, an exec): their frames were unwound by
+    /// frame pointers or marked truncated from then on.
+    ModulesNotRefreshed {
+        /// Why (the first failure).
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for ProfileWarning {
@@ -222,6 +229,10 @@ impl std::fmt::Display for ProfileWarning {
             ProfileWarning::NotSymbolized { reason } => {
                 write!(f, "user frames left as addresses: {reason}")
             }
+            ProfileWarning::ModulesNotRefreshed { reason } => write!(
+                f,
+                "modules mapped during the capture got no unwind rows ({reason}): their frames may be marked truncated"
+            ),
         }
     }
 }

@@ -875,7 +875,7 @@ impl Worker {
         let started = self
             .sampler
             .account(|| self.profiler.start(target, &options));
-        let capture = match started {
+        let mut capture = match started {
             Ok(c) => c,
             Err(e) => {
                 let mut s = lock(&self.shared.state);
@@ -894,6 +894,7 @@ impl Worker {
                 Woke::SamplerStopped => break,
                 Woke::Snapshot | Woke::NoSnapshot => {}
             }
+            self.sampler.account(|| capture.refresh_modules());
         }
         let finished = self.sampler.account(|| {
             let profile = capture.finish(&self.profiler)?;

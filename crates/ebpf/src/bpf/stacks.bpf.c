@@ -185,9 +185,12 @@ static __always_inline __s32 store_stack(struct wm_stack *st)
 	return -WM_EEXIST;
 }
 
-/* The leaf table of the target's modules (rows sorted by start), filled by
- * the loader before attach; leaf_row_count rows. */
-const volatile __u32 leaf_row_count = 0;
+/* The unwind table of the target's modules: two halves of leaf_capacity
+ * rows each in leaf_rows (0: no table). The loader fills the half not in
+ * use, then points leaf_table at it, so a walk in progress never reads a
+ * half being written: a module mapped after attach (dlopen) gets rows
+ * without stopping the programs. */
+const volatile __u32 leaf_capacity = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -196,16 +199,32 @@ struct {
 	__type(value, struct wm_leaf_row);
 } leaf_rows SEC(".maps");
 
-/* The row covering ip (the last starting at or below it), or NULL. */
-static __always_inline struct wm_leaf_row *find_row(__u64 ip)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_leaf_table);
+} leaf_table SEC(".maps");
+
+/* The target's execs since attach (see on_exec()): a table serves only
+ * the image it was built from, the one of leaf_table.execs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} target_execs SEC(".maps");
+
+/* The row covering ip (the last starting at or below it) among the n rows
+ * from index first, or NULL. */
+static __always_inline struct wm_leaf_row *find_row(__u32 first, __u32 n, __u64 ip)
 {
-	__u32 n = leaf_row_count;
 	if (!n || !ip)
 		return NULL;
 	/* Without branches on the rows: the verifier would otherwise walk
 	 * every path of the search. User addresses are below 2^47, so the top
 	 * bit of start - ip - 1 is set exactly when start <= ip. */
-	__u32 base = 0, len = n;
+	__u32 base = first, len = n;
 	for (int i = 0; i < WM_LEAF_SEARCH_STEPS; i++) {
 		__u32 half = len / 2;
 		__u32 mid = base + half;
@@ -243,6 +262,9 @@ struct wm_unwind {
 	__u64 bp;
 	__u32 n;
 	__u32 truncated;
+	/* The half of the table this walk reads, taken once at its start. */
+	__u32 first;
+	__u32 count;
 };
 
 struct {
@@ -252,21 +274,19 @@ struct {
 	__type(value, struct wm_unwind);
 } unwind_state SEC(".maps");
 
-/* Set (to 1) when the target execs: the table describes the old image,
- * so from then on its stacks come from the kernel's frame-pointer walk
- * (see on_exec()). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} unwind_stale SEC(".maps");
-
-static __always_inline bool table_usable(void)
+/* The half of the table in use, as first | count << 32 (0: none), when
+ * it was built for the target's current image. */
+static __always_inline __u64 usable_table(void)
 {
 	__u32 zero = 0;
-	__u32 *stale = bpf_map_lookup_elem(&unwind_stale, &zero);
-	return leaf_row_count && stale && !*stale;
+	if (!leaf_capacity)
+		return 0;
+	struct wm_leaf_table *t = bpf_map_lookup_elem(&leaf_table, &zero);
+	__u64 *execs = bpf_map_lookup_elem(&target_execs, &zero);
+	if (!t || !execs || t->execs != *execs)
+		return 0;
+	__u64 half = t->half; /* one load: first and count of one half */
+	return half >> 32 ? half : 0;
 }
 
 /* One frame of the walk over the per-CPU state: 0 to go on, 1 at the end.
@@ -288,7 +308,7 @@ __attribute__((noinline)) int unwind_step(void)
 	st->ips[n] = u->ip;
 	u->n = n + 1;
 	/* A return address is looked up one byte earlier: the call. */
-	struct wm_leaf_row *row = find_row(n ? u->ip - 1 : u->ip);
+	struct wm_leaf_row *row = find_row(u->first, u->count, n ? u->ip - 1 : u->ip);
 	__u32 rule = row ? row->rule : WM_CFA_NONE;
 	__u32 kind = rule & 0xff;
 	__s64 rbp_at = (short)(rule >> 16);
@@ -331,8 +351,9 @@ __attribute__((noinline)) int unwind_step(void)
 	return 0;
 }
 
-/* The id of the user stack unwound from (ip, sp, bp), as stack_id(). */
-static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp)
+/* The id of the user stack unwound from (ip, sp, bp) with the table half
+ * `table` (usable_table()), as stack_id(). */
+static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp, __u64 table)
 {
 	__u32 zero = 0;
 	struct wm_unwind *u = bpf_map_lookup_elem(&unwind_state, &zero);
@@ -345,6 +366,8 @@ static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp)
 	u->bp = bp;
 	u->n = 0;
 	u->truncated = 0;
+	u->first = (__u32)table;
+	u->count = (__u32)(table >> 32);
 	for (int i = 0; i < WM_STACK_DEPTH; i++) {
 		if (unwind_step())
 			break;
@@ -369,11 +392,12 @@ static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp)
 static __always_inline __s32 user_stack_id(void *ctx, struct pt_regs *regs)
 {
 #if defined(__TARGET_ARCH_x86)
-	if (regs && table_usable()) {
+	__u64 table = regs ? usable_table() : 0;
+	if (table) {
 		/* The UAPI struct pt_regs: bp is word 4, ip 16, sp 19. */
 		__u64 w[20] = {};
 		if (!bpf_probe_read_kernel(w, sizeof(w), regs))
-			return unwound_stack_id(w[16], w[19], w[4]);
+			return unwound_stack_id(w[16], w[19], w[4], table);
 	}
 #endif
 	return stack_id(ctx, BPF_F_USER_STACK);
@@ -409,14 +433,15 @@ int on_cpu_sample(void *ctx)
 	key.tid = key_tid(NULL, (__u32)id);
 	key.kind = WM_STACK_ON_CPU;
 #if defined(__TARGET_ARCH_x86)
-	if (table_usable()) {
+	__u64 table = usable_table();
+	if (table) {
 		/* The sample's registers are the context (the UAPI struct
 		 * pt_regs: bp, ip, cs and sp are its words 4, 16, 17 and 19).
 		 * Taken in user mode they are the leaf's; in kernel mode, the
 		 * user registers are those saved at kernel entry. */
 		const __u64 *r = ctx;
 		if (r[17] & 3)
-			key.user_stack = unwound_stack_id(r[16], r[19], r[4]);
+			key.user_stack = unwound_stack_id(r[16], r[19], r[4], table);
 		else
 			key.user_stack = user_stack_id(ctx, current_user_regs(false));
 	} else {
@@ -459,7 +484,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 			start.key.kind = WM_STACK_OFF_CPU;
 			start.key.cause = off_cpu_cause(prev, (bool)ctx[0], prev_state, btf, &regs, &nr);
 			/* A preempted thread's cause needs no registers. */
-			if (!regs && leaf_row_count)
+			if (!regs && leaf_capacity)
 				regs = current_user_regs(btf);
 			start.key.user_stack = user_stack_id(ctx, regs);
 			start.key.kernel_stack = stack_id(ctx, 0);
@@ -519,7 +544,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 		__builtin_memcpy(key->waker_comm, "[interrupt]", 12);
 	} else {
 		key->waker_tid = key_tid(NULL, (__u32)bpf_get_current_pid_tgid());
-		key->user_stack = user_stack_id(ctx, leaf_row_count ? current_user_regs(btf) : NULL);
+		key->user_stack = user_stack_id(ctx, leaf_capacity ? current_user_regs(btf) : NULL);
 		bpf_get_current_comm(&key->waker_comm, sizeof(key->waker_comm));
 	}
 	add_count(key, 0);
@@ -532,14 +557,17 @@ int tpbtf_stack_waking(__u64 *ctx) { return on_waking(ctx, true); }
 SEC("raw_tp/sched_waking")
 int rawtp_stack_waking(__u64 *ctx) { return on_waking(ctx, false); }
 
-/* --- sched_process_exec: the target replaces its image, the table is stale --- */
+/* --- sched_process_exec: the target replaces its image, the table is stale
+ * until the loader builds one from the new image's mappings --- */
 
 static __always_inline int on_exec(void)
 {
 	if ((__u32)(bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
-	__u32 zero = 0, one = 1;
-	bpf_map_update_elem(&unwind_stale, &zero, &one, BPF_ANY);
+	__u32 zero = 0;
+	__u64 *execs = bpf_map_lookup_elem(&target_execs, &zero);
+	if (execs)
+		__sync_fetch_and_add(execs, 1);
 	return 0;
 }
 
@@ -571,4 +599,5 @@ _Static_assert(sizeof(struct wm_stack_key) == 64, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_stack_count) == 16, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_off_start) == 72, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_leaf_row) == 16, "stacks_abi.rs");
+_Static_assert(sizeof(struct wm_leaf_table) == 16, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_stack) == 1024, "stacks_abi.rs");

@@ -64,6 +64,15 @@ struct wm_leaf_row {
 	__u32 rule;
 };
 
+/* Which half of leaf_rows the programs search: its first row and row
+ * count (`half` = first | count << 32, one 8-byte word so that a program
+ * never reads the first of one half with the count of another), and the
+ * value of target_execs for the image the rows describe. */
+struct wm_leaf_table {
+	__u64 half;
+	__u64 execs;
+};
+
 struct wm_stack_key {
 	__u32 tid;          /* the sampled, switched-out or woken thread */
 	__u32 waker_tid;    /* WM_STACK_WAKEUP: the waker (0 = interrupt context) */

@@ -245,7 +245,8 @@ pub(crate) enum Batch {
     Unsupported,
 }
 
-/// Writes `values` at keys 0, 1, ... of array map `map` in one call.
+/// Writes `values` at keys `first`, `first + 1`, ... of array map `map` in
+/// one call.
 /// Returns `Ok(false)` when the kernel has no batch operations (before
 /// Linux 5.6): write them one by one instead.
 ///
@@ -253,9 +254,11 @@ pub(crate) enum Batch {
 /// the map was opened).
 pub(crate) fn update_array_batch<V: aya::Pod>(
     map: BorrowedFd<'_>,
+    first: u32,
     values: &[V],
 ) -> io::Result<bool> {
-    let keys: Vec<u32> = (0..u32::try_from(values.len()).unwrap_or(u32::MAX)).collect();
+    let count = u32::try_from(values.len()).unwrap_or(u32::MAX);
+    let keys: Vec<u32> = (first..first.saturating_add(count)).collect();
     let mut attr = BatchAttr {
         in_batch: 0,
         out_batch: 0,

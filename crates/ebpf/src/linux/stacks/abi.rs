@@ -58,6 +58,25 @@ pub(crate) struct LeafRow {
     pub rule: u32,
 }
 
+/// `struct wm_leaf_table`: the half of `leaf_rows` the programs search.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LeafTableHalf {
+    /// Its first row's index, and its row count shifted left by 32.
+    pub half: u64,
+    /// The value of `target_execs` for the image the rows describe.
+    pub execs: u64,
+}
+
+impl LeafTableHalf {
+    pub(crate) fn new(first: u32, count: u32, execs: u64) -> LeafTableHalf {
+        LeafTableHalf {
+            half: u64::from(first) | (u64::from(count) << 32),
+            execs,
+        }
+    }
+}
+
 /// `WM_CFA_NONE`: no rule, the frame-pointer step.
 pub(crate) const CFA_NONE: u32 = 0;
 /// `WM_CFA_RSP`: CFA = `%rsp` + `ra_offset` + 8.
@@ -94,6 +113,7 @@ impl StoredStack {
 const _: () = assert!(size_of::<StoredStack>() == 1024);
 const _: () = assert!(size_of::<StackKey>() == 64);
 const _: () = assert!(size_of::<LeafRow>() == 16);
+const _: () = assert!(size_of::<LeafTableHalf>() == 16);
 const _: () = assert!(size_of::<StackCountValue>() == 16);
 
 // SAFETY: plain-old-data records: `repr(C)`, only integers and arrays of
@@ -104,6 +124,8 @@ unsafe impl aya::Pod for StackKey {}
 unsafe impl aya::Pod for StackCountValue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for LeafRow {}
+// SAFETY: as above.
+unsafe impl aya::Pod for LeafTableHalf {}
 // SAFETY: as above.
 unsafe impl aya::Pod for StoredStack {}
 

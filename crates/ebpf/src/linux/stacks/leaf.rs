@@ -18,16 +18,20 @@
 //! no per-event work in user space and no stack copies (8 to 64 KiB per
 //! event).
 //!
-//! Built once per attach from the modules mapped executable in the target
-//! then: the C library first, then the other modules without frame
-//! pointers in address order, then those with frame pointers while there is
-//! room (the walk is right in most of their code; the rows make leaf
-//! functions and prologues exact). A module loaded later (`dlopen`) or JIT
-//! code gets no rows: its frames take the frame-pointer step, and where
+//! Built at attach from the modules mapped executable in the target then:
+//! the C library first, then the other modules without frame pointers in
+//! address order, then those with frame pointers while there is room (the
+//! walk is right in most of their code; the rows make leaf functions and
+//! prologues exact). [`LeafBuilder`] builds it again when the target's
+//! executable mappings change (a `dlopen`, a `dlclose`, an exec), reading
+//! only the modules it has not read before; the loader then switches the
+//! programs to the new table (see `refresh_modules` in `mod.rs`). JIT code
+//! has no `.eh_frame`: its frames take the frame-pointer step, and where
 //! that fails the stack is marked truncated. The row's `ra_offset` also
 //! serves the table's checks against readelf. x86_64 only: on aarch64 the
 //! table stays empty and the kernel's frame-pointer walk is used.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 
 use gimli::{
@@ -79,7 +83,17 @@ struct Mapping {
     start: u64,
     end: u64,
     offset: u64,
+    /// The file's inode: a module replaced on disk and mapped again at the
+    /// same place is another module.
+    inode: u64,
     path: String,
+}
+
+impl Mapping {
+    /// What makes two mappings the same module at the same addresses.
+    fn key(&self) -> (u64, u64, u64, String) {
+        (self.start, self.offset, self.inode, self.path.clone())
+    }
 }
 
 /// The executable file mappings of a `/proc/<pid>/maps` text, first one per
@@ -94,7 +108,11 @@ fn exec_mappings(maps: &str) -> Vec<Mapping> {
             continue;
         };
         // dev and inode, then the path (which may hold spaces).
-        let path = fields.skip(2).collect::<Vec<_>>().join(" ");
+        let inode = fields
+            .nth(1)
+            .and_then(|i| i.parse::<u64>().ok())
+            .unwrap_or(0);
+        let path = fields.collect::<Vec<_>>().join(" ");
         if !perms.contains('x') || !path.starts_with('/') || out.iter().any(|m| m.path == path) {
             continue;
         }
@@ -107,6 +125,7 @@ fn exec_mappings(maps: &str) -> Vec<Mapping> {
                 start,
                 end,
                 offset,
+                inode,
                 path,
             });
         }
@@ -114,59 +133,107 @@ fn exec_mappings(maps: &str) -> Vec<Mapping> {
     out
 }
 
-/// The table of process `pid`'s executable modules (empty when its
-/// mappings cannot be read, and on other architectures than x86_64).
-pub(crate) fn build(pid: u32) -> LeafTable {
-    let mut table = LeafTable::default();
-    if !cfg!(target_arch = "x86_64") {
-        return table;
+/// Builds the table of one process, again whenever its executable mappings
+/// change, from the rows of the modules it read before plus those of the
+/// new ones.
+#[derive(Debug)]
+pub(crate) struct LeafBuilder {
+    pid: u32,
+    /// The executable mappings the last table was built from (`None`
+    /// before the first).
+    mappings: Option<Vec<Mapping>>,
+    /// The rows of each module mapped then, by [`Mapping::key`]; `None`
+    /// for a module without usable CFI.
+    modules: HashMap<(u64, u64, u64, String), Option<ModuleRows>>,
+}
+
+impl LeafBuilder {
+    pub(crate) fn new(pid: u32) -> LeafBuilder {
+        LeafBuilder {
+            pid,
+            mappings: None,
+            modules: HashMap::new(),
+        }
     }
-    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return table;
-    };
-    let mut rows = Vec::new();
-    let mut mappings = exec_mappings(&maps);
-    // The C library first: its syscall wrappers are the leaf frames of
-    // almost every off-CPU stack and of a poller's on-CPU ones, and a
-    // process linked against large libraries (OpenSSL, libstdc++) has more
-    // rows than the table holds. Then the others, in address order.
-    mappings.sort_by_key(|m| !is_c_library(&m.path));
-    // Modules with frame pointers come after the others: the walk is
-    // right in most of their code, the rows make it exact in their leaf
-    // functions and prologues when there is room.
-    let mut deferred: Vec<Vec<LeafRow>> = Vec::new();
-    for mapping in mappings {
-        table.stats.modules += 1;
+
+    /// The table of the process's executable modules as they are mapped
+    /// now, with at most `capacity` rows; `None` when they are the ones of
+    /// the last table (unless `force`), when its mappings cannot be read,
+    /// and on other architectures than x86_64.
+    pub(crate) fn build_if_changed(&mut self, capacity: usize, force: bool) -> Option<LeafTable> {
+        if !cfg!(target_arch = "x86_64") {
+            return None;
+        }
+        let maps = fs::read_to_string(format!("/proc/{}/maps", self.pid)).ok()?;
+        let mappings = exec_mappings(&maps);
+        if !force && self.mappings.as_ref() == Some(&mappings) {
+            return None;
+        }
+        // Modules no longer mapped are forgotten: the cache holds what the
+        // process maps now, no more.
+        let mut modules = std::mem::take(&mut self.modules);
+        for mapping in &mappings {
+            let key = mapping.key();
+            let rows = modules
+                .remove(&key)
+                .unwrap_or_else(|| self.read_module(mapping));
+            self.modules.insert(key, rows);
+        }
+        let table = self.table(&mappings, capacity);
+        self.mappings = Some(mappings);
+        Some(table)
+    }
+
+    /// The rows of one module, from the file the process maps.
+    fn read_module(&self, mapping: &Mapping) -> Option<ModuleRows> {
         // map_files opens what is mapped even from another mount namespace
         // or when the file was replaced; the path is the fallback.
         let file = File::open(format!(
-            "/proc/{pid}/map_files/{:x}-{:x}",
-            mapping.start, mapping.end
+            "/proc/{}/map_files/{:x}-{:x}",
+            self.pid, mapping.start, mapping.end
         ))
-        .or_else(|_| File::open(format!("/proc/{pid}/root{}", mapping.path)));
-        let module = file
-            .ok()
-            .and_then(|f| module_rows(&ReadCache::new(f), &mapping));
-        match module {
-            Some(ModuleRows::FramePointers(new)) => {
-                table.stats.frame_pointer_modules += 1;
-                deferred.push(new);
+        .or_else(|_| File::open(format!("/proc/{}/root{}", self.pid, mapping.path)));
+        file.ok()
+            .and_then(|f| module_rows(&ReadCache::new(f), mapping))
+    }
+
+    /// The table from the rows read, at most `capacity` rows.
+    fn table(&self, mappings: &[Mapping], capacity: usize) -> LeafTable {
+        let mut table = LeafTable::default();
+        let mut rows = Vec::new();
+        let mut mappings: Vec<&Mapping> = mappings.iter().collect();
+        // The C library first: its syscall wrappers are the leaf frames of
+        // almost every off-CPU stack and of a poller's on-CPU ones, and a
+        // process linked against large libraries (OpenSSL, libstdc++) has
+        // more rows than the table holds. Then the others, in address order.
+        mappings.sort_by_key(|m| !is_c_library(&m.path));
+        // Modules with frame pointers come after the others: the walk is
+        // right in most of their code, the rows make it exact in their leaf
+        // functions and prologues when there is room.
+        let mut deferred: Vec<&[LeafRow]> = Vec::new();
+        for mapping in mappings {
+            table.stats.modules += 1;
+            match self.modules.get(&mapping.key()).and_then(Option::as_ref) {
+                Some(ModuleRows::FramePointers(new)) => {
+                    table.stats.frame_pointer_modules += 1;
+                    deferred.push(new);
+                }
+                Some(ModuleRows::Rows(new)) if rows.len() + new.len() <= capacity => {
+                    table.stats.modules_with_rows += 1;
+                    rows.extend_from_slice(new);
+                }
+                Some(ModuleRows::Rows(_)) | None => table.stats.skipped_modules += 1,
             }
-            Some(ModuleRows::Rows(new)) if rows.len() + new.len() <= MAX_LEAF_ROWS => {
+        }
+        for new in deferred {
+            if rows.len() + new.len() <= capacity {
                 table.stats.modules_with_rows += 1;
-                rows.extend(new);
+                rows.extend_from_slice(new);
             }
-            Some(ModuleRows::Rows(_)) | None => table.stats.skipped_modules += 1,
         }
+        table.rows = normalize(rows);
+        table
     }
-    for new in deferred {
-        if rows.len() + new.len() <= MAX_LEAF_ROWS {
-            table.stats.modules_with_rows += 1;
-            rows.extend(new);
-        }
-    }
-    table.rows = normalize(rows);
-    table
 }
 
 /// Whether `path` is the C library or its dynamic loader (glibc, musl).
@@ -185,6 +252,7 @@ fn is_c_library(path: &str) -> bool {
 }
 
 /// The rows of one module, or why it has none.
+#[derive(Debug)]
 enum ModuleRows {
     /// Most of its functions set up a frame pointer: its rows, to add when
     /// there is room.
@@ -413,12 +481,14 @@ mod tests {
                     start: 0x55d0_c0a0_1000,
                     end: 0x55d0_c0a0_2000,
                     offset: 0x1000,
+                    inode: 123,
                     path: "/usr/bin/busy poll".into()
                 },
                 Mapping {
                     start: 0x7f00_0000_0000,
                     end: 0x7f00_0002_0000,
                     offset: 0x26000,
+                    inode: 456,
                     path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into()
                 },
             ]
@@ -530,6 +600,7 @@ mod tests {
             start: 0x1000,
             end: 0x2000,
             offset: 0,
+            inode: 0,
             path: "/x".into(),
         };
         assert!(module_rows(&b"not an ELF file at all"[..], &mapping).is_none());

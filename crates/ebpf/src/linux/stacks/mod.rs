@@ -13,7 +13,8 @@ use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
-use self::abi::{StackCountValue, StackKey, StoredStack};
+use self::abi::{LeafRow, LeafTableHalf, StackCountValue, StackKey, StoredStack};
+use self::leaf::{LeafBuilder, MAX_LEAF_ROWS};
 use self::perf::CpuClockEvents;
 use super::sys::{self, ExitWatch};
 use super::{Hook, attach_hook, kernel_btf, program_error, program_of, take_map};
@@ -66,6 +67,92 @@ const WAKEUP_HOOKS: [Hook; 1] = [Hook {
     raw_program: "rawtp_stack_waking",
 }];
 
+/// Rows a half of the unwind table holds beyond those of the modules
+/// mapped at attach, for modules mapped later (`dlopen`): 512 KiB of
+/// kernel memory per half at least.
+const MIN_LEAF_HEADROOM: usize = 32_768;
+
+/// Rows per half of the unwind table for a process whose modules have
+/// `rows` rows at attach: room for as many again, at least
+/// [`MIN_LEAF_HEADROOM`] more, at most [`MAX_LEAF_ROWS`]; 0 (no table)
+/// where the table is not used (other architectures than x86_64).
+fn leaf_capacity(rows: usize) -> u32 {
+    if !cfg!(target_arch = "x86_64") {
+        return 0;
+    }
+    let rows = rows
+        .saturating_add(rows.max(MIN_LEAF_HEADROOM))
+        .min(MAX_LEAF_ROWS);
+    u32::try_from(rows).unwrap_or(0)
+}
+
+/// The unwind table while the programs run: two halves of `capacity`
+/// rows in `rows`; the programs search the one `table` names, the loader
+/// writes the other and then switches (see `leaf_table` in stacks.bpf.c).
+struct LeafState {
+    builder: LeafBuilder,
+    capacity: u32,
+    /// The half in use (0 or 1) and its row count.
+    active: u32,
+    row_count: u32,
+    /// The target's execs the table in use was built after.
+    execs_built: u64,
+    /// `leaf_rows`, an array of [`LeafRow`].
+    rows: aya::maps::Map,
+    table: Array<MapData, LeafTableHalf>,
+    execs: Array<MapData, u64>,
+}
+
+impl LeafState {
+    /// Builds the table again when the target's executable mappings
+    /// changed or it execed, and switches the programs to it: `true` then.
+    fn refresh(&mut self) -> Result<bool, EbpfError> {
+        let execs = self.execs.get(&0, 0).map_err(map_error("target_execs"))?;
+        // Read before the mappings: a table built from mappings read after
+        // an exec serves the new image.
+        let Some(table) = self
+            .builder
+            .build_if_changed(self.capacity as usize, execs != self.execs_built)
+        else {
+            return Ok(false);
+        };
+        let next = 1 - self.active;
+        let first = next * self.capacity;
+        write_rows(&mut self.rows, first, &table.rows)?;
+        let count = u32::try_from(table.rows.len()).unwrap_or(0);
+        self.table
+            .set(0, &LeafTableHalf::new(first, count, execs), 0)
+            .map_err(map_error("leaf_table"))?;
+        self.active = next;
+        self.row_count = count;
+        self.execs_built = execs;
+        Ok(true)
+    }
+}
+
+/// Writes `rows` at `first`, `first + 1`, ... of the `leaf_rows` map.
+fn write_rows(map: &mut aya::maps::Map, first: u32, rows: &[LeafRow]) -> Result<(), EbpfError> {
+    let aya::maps::Map::Array(data) = &*map else {
+        return Err(EbpfError::ObjectMismatch { name: "leaf_rows" });
+    };
+    // One call for the ~30,000 rows of a C library, where one call per row
+    // took most of the attach.
+    let batched = sys::update_array_batch(data.fd().as_fd(), first, rows).map_err(|source| {
+        EbpfError::Io {
+            what: "writing the leaf table".into(),
+            source,
+        }
+    })?;
+    if !batched {
+        let mut array: Array<&mut MapData, LeafRow> =
+            Array::try_from(map).map_err(map_error("leaf_rows"))?;
+        for (index, row) in (first..).zip(rows) {
+            array.set(index, row, 0).map_err(map_error("leaf_rows"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Programs and their perf events; dropped to detach.
 struct Attached {
     /// On-CPU sampling events (closed before the object, which holds the
@@ -79,7 +166,8 @@ pub(crate) struct StackSession {
     kind: StackKind,
     frequency_hz: u64,
     attach_duration: Duration,
-    leaf_rows: u32,
+    /// `None` without a table (other architectures than x86_64).
+    leaf: Option<LeafState>,
     /// `None` when observing this very process.
     watch: Option<ExitWatch>,
     /// `None` once stopped.
@@ -126,8 +214,11 @@ impl StackSession {
         let pidns_ino = namespace.map_or(0u64, |ns| ns.ino);
         // One off-CPU start entry per thread: sized as the counters' map.
         let threads = super::auto_max_threads(sys::thread_count(pid));
-        let leaf_table = leaf::build(pid);
-        let leaf_rows = u32::try_from(leaf_table.rows.len()).unwrap_or(0);
+        let mut builder = LeafBuilder::new(pid);
+        let initial = builder
+            .build_if_changed(MAX_LEAF_ROWS, true)
+            .unwrap_or_default();
+        let capacity = leaf_capacity(initial.rows.len());
         let mut ebpf = EbpfLoader::new()
             .btf(btf)
             .override_global("target_tgid", &kernel_tgid, true)
@@ -136,40 +227,40 @@ impl StackSession {
             .map_max_entries("stacks", options.max_stacks)
             .map_max_entries("stack_counts", options.max_entries)
             .map_max_entries("off_start", threads)
-            .override_global("leaf_row_count", &leaf_rows, true)
-            .map_max_entries("leaf_rows", leaf_rows.max(1))
+            .override_global("leaf_capacity", &capacity, true)
+            .map_max_entries("leaf_rows", capacity.saturating_mul(2).max(1))
             .load(object)
             .map_err(|source| EbpfError::Load { source })?;
-        // Filled before any program is attached: the programs search the
-        // first leaf_row_count rows.
-        if leaf_rows > 0 {
-            // Borrowed, not taken: the programs still to be loaded refer
-            // to the map by the object's descriptor.
-            let map = ebpf
-                .map_mut("leaf_rows")
-                .ok_or(EbpfError::ObjectMismatch { name: "leaf_rows" })?;
-            let aya::maps::Map::Array(data) = &*map else {
-                return Err(EbpfError::ObjectMismatch { name: "leaf_rows" });
-            };
-            // One call for the ~30,000 rows of a C library, where one call
-            // per row took most of the attach.
-            let batched =
-                sys::update_array_batch(data.fd().as_fd(), &leaf_table.rows).map_err(|source| {
-                    EbpfError::Io {
-                        what: "writing the leaf table".into(),
-                        source,
-                    }
-                })?;
-            if !batched {
-                let mut rows: Array<&mut MapData, abi::LeafRow> =
-                    Array::try_from(map).map_err(map_error("leaf_rows"))?;
-                for (index, row) in (0u32..).zip(&leaf_table.rows) {
-                    rows.set(index, row, 0).map_err(map_error("leaf_rows"))?;
-                }
-            }
-        }
+        // Half 0 is filled, and named in leaf_table, before any program is
+        // attached.
+        let leaf = if capacity > 0 {
+            let mut rows = take_map(&mut ebpf, "leaf_rows")?;
+            let mut table: Array<MapData, LeafTableHalf> =
+                Array::try_from(take_map(&mut ebpf, "leaf_table")?)
+                    .map_err(map_error("leaf_table"))?;
+            let execs: Array<MapData, u64> = Array::try_from(take_map(&mut ebpf, "target_execs")?)
+                .map_err(map_error("target_execs"))?;
+            let rows_now = &initial.rows[..initial.rows.len().min(capacity as usize)];
+            write_rows(&mut rows, 0, rows_now)?;
+            let count = u32::try_from(rows_now.len()).unwrap_or(0);
+            table
+                .set(0, &LeafTableHalf::new(0, count, 0), 0)
+                .map_err(map_error("leaf_table"))?;
+            Some(LeafState {
+                builder,
+                capacity,
+                active: 0,
+                row_count: count,
+                execs_built: 0,
+                rows,
+                table,
+                execs,
+            })
+        } else {
+            None
+        };
 
-        if leaf_rows > 0 {
+        if leaf.is_some() {
             attach_hook(&mut ebpf, &EXEC_HOOK, options.attach_kind, btf)?;
         }
         let events = match options.kind {
@@ -207,7 +298,7 @@ impl StackSession {
                 0
             },
             attach_duration: started.elapsed(),
-            leaf_rows,
+            leaf,
             watch,
             attached: Some(Attached {
                 _events: events,
@@ -232,7 +323,28 @@ impl StackSession {
     }
 
     pub(crate) fn leaf_rows(&self) -> u32 {
-        self.leaf_rows
+        self.leaf.as_ref().map_or(0, |l| l.row_count)
+    }
+
+    pub(crate) fn leaf_table_bytes(&self) -> u64 {
+        self.leaf.as_ref().map_or(0, |l| {
+            2 * u64::from(l.capacity) * size_of::<LeafRow>() as u64
+                + size_of::<LeafTableHalf>() as u64
+        })
+    }
+
+    /// Builds the unwind table again when the target mapped or unmapped an
+    /// executable module (`dlopen`, `dlclose`) or execed since the last
+    /// table, and switches the programs to it. `Ok(true)` when it did;
+    /// `Ok(false)` when nothing changed, without a table, or once stopped.
+    pub(crate) fn refresh_modules(&mut self) -> Result<bool, EbpfError> {
+        if self.attached.is_none() {
+            return Ok(false);
+        }
+        match self.leaf.as_mut() {
+            Some(leaf) => leaf.refresh(),
+            None => Ok(false),
+        }
     }
 
     pub(crate) fn target_exited(&self) -> bool {
