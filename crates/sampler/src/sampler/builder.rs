@@ -5,13 +5,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::{Inner, Readings, Sampler, State};
-use crate::Result;
-use crate::config::SamplerConfig;
-use crate::diagnose::Thresholds;
+use crate::config::{SamplerConfig, Thresholds};
+use crate::error::Result;
 use crate::history::{Encoders, History};
 use crate::kernel::KernelSource;
 use crate::model::SystemInfo;
-use crate::platform::{self, Target};
+use crate::model::Target;
+use crate::platform;
 use crate::probe::ProbeRegistry;
 
 /// Configures and builds a [`Sampler`]: a [`SamplerConfig`] plus what is not

@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::diagnose::Thresholds;
-use crate::platform::Target;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
+use crate::model::Target;
+
+mod thresholds;
+
+pub use thresholds::Thresholds;
 
 /// Default time between background samples.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
