@@ -191,6 +191,18 @@ impl History {
     /// and more than [`MIN_KEPT_SNAPSHOTS`] are stored. Returns a thread
     /// buffer to sample into next (a dropped snapshot's when no reader
     /// holds it, else an empty one).
+    /// Stores a snapshot of `threads` alone (no probe, no kernel sample):
+    /// the history the tests of the rules and intervals build.
+    #[cfg(test)]
+    pub(crate) fn push_rows(
+        &mut self,
+        enc: &mut Encoders,
+        header: Header,
+        threads: Vec<ThreadRow>,
+    ) {
+        self.push(Arc::new(Stored::new(enc, header, threads, &[], &[], None)));
+    }
+
     pub(crate) fn push(&mut self, stored: Arc<Stored>) -> Vec<ThreadRow> {
         // Key frames are shared by consecutive snapshots: count each once,
         // when its first snapshot arrives and when its last one leaves.
@@ -305,7 +317,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::CpuTimeSource;
     use crate::model::ThreadIdent;
 
     fn header(seq: u64) -> Header {
@@ -333,12 +344,7 @@ mod tests {
 
     /// The identity of one thread, shared by its samples.
     fn one_ident() -> Arc<ThreadIdent> {
-        Arc::new(ThreadIdent {
-            tid: 1,
-            serial: 0,
-            name: "t".into(),
-            cpu_time_source: CpuTimeSource::ThreadClock,
-        })
+        ThreadIdent::thread_clock(1, 0, "t")
     }
 
     /// A sample of `ident`'s thread with `cpu_ns` of CPU time.

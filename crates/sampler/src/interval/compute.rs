@@ -800,14 +800,7 @@ mod tests {
         use crate::model::{ABSENT, ThreadIdent};
         use std::sync::Arc;
         let idents: Vec<Arc<ThreadIdent>> = (0..40)
-            .map(|s| {
-                Arc::new(ThreadIdent {
-                    tid: 500 + s,
-                    serial: s,
-                    name: format!("w{s}").into(),
-                    cpu_time_source: CpuTimeSource::ThreadClock,
-                })
-            })
+            .map(|s| ThreadIdent::thread_clock(500 + s, s, &format!("w{s}")))
             .collect();
         let mut enc = Encoders::default();
         let mut h = History::new(16, u64::MAX);
@@ -852,14 +845,7 @@ mod tests {
                 total_sampler_cpu_time_ns: 0,
                 warnings: Vec::new(),
             };
-            h.push(Arc::new(Stored::new(
-                &mut enc,
-                header,
-                threads,
-                &[],
-                &[],
-                None,
-            )));
+            h.push_rows(&mut enc, header, threads);
         }
         let (from, to) = (h.get(0).expect("0"), h.get(5).expect("5"));
         let got = between_in_history(&h, from, to);

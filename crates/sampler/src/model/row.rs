@@ -13,6 +13,20 @@ pub(crate) struct ThreadIdent {
     pub cpu_time_source: CpuTimeSource,
 }
 
+#[cfg(test)]
+impl ThreadIdent {
+    /// The shared identity of a test thread whose CPU time comes from its
+    /// own clock.
+    pub(crate) fn thread_clock(tid: u64, serial: u64, name: &str) -> Arc<ThreadIdent> {
+        Arc::new(ThreadIdent {
+            tid,
+            serial,
+            name: name.into(),
+            cpu_time_source: CpuTimeSource::ThreadClock,
+        })
+    }
+}
+
 /// Marker for "this counter is absent" in [`ThreadRow`].
 pub(crate) const ABSENT: u64 = u64::MAX;
 

@@ -27,18 +27,11 @@ fn history(
     switches: impl Fn(u64) -> u64,
     rss: impl Fn(u64) -> u64,
 ) -> History {
-    use std::sync::Arc;
-
     use crate::history::{Encoders, Header};
-    use crate::model::{CpuTimeSource, ProcessSample};
+    use crate::model::ProcessSample;
     use crate::model::{ThreadIdent, ThreadRow};
 
-    let ident = Arc::new(ThreadIdent {
-        tid: 7,
-        serial: 0,
-        name: "app".into(),
-        cpu_time_source: CpuTimeSource::ThreadClock,
-    });
+    let ident = ThreadIdent::thread_clock(7, 0, "app");
     let mut enc = Encoders::default();
     let mut h = History::new(1000, u64::MAX);
     let (mut cpu_ns, mut vol) = (0u64, 0u64);
@@ -71,14 +64,7 @@ fn history(
             total_voluntary_switches: vol,
             total_involuntary_switches: 0,
         };
-        h.push(Arc::new(Stored::new(
-            &mut enc,
-            header,
-            vec![thread],
-            &[],
-            &[],
-            None,
-        )));
+        h.push_rows(&mut enc, header, vec![thread]);
     }
     h
 }
@@ -117,20 +103,13 @@ fn steady(secs: u64, threads: &[Steady]) -> History {
     use std::sync::Arc;
 
     use crate::history::{Encoders, Header};
-    use crate::model::{CpuTimeSource, ProcessSample};
+    use crate::model::ProcessSample;
     use crate::model::{ThreadIdent, ThreadRow};
 
     let idents: Vec<Arc<ThreadIdent>> = threads
         .iter()
         .enumerate()
-        .map(|(n, th)| {
-            Arc::new(ThreadIdent {
-                tid: 100 + n as u64,
-                serial: n as u64,
-                name: th.name.as_str().into(),
-                cpu_time_source: CpuTimeSource::ThreadClock,
-            })
-        })
+        .map(|(n, th)| ThreadIdent::thread_clock(100 + n as u64, n as u64, &th.name))
         .collect();
     let mut enc = Encoders::default();
     let mut h = History::new(1000, u64::MAX);
@@ -163,14 +142,7 @@ fn steady(secs: u64, threads: &[Steady]) -> History {
             total_sampler_cpu_time_ns: 0,
             warnings: Vec::new(),
         };
-        h.push(Arc::new(Stored::new(
-            &mut enc,
-            header,
-            packed,
-            &[],
-            &[],
-            None,
-        )));
+        h.push_rows(&mut enc, header, packed);
     }
     h
 }
