@@ -377,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn packed_thread_is_48_bytes_on_64_bit() {
+    fn thread_row_is_48_bytes_on_64_bit() {
         if cfg!(target_pointer_width = "64") {
             assert_eq!(BYTES_PER_STORED_THREAD_SAMPLE, 48);
         }

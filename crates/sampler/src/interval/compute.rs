@@ -110,7 +110,7 @@ fn kernel_interval(
 }
 
 /// Read access to one thread's cumulative counters, for both the public
-/// [`ThreadSample`] and the packed stored form, so intervals have one code path.
+/// [`ThreadSample`] and the stored row ([`ThreadRow`]), so intervals have one code path.
 pub(crate) trait ThreadCounters {
     fn tid(&self) -> u64;
     fn serial(&self) -> u64;

@@ -114,7 +114,7 @@ fn steady(secs: u64, threads: &[Steady]) -> History {
     let mut enc = Encoders::default();
     let mut h = History::new(1000, u64::MAX);
     for s in 0..=secs {
-        let packed: Vec<ThreadRow> = threads
+        let rows: Vec<ThreadRow> = threads
             .iter()
             .zip(&idents)
             .map(|(th, ident)| ThreadRow {
@@ -133,7 +133,7 @@ fn steady(secs: u64, threads: &[Steady]) -> History {
             process: ProcessSample {
                 pid: 7,
                 rss_bytes: 1 << 20,
-                total_cpu_time_ns: packed.iter().map(|p| p.total_cpu_time_ns).sum(),
+                total_cpu_time_ns: rows.iter().map(|p| p.total_cpu_time_ns).sum(),
                 thread_count: threads.len() as u32,
                 ..Default::default()
             },
@@ -142,7 +142,7 @@ fn steady(secs: u64, threads: &[Steady]) -> History {
             total_sampler_cpu_time_ns: 0,
             warnings: Vec::new(),
         };
-        h.push_rows(&mut enc, header, packed);
+        h.push_rows(&mut enc, header, rows);
     }
     h
 }
