@@ -1,4 +1,5 @@
-//! Alike threads as one finding: twenty `worker-N` threads with the same behaviour are one cause.
+//! Alike threads as one finding: twenty `worker-N` threads with the same
+//! behaviour are one cause.
 
 use super::{Ev, Evidence, Finding, FindingKind, Severity, Subject, Thresholds, ev};
 use crate::interval::groups::group_name;

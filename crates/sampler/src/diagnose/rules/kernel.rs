@@ -1,4 +1,5 @@
-//! Findings from the kernel view (eBPF) of each thread: busy polling, signal wakeups and sleep loops seen in its syscalls.
+//! Findings from the kernel view (eBPF) of each thread: busy polling,
+//! signal wakeups and sleep loops seen in its syscalls.
 
 use super::loops::{BUSY_POLL_ADVICE, BUSY_POLL_ADVICE_EPOLL, BUSY_POLL_ADVICE_POLL};
 use super::sleep::TICKER_ADVICE;

@@ -1,4 +1,5 @@
-//! Findings on instrumented sleep sites: the overhead of sleep-based polling.
+//! Findings on instrumented sleep sites: the overhead of sleep-based
+//! polling.
 
 use super::{Ctx, FindingKind, Severity, Subject, number};
 use crate::interval::Interval;

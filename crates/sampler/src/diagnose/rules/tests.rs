@@ -1,3 +1,5 @@
+//! Tests of the rules, on histories built sample by sample.
+
 use super::grouping::{alike, group_alike_threads};
 use super::wake_source::WakeSource;
 use super::*;

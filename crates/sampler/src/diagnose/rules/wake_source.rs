@@ -1,4 +1,5 @@
-//! Wake-source classification: what makes a thread runnable, as the kernel view tells, and what to do about it.
+//! Wake-source classification: what makes a thread runnable, as the kernel
+//! view tells, and what to do about it.
 
 use super::Thresholds;
 use crate::interval::KernelThreadInterval;

@@ -1,4 +1,5 @@
-//! Findings on wakeups: periodic wakeups of a thread, and Apple's wakeups budget of the process.
+//! Findings on wakeups: periodic wakeups of a thread, and Apple's wakeups
+//! budget of the process.
 
 use super::wake_source::WakeSource;
 use super::{Ctx, FindingKind, Grade, Severity, Subject, ns, number};
