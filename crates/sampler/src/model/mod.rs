@@ -1,4 +1,7 @@
-//! Plain data records produced by the sampler.
+//! Plain data records: what the sampler measures (snapshots, probe
+//! counters) and which process it observes ([`Target`]). The modules that
+//! do the work (backends, probes, history, intervals, findings) import
+//! these records; the records import none of them.
 //!
 //! Every record is cumulative ("since the thread or process started") unless
 //! it says otherwise; rates live in [`crate::Interval`]. All records are plain
