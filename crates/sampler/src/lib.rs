@@ -28,6 +28,7 @@ pub mod sampler;
 
 mod history;
 mod platform;
+mod sync;
 
 pub use diagnose::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 pub use history::BYTES_PER_STORED_THREAD_SAMPLE;
@@ -35,8 +36,8 @@ pub use interval::{
     Interval, KernelThreadInterval, LoopInterval, ProcessInterval, SleepInterval, SyscallRate,
     ThreadInterval,
 };
-pub use platform::Target;
-pub use probe::{LoopProbe, LoopStats, SleepProbe, SleepStats, WaitGuard};
+pub use model::{LoopStats, SleepStats, Target};
+pub use probe::{LoopProbe, SleepProbe, WaitGuard};
 pub use sampler::{
     REPORT_SCHEMA_VERSION, Report, SampleWait, Sampler, SamplerBuilder, SamplerStats, SamplingGuard,
 };
@@ -46,11 +47,4 @@ pub use sampler::{
 /// and on Linux the clock of eBPF's `bpf_ktime_get_ns`.
 pub fn monotonic_ns() -> u64 {
     platform::clock::monotonic_ns()
-}
-
-/// Locks a mutex, recovering from poisoning: the data behind every lock of
-/// this crate stays consistent even if a holder panicked, and the host must
-/// not crash.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

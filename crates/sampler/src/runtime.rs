@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use crate::probe::LoopProbe;
 use crate::probe::duration_ns;
-use crate::{Report, SampleWait, Sampler};
+use crate::sampler::{Report, SampleWait, Sampler};
 
 thread_local! {
     /// The probe of the runtime worker running on this thread, created at its first park.

@@ -681,7 +681,7 @@ mod tests {
     fn header(pid: u32, name: &str, role: &str) -> RecordingHeader {
         RecordingHeader {
             schema_version: super::super::RECORDING_SCHEMA_VERSION,
-            report_schema_version: crate::REPORT_SCHEMA_VERSION,
+            report_schema_version: crate::sampler::REPORT_SCHEMA_VERSION,
             library_version: "test".to_string(),
             target: TargetIdentity {
                 pid,

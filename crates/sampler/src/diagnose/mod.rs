@@ -16,11 +16,10 @@
 //! not flip a finding between two severities from one report to the next.
 
 mod rules;
-mod thresholds;
 
 use serde::{Deserialize, Serialize};
 
-pub use thresholds::Thresholds;
+pub use crate::config::Thresholds;
 
 use crate::history::History;
 use crate::interval::Interval;

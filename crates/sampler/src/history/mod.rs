@@ -1,7 +1,7 @@
 //! The bounded ring of stored snapshots.
 //!
 //! One storage shape for everything a snapshot holds:
-//! - threads as [`PackedThread`] (48 bytes on 64-bit targets: one shared
+//! - threads as [`ThreadRow`] (48 bytes on 64-bit targets: one shared
 //!   identity pointer and five `u64` counters);
 //! - probe and kernel counters as [`packed::Packed`] frames: each record the
 //!   difference from a shared key frame, zero runs skipped, names stored in
@@ -21,12 +21,11 @@ pub(crate) use packed::Encoder;
 use packed::{KeyFrame, Packed, kernel_head, unpack_kernel};
 
 use crate::kernel::KernelSample;
+use crate::model::{LoopStats, SleepStats, ThreadRow, present};
 use crate::model::{ProcessSample, SampleWarning, Snapshot, ThreadSample};
-use crate::platform::{PackedThread, present};
-use crate::probe::{LoopStats, SleepStats};
 
 /// Bytes one stored thread-sample takes in history.
-pub const BYTES_PER_STORED_THREAD_SAMPLE: usize = std::mem::size_of::<PackedThread>();
+pub const BYTES_PER_STORED_THREAD_SAMPLE: usize = std::mem::size_of::<ThreadRow>();
 
 /// Everything of a snapshot except its threads, probes and kernel counters.
 #[derive(Debug, Clone)]
@@ -45,7 +44,7 @@ pub(crate) struct Header {
 #[derive(Debug)]
 pub(crate) struct Stored {
     pub header: Header,
-    pub threads: Vec<PackedThread>,
+    pub threads: Vec<ThreadRow>,
     loops: Packed,
     sleeps: Packed,
     kernel: Option<Packed>,
@@ -65,7 +64,7 @@ impl Stored {
     pub(crate) fn new(
         encoders: &mut Encoders,
         header: Header,
-        threads: Vec<PackedThread>,
+        threads: Vec<ThreadRow>,
         loops: &[LoopStats],
         sleeps: &[SleepStats],
         kernel: Option<&KernelSample>,
@@ -112,19 +111,19 @@ impl Stored {
     }
 }
 
-impl PackedThread {
-    /// The public record of this packed sample.
+impl ThreadRow {
+    /// The public record of this row.
     pub(crate) fn to_sample(&self) -> ThreadSample {
         ThreadSample {
             tid: self.ident.tid,
             serial: self.ident.serial,
             name: self.ident.name.to_string(),
-            total_cpu_time_ns: self.cpu_time_ns,
+            total_cpu_time_ns: self.total_cpu_time_ns,
             cpu_time_source: self.ident.cpu_time_source,
-            total_run_queue_wait_ns: present(self.run_queue_wait_ns),
-            total_switches: present(self.switches),
-            total_voluntary_switches: present(self.voluntary_switches),
-            total_involuntary_switches: present(self.involuntary_switches),
+            total_run_queue_wait_ns: present(self.total_run_queue_wait_ns),
+            total_switches: present(self.total_switches),
+            total_voluntary_switches: present(self.total_voluntary_switches),
+            total_involuntary_switches: present(self.total_involuntary_switches),
         }
     }
 }
@@ -138,7 +137,7 @@ impl Stored {
             monotonic_ns: h.monotonic_ns,
             unix_time_ns: h.unix_time_ns,
             process: h.process.clone(),
-            threads: self.threads.iter().map(PackedThread::to_sample).collect(),
+            threads: self.threads.iter().map(ThreadRow::to_sample).collect(),
             switch_split_read: h.switch_split_read,
             sampler_cost_ns: h.sampler_cost_ns,
             total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
@@ -192,7 +191,19 @@ impl History {
     /// and more than [`MIN_KEPT_SNAPSHOTS`] are stored. Returns a thread
     /// buffer to sample into next (a dropped snapshot's when no reader
     /// holds it, else an empty one).
-    pub(crate) fn push(&mut self, stored: Arc<Stored>) -> Vec<PackedThread> {
+    /// Stores a snapshot of `threads` alone (no probe, no kernel sample):
+    /// the history the tests of the rules and intervals build.
+    #[cfg(test)]
+    pub(crate) fn push_rows(
+        &mut self,
+        enc: &mut Encoders,
+        header: Header,
+        threads: Vec<ThreadRow>,
+    ) {
+        self.push(Arc::new(Stored::new(enc, header, threads, &[], &[], None)));
+    }
+
+    pub(crate) fn push(&mut self, stored: Arc<Stored>) -> Vec<ThreadRow> {
         // Key frames are shared by consecutive snapshots: count each once,
         // when its first snapshot arrives and when its last one leaves.
         let prev = self.ring.back();
@@ -306,8 +317,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::CpuTimeSource;
-    use crate::platform::ThreadIdent;
+    use crate::model::ThreadIdent;
 
     fn header(seq: u64) -> Header {
         Header {
@@ -322,7 +332,7 @@ mod tests {
         }
     }
 
-    fn stored(enc: &mut Encoders, seq: u64, threads: Vec<PackedThread>) -> Arc<Stored> {
+    fn stored(enc: &mut Encoders, seq: u64, threads: Vec<ThreadRow>) -> Arc<Stored> {
         let probe = LoopStats {
             id: 1,
             name: "io".into(),
@@ -334,23 +344,18 @@ mod tests {
 
     /// The identity of one thread, shared by its samples.
     fn one_ident() -> Arc<ThreadIdent> {
-        Arc::new(ThreadIdent {
-            tid: 1,
-            serial: 0,
-            name: "t".into(),
-            cpu_time_source: CpuTimeSource::ThreadClock,
-        })
+        ThreadIdent::thread_clock(1, 0, "t")
     }
 
     /// A sample of `ident`'s thread with `cpu_ns` of CPU time.
-    fn thread(ident: &Arc<ThreadIdent>, cpu_ns: u64) -> PackedThread {
-        PackedThread {
+    fn thread(ident: &Arc<ThreadIdent>, cpu_ns: u64) -> ThreadRow {
+        ThreadRow {
             ident: ident.clone(),
-            cpu_time_ns: cpu_ns,
-            run_queue_wait_ns: 0,
-            switches: 0,
-            voluntary_switches: 0,
-            involuntary_switches: 0,
+            total_cpu_time_ns: cpu_ns,
+            total_run_queue_wait_ns: 0,
+            total_switches: 0,
+            total_voluntary_switches: 0,
+            total_involuntary_switches: 0,
         }
     }
 
@@ -372,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn packed_thread_is_48_bytes_on_64_bit() {
+    fn thread_row_is_48_bytes_on_64_bit() {
         if cfg!(target_pointer_width = "64") {
             assert_eq!(BYTES_PER_STORED_THREAD_SAMPLE, 48);
         }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::codec::{self, Fields, push_str};
 use crate::histogram::{LOG2_BUCKETS, Log2Histogram};
 use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime, Syscall, SyscallCalls, Waker};
-use crate::probe::{LoopStats, SleepStats};
+use crate::model::{LoopStats, SleepStats};
 
 /// A new key frame is written every this many snapshots (at most): a
 /// longer period stores less, a shorter one keeps deltas smaller. 32 keeps

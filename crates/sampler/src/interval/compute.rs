@@ -10,9 +10,8 @@ use super::{
 };
 use crate::history::Stored;
 use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime, Syscall};
+use crate::model::{LoopStats, SleepStats, ThreadRow, present};
 use crate::model::{Snapshot, ThreadSample};
-use crate::platform::{PackedThread, present};
-use crate::probe::{LoopStats, SleepStats};
 
 fn kernel_interval(
     e: Option<&KernelThreadStats>,
@@ -111,7 +110,7 @@ fn kernel_interval(
 }
 
 /// Read access to one thread's cumulative counters, for both the public
-/// [`ThreadSample`] and the packed stored form, so intervals have one code path.
+/// [`ThreadSample`] and the stored row ([`ThreadRow`]), so intervals have one code path.
 pub(crate) trait ThreadCounters {
     fn tid(&self) -> u64;
     fn serial(&self) -> u64;
@@ -150,7 +149,7 @@ impl ThreadCounters for ThreadSample {
     }
 }
 
-impl ThreadCounters for PackedThread {
+impl ThreadCounters for ThreadRow {
     fn tid(&self) -> u64 {
         self.ident.tid
     }
@@ -161,19 +160,19 @@ impl ThreadCounters for PackedThread {
         &self.ident.name
     }
     fn total_cpu_time_ns(&self) -> u64 {
-        self.cpu_time_ns
+        self.total_cpu_time_ns
     }
     fn total_run_queue_wait_ns(&self) -> Option<u64> {
-        present(self.run_queue_wait_ns)
+        present(self.total_run_queue_wait_ns)
     }
     fn total_switches(&self) -> Option<u64> {
-        present(self.switches)
+        present(self.total_switches)
     }
     fn total_voluntary_switches(&self) -> Option<u64> {
-        present(self.voluntary_switches)
+        present(self.total_voluntary_switches)
     }
     fn total_involuntary_switches(&self) -> Option<u64> {
-        present(self.involuntary_switches)
+        present(self.total_involuntary_switches)
     }
 }
 
@@ -798,17 +797,10 @@ mod tests {
     #[test]
     fn the_split_comes_from_the_outermost_snapshots_that_read_it() {
         use crate::history::{Encoders, Header, History};
-        use crate::platform::{ABSENT, ThreadIdent};
+        use crate::model::{ABSENT, ThreadIdent};
         use std::sync::Arc;
         let idents: Vec<Arc<ThreadIdent>> = (0..40)
-            .map(|s| {
-                Arc::new(ThreadIdent {
-                    tid: 500 + s,
-                    serial: s,
-                    name: format!("w{s}").into(),
-                    cpu_time_source: CpuTimeSource::ThreadClock,
-                })
-            })
+            .map(|s| ThreadIdent::thread_clock(500 + s, s, &format!("w{s}")))
             .collect();
         let mut enc = Encoders::default();
         let mut h = History::new(16, u64::MAX);
@@ -816,24 +808,24 @@ mod tests {
         for seq in 0..6u64 {
             let split = seq == 1 || seq == 4;
             // Thread 0 exits after snapshot 2; thread 39 starts at 3.
-            let mut threads: Vec<PackedThread> = idents
+            let mut threads: Vec<ThreadRow> = idents
                 .iter()
                 .filter(|i| {
                     let exited = i.serial == 0 && seq > 2;
                     let unborn = i.serial == 39 && seq < 3;
                     !(exited || unborn)
                 })
-                .map(|i| PackedThread {
+                .map(|i| ThreadRow {
                     ident: i.clone(),
-                    cpu_time_ns: seq * 1_000 * (i.serial + 1),
-                    run_queue_wait_ns: seq * 10,
-                    switches: seq * 100 * (i.serial % 7),
-                    voluntary_switches: if split {
+                    total_cpu_time_ns: seq * 1_000 * (i.serial + 1),
+                    total_run_queue_wait_ns: seq * 10,
+                    total_switches: seq * 100 * (i.serial % 7),
+                    total_voluntary_switches: if split {
                         seq * 60 * (i.serial % 5)
                     } else {
                         ABSENT
                     },
-                    involuntary_switches: if split {
+                    total_involuntary_switches: if split {
                         seq * 3 * (i.serial % 3)
                     } else {
                         ABSENT
@@ -853,14 +845,7 @@ mod tests {
                 total_sampler_cpu_time_ns: 0,
                 warnings: Vec::new(),
             };
-            h.push(Arc::new(Stored::new(
-                &mut enc,
-                header,
-                threads,
-                &[],
-                &[],
-                None,
-            )));
+            h.push_rows(&mut enc, header, threads);
         }
         let (from, to) = (h.get(0).expect("0"), h.get(5).expect("5"));
         let got = between_in_history(&h, from, to);

@@ -8,6 +8,7 @@ use crate::kernel::{OffCpuTime, Syscall, Waker};
 use crate::model::Snapshot;
 
 mod compute;
+pub(crate) mod groups;
 
 pub(crate) use compute::{between_in_history, between_stored, per_sec, percent};
 

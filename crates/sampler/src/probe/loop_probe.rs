@@ -3,10 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::cells::{Counter, Histogram};
-use crate::histogram::Log2Histogram;
+use crate::model::LoopStats;
 use crate::platform::clock::{current_tid, duration_ns, now_ns};
 use crate::platform::ticks;
 
@@ -30,50 +28,6 @@ pub(crate) struct LoopCells {
     /// Probe-clock time the current wait started: ns plus one, or counter
     /// ticks with [`TICKS_MARK`] set; 0 when not waiting.
     pub wait_started: Counter,
-}
-
-/// Cumulative counters of one instrumented loop (since the probe was created).
-///
-/// A *wakeup* is one return from the loop's wait (poll, epoll_wait, kevent,
-/// a park). Rates and ratios are in [`crate::LoopInterval`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
-#[non_exhaustive]
-pub struct LoopStats {
-    /// Probe id, unique within its sampler.
-    pub id: u64,
-    /// Name given when the probe was created.
-    pub name: String,
-    /// OS id of the thread that last waited (see [`crate::ThreadSample::tid`]); `None` before the first wait.
-    pub tid: Option<u64>,
-    /// Returns from the wait.
-    pub total_wakeups: u64,
-    /// Wakeups that reported 0 ready events: the loop woke and found nothing.
-    pub total_idle_wakeups: u64,
-    /// Wakeups after a finite timeout fully elapsed.
-    pub total_timed_out_wakeups: u64,
-    /// Wakeups before a finite timeout elapsed (an event, a signal, a spurious wakeup).
-    pub total_early_wakeups: u64,
-    /// Waits with a zero timeout: non-blocking polls, i.e. busy polling.
-    pub total_zero_timeout_waits: u64,
-    /// Sum of the ready-event counts reported after each wait (saturating).
-    pub total_events: u64,
-    /// Time spent inside waits, in nanoseconds.
-    pub total_wait_ns: u64,
-    /// Time between returning from a wait and starting the next one (the
-    /// loop doing work), in nanoseconds.
-    pub total_busy_ns: u64,
-    /// Sum over timed-out wakeups of how late the wait returned compared
-    /// with its timeout (Envoy's `poll_delay_us`), in nanoseconds.
-    pub total_poll_delay_ns: u64,
-    /// Poll delay of each timed-out wakeup, in nanoseconds (log2 buckets).
-    pub poll_delay_histogram: Log2Histogram,
-    /// Calls out of order (an `after_wait` without `before_wait`, or two
-    /// `before_wait` in a row); they are ignored and counted here.
-    pub total_unmatched_calls: u64,
-    /// How long the wait in progress has lasted at the snapshot, in
-    /// nanoseconds (0 when the loop is not waiting): a wait that never ends shows here.
-    pub current_wait_ns: u64,
 }
 
 impl LoopCells {

@@ -16,10 +16,11 @@ mod registry;
 mod sleep_probe;
 
 // Re-exported for the sampler, runtime and rules, which take them from here.
+pub use crate::model::{LoopStats, SleepStats};
 pub(crate) use crate::platform::clock::{current_tid, duration_ns};
-pub use loop_probe::{LoopProbe, LoopStats, WaitGuard};
+pub use loop_probe::{LoopProbe, WaitGuard};
 pub(crate) use registry::ProbeRegistry;
-pub use sleep_probe::{SleepProbe, SleepStats};
+pub use sleep_probe::SleepProbe;
 
 /// Most live probes of each kind (loop, sleep) one sampler tracks at once.
 /// A dropped probe's slot is free at once; its final counters wait for the

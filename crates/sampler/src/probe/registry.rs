@@ -3,10 +3,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::loop_probe::{LoopCells, LoopProbe, LoopStats};
-use super::sleep_probe::{SleepCells, SleepProbe, SleepStats};
+use super::loop_probe::{LoopCells, LoopProbe};
+use super::sleep_probe::{SleepCells, SleepProbe};
 use super::{MAX_PROBE_NAME_BYTES, MAX_PROBES};
-use crate::{Error, Result, lock};
+use crate::error::{Error, Result};
+use crate::model::{LoopStats, SleepStats};
+use crate::sync::lock;
 
 /// Probes registered with one sampler. A dropped probe is reported in one
 /// more snapshot (its final counters) and then forgotten, so the list is

@@ -3,10 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::cells::{Counter, Histogram};
-use crate::histogram::Log2Histogram;
+use crate::model::SleepStats;
 use crate::platform::clock::{self, current_tid, duration_ns, now_ns};
 
 /// Counters of one sleep probe, shared with the sampler.
@@ -22,37 +20,6 @@ pub(crate) struct SleepCells {
     pub oversleep_ns: Counter,
     pub oversleep: Histogram,
     pub unmatched_calls: Counter,
-}
-
-/// Cumulative counters of one instrumented sleep site (since the probe was created).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
-#[non_exhaustive]
-pub struct SleepStats {
-    /// Probe id, unique within its sampler.
-    pub id: u64,
-    /// Name given when the probe was created.
-    pub name: String,
-    /// OS id of the thread that last slept; `None` before the first sleep.
-    pub tid: Option<u64>,
-    /// Completed sleeps.
-    pub total_calls: u64,
-    /// Sum of requested durations, in nanoseconds.
-    pub total_requested_ns: u64,
-    /// Sum of actual durations (monotonic clock, call to return), in nanoseconds.
-    pub total_actual_ns: u64,
-    /// CPU time the thread consumed inside the sleep calls (syscall entry,
-    /// timer setup, the switches out and back), in nanoseconds: the cost
-    /// of sleeping itself. Exact by default; with
-    /// [`SleepProbe::set_cpu_every`] `n` > 1, the CPU of every `n`th sleep
-    /// times `n` (an estimate).
-    pub total_cpu_ns: u64,
-    /// Sum of `actual - requested` (0 when a sleep returned early), in nanoseconds.
-    pub total_oversleep_ns: u64,
-    /// Oversleep of each call, in nanoseconds (log2 buckets).
-    pub oversleep_histogram: Log2Histogram,
-    /// `end` without `begin` (ignored and counted here).
-    pub total_unmatched_calls: u64,
 }
 
 impl SleepCells {

@@ -7,8 +7,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::{Inner, Sampler};
+use crate::error::{Error, Result};
 use crate::platform::clock;
-use crate::{Error, Result, lock};
+use crate::sync::lock;
 
 /// Stops one background run: its guard sets `stop`, its thread waits on `wake`.
 #[derive(Default)]

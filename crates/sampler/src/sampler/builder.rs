@@ -2,16 +2,14 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
 
 use super::{Inner, Readings, Sampler, State};
-use crate::Result;
-use crate::config::SamplerConfig;
-use crate::diagnose::Thresholds;
+use crate::config::{SamplerConfig, config_setters};
+use crate::error::Result;
 use crate::history::{Encoders, History};
 use crate::kernel::KernelSource;
 use crate::model::SystemInfo;
-use crate::platform::{self, Target};
+use crate::platform;
 use crate::probe::ProbeRegistry;
 
 /// Configures and builds a [`Sampler`]: a [`SamplerConfig`] plus what is not
@@ -58,59 +56,7 @@ impl SamplerBuilder {
         }
     }
 
-    /// Time between background samples (at least [`MIN_INTERVAL`](crate::config::MIN_INTERVAL)).
-    pub fn with_interval(mut self, interval: Duration) -> Self {
-        self.config.interval = interval;
-        self
-    }
-
-    /// Number of snapshots kept in history (1 to [`MAX_HISTORY`](crate::config::MAX_HISTORY)).
-    pub fn with_history(mut self, snapshots: u32) -> Self {
-        self.config.history = snapshots;
-        self
-    }
-
-    /// Byte budget of the history, in bytes
-    /// ([`MIN_HISTORY_BUDGET_BYTES`](crate::config::MIN_HISTORY_BUDGET_BYTES) to
-    /// [`MAX_HISTORY_BUDGET_BYTES`](crate::config::MAX_HISTORY_BUDGET_BYTES); see
-    /// [`SamplerConfig::history_budget_bytes`](crate::SamplerConfig::history_budget_bytes)).
-    pub fn with_history_budget_bytes(mut self, bytes: u64) -> Self {
-        self.config.history_budget_bytes = bytes;
-        self
-    }
-
-    /// The process to observe (default: this one).
-    pub fn with_target(mut self, target: Target) -> Self {
-        self.config.target = target;
-        self
-    }
-
-    /// Read voluntary/involuntary switch counts every `n`th sample (1 = every
-    /// sample). Total switches are read on every sample regardless.
-    pub fn with_switch_split_every(mut self, n: u32) -> Self {
-        self.config.switch_split_every = n;
-        self
-    }
-
-    /// Name of the background sampling thread (at most 15 bytes, no NUL).
-    pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
-        self.config.thread_name = name.into();
-        self
-    }
-
-    /// Thresholds of the findings engine (default: [`Thresholds::default`]).
-    pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
-        self.config.thresholds = thresholds;
-        self
-    }
-
-    /// Threads a report lists one by one (see
-    /// [`SamplerConfig::report_threads`]; default
-    /// [`DEFAULT_REPORT_THREADS`](crate::config::DEFAULT_REPORT_THREADS)).
-    pub fn with_report_threads(mut self, threads: u32) -> Self {
-        self.config.report_threads = threads;
-        self
-    }
+    config_setters!(; .config);
 
     /// Attaches a kernel-side source (e.g. `wakemeter-ebpf`) read with every snapshot.
     pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {

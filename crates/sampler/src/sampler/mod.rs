@@ -6,16 +6,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-#[cfg(any(doc, test))]
-use crate::Error;
 use crate::diagnose::{self, Finding, Thresholds};
+#[cfg(any(doc, test))]
+use crate::error::Error;
+use crate::error::Result;
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
 use crate::interval::{Interval, between_in_history, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
-use crate::model::{SampleWarning, Snapshot, SystemInfo, TargetIdentity};
-use crate::platform::{self, Backend, PackedThread, SampleRequest, Target, clock, ticks};
+use crate::model::{SampleWarning, Snapshot, SystemInfo, Target, TargetIdentity, ThreadRow};
+use crate::platform::{self, Backend, SampleRequest, clock, ticks};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
-use crate::{Result, lock};
+use crate::sync::lock;
 
 mod background;
 mod builder;
@@ -36,7 +37,7 @@ use report::{fold_threads, interval_over_in, warnings_in};
 struct State {
     backend: Box<dyn Backend>,
     kernel: Option<Box<dyn KernelSource>>,
-    scratch: Vec<PackedThread>,
+    scratch: Vec<ThreadRow>,
     encoders: Encoders,
     /// The kernel source's `dropped_events` at the previous snapshot.
     dropped_events: u64,

@@ -19,11 +19,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::compare::ThreadGroupInterval;
 use crate::diagnose::Finding;
 use crate::interval::Interval;
-use crate::lock;
+use crate::interval::groups::ThreadGroupInterval;
 use crate::model::SampleWarning;
+use crate::sync::lock;
 
 /// Which history an entry was computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +166,7 @@ mod tests {
     #[test]
     fn a_kept_body_lets_the_window_interval_go() {
         let r = Readings::default();
-        let s = crate::SamplerBuilder::new().build().unwrap();
+        let s = super::super::SamplerBuilder::new().build().unwrap();
         s.sample().unwrap();
         s.sample().unwrap();
         let window = s.latest_interval();

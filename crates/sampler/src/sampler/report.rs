@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::compare::{DEFAULT_MAX_GROUPS, ThreadGroupInterval, thread_groups};
 use crate::config::SamplerConfig;
 use crate::diagnose::{Finding, Subject};
 use crate::history::History;
+use crate::interval::groups::{DEFAULT_MAX_GROUPS, ThreadGroupInterval, thread_groups};
 use crate::interval::{Interval, ThreadInterval, between_in_history};
 use crate::model::{SampleWarning, SystemInfo, TargetIdentity};
 

@@ -65,9 +65,10 @@ use std::sync::Arc;
 #[cfg(target_vendor = "apple")]
 pub(crate) use sys::DarwinSys;
 
+use crate::error::{Error, Result};
+use crate::model::{ABSENT, Target, ThreadIdent, ThreadRow};
 use crate::model::{CpuTimeSource, ProcessSample, SampleWarning};
-use crate::platform::{ABSENT, Backend, PackedThread, SampleRequest, Target, ThreadIdent};
-use crate::{Error, Result};
+use crate::platform::{Backend, SampleRequest};
 
 /// A Mach port name (`mach_port_t`) in the calling task.
 pub(crate) type Port = u32;
@@ -305,7 +306,7 @@ impl<S: Sys> DarwinBackend<S> {
 
     /// Measures one listed thread; `None` if it exited mid-sample (or was
     /// already measured in this sample). Does not release the port.
-    fn measure(&mut self, port: Port, request: SampleRequest) -> Option<PackedThread> {
+    fn measure(&mut self, port: Port, request: SampleRequest) -> Option<ThreadRow> {
         let id = self.sys.thread_id(port).ok()?;
         if id.count < THREAD_IDENTIFIER_INFO_COUNT {
             return None;
@@ -358,14 +359,14 @@ impl<S: Sys> DarwinBackend<S> {
             }
         };
         t.seen = generation;
-        Some(PackedThread {
+        Some(ThreadRow {
             ident: t.ident.clone(),
-            cpu_time_ns: times.info.cpu_ns(),
+            total_cpu_time_ns: times.info.cpu_ns(),
             // No per-thread form on Apple platforms.
-            run_queue_wait_ns: ABSENT,
-            switches: ABSENT,
-            voluntary_switches: ABSENT,
-            involuntary_switches: ABSENT,
+            total_run_queue_wait_ns: ABSENT,
+            total_switches: ABSENT,
+            total_voluntary_switches: ABSENT,
+            total_involuntary_switches: ABSENT,
         })
     }
 
@@ -412,7 +413,7 @@ impl<S: Sys> Backend for DarwinBackend<S> {
     fn sample(
         &mut self,
         request: SampleRequest,
-        threads: &mut Vec<PackedThread>,
+        threads: &mut Vec<ThreadRow>,
         _warnings: &mut Vec<SampleWarning>,
     ) -> Result<ProcessSample> {
         threads.clear();

@@ -3,7 +3,7 @@
 
 use super::fake::{FakeSys, KERN_FAILURE, KERN_INVALID_ARGUMENT, TASK_VM_INFO_REV7_COUNT};
 use super::*;
-use crate::Interval;
+use crate::interval::Interval;
 use crate::model::Snapshot;
 
 const PID: u32 = 4242;
@@ -15,7 +15,7 @@ fn backend(sys: FakeSys) -> DarwinBackend<FakeSys> {
 fn try_sample(
     b: &mut DarwinBackend<FakeSys>,
     split: bool,
-) -> Result<(Vec<PackedThread>, ProcessSample)> {
+) -> Result<(Vec<ThreadRow>, ProcessSample)> {
     let mut threads = Vec::new();
     let mut warnings = Vec::new();
     let p = b.sample(
@@ -29,7 +29,7 @@ fn try_sample(
     Ok((threads, p))
 }
 
-fn sample(b: &mut DarwinBackend<FakeSys>, split: bool) -> (Vec<PackedThread>, ProcessSample) {
+fn sample(b: &mut DarwinBackend<FakeSys>, split: bool) -> (Vec<ThreadRow>, ProcessSample) {
     try_sample(b, split).expect("sample")
 }
 
@@ -49,7 +49,7 @@ fn tv(seconds: i32, microseconds: i32) -> TimeValue {
     }
 }
 
-fn by_tid(threads: &[PackedThread], tid: u64) -> &PackedThread {
+fn by_tid(threads: &[ThreadRow], tid: u64) -> &ThreadRow {
     threads
         .iter()
         .find(|t| t.ident.tid == tid)
@@ -134,13 +134,13 @@ fn reads_threads_memory_power_and_releases_every_port() {
     let w = by_tid(&threads, 5001);
     assert_eq!(&*w.ident.name, "com.apple.main-thread.worker");
     assert_eq!(w.ident.cpu_time_source, CpuTimeSource::MachThreadInfo);
-    assert_eq!(w.cpu_time_ns, 2_500_001_000);
+    assert_eq!(w.total_cpu_time_ns, 2_500_001_000);
     // No per-thread form on Apple: absent, never zero.
     for t in &threads {
-        assert_eq!(t.run_queue_wait_ns, ABSENT);
-        assert_eq!(t.switches, ABSENT);
-        assert_eq!(t.voluntary_switches, ABSENT);
-        assert_eq!(t.involuntary_switches, ABSENT);
+        assert_eq!(t.total_run_queue_wait_ns, ABSENT);
+        assert_eq!(t.total_switches, ABSENT);
+        assert_eq!(t.total_voluntary_switches, ABSENT);
+        assert_eq!(t.total_involuntary_switches, ABSENT);
     }
     assert_eq!(
         p,
@@ -275,7 +275,7 @@ fn identity_follows_thread_id_not_port_name() {
         "never merged with the old thread"
     );
     assert_eq!(&*new.ident.name, "new");
-    assert_eq!(new.cpu_time_ns, 10_000);
+    assert_eq!(new.total_cpu_time_ns, 10_000);
     assert_eq!(b.tracked_len(), 2, "the exited thread is forgotten");
 
     // The same thread under another port name keeps its serial.
@@ -357,7 +357,7 @@ fn deltas_of_two_samples_give_rates() {
             monotonic_ns: at_ns,
             unix_time_ns: at_ns,
             process,
-            threads: threads.iter().map(PackedThread::to_sample).collect(),
+            threads: threads.iter().map(ThreadRow::to_sample).collect(),
             switch_split_read: false,
             sampler_cost_ns: 0,
             total_sampler_cpu_time_ns: 0,

@@ -20,8 +20,8 @@
 //! another thread while it sleeps shows its new name once it runs.
 //!
 //! Descriptors: the sampler is a guest in the host's descriptor table and
-//! keeps at most a share of it (see [`KEPT_SHARE_DIVISOR`],
-//! [`HEADROOM_DESCRIPTORS`] and [`EXHAUSTION_BACKOFF_SAMPLES`]). Threads
+//! keeps at most a share of it (see [`descriptors`]: [`KEPT_SHARE_DIVISOR`](descriptors::KEPT_SHARE_DIVISOR),
+//! [`HEADROOM_DESCRIPTORS`] and [`EXHAUSTION_BACKOFF_SAMPLES`](descriptors::EXHAUSTION_BACKOFF_SAMPLES)). Threads
 //! beyond that share are read by open-read-close: the same counters, at
 //! up to several times the cost of a `pread` on a kept descriptor
 //! (BENCHMARKS.md, "Per-thread reads"). Such a thread's TID
@@ -31,6 +31,7 @@
 //! [`SampleWarning::DescriptorsExhausted`] is reported only for threads that
 //! even open-read-close could not read.
 
+mod descriptors;
 pub(crate) mod parse;
 #[cfg(test)]
 mod parse_proptest;
@@ -46,60 +47,21 @@ use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use descriptors::Descriptors;
+pub(crate) use descriptors::{DescriptorPool, HEADROOM_DESCRIPTORS};
 pub(crate) use sys::{LinuxSys, Sys, TaskFile};
 
+use crate::error::{Error, Result};
+use crate::model::{ABSENT, Target, ThreadIdent, ThreadRow};
 use crate::model::{CpuTimeSource, ProcessSample, SampleWarning};
-use crate::platform::{ABSENT, Backend, PackedThread, SampleRequest, Target, ThreadIdent};
-use crate::{Error, Result};
+use crate::platform::{Backend, SampleRequest};
 
 #[cfg(test)]
 use fake::FakeThread;
 
 /// Size of the scratch buffer for `status` files (they are ~1.5 KiB).
 const READ_BUF: usize = 8 * 1024;
-
-/// The share of the soft `RLIMIT_NOFILE` that the descriptors kept by all
-/// samplers of the process together may hold, as a divisor: at most
-/// `limit / 4` descriptors (256 under the common limit of 1024), counting
-/// each sampler's process-level files (task directory, `statm`, `status`)
-/// and every kept per-thread file ([`DescriptorPool`]). When a sampler's
-/// threads' two files fit in what is left of the share, both are kept;
-/// otherwise only `schedstat` (or `stat`) descriptors are, since they are
-/// read on every sample while `status` is read on one sample in N and only
-/// for threads that switched.
-///
-/// Why: a kept descriptor lives as long as its thread, so without a cap a
-/// process with many threads would hand most of its table to the sampler
-/// and the host's own `open()` would fail with `EMFILE`. Threads beyond the
-/// share are read by open-read-close (costlier per file; see the module docs).
-/// The limit is re-read (`getrlimit`, no allocation) on every sample, so a
-/// host that raises or lowers it is followed; descriptors kept beyond a
-/// lowered share are closed on the next sample.
-pub(crate) const KEPT_SHARE_DIVISOR: u64 = 4;
-
-/// The top of the descriptor table the sampler never keeps, in descriptors:
-/// a freshly opened descriptor numbered `limit - 64` or higher is read and
-/// closed at once instead of kept.
-///
-/// Why: open(2) returns the lowest free number, so a descriptor numbered `n`
-/// means every number below `n` was in use: fewer than 64 were left free
-/// for the host. This catches a host that uses most of its table itself,
-/// which the share alone ([`KEPT_SHARE_DIVISOR`]) would not.
-pub(crate) const HEADROOM_DESCRIPTORS: u64 = 64;
-
-/// After one of the sampler's opens fails with `EMFILE` or `ENFILE`, the
-/// number of samples during which it keeps no descriptor at all, closing
-/// those it holds after reading them.
-///
-/// Why: the process (or the system) is out of descriptors. Giving back the
-/// kept ones lets the host's next `open()` succeed; and not keeping any for
-/// a while stops the sampler from re-taking every descriptor the host frees
-/// while it is still at its limit. Meanwhile threads are read by
-/// open-read-close; every further failure restarts the count. 60 samples is
-/// a minute at the default one-second interval.
-pub(crate) const EXHAUSTION_BACKOFF_SAMPLES: u64 = 60;
 
 /// Which per-thread file gives the cumulative counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,178 +70,6 @@ enum CounterFile {
     Schedstat,
     /// `stat`: utime + stime ticks (kernels without schedstat).
     Stat,
-}
-
-/// The descriptors held by every sampler of one host process, counted
-/// together so that the share ([`KEPT_SHARE_DIVISOR`]) is one budget for the
-/// whole process, not one per sampler: a host (or `wakemeter watch --name`)
-/// with hundreds of samplers keeps no more than one sampler did.
-///
-/// Why an atomic and not a lock: samplers take and give back descriptors on
-/// their sampling paths, which never block.
-#[derive(Debug, Default)]
-pub(crate) struct DescriptorPool {
-    /// Descriptors held now: process-level files of every live sampler plus
-    /// every kept per-thread file.
-    held: AtomicU64,
-}
-
-impl DescriptorPool {
-    /// The pool of this process, shared by every sampler built on the real
-    /// `/proc` ([`LinuxSys`]).
-    pub(crate) fn process() -> Arc<DescriptorPool> {
-        static POOL: std::sync::OnceLock<Arc<DescriptorPool>> = std::sync::OnceLock::new();
-        POOL.get_or_init(Arc::default).clone()
-    }
-
-    /// Descriptors held now by every sampler of the pool.
-    pub(crate) fn held(&self) -> u64 {
-        self.held.load(Ordering::Relaxed)
-    }
-
-    /// Counts `n` descriptors that are held whatever the budget (a
-    /// sampler's process-level files).
-    fn add(&self, n: u64) {
-        self.held.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Takes one descriptor from the budget if fewer than `allowed` are held.
-    fn try_take(&self, allowed: u64) -> bool {
-        self.held
-            .try_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
-                (h < allowed).then_some(h + 1)
-            })
-            .is_ok()
-    }
-
-    /// Gives back `n` descriptors.
-    fn release(&self, n: u64) {
-        // Saturating: a miscount must never wrap into a full budget.
-        let _ = self
-            .held
-            .try_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
-                Some(h.saturating_sub(n))
-            });
-    }
-}
-
-/// The descriptor policy's state (see [`KEPT_SHARE_DIVISOR`],
-/// [`HEADROOM_DESCRIPTORS`], [`EXHAUSTION_BACKOFF_SAMPLES`]).
-#[derive(Debug)]
-struct Descriptors {
-    /// The budget shared with the process's other samplers.
-    pool: Arc<DescriptorPool>,
-    /// Process-level descriptors this sampler holds (counted in `pool`).
-    fixed: u64,
-    /// Per-thread descriptors kept open now by this sampler (counted in `pool`).
-    kept: u64,
-    /// How many the whole pool may hold during this pass.
-    allowed: u64,
-    /// Whether `status` descriptors may be kept during this pass.
-    keep_status: bool,
-    /// Descriptor numbers from this one up are never kept (this pass).
-    headroom_from: u64,
-    /// Generation of the current pass.
-    generation: u64,
-    /// No descriptor is kept before this generation.
-    backoff_until: u64,
-    /// An open failed with `EMFILE`/`ENFILE` in this pass: no more opens in it
-    /// (each would fail too, after walking its path).
-    exhausted: bool,
-}
-
-impl Descriptors {
-    /// Sets the budget of a new pass from the soft `RLIMIT_NOFILE` and the
-    /// number of threads.
-    fn begin(&mut self, limit: Option<u64>, threads: u64, generation: u64) {
-        self.generation = generation;
-        self.exhausted = false;
-        (self.allowed, self.headroom_from) = match limit {
-            Some(l) => (
-                l / KEPT_SHARE_DIVISOR,
-                l.saturating_sub(HEADROOM_DESCRIPTORS),
-            ),
-            None => (u64::MAX, u64::MAX),
-        };
-        if generation < self.backoff_until {
-            self.allowed = 0;
-        }
-        // What the other samplers hold is not this sampler's to use.
-        let others = self.pool.held().saturating_sub(self.kept);
-        self.keep_status = threads.saturating_mul(2) <= self.allowed.saturating_sub(others);
-    }
-
-    /// Whether one more descriptor of `file` may be kept, if its number allows.
-    fn could_keep(&self, file: TaskFile) -> bool {
-        !self.exhausted
-            && self.pool.held() < self.allowed
-            && (file != TaskFile::Status || self.keep_status)
-    }
-
-    /// Counts a descriptor about to be kept; `false` when another sampler
-    /// took the last of the budget since [`Self::could_keep`].
-    fn take(&mut self) -> bool {
-        if !self.pool.try_take(self.allowed) {
-            return false;
-        }
-        self.kept += 1;
-        true
-    }
-
-    /// Gives back `n` kept descriptors that were just closed.
-    fn give_back(&mut self, n: u64) {
-        self.kept = self.kept.saturating_sub(n);
-        self.pool.release(n);
-    }
-
-    /// Whether a descriptor of `file` just opened with this number may be kept.
-    fn may_keep(&self, file: TaskFile, number: u64) -> bool {
-        self.could_keep(file) && number < self.headroom_from
-    }
-
-    /// Whether some kept descriptors must be closed (see [`Self::release_excess`]).
-    fn over_budget(&self) -> bool {
-        self.kept > 0 && (self.pool.held() > self.allowed || !self.keep_status)
-    }
-
-    fn on_exhausted(&mut self) {
-        self.exhausted = true;
-        self.allowed = 0;
-        self.backoff_until = self.generation.saturating_add(EXHAUSTION_BACKOFF_SAMPLES);
-    }
-
-    /// Closes the kept descriptors the budget no longer allows: `status`
-    /// ones first (they are read less often), then counter ones.
-    fn release_excess<F>(
-        &mut self,
-        tracked: &mut HashMap<u32, Tracked<F>, BuildHasherDefault<TidHasher>>,
-    ) {
-        for t in tracked.values_mut() {
-            if (!self.keep_status || self.pool.held() > self.allowed) && t.status.take().is_some() {
-                self.give_back(1);
-            }
-        }
-        for t in tracked.values_mut() {
-            if self.pool.held() <= self.allowed {
-                break;
-            }
-            if t.counters.take().is_some() {
-                self.give_back(1);
-            }
-        }
-    }
-
-    /// Accounts for a tracked thread dropped with its descriptors.
-    fn forget<F>(&mut self, t: &Tracked<F>) {
-        self.give_back(u64::from(t.counters.is_some()) + u64::from(t.status.is_some()));
-    }
-}
-
-impl Drop for Descriptors {
-    fn drop(&mut self) {
-        // The backend (and with it every descriptor it holds) goes away.
-        self.pool.release(self.fixed + self.kept);
-    }
 }
 
 /// How reading one per-thread file went; on success the bytes are in the
@@ -330,7 +120,7 @@ struct SplitRead {
 
 /// Outcome of measuring one tracked thread.
 enum Measured {
-    Sample(PackedThread),
+    Sample(ThreadRow),
     /// The tracked thread has exited (its kept descriptor answers ESRCH or
     /// its clock is invalid).
     Exited,
@@ -461,17 +251,7 @@ impl<S: Sys> LinuxBackend<S> {
                 next_serial: 0,
                 statm,
                 status,
-                fds: Descriptors {
-                    pool,
-                    fixed,
-                    kept: 0,
-                    allowed: 0,
-                    keep_status: false,
-                    headroom_from: 0,
-                    generation: 0,
-                    backoff_until: 0,
-                    exhausted: false,
-                },
+                fds: Descriptors::new(pool, fixed),
                 peak_rss_bytes: None,
             },
             tracked: HashMap::default(),
@@ -566,13 +346,13 @@ impl<S: Sys> Reader<S> {
         request: SampleRequest,
         short: &mut bool,
     ) -> Measured {
-        let mut out = PackedThread {
+        let mut out = ThreadRow {
             ident: t.ident.clone(),
-            cpu_time_ns: ABSENT,
-            run_queue_wait_ns: ABSENT,
-            switches: ABSENT,
-            voluntary_switches: ABSENT,
-            involuntary_switches: ABSENT,
+            total_cpu_time_ns: ABSENT,
+            total_run_queue_wait_ns: ABSENT,
+            total_switches: ABSENT,
+            total_voluntary_switches: ABSENT,
+            total_involuntary_switches: ABSENT,
         };
         let counted = match self.counter_file {
             CounterFile::Schedstat => self.schedstat_counters(tid, t, &mut out, short),
@@ -584,7 +364,7 @@ impl<S: Sys> Reader<S> {
         if request.switch_split && self.switch_counts(tid, t, sched, &mut out, short).is_err() {
             return Measured::Exited;
         }
-        if out.cpu_time_ns == ABSENT {
+        if out.total_cpu_time_ns == ABSENT {
             return Measured::Unmeasurable;
         }
         Measured::Sample(out)
@@ -597,7 +377,7 @@ impl<S: Sys> Reader<S> {
         &mut self,
         tid: u32,
         t: &mut Tracked<S::File>,
-        out: &mut PackedThread,
+        out: &mut ThreadRow,
         short: &mut bool,
     ) -> Result<Option<Sched>, Exited> {
         // The calling process's threads seen before: clock first (see
@@ -605,9 +385,9 @@ impl<S: Sys> Reader<S> {
         let clock = match (self.self_target, t.last) {
             (true, Some(last)) => match self.clock_first(tid, last)? {
                 ClockFirst::Unchanged => {
-                    out.cpu_time_ns = last.clock_ns;
-                    out.run_queue_wait_ns = last.wait_ns;
-                    out.switches = last.switches;
+                    out.total_cpu_time_ns = last.clock_ns;
+                    out.total_run_queue_wait_ns = last.wait_ns;
+                    out.total_switches = last.switches;
                     return Ok(Some((last.run_ns, last.wait_ns, last.switches)));
                 }
                 ClockFirst::Moved(clock) => Some(clock),
@@ -616,12 +396,12 @@ impl<S: Sys> Reader<S> {
         };
         let sched = self.read_schedstat(tid, t, short)?;
         if let Some((run, wait, slices)) = sched {
-            out.cpu_time_ns = run;
-            out.run_queue_wait_ns = wait;
-            out.switches = slices;
+            out.total_cpu_time_ns = run;
+            out.total_run_queue_wait_ns = wait;
+            out.total_switches = slices;
         }
         if self.self_target {
-            out.cpu_time_ns = match clock {
+            out.total_cpu_time_ns = match clock {
                 Some(clock) => clock,
                 None => self.clock_after_schedstat(tid, sched)?,
             };
@@ -631,7 +411,7 @@ impl<S: Sys> Reader<S> {
                 run_ns: run,
                 wait_ns: wait,
                 switches: slices,
-                clock_ns: out.cpu_time_ns,
+                clock_ns: out.total_cpu_time_ns,
             });
         }
         // Kernels without sched_info print "0 0 0" for every thread: a
@@ -639,10 +419,10 @@ impl<S: Sys> Reader<S> {
         // run-queue wait and switches are unknown.
         if self.self_target
             && sched.is_some_and(|(run, _, slices)| run == 0 && slices == 0)
-            && out.cpu_time_ns > 0
+            && out.total_cpu_time_ns > 0
         {
-            out.run_queue_wait_ns = ABSENT;
-            out.switches = ABSENT;
+            out.total_run_queue_wait_ns = ABSENT;
+            out.total_switches = ABSENT;
             t.last = None;
             return Ok(None);
         }
@@ -729,12 +509,12 @@ impl<S: Sys> Reader<S> {
         &mut self,
         tid: u32,
         t: &mut Tracked<S::File>,
-        out: &mut PackedThread,
+        out: &mut ThreadRow,
         short: &mut bool,
     ) -> Result<(), Exited> {
         // Clock first, descriptor second (see the module docs).
         if self.self_target {
-            out.cpu_time_ns = self.sys.thread_cpu_ns(tid).ok_or(Exited)?;
+            out.total_cpu_time_ns = self.sys.thread_cpu_ns(tid).ok_or(Exited)?;
         }
         // For the calling process the clock gave the CPU time; `stat` only
         // serves to bind the TID, which a descriptor not kept cannot do:
@@ -755,7 +535,7 @@ impl<S: Sys> Reader<S> {
         };
         if let (false, Some(ticks)) = (self.self_target, ticks) {
             let tck = self.sys.ticks_per_sec().max(1);
-            out.cpu_time_ns = ticks.saturating_mul(1_000_000_000 / tck);
+            out.total_cpu_time_ns = ticks.saturating_mul(1_000_000_000 / tck);
         }
         Ok(())
     }
@@ -768,7 +548,7 @@ impl<S: Sys> Reader<S> {
         tid: u32,
         t: &mut Tracked<S::File>,
         sched: Option<Sched>,
-        out: &mut PackedThread,
+        out: &mut ThreadRow,
         short: &mut bool,
     ) -> Result<(), Exited> {
         // No switch since the last status read: every switch-out adds to the
@@ -780,8 +560,8 @@ impl<S: Sys> Reader<S> {
             && sp.run_ns == run
             && sp.switches == slices
         {
-            out.voluntary_switches = sp.voluntary;
-            out.involuntary_switches = sp.involuntary;
+            out.total_voluntary_switches = sp.voluntary;
+            out.total_involuntary_switches = sp.involuntary;
             return Ok(());
         }
         let n = match self.read_task_file(tid, TaskFile::Status, &mut t.status) {
@@ -795,8 +575,8 @@ impl<S: Sys> Reader<S> {
         };
         let bytes = &self.buf[..n];
         if let Some((vol, invol)) = parse::status_switches(bytes) {
-            out.voluntary_switches = vol;
-            out.involuntary_switches = invol;
+            out.total_voluntary_switches = vol;
+            out.total_involuntary_switches = invol;
             t.split = sched.map(|(run, _, slices)| SplitRead {
                 run_ns: run,
                 switches: slices,
@@ -931,7 +711,7 @@ fn visit<S: Sys>(
     tid: u32,
     discover: bool,
     pass: &mut Pass,
-    threads: &mut Vec<PackedThread>,
+    threads: &mut Vec<ThreadRow>,
 ) {
     // At most two rounds: a tracked thread found exited while its TID is
     // listed may mean the TID was reused; track the new thread.
@@ -994,7 +774,7 @@ impl<S: Sys> Backend for LinuxBackend<S> {
     fn sample(
         &mut self,
         request: SampleRequest,
-        threads: &mut Vec<PackedThread>,
+        threads: &mut Vec<ThreadRow>,
         warnings: &mut Vec<SampleWarning>,
     ) -> Result<ProcessSample> {
         threads.clear();

@@ -6,8 +6,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::parse;
-use crate::platform::{Target, clock};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
+use crate::model::Target;
+use crate::platform::clock;
 
 /// A per-thread file of `/proc/<pid>/task/<tid>/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

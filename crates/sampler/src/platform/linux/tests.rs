@@ -1,5 +1,6 @@
 //! Unit tests of the Linux backend's logic against the fake `Sys`.
 
+use super::descriptors::{EXHAUSTION_BACKOFF_SAMPLES, KEPT_SHARE_DIVISOR};
 use super::fake::{FakeSys, OPEN};
 use super::*;
 
@@ -10,7 +11,7 @@ fn backend(sys: FakeSys, target: Target) -> LinuxBackend<FakeSys> {
 fn sample(
     b: &mut LinuxBackend<FakeSys>,
     split: bool,
-) -> (Vec<PackedThread>, Vec<SampleWarning>, ProcessSample) {
+) -> (Vec<ThreadRow>, Vec<SampleWarning>, ProcessSample) {
     let mut threads = Vec::new();
     let mut warnings = Vec::new();
     let p = b
@@ -45,16 +46,23 @@ fn reads_clock_schedstat_status_and_memory() {
     assert_eq!(&*w.ident.name, "worker");
     assert_eq!(w.ident.cpu_time_source, CpuTimeSource::ThreadClock);
     assert_eq!(
-        (w.cpu_time_ns, w.run_queue_wait_ns, w.switches),
+        (
+            w.total_cpu_time_ns,
+            w.total_run_queue_wait_ns,
+            w.total_switches
+        ),
         (5_000, 700, 9)
     );
-    assert_eq!((w.voluntary_switches, w.involuntary_switches), (6, 3));
+    assert_eq!(
+        (w.total_voluntary_switches, w.total_involuntary_switches),
+        (6, 3)
+    );
     assert_eq!(p.rss_bytes, 100 * 4096);
     assert_eq!(p.peak_rss_bytes, Some(800 * 1024));
     assert_eq!(p.thread_count, 2);
     // Without the split, switch counts are absent rather than stale.
     let (threads, _, _) = sample(&mut b, false);
-    assert!(threads.iter().all(|t| t.voluntary_switches == ABSENT));
+    assert!(threads.iter().all(|t| t.total_voluntary_switches == ABSENT));
 }
 
 #[test]
@@ -101,7 +109,7 @@ fn reused_tid_gets_a_new_serial_and_is_never_merged() {
     let t = after.iter().find(|t| t.ident.tid == 11).unwrap();
     assert_ne!(t.ident.serial, old);
     assert_eq!(&*t.ident.name, "new");
-    assert_eq!(t.cpu_time_ns, 1_000);
+    assert_eq!(t.total_cpu_time_ns, 1_000);
 }
 
 #[test]
@@ -129,7 +137,7 @@ fn other_process_uses_schedstat_then_stat_ticks() {
     let mut b = backend(sys, Target::Pid(77));
     let (t, _, _) = sample(&mut b, false);
     assert_eq!(t[0].ident.cpu_time_source, CpuTimeSource::Schedstat);
-    assert_eq!(t[0].cpu_time_ns, 42_000_000);
+    assert_eq!(t[0].total_cpu_time_ns, 42_000_000);
 
     let mut sys = FakeSys::new(77);
     sys.has_schedstat = false;
@@ -137,9 +145,9 @@ fn other_process_uses_schedstat_then_stat_ticks() {
     let mut b = backend(sys, Target::Pid(77));
     let (t, _, _) = sample(&mut b, false);
     assert_eq!(t[0].ident.cpu_time_source, CpuTimeSource::StatTicks);
-    assert_eq!(t[0].cpu_time_ns, 40_000_000, "4 ticks of 10 ms");
-    assert_eq!(t[0].run_queue_wait_ns, ABSENT);
-    assert_eq!(t[0].switches, ABSENT);
+    assert_eq!(t[0].total_cpu_time_ns, 40_000_000, "4 ticks of 10 ms");
+    assert_eq!(t[0].total_run_queue_wait_ns, ABSENT);
+    assert_eq!(t[0].total_switches, ABSENT);
 }
 
 #[test]
@@ -167,13 +175,13 @@ fn descriptor_exhaustion_degrades_and_recovers() {
     );
     let degraded = threads
         .iter()
-        .filter(|t| t.run_queue_wait_ns == ABSENT)
+        .filter(|t| t.total_run_queue_wait_ns == ABSENT)
         .count();
     assert_eq!(degraded, 3);
     b.reader.sys.max_files = usize::MAX;
     let (threads, warnings, _) = sample(&mut b, false);
     assert!(warnings.is_empty());
-    assert!(threads.iter().all(|t| t.run_queue_wait_ns != ABSENT));
+    assert!(threads.iter().all(|t| t.total_run_queue_wait_ns != ABSENT));
 }
 
 #[test]
@@ -244,14 +252,18 @@ fn idle_threads_skip_the_schedstat_and_status_reads_and_stay_exact() {
     let (idle, busy) = (get(11), get(12));
     assert_eq!(
         (
-            idle.cpu_time_ns,
-            idle.voluntary_switches,
-            idle.involuntary_switches
+            idle.total_cpu_time_ns,
+            idle.total_voluntary_switches,
+            idle.total_involuntary_switches
         ),
         (5_000, 2, 1)
     );
     assert_eq!(
-        (busy.cpu_time_ns, busy.voluntary_switches, busy.switches),
+        (
+            busy.total_cpu_time_ns,
+            busy.total_voluntary_switches,
+            busy.total_switches
+        ),
         (9_000, 3, 4)
     );
 }
@@ -268,7 +280,7 @@ fn a_thread_on_a_cpu_always_reads_its_clock() {
     let (threads, _, _) = sample(&mut b, false);
     let t = threads.iter().find(|t| t.ident.tid == 11).unwrap();
     assert_eq!(
-        t.cpu_time_ns,
+        t.total_cpu_time_ns,
         1_000 + 900,
         "the in-progress slice is counted"
     );
@@ -302,9 +314,12 @@ fn schedstat_without_sched_info_is_absent_not_zero_and_never_freezes_switch_coun
     (t.cpu_ns, t.vol) = (6_000, 2);
     let (threads, _, _) = sample(&mut b, true);
     let w = threads.iter().find(|t| t.ident.tid == 11).unwrap();
-    assert_eq!(w.cpu_time_ns, 6_000);
-    assert_eq!(w.voluntary_switches, 2, "switch counts are re-read");
-    assert_eq!((w.switches, w.run_queue_wait_ns), (ABSENT, ABSENT));
+    assert_eq!(w.total_cpu_time_ns, 6_000);
+    assert_eq!(w.total_voluntary_switches, 2, "switch counts are re-read");
+    assert_eq!(
+        (w.total_switches, w.total_run_queue_wait_ns),
+        (ABSENT, ABSENT)
+    );
 }
 
 /// Spawns `n` threads after the main one (TIDs `pid + 1 ..`), each having
@@ -320,14 +335,14 @@ fn many_threads(pid: u32, n: u32) -> FakeSys {
 }
 
 /// Every thread present with every counter (nothing degraded).
-fn assert_complete(threads: &[PackedThread], count: usize, split: bool) {
+fn assert_complete(threads: &[ThreadRow], count: usize, split: bool) {
     assert_eq!(threads.len(), count);
     for t in threads {
-        assert_ne!(t.cpu_time_ns, ABSENT, "{t:?}");
-        assert_ne!(t.run_queue_wait_ns, ABSENT, "{t:?}");
-        assert_ne!(t.switches, ABSENT, "{t:?}");
+        assert_ne!(t.total_cpu_time_ns, ABSENT, "{t:?}");
+        assert_ne!(t.total_run_queue_wait_ns, ABSENT, "{t:?}");
+        assert_ne!(t.total_switches, ABSENT, "{t:?}");
         if split {
-            assert_ne!(t.voluntary_switches, ABSENT, "{t:?}");
+            assert_ne!(t.total_voluntary_switches, ABSENT, "{t:?}");
         }
         assert!(!t.ident.name.is_empty(), "{t:?}");
     }
@@ -437,7 +452,7 @@ fn emfile_gives_back_kept_descriptors_and_waits_before_keeping_again() {
         let (threads, warnings, _) = sample(&mut b, true);
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(threads.len(), 31);
-        assert!(threads.iter().all(|t| t.run_queue_wait_ns != ABSENT));
+        assert!(threads.iter().all(|t| t.total_run_queue_wait_ns != ABSENT));
         assert_eq!(kept(&b), 0);
     }
     run_all(&mut b.reader.sys);
@@ -529,14 +544,14 @@ fn a_reused_tid_without_kept_descriptors_is_a_new_thread() {
     let (before, _, _) = sample(&mut b, false);
     assert_eq!(kept(&b), 0);
     let old = before.iter().find(|t| t.ident.tid == 11).unwrap();
-    assert_eq!(old.cpu_time_ns, 9_000_000);
+    assert_eq!(old.total_cpu_time_ns, 9_000_000);
     b.reader.sys.exit(11);
     b.reader.sys.spawn(11, "new");
     b.reader.sys.thread(11).slices = 1;
     let (after, _, _) = sample(&mut b, false);
     let new = after.iter().find(|t| t.ident.tid == 11).unwrap();
     assert_ne!(new.ident.serial, old.ident.serial);
-    assert_eq!(new.cpu_time_ns, 1_000);
+    assert_eq!(new.total_cpu_time_ns, 1_000);
 }
 
 #[test]
@@ -570,11 +585,14 @@ fn a_thread_queued_but_not_yet_run_keeps_its_counters_until_it_runs() {
     // Migrated while queued: the wait grows, the clock does not move.
     b.reader.sys.thread(11).wait_ns = 150;
     let (t, _, _) = sample(&mut b, false);
-    assert_eq!(t[1].run_queue_wait_ns, 100, "shown at its next run");
+    assert_eq!(t[1].total_run_queue_wait_ns, 100, "shown at its next run");
     let w = b.reader.sys.thread(11);
     (w.cpu_ns, w.slices) = (5_100, 3);
     let (t, _, _) = sample(&mut b, false);
-    assert_eq!((t[1].cpu_time_ns, t[1].run_queue_wait_ns), (5_100, 150));
+    assert_eq!(
+        (t[1].total_cpu_time_ns, t[1].total_run_queue_wait_ns),
+        (5_100, 150)
+    );
 }
 
 #[test]
@@ -593,7 +611,7 @@ fn a_reused_tid_whose_clock_is_behind_is_a_new_thread() {
         "the new thread is read"
     );
     assert_ne!(after[1].ident.serial, before[1].ident.serial);
-    assert_eq!(after[1].cpu_time_ns, 1_000);
+    assert_eq!(after[1].total_cpu_time_ns, 1_000);
 }
 
 #[test]

@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::diagnose::Thresholds;
-use crate::platform::Target;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
+use crate::model::Target;
+
+mod thresholds;
+
+pub use thresholds::Thresholds;
 
 /// Default time between background samples.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -115,62 +118,85 @@ impl Default for SamplerConfig {
     }
 }
 
+/// The `with_*` setters of [`SamplerConfig`]'s plain fields, written once
+/// for [`SamplerConfig`] and for [`crate::SamplerBuilder`], which holds one:
+/// the optional attribute goes on each setter, and `$(.$path)*` leads from
+/// `self` to the config (nothing for the config itself, `.config` for the
+/// builder).
+macro_rules! config_setters {
+    ($(#[$attr:meta])* ; $(.$path:ident)*) => {
+        /// Time between background samples, [`SamplerConfig::interval`](crate::config::SamplerConfig::interval)
+        /// (at least [`MIN_INTERVAL`](crate::config::MIN_INTERVAL)).
+        $(#[$attr])*
+        pub fn with_interval(mut self, interval: std::time::Duration) -> Self {
+            self$(.$path)*.interval = interval;
+            self
+        }
+
+        /// Number of snapshots kept in history, [`SamplerConfig::history`](crate::config::SamplerConfig::history)
+        /// (1 to [`MAX_HISTORY`](crate::config::MAX_HISTORY)).
+        $(#[$attr])*
+        pub fn with_history(mut self, snapshots: u32) -> Self {
+            self$(.$path)*.history = snapshots;
+            self
+        }
+
+        /// Byte budget of the history, in bytes
+        /// ([`MIN_HISTORY_BUDGET_BYTES`](crate::config::MIN_HISTORY_BUDGET_BYTES) to
+        /// [`MAX_HISTORY_BUDGET_BYTES`](crate::config::MAX_HISTORY_BUDGET_BYTES); see
+        /// [`SamplerConfig::history_budget_bytes`](crate::config::SamplerConfig::history_budget_bytes)).
+        $(#[$attr])*
+        pub fn with_history_budget_bytes(mut self, bytes: u64) -> Self {
+            self$(.$path)*.history_budget_bytes = bytes;
+            self
+        }
+
+        /// The process to observe, [`SamplerConfig::target`](crate::config::SamplerConfig::target)
+        /// (default: this one).
+        $(#[$attr])*
+        pub fn with_target(mut self, target: crate::model::Target) -> Self {
+            self$(.$path)*.target = target;
+            self
+        }
+
+        /// Read voluntary/involuntary switch counts every `n`th sample (1 = every
+        /// sample), [`SamplerConfig::switch_split_every`](crate::config::SamplerConfig::switch_split_every).
+        /// Total switches are read on every sample regardless.
+        $(#[$attr])*
+        pub fn with_switch_split_every(mut self, n: u32) -> Self {
+            self$(.$path)*.switch_split_every = n;
+            self
+        }
+
+        /// Name of the background sampling thread, [`SamplerConfig::thread_name`](crate::config::SamplerConfig::thread_name)
+        /// (at most 15 bytes, no NUL).
+        $(#[$attr])*
+        pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
+            self$(.$path)*.thread_name = name.into();
+            self
+        }
+
+        /// Thresholds of the findings engine, [`SamplerConfig::thresholds`](crate::config::SamplerConfig::thresholds)
+        /// (default: [`Thresholds::default`](crate::config::Thresholds::default)).
+        $(#[$attr])*
+        pub fn with_thresholds(mut self, thresholds: crate::config::Thresholds) -> Self {
+            self$(.$path)*.thresholds = thresholds;
+            self
+        }
+
+        /// Threads a report lists one by one, [`SamplerConfig::report_threads`](crate::config::SamplerConfig::report_threads)
+        /// (default [`DEFAULT_REPORT_THREADS`](crate::config::DEFAULT_REPORT_THREADS)).
+        $(#[$attr])*
+        pub fn with_report_threads(mut self, threads: u32) -> Self {
+            self$(.$path)*.report_threads = threads;
+            self
+        }
+    };
+}
+pub(crate) use config_setters;
+
 impl SamplerConfig {
-    /// Sets [`SamplerConfig::interval`].
-    #[must_use]
-    pub fn with_interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
-        self
-    }
-
-    /// Sets [`SamplerConfig::history`], in snapshots.
-    #[must_use]
-    pub fn with_history(mut self, snapshots: u32) -> Self {
-        self.history = snapshots;
-        self
-    }
-
-    /// Sets [`SamplerConfig::history_budget_bytes`], in bytes.
-    #[must_use]
-    pub fn with_history_budget_bytes(mut self, bytes: u64) -> Self {
-        self.history_budget_bytes = bytes;
-        self
-    }
-
-    /// Sets [`SamplerConfig::target`].
-    #[must_use]
-    pub fn with_target(mut self, target: Target) -> Self {
-        self.target = target;
-        self
-    }
-
-    /// Sets [`SamplerConfig::switch_split_every`].
-    #[must_use]
-    pub fn with_switch_split_every(mut self, n: u32) -> Self {
-        self.switch_split_every = n;
-        self
-    }
-
-    /// Sets [`SamplerConfig::thread_name`].
-    #[must_use]
-    pub fn with_thread_name(mut self, name: impl Into<String>) -> Self {
-        self.thread_name = name.into();
-        self
-    }
-
-    /// Sets [`SamplerConfig::thresholds`].
-    #[must_use]
-    pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
-        self.thresholds = thresholds;
-        self
-    }
-
-    /// Sets [`SamplerConfig::report_threads`].
-    #[must_use]
-    pub fn with_report_threads(mut self, threads: u32) -> Self {
-        self.report_threads = threads;
-        self
-    }
+    config_setters!(#[must_use];);
 
     /// Checks every field.
     ///

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// When a finding fires. Every default is documented with where it comes from;
 /// change them with the `with_*` setters and check with [`Thresholds::validate`].

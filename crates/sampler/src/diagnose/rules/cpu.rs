@@ -1,0 +1,132 @@
+//! Findings on CPU: run-queue contention and CPU hogs.
+
+use super::{Ctx, FindingKind, Grade, Severity, Subject, number};
+use crate::interval::Interval;
+use crate::model::SystemInfo;
+
+const RUN_QUEUE_ADVICE: &str = "The thread is runnable but not running: more runnable threads than cores (check \
+thread-pool sizes against the CPU count), other processes competing, or a container CPU quota throttling the process.";
+
+const RUN_QUEUE_PROCESS_ADVICE: &str = "The process has more runnable threads than the machine has cores: each gets a \
+little CPU and spends most of its runnable time waiting for one. Size thread pools to the CPU count (or the \
+container's quota), replace spinning or yielding threads with blocking waits, and check other processes competing \
+for the same cores.";
+
+/// Run-queue contention: per thread for threads that use a noticeable
+/// share of a core, and for the process as a whole when its runnable
+/// demand (CPU plus run-queue wait, in threads) exceeds its CPUs and its
+/// threads wait for one most of their runnable time — 256 threads at
+/// 0.5% CPU each, each waiting almost all the time, are contention even
+/// though none of them uses much.
+pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
+    let t = cx.t;
+    // In threads: CPU time and run-queue wait over the interval.
+    let (running, waiting) = i.threads.iter().fold((0.0, 0.0), |(r, w), x| {
+        (
+            r + x.cpu_percent / 100.0,
+            w + x.run_queue_wait_percent.unwrap_or(0.0) / 100.0,
+        )
+    });
+    let runnable = running + waiting;
+    let mut per_thread = false;
+    for th in &i.threads {
+        let Some(wait) = th.run_queue_wait_percent else {
+            continue;
+        };
+        if wait < t.run_queue_wait_percent
+            || th.cpu_percent < t.run_queue_min_cpu_percent
+            || cx.explained.contains(&th.tid)
+        {
+            continue;
+        }
+        per_thread = true;
+        let subject = Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        };
+        cx.push_graded(
+            FindingKind::RunQueueContention,
+            Grade { value: wait, base: Severity::Warning, steps: &[(t.run_queue_critical_wait_percent, Severity::Critical)] },
+            subject,
+            move || format!(
+                "thread {} \"{}\" waited for a CPU {wait:.0}% of the time while running {:.0}%: \
+                 about {runnable:.1} of this process's threads want a CPU on {} cores",
+                th.tid, th.name, th.cpu_percent, system.cpu_count
+            ),
+            vec![
+                number("run_queue_wait_percent", wait, "%"),
+                number("thread_cpu_percent", th.cpu_percent, "%"),
+                number("runnable_threads", runnable, "threads"),
+                number("cpu_count", f64::from(system.cpu_count), "cpus"),
+            ],
+            RUN_QUEUE_ADVICE,
+        );
+    }
+    let cpus = f64::from(system.cpu_count.max(1));
+    if per_thread || runnable <= cpus || runnable <= 0.0 {
+        return;
+    }
+    // Share of the process's runnable time spent waiting, in percent.
+    let wait_share = waiting * 100.0 / runnable;
+    if wait_share < t.run_queue_wait_percent {
+        return;
+    }
+    let waiters = i
+        .threads
+        .iter()
+        .filter(|x| {
+            x.run_queue_wait_percent
+                .is_some_and(|w| w >= t.run_queue_wait_percent)
+        })
+        .count();
+    let subject = Subject::Process { pid: i.process.pid };
+    cx.push_graded(
+            FindingKind::RunQueueContention,
+            Grade { value: wait_share, base: Severity::Warning, steps: &[(t.run_queue_critical_wait_percent, Severity::Critical)] },
+            subject,
+        move || format!(
+            "the process's threads want {runnable:.1} CPUs on {} cores: together they run {running:.2} cores' \
+             worth and wait for a CPU {waiting:.1} threads' worth ({wait_share:.0}% of their runnable time); \
+             {waiters} of its {} threads wait at least {:.0}% of the time, each using little CPU",
+            system.cpu_count,
+            i.threads.len(),
+            t.run_queue_wait_percent
+        ),
+        vec![
+            number("runnable_threads", runnable, "threads"),
+            number("cpu_count", cpus, "cpus"),
+            number("run_queue_wait_share_percent", wait_share, "%"),
+            number("waiting_threads", waiters as f64, "threads"),
+        ],
+        RUN_QUEUE_PROCESS_ADVICE,
+    );
+}
+
+pub(super) fn cpu_hogs(cx: &mut Ctx<'_>, i: &Interval) {
+    let t = cx.t;
+    for th in &i.threads {
+        if th.cpu_percent < t.cpu_hog_percent || cx.explained.contains(&th.tid) {
+            continue;
+        }
+        let subject = Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        };
+        cx.push_graded(
+            FindingKind::CpuHog,
+            Grade { value: th.cpu_percent, base: Severity::Warning, steps: &[(t.cpu_hog_critical_percent, Severity::Critical)] },
+            subject,
+            move || format!(
+                "thread {} \"{}\" used {:.0}% of a core for {:.0} s",
+                th.tid,
+                th.name,
+                th.cpu_percent,
+                i.duration_secs()
+            ),
+            vec![number("thread_cpu_percent", th.cpu_percent, "%"), number("window_s", i.duration_secs(), "s")],
+            "A thread near a full core for a sustained time drains the battery; iOS kills background apps above 80% \
+             CPU over 60 s. Profile it (perf, Instruments, Android Studio) and check for spinning, retries without \
+             backoff or work that could be batched.",
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! Wake-source classification: what makes a thread runnable, as the kernel
+//! view tells, and what to do about it.
+
+use super::Thresholds;
+use crate::interval::KernelThreadInterval;
+
+pub(super) const PERIODIC_ADVICE: &str = "Each wakeup takes the CPU out of idle. Make the timer fire only when there is work \
+(arm it on demand), lengthen its period, or let the OS coalesce it (timer slack/leeway, Android WorkManager, \
+DispatchSource leeway).";
+
+const THREADS_ADVICE: &str = "Other threads of this process wake it, one small handoff at a time. Hand work over \
+in batches (one notification per batch, not per item), reuse threads from a pool instead of starting and joining \
+short-lived ones, and check for condition variables signalled (or futexes woken) when nothing changed.";
+
+const OTHER_PROCESS_ADVICE: &str = "Another process wakes it (through a pipe, socket, signal or shared futex): \
+check how often that process notifies this one, and batch its messages.";
+
+const IO_ADVICE: &str = "Interrupts of I/O completions (network or disk) wake it with little work each: read and \
+write in larger batches, let the device coalesce interrupts (ethtool -C), or raise the socket's receive low-water \
+mark (SO_RCVLOWAT) so that a wakeup finds more to do.";
+
+const UNKNOWN_SOURCE_ADVICE: &str = "Find what wakes it: a timer of its own, another thread handing it work, or I/O. \
+With the kernel view attached (eBPF, as root) wakemeter names the source. Then make the wakeups fewer: timers armed \
+on demand or coalesced, work handed over in batches.";
+
+/// What makes a thread runnable, as far as the kernel view tells.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum WakeSource {
+    /// Interrupts, with its waits ending on their timeout: a timer.
+    Timer,
+    /// Interrupts, with its waits ending on I/O (poll calls returning
+    /// events, uninterruptible I/O): network or disk completions.
+    Io,
+    /// Interrupts, with nothing to tell a timer from I/O.
+    Interrupt,
+    /// Other threads of this process.
+    ProcessThreads,
+    /// Threads of other processes.
+    OtherProcesses,
+    /// No source has a clear majority.
+    Mixed,
+    /// No kernel view, or no wake seen.
+    Unknown,
+}
+
+impl WakeSource {
+    pub(super) fn of(k: Option<&KernelThreadInterval>, t: &Thresholds) -> WakeSource {
+        let Some(k) = k else {
+            return WakeSource::Unknown;
+        };
+        let irq = k.interrupt_wakes_per_sec;
+        let total = irq + k.process_thread_wakes_per_sec + k.other_process_wakes_per_sec;
+        if total <= 0.0 {
+            return WakeSource::Unknown;
+        }
+        if irq / total >= t.wake_source_ratio {
+            // Waits that ended on their timeout: sleeps, and blocking polls
+            // that returned nothing. Waits that ended on I/O: polls with
+            // events, uninterruptible I/O.
+            let idle_polls = k.idle_poll_ratio * k.poll_calls_per_sec;
+            let timed_out_polls = (idle_polls - k.idle_nonblocking_polls_per_sec).max(0.0);
+            let polls_with_events = (k.blocking_polls_per_sec - timed_out_polls).max(0.0);
+            let timer = k.sleeps_per_sec + timed_out_polls;
+            let io_time = k.off_cpu.io_ns as f64;
+            let wait_time = (k.off_cpu.sleep_ns + k.off_cpu.poll_ns) as f64;
+            return if timer > 0.0 && timer >= t.wake_source_ratio * (timer + polls_with_events) {
+                WakeSource::Timer
+            } else if polls_with_events > timer || io_time > wait_time {
+                WakeSource::Io
+            } else {
+                WakeSource::Interrupt
+            };
+        }
+        if k.process_thread_wakes_per_sec / total >= t.wake_source_ratio {
+            WakeSource::ProcessThreads
+        } else if k.other_process_wakes_per_sec / total >= t.wake_source_ratio {
+            WakeSource::OtherProcesses
+        } else {
+            WakeSource::Mixed
+        }
+    }
+
+    /// What to do about wakeups from this source.
+    pub(super) fn advice(self) -> &'static str {
+        match self {
+            WakeSource::Timer | WakeSource::Interrupt => PERIODIC_ADVICE,
+            WakeSource::Io => IO_ADVICE,
+            WakeSource::ProcessThreads => THREADS_ADVICE,
+            WakeSource::OtherProcesses => OTHER_PROCESS_ADVICE,
+            WakeSource::Mixed | WakeSource::Unknown => UNKNOWN_SOURCE_ADVICE,
+        }
+    }
+
+    /// The end of a periodic-wakeups summary.
+    pub(super) fn cause(self, k: Option<&KernelThreadInterval>) -> String {
+        let shares = k
+            .map(|k| {
+                let total = (k.interrupt_wakes_per_sec
+                    + k.process_thread_wakes_per_sec
+                    + k.other_process_wakes_per_sec)
+                    .max(f64::MIN_POSITIVE);
+                format!(
+                    "{:.0}% of its wakes by interrupts, {:.0}% by threads of this process, {:.0}% by other processes",
+                    k.interrupt_wakes_per_sec * 100.0 / total,
+                    k.process_thread_wakes_per_sec * 100.0 / total,
+                    k.other_process_wakes_per_sec * 100.0 / total
+                )
+            })
+            .unwrap_or_default();
+        let top_thread = k
+            .and_then(|k| k.top_wakers.iter().find(|w| w.tid != 0))
+            .map(|w| format!(" (top waker: {} \"{}\")", w.tid, w.name))
+            .unwrap_or_default();
+        match self {
+            WakeSource::Timer => {
+                format!("a periodic timer: its waits end on their timeout, with little work each ({shares})")
+            }
+            WakeSource::Io => format!("woken by I/O interrupts with little work each ({shares})"),
+            WakeSource::Interrupt => {
+                format!("woken by interrupts, a timer or I/O, with little work each ({shares})")
+            }
+            WakeSource::ProcessThreads => format!(
+                "woken by other threads of this process{top_thread}, not by a timer ({shares})"
+            ),
+            WakeSource::OtherProcesses => {
+                format!("woken by another process{top_thread}, not by a timer ({shares})")
+            }
+            WakeSource::Mixed => format!("woken by mixed sources, none a clear majority ({shares})"),
+            WakeSource::Unknown => "woken by a timer, another thread or I/O (without the kernel view, which one is unknown)"
+                .to_string(),
+        }
+    }
+}
