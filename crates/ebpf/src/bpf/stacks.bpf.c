@@ -263,12 +263,16 @@ struct {
 	__type(value, __u32);
 } unwind_stale SEC(".maps");
 
+/* The walk from the table is x86_64's only (see user_stack_id()): on other
+ * architectures these two are unused, which -Werror would refuse. */
+#if defined(__TARGET_ARCH_x86)
 static __always_inline bool table_usable(void)
 {
 	__u32 zero = 0;
 	__u32 *stale = bpf_map_lookup_elem(&unwind_stale, &zero);
 	return leaf_row_count && stale && !*stale;
 }
+#endif
 
 /* One frame of the walk over the per-CPU state: 0 to go on, 1 at the end.
  * A global function: verified once, not once per frame of the caller's
@@ -332,6 +336,7 @@ __attribute__((noinline)) int unwind_step(void)
 	return 0;
 }
 
+#if defined(__TARGET_ARCH_x86)
 /* The id of the user stack unwound from (ip, sp, bp), as stack_id(). */
 static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp)
 {
@@ -363,6 +368,7 @@ static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp)
 	}
 	return store_stack(st);
 }
+#endif
 
 /* The user stack's id: unwound from the table when it has rows (x86_64),
  * else the kernel's frame-pointer walk. `regs`: the user registers, NULL
