@@ -122,6 +122,13 @@ mod off {
         }
     }
 
+    /// As the real one, which finishes the process's part when dropped.
+    impl Drop for ProcessTrace {
+        fn drop(&mut self) {
+            match *self {}
+        }
+    }
+
     impl PerfettoArgs {
         /// `Ok(None)` without `--perfetto`; refuses it otherwise.
         pub fn create(&self) -> Result<Option<Trace>, String> {
