@@ -70,6 +70,31 @@ cc -Wall -Werror crates/capi/c/tests/pkgconfig_app.c -o "$out/pkgconfig_app" \
   $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs wakemeter)
 run pkgconfig_app env LD_LIBRARY_PATH="$lib" "$out/pkgconfig_app"
 
+step "install: versioned library names, SONAME, ldconfig's step, pkg-config from the installed .pc"
+soname=$(readelf -d "$lib/libwakemeter.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+fail() { echo "FAILED: $*" >&2; exit 1; }
+[ -n "$soname" ] || fail "libwakemeter.so has no SONAME"
+echo "SONAME $soname"
+prefix="$out/prefix"
+rm -rf "$prefix" "$out/stage"
+# A prefix the loader does not search: ldconfig is skipped, the rpath finds it.
+PROFILE=debug scripts/c-install.sh "$prefix" | tee "$out/install.log"
+grep -q '^ldconfig: skipped' "$out/install.log" || fail "ldconfig was not skipped for $prefix"
+real=$(readlink "$prefix/lib/$soname") || fail "$soname is not a link"
+{ [ -f "$prefix/lib/$real" ] && [ ! -L "$prefix/lib/$real" ]; } || fail "$soname -> $real is not the library file"
+[ "$(readlink "$prefix/lib/libwakemeter.so")" = "$soname" ] || fail "libwakemeter.so does not link to $soname"
+ls -l "$prefix/lib"
+# shellcheck disable=SC2046
+cc -Wall -Werror crates/capi/c/tests/pkgconfig_app.c -o "$out/installed_app" \
+  $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs wakemeter) -Wl,-rpath,"$prefix/lib"
+readelf -d "$out/installed_app" | grep -F "Shared library: [$soname]" || fail "installed_app does not need $soname"
+run installed_app "$out/installed_app"
+# Staged for a package (DESTDIR): the files under it, the .pc naming the prefix.
+DESTDIR="$out/stage" PROFILE=debug scripts/c-install.sh /usr/local | tee "$out/stage.log"
+grep -q '^ldconfig: skipped (DESTDIR' "$out/stage.log" || fail "ldconfig was not skipped with DESTDIR"
+[ -L "$out/stage/usr/local/lib/$soname" ] || fail "DESTDIR: no $soname"
+grep -qx 'libdir=/usr/local/lib' "$out/stage/usr/local/lib/pkgconfig/wakemeter.pc" || fail "DESTDIR: the .pc does not name the prefix"
+
 step "bench compiles and runs (debug library: no figure to compare)"
 $CC -O2 "${CFLAGS[@]}" crates/capi/c/tests/bench.c -o "$out/bench_debug" "${LINK[@]}"
 run bench_debug "$out/bench_debug" 20000

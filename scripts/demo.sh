@@ -8,4 +8,9 @@ cd "$(dirname "$0")/.."
 source scripts/prereqs.sh
 ensure_rust
 ensure_clang || true
-exec cargo run --release -q -p wakemeter-cli -- demo "$@"
+# Only what the demo shows: the CLI with its eBPF kernel view, without the
+# dependencies of the commands it does not run (profiles, top, the metrics
+# endpoint, Perfetto traces; crates/cli/Cargo.toml, [features]). That
+# roughly halves the crates a first run compiles. `cargo build --release -p
+# wakemeter-cli` builds every command.
+exec cargo run --release -q -p wakemeter-cli --no-default-features --features ebpf -- demo "$@"

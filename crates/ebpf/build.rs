@@ -19,6 +19,7 @@ const SOURCES: &[&str] = &[
     "src/bpf/wakemeter.h",
     "src/bpf/stacks.h",
     "src/bpf/sched_classify.h",
+    "src/bpf/sched_events.h",
     "src/bpf/bpf_min.h",
     "src/bpf/vmlinux_min.h",
 ];

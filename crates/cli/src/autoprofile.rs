@@ -4,14 +4,17 @@
 //! under the finding, and stderr says when a capture is written or fails.
 
 use std::path::PathBuf;
+#[cfg(feature = "profile")]
 use std::time::Duration;
 
 use wakemeter::{Finding, Sampler};
 
+#[cfg(feature = "profile")]
 use crate::print;
 
 /// What the user asked for.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "profile"), allow(dead_code))]
 pub struct Options {
     /// Where captures are written.
     pub dir: PathBuf,
@@ -24,7 +27,7 @@ pub struct Options {
 }
 
 /// The running auto-profiler and what has been said about it.
-#[cfg(feature = "ebpf")]
+#[cfg(feature = "profile")]
 pub struct Watcher {
     auto: wakemeter_profile::AutoProfiler,
     /// Id of the newest capture reported on stderr.
@@ -33,11 +36,11 @@ pub struct Watcher {
     failed: u64,
 }
 
-#[cfg(not(feature = "ebpf"))]
+#[cfg(not(feature = "profile"))]
 pub enum Watcher {}
 
 /// Starts the auto-profiler when `--profile-dir` was given.
-#[cfg(feature = "ebpf")]
+#[cfg(feature = "profile")]
 pub fn start(sampler: &Sampler, o: Option<&Options>) -> Result<Option<Watcher>, String> {
     let Some(o) = o else { return Ok(None) };
     if !(o.seconds > 0.0 && o.seconds <= wakemeter_profile::MAX_CAPTURE.as_secs_f64()) {
@@ -63,15 +66,15 @@ pub fn start(sampler: &Sampler, o: Option<&Options>) -> Result<Option<Watcher>, 
     }))
 }
 
-#[cfg(not(feature = "ebpf"))]
+#[cfg(not(feature = "profile"))]
 pub fn start(_: &Sampler, o: Option<&Options>) -> Result<Option<Watcher>, String> {
     match o {
         None => Ok(None),
-        Some(_) => Err("--profile-dir: this build has no eBPF support (feature `ebpf` off)".into()),
+        Some(_) => Err("--profile-dir: this build has no profiles (feature `profile` off)".into()),
     }
 }
 
-#[cfg(feature = "ebpf")]
+#[cfg(feature = "profile")]
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
@@ -82,7 +85,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-#[cfg(feature = "ebpf")]
+#[cfg(feature = "profile")]
 impl Watcher {
     /// The SVG of the newest capture for `finding`, for the line under it.
     pub fn path_for(&self, finding: &Finding) -> Option<String> {
@@ -123,7 +126,7 @@ impl Watcher {
     }
 }
 
-#[cfg(not(feature = "ebpf"))]
+#[cfg(not(feature = "profile"))]
 impl Watcher {
     pub fn path_for(&self, _: &Finding) -> Option<String> {
         match *self {}

@@ -11,7 +11,7 @@ mod metrics;
 mod multi;
 mod perfetto;
 mod print;
-#[cfg(feature = "ebpf")]
+#[cfg(feature = "profile")]
 mod profile;
 mod record;
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -208,7 +208,7 @@ enum Command {
     /// (eBPF, needs root or CAP_BPF+CAP_PERFMON), as a flame graph SVG,
     /// folded stacks or pprof. Without an output file, prints the
     /// heaviest stacks.
-    #[cfg(feature = "ebpf")]
+    #[cfg(feature = "profile")]
     Profile(ProfileArgs),
 }
 
@@ -318,7 +318,7 @@ impl ProfileWatchArgs {
 }
 
 /// Arguments of `wakemeter profile`.
-#[cfg(feature = "ebpf")]
+#[cfg(feature = "profile")]
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("kind").required(true).args(["on_cpu", "off_cpu", "wakeups"])))]
 struct ProfileArgs {
@@ -501,7 +501,7 @@ fn main() -> ExitCode {
                 kernel: a.kernel.choice(),
             })
         }
-        #[cfg(feature = "ebpf")]
+        #[cfg(feature = "profile")]
         Command::Profile(a) => profile::run(&profile::Options {
             pid: a.pid,
             kind: if a.on_cpu {

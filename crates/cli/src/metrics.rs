@@ -1,20 +1,31 @@
-//! `--listen`: the Prometheus / OpenMetrics endpoint of `watch`.
+//! `--listen`: the Prometheus / OpenMetrics endpoint of `watch` (feature
+//! `prometheus`; without it `--listen` is refused).
 
+#[cfg(feature = "prometheus")]
 use std::error::Error;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+#[cfg(feature = "prometheus")]
 use std::sync::{Arc, Mutex};
 
+#[cfg(feature = "prometheus")]
 use wakemeter::Sampler;
+#[cfg(feature = "prometheus")]
 use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer, Updater};
 
+#[cfg(feature = "prometheus")]
 use crate::print;
 
+#[cfg(not(feature = "prometheus"))]
+pub use off::serve;
+
 /// A bound endpoint, serving nothing but `# EOF` until it follows a sampler.
+#[cfg(feature = "prometheus")]
 pub struct Endpoint {
     exporter: Exporter,
     _server: MetricsServer,
 }
 
+#[cfg(feature = "prometheus")]
 impl Endpoint {
     /// Updates the exposition on each snapshot `sampler` stores, until
     /// the returned guard is dropped.
@@ -56,6 +67,7 @@ fn parse(addr: &str) -> Result<SocketAddr, String> {
 /// Binds the endpoint: loopback only unless `allow_non_loopback`. With
 /// `per_process` (several processes watched), every series is labelled by
 /// `pid` and `process`, at most `max_processes` of them.
+#[cfg(feature = "prometheus")]
 pub fn serve(
     addr: &str,
     allow_non_loopback: bool,
@@ -89,6 +101,42 @@ pub fn serve(
         exporter,
         _server: server,
     })
+}
+
+/// The build without the endpoint: `--listen` is parsed as usual, then
+/// refused.
+#[cfg(not(feature = "prometheus"))]
+mod off {
+    use std::error::Error;
+    use std::sync::{Arc, Mutex};
+
+    use wakemeter::Sampler;
+
+    /// No endpoint is ever bound in this build.
+    pub enum Endpoint {}
+
+    /// Stands for the exporter's update guard.
+    pub enum Updater {}
+
+    impl Endpoint {
+        pub fn follow(&self, _: &Sampler) -> Result<Updater, Box<dyn Error>> {
+            match *self {}
+        }
+
+        pub fn follow_set(&self, _: &Arc<Mutex<Vec<Sampler>>>) -> Result<Updater, Box<dyn Error>> {
+            match *self {}
+        }
+    }
+
+    /// Refuses `--listen` (after checking the address as the full build does).
+    pub fn serve(
+        addr: &str,
+        _allow_non_loopback: bool,
+        _per_process: Option<usize>,
+    ) -> Result<Endpoint, Box<dyn Error>> {
+        super::parse(addr)?;
+        Err("--listen: this build has no metrics endpoint (feature `prometheus` off)".into())
+    }
 }
 
 #[cfg(test)]

@@ -336,7 +336,7 @@ struct Watched {
     sampler: Sampler,
     guard: Option<SamplingGuard>,
     /// Its part of the `--perfetto` trace.
-    trace: Option<wakemeter_perfetto::ProcessTrace>,
+    trace: Option<crate::perfetto::ProcessTrace>,
     /// Its last report written: a report is never written twice.
     printed: crate::watch::Printed,
 }

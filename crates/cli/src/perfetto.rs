@@ -2,12 +2,21 @@
 //! anything is sampled (a bad path is one clear error), each process is a
 //! `ProcessTrace` polled by the command's own loop, and stderr says once
 //! if the trace ended early (size cap, full disk) and, at the end, what
-//! the file holds.
+//! the file holds. Feature `perfetto`; without it `--perfetto` is refused.
 
-use std::path::{Path, PathBuf};
+#[cfg(feature = "perfetto")]
+use std::path::Path;
+use std::path::PathBuf;
 
+#[cfg(feature = "perfetto")]
+pub use wakemeter_perfetto::ProcessTrace;
+#[cfg(feature = "perfetto")]
 use wakemeter_perfetto::{PerfettoFile, TraceConfig};
 
+#[cfg(not(feature = "perfetto"))]
+pub use off::{PerfettoFile, ProcessTrace};
+
+#[cfg(feature = "perfetto")]
 use crate::print;
 
 /// The `--perfetto` options, shared by `watch` and `record`.
@@ -27,11 +36,13 @@ pub struct PerfettoArgs {
 }
 
 /// The trace file and whether its early end was said.
+#[cfg_attr(not(feature = "perfetto"), allow(dead_code))]
 pub struct Trace {
     pub file: PerfettoFile,
     end_said: bool,
 }
 
+#[cfg(feature = "perfetto")]
 impl PerfettoArgs {
     /// Creates the file (before any sampling).
     pub fn create(&self) -> Result<Option<Trace>, String> {
@@ -48,6 +59,7 @@ impl PerfettoArgs {
     }
 }
 
+#[cfg(feature = "perfetto")]
 impl Trace {
     /// Says once, on stderr, that the trace stopped taking samples.
     pub fn note_end(&mut self) {
@@ -79,6 +91,63 @@ impl Trace {
     }
 }
 
+#[cfg(feature = "perfetto")]
 fn shown(p: &Path) -> String {
     print::safe(&p.to_string_lossy()).into_owned()
+}
+
+/// The build without traces: `--perfetto` is refused before anything is
+/// sampled, so no trace or file is ever made.
+#[cfg(not(feature = "perfetto"))]
+mod off {
+    use wakemeter::Sampler;
+
+    use super::{PerfettoArgs, Trace};
+
+    /// No trace file is ever created in this build.
+    pub enum PerfettoFile {}
+
+    /// No process is ever traced in this build.
+    pub enum ProcessTrace {}
+
+    impl PerfettoFile {
+        pub fn add(&self, _: &Sampler) -> Result<ProcessTrace, String> {
+            match *self {}
+        }
+    }
+
+    impl ProcessTrace {
+        pub fn poll(&mut self) {
+            match *self {}
+        }
+    }
+
+    /// As the real one, which finishes the process's part when dropped.
+    impl Drop for ProcessTrace {
+        fn drop(&mut self) {
+            match *self {}
+        }
+    }
+
+    impl PerfettoArgs {
+        /// `Ok(None)` without `--perfetto`; refuses it otherwise.
+        pub fn create(&self) -> Result<Option<Trace>, String> {
+            match &self.perfetto {
+                None => Ok(None),
+                Some(_) => Err(
+                    "--perfetto: this build has no Perfetto traces (feature `perfetto` off)".into(),
+                ),
+            }
+        }
+    }
+
+    impl Trace {
+        pub fn note_end(&mut self) {
+            match self.file {}
+        }
+
+        pub fn summary(&mut self) {
+            match self.file {}
+        }
+    }
 }

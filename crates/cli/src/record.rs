@@ -268,7 +268,7 @@ pub struct Section {
     pub written: u64,
     pub exited: bool,
     /// Its part of the `--perfetto` trace.
-    trace: Option<wakemeter_perfetto::ProcessTrace>,
+    trace: Option<crate::perfetto::ProcessTrace>,
 }
 
 impl Section {

@@ -85,4 +85,11 @@ static __always_inline __u32 current_ns_tid(__u64 ns_ino)
 	return task_ns_tid((struct task_struct *)bpf_get_current_task(), ns_ino);
 }
 
+/* The id of `task` in that namespace, of the current task when `task` is
+ * NULL. */
+static __always_inline __u32 task_or_current_ns_tid(struct task_struct *task, __u64 ns_ino)
+{
+	return task ? task_ns_tid(task, ns_ino) : current_ns_tid(ns_ino);
+}
+
 #endif

@@ -166,44 +166,4 @@ static __always_inline __u32 off_cpu_cause(struct task_struct *prev, bool preemp
 	}
 }
 
-/* Whether the program runs in interrupt context: then `current` is just the
- * task the interrupt (a timer, an I/O completion, a softirq) happened to
- * land on, not the waker. `ctx` is the program's context: the tracepoint's
- * arguments, which the kernel builds on the stack it runs on.
- * - That stack is not the current task's own kernel stack: an interrupt
- *   stack. The arguments are used, not the BPF frame (r10): on kernels
- *   6.14+ (x86_64) a program whose frame reaches 64 bytes runs on a
- *   private per-CPU stack, which lies off the task's stack in every
- *   context (seen: every wake "[interrupt]" on the raw_tp programs).
- * - x86_64 runs an interrupt that hits user mode on the task's stack; then
- *   the registers saved at its top are user mode ones with orig_ax = -1,
- *   where a syscall or an exception would have a number. */
-static __always_inline bool in_interrupt(const void *ctx, const bool btf)
-{
-	__u64 fp;
-	asm volatile("%0 = %1" : "=r"(fp) : "r"(ctx));
-	__u64 base = 0;
-	if (btf) {
-		base = (__u64)bpf_get_current_task_btf()->stack;
-	} else {
-		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
-		bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
-	}
-	if (base && (fp < base || fp > base + WM_THREAD_SIZE))
-		return true;
-#if defined(__TARGET_ARCH_x86)
-	struct pt_regs *regs = current_user_regs(btf);
-	if (regs) {
-		__u64 cs = 0, orig_ax = 0;
-		WM_READ(btf, cs, regs->cs);
-		if (cs == 0x33 || cs == 0x23) { /* __USER_CS, __USER32_CS */
-			WM_READ(btf, orig_ax, regs->orig_ax);
-			return (long)orig_ax < 0;
-		}
-	}
-#endif
-	return false;
-}
-
-
 #endif

@@ -20,6 +20,7 @@
 #include "sched_classify.h"
 #include "stacks.h"
 #include "pid_ns.h"
+#include "sched_events.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -41,7 +42,7 @@ static __always_inline __u32 key_tid(struct task_struct *task, __u32 tid)
 {
 	if (!pidns_ino)
 		return tid;
-	return task ? task_ns_tid(task, pidns_ino) : current_ns_tid(pidns_ino);
+	return task_or_current_ns_tid(task, pidns_ino);
 }
 
 static __always_inline bool other_thread(__u32 tid)
@@ -274,6 +275,9 @@ struct {
 	__type(value, struct wm_unwind);
 } unwind_state SEC(".maps");
 
+/* The walk from the table is x86_64's only (see user_stack_id()): on other
+ * architectures these two are unused, which -Werror would refuse. */
+#if defined(__TARGET_ARCH_x86)
 /* The half of the table in use, as first | count << 32 (0: none), when
  * it was built for the target's current image. */
 static __always_inline __u64 usable_table(void)
@@ -288,6 +292,7 @@ static __always_inline __u64 usable_table(void)
 	__u64 half = t->half; /* one load: first and count of one half */
 	return half >> 32 ? half : 0;
 }
+#endif
 
 /* One frame of the walk over the per-CPU state: 0 to go on, 1 at the end.
  * A global function: verified once, not once per frame of the caller's
@@ -351,6 +356,7 @@ __attribute__((noinline)) int unwind_step(void)
 	return 0;
 }
 
+#if defined(__TARGET_ARCH_x86)
 /* The id of the user stack unwound from (ip, sp, bp) with the table half
  * `table` (usable_table()), as stack_id(). */
 static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp, __u64 table)
@@ -385,6 +391,7 @@ static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp, __u6
 	}
 	return store_stack(st);
 }
+#endif
 
 /* The user stack's id: unwound from the table when it has rows (x86_64),
  * else the kernel's frame-pointer walk. `regs`: the user registers, NULL
@@ -464,9 +471,8 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	__u32 target = target_tgid;
 	__u64 cur = bpf_get_current_pid_tgid(); /* current == prev */
-	int next_tgid = 0;
-	WM_READ(btf, next_tgid, next->tgid);
-	if ((__u32)(cur >> 32) != target && (__u32)next_tgid != target)
+	__u32 next_tgid = task_tgid(next, btf);
+	if ((__u32)(cur >> 32) != target && next_tgid != target)
 		return 0;
 
 	__u64 now = bpf_ktime_get_ns();
@@ -474,7 +480,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 		__u32 tid = (__u32)cur;
 		__u32 prev_state = (__u32)ctx[3];
 		if (prev_state & TASK_DEAD) {
-			bpf_map_delete_elem(&off_start, &tid);
+			forget_thread(&off_start, tid);
 		} else {
 			struct pt_regs *regs;
 			long nr;
@@ -493,10 +499,8 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 				count_lost(WM_LOST_OFF_START_FULL);
 		}
 	}
-	if ((__u32)next_tgid == target) {
-		int next_pid = 0;
-		WM_READ(btf, next_pid, next->pid);
-		__u32 tid = (__u32)next_pid;
+	if (next_tgid == target) {
+		__u32 tid = task_tid(next, btf);
 		struct wm_off_start *start = bpf_map_lookup_elem(&off_start, &tid);
 		if (start) {
 			__u64 since = start->since_ns;
@@ -519,13 +523,10 @@ int rawtp_stack_switch(__u64 *ctx) { return on_switch(ctx, false); }
 static __always_inline int on_waking(__u64 *ctx, const bool btf)
 {
 	struct task_struct *p = (struct task_struct *)ctx[0];
-	int tgid = 0;
-	WM_READ(btf, tgid, p->tgid);
-	if ((__u32)tgid != target_tgid)
+	if (task_tgid(p, btf) != target_tgid)
 		return 0;
-	int pid = 0;
-	WM_READ(btf, pid, p->pid);
-	if (other_thread((__u32)pid))
+	__u32 tid = task_tid(p, btf);
+	if (other_thread(tid))
 		return 0;
 	bool irq = in_interrupt(ctx, btf);
 	__u32 zero = 0;
@@ -533,7 +534,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	if (!key)
 		return 0;
 	__builtin_memset(key, 0, sizeof(*key));
-	key->tid = key_tid(p, (__u32)pid);
+	key->tid = key_tid(p, tid);
 	key->kind = WM_STACK_WAKEUP;
 	bpf_probe_read_kernel(&key->comm, sizeof(key->comm), &p->comm);
 	/* In interrupt context the user stack would be the interrupted task's,
@@ -541,12 +542,11 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	key->kernel_stack = stack_id(ctx, 0);
 	if (irq) {
 		key->user_stack = WM_NO_STACK;
-		__builtin_memcpy(key->waker_comm, "[interrupt]", 12);
 	} else {
 		key->waker_tid = key_tid(NULL, (__u32)bpf_get_current_pid_tgid());
 		key->user_stack = user_stack_id(ctx, leaf_capacity ? current_user_regs(btf) : NULL);
-		bpf_get_current_comm(&key->waker_comm, sizeof(key->waker_comm));
 	}
+	waker_comm(key->waker_comm, irq);
 	add_count(key, 0);
 	return 0;
 }
@@ -584,8 +584,7 @@ static __always_inline int on_exit(void)
 	__u64 id = bpf_get_current_pid_tgid();
 	if ((__u32)(id >> 32) != target_tgid)
 		return 0;
-	__u32 tid = (__u32)id;
-	bpf_map_delete_elem(&off_start, &tid);
+	forget_thread(&off_start, (__u32)id);
 	return 0;
 }
 

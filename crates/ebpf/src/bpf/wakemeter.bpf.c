@@ -20,6 +20,7 @@
 #include "wakemeter.h"
 #include "sched_classify.h"
 #include "pid_ns.h"
+#include "sched_events.h"
 
 /* Dual licence string so the kernel grants the GPL-only helpers we call
  * (bpf_probe_read_kernel/user); the source itself is MIT OR Apache-2.0. */
@@ -171,7 +172,7 @@ static __always_inline struct wm_thread *thread_entry(__u32 tid, __u32 tgid,
 		else
 			bpf_get_current_comm(&st->comm, sizeof(st->comm));
 		if (pidns_ino)
-			st->ns_tid = task ? task_ns_tid(task, pidns_ino) : current_ns_tid(pidns_ino);
+			st->ns_tid = task_or_current_ns_tid(task, pidns_ino);
 	}
 	return st;
 }
@@ -294,9 +295,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	__u64 cur = bpf_get_current_pid_tgid(); /* current == prev */
 	__u32 prev_tgid = (__u32)(cur >> 32);
-	int next_tgid_raw = 0;
-	WM_READ(btf, next_tgid_raw, next->tgid);
-	__u32 next_tgid = (__u32)next_tgid_raw;
+	__u32 next_tgid = task_tgid(next, btf);
 	bool prev_watched = is_watched(prev_tgid);
 	bool next_watched = is_watched(next_tgid);
 	if (!prev_watched && !next_watched)
@@ -309,7 +308,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 		__u32 prev_state = (__u32)ctx[3];
 		if (prev_state & TASK_DEAD) {
 			/* Final switch of an exiting thread: never recreate it. */
-			bpf_map_delete_elem(&threads, &tid);
+			forget_thread(&threads, tid);
 		} else {
 			struct wm_thread *st = thread_entry(tid, prev_tgid, prev);
 			if (st) {
@@ -344,10 +343,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 		}
 	}
 	if (next_watched) {
-		int next_pid = 0;
-		WM_READ(btf, next_pid, next->pid);
-		__u32 tid = (__u32)next_pid;
-		struct wm_thread *st = thread_entry(tid, next_tgid, next);
+		struct wm_thread *st = thread_entry(task_tid(next, btf), next_tgid, next);
 		if (st) {
 			if (st->off_since_ns && now > st->off_since_ns) {
 				__u64 d = now - st->off_since_ns;
@@ -434,10 +430,7 @@ static __always_inline void note_waker(struct wm_thread *st, bool irq, bool of_t
 	st->waker_tid[slot] = waker;
 	if (pidns_ino)
 		st->waker_ns_tid[slot] = irq ? 0 : current_ns_tid(pidns_ino);
-	if (irq)
-		__builtin_memcpy(st->waker_comm[slot], "[interrupt]", 12);
-	else
-		bpf_get_current_comm(&st->waker_comm[slot], WM_COMM_LEN);
+	waker_comm(st->waker_comm[slot], irq);
 	if (of_target)
 		st->waker_of_target |= 1ULL << slot;
 	else
@@ -449,22 +442,18 @@ static __always_inline void note_waker(struct wm_thread *st, bool irq, bool of_t
 static __always_inline int on_waking(__u64 *ctx, const bool btf)
 {
 	struct task_struct *p = (struct task_struct *)ctx[0];
-	int tgid = 0;
-	WM_READ(btf, tgid, p->tgid);
-	if (!is_watched((__u32)tgid))
+	__u32 tgid = task_tgid(p, btf);
+	if (!is_watched(tgid))
 		return 0;
 
-	int pid = 0;
-	WM_READ(btf, pid, p->pid);
-	__u32 tid = (__u32)pid;
-	struct wm_thread *st = thread_entry(tid, (__u32)tgid, p);
+	struct wm_thread *st = thread_entry(task_tid(p, btf), tgid, p);
 	if (!st)
 		return 0;
 	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
 	bool irq = in_interrupt(ctx, btf);
-	bool of_target = !irq && (__u32)(bpf_get_current_pid_tgid() >> 32) == (__u32)tgid;
+	bool of_target = !irq && (__u32)(bpf_get_current_pid_tgid() >> 32) == tgid;
 	__u32 source = irq ? WM_WAKE_INTERRUPT : of_target ? WM_WAKE_TARGET : WM_WAKE_OTHER;
 	if (source < WM_WAKE_SOURCES) /* always true; bounds the index for the verifier */
 		__sync_fetch_and_add(&st->wakes_by[source], 1);
@@ -487,8 +476,7 @@ static __always_inline int on_exit(__u64 *ctx, const bool btf)
 	__u32 tgid = (__u32)(id >> 32);
 	if (!is_watched(tgid))
 		return 0;
-	__u32 tid = (__u32)id;
-	bpf_map_delete_elem(&threads, &tid);
+	forget_thread(&threads, (__u32)id);
 	struct wm_target *t = bpf_map_lookup_elem(&targets, &tgid);
 	if (!t)
 		return 0;
