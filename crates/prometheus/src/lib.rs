@@ -52,21 +52,23 @@ mod exporter;
 mod groups;
 mod names;
 mod server;
+mod state;
 mod text;
 mod totals;
 
 use std::net::SocketAddr;
 
 pub use encode::{HISTOGRAM_HIGH_POW2, HISTOGRAM_LOW_POW2};
-pub use exporter::{
-    DEFAULT_MAX_PROCESSES, DEFAULT_MAX_SERIES, DEFAULT_TOP_PROBES, DEFAULT_TOP_THREADS, Exporter,
-    ExporterConfig, MAX_PROCESSES, MAX_TOP_N, MIN_MAX_SERIES, Updater,
-};
+pub use exporter::{Exporter, Updater};
 pub use groups::EVICT_AFTER_UPDATES;
 pub use names::{OTHER, collapse};
 pub use server::{
     MAX_CONNECTIONS, MAX_MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEADLINE, MetricsServer,
     REQUEST_DEADLINE, STOP_WITHIN, ServerOptions, ServerStats,
+};
+pub use state::{
+    DEFAULT_MAX_PROCESSES, DEFAULT_MAX_SERIES, DEFAULT_TOP_PROBES, DEFAULT_TOP_THREADS,
+    ExporterConfig, MAX_PROCESSES, MAX_TOP_N, MIN_MAX_SERIES,
 };
 pub use text::openmetrics_to_prometheus;
 
