@@ -17,8 +17,7 @@ use wakemeter::{FindingKind, Severity};
 use crate::groups::{Groups, Totals};
 use crate::names::OTHER;
 use crate::names::label_value;
-use crate::server::ServerStats;
-use crate::state::{ExporterConfig, State};
+use crate::state::{ExporterConfig, ServerStats, State};
 use crate::totals::{KERNEL_COUNTS, LoopTotals, OFF_CPU_CAUSES, SleepTotals, ThreadTotals};
 
 /// Smallest finite histogram bound: `2^10` ns (about 1 µs); faster

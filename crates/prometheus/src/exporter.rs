@@ -12,9 +12,9 @@ use prometheus_client::registry::Registry;
 use wakemeter::{SampleWait, Sampler};
 
 use crate::encode::Exposed;
-use crate::server::HttpCounters;
-use crate::state::{ExporterConfig, State};
-use crate::{Error, text};
+use crate::error::Error;
+use crate::state::{ExporterConfig, HttpCounters, State};
+use crate::text;
 
 /// The processes followed, by PID (at most one without
 /// [`ExporterConfig::per_process`]), and the running count of series left

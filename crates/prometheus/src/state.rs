@@ -1,9 +1,11 @@
 //! What an exporter is configured with and what it has added up so far:
 //! the plain records that the updater writes and the encoder reads.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use wakemeter::{Interval, Snapshot, TargetIdentity};
 
-use crate::Error;
+use crate::error::Error;
 use crate::groups::Groups;
 use crate::names::collapse;
 use crate::totals::{LoopTotals, SleepTotals, ThreadTotals};
@@ -221,5 +223,42 @@ impl State {
             )
         }));
         self.last_seq = Some(i.to_seq);
+    }
+}
+
+/// What the endpoint did since it started (every [`MetricsServer`](crate::MetricsServer) of one
+/// [`Exporter`](crate::Exporter) together); also exposed as `wakemeter_exporter_http_*`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Connections closed to stay within [`ServerOptions::max_connections`](crate::ServerOptions::max_connections).
+    pub shed: u64,
+    /// Connections closed at [`ServerOptions::request_deadline`](crate::ServerOptions::request_deadline).
+    pub timeouts: u64,
+    /// Accepts that failed for lack of descriptors or memory, each
+    /// followed by a pause of accepting.
+    pub accept_errors: u64,
+}
+
+/// The counters behind [`ServerStats`], kept by the exporter so that its
+/// exposition can show them.
+#[derive(Debug, Default)]
+pub(crate) struct HttpCounters {
+    pub(crate) connections: AtomicU64,
+    pub(crate) shed: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) accept_errors: AtomicU64,
+}
+
+impl HttpCounters {
+    pub(crate) fn stats(&self) -> ServerStats {
+        ServerStats {
+            connections: self.connections.load(Ordering::Relaxed),
+            shed: self.shed.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            accept_errors: self.accept_errors.load(Ordering::Relaxed),
+        }
     }
 }
