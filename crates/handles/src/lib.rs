@@ -158,7 +158,8 @@ fn handle_of(index: usize, generation: u32) -> usize {
 }
 
 /// Puts `object` in a free slot and returns its handle (never 0); `None`
-/// when the table is full ([`MAX_SLOTS`] live handles), the object dropped.
+/// when the table is full (2^32 - 1 live handles on 64-bit targets, 2^20 - 1
+/// on 32-bit ones), the object dropped.
 pub fn insert<T: Kind>(object: Arc<T>) -> Option<usize> {
     let index = {
         let mut free = free_slots();
