@@ -33,7 +33,7 @@ typedef enum wm_status {
    */
   WM_ERR_WRONG_KIND = 2,
   /**
-   * The handle was freed (best effort detection).
+   * The handle was freed (also once a newer handle reuses its slot).
    */
   WM_ERR_FREED = 3,
   /**

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use wakemeter::compare::{Experiment, IdentityRule, LoadRecord, Side};
 
-use crate::multi::Selection;
 use crate::record::{self, EndReason, Output, Recorder};
+use crate::selection::{LeftOut, MAX_PROCESSES_LIMIT, Selection};
 use crate::{kernel, loadgen, print};
 
 /// What `ab` was asked for.
@@ -184,7 +184,7 @@ fn run_side(
         None => None,
     };
     let pids = wait_ready(o, &mut started)?;
-    let mut left_out = crate::multi::LeftOut::default();
+    let mut left_out = LeftOut::default();
     let sections = record::prepare_all(pids, o.interval, o.kernel, |_| None, &mut left_out);
     let path = o.dir.join(format!("{name}-{run}.ndjson"));
     let out = Output::open(&path)?;
@@ -288,10 +288,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&o.interval) {
         return Err("--interval must be between 0.01 and 60 seconds".into());
     }
-    if !(1..=crate::multi::MAX_PROCESSES_LIMIT).contains(&o.selection.max_processes) {
+    if !(1..=MAX_PROCESSES_LIMIT).contains(&o.selection.max_processes) {
         return Err(format!(
             "--max-processes must be between 1 and {}",
-            crate::multi::MAX_PROCESSES_LIMIT
+            MAX_PROCESSES_LIMIT
         )
         .into());
     }
@@ -300,7 +300,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     }
     std::fs::create_dir_all(&o.dir)
         .map_err(|e| format!("cannot create {}: {e}", o.dir.display()))?;
-    let stop = record::stop_on_signals()?;
+    let stop = crate::signals::stop_on_signals()?;
     let mut files: Vec<(Side, PathBuf)> = Vec::new();
     for run in 1..=o.runs {
         let order = if run % 2 == 1 {

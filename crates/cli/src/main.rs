@@ -16,7 +16,9 @@ mod profile;
 mod record;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod scenarios;
+mod selection;
 mod session;
+mod signals;
 mod target;
 #[cfg(feature = "tui")]
 mod top;
@@ -88,7 +90,7 @@ enum Command {
     #[command(after_help = WATCH_HELP)]
     Watch {
         #[command(flatten)]
-        selection: multi::Selection,
+        selection: selection::Selection,
         /// Time between reports: whole seconds, 1 to 3600 (`5s`, `5`,
         /// `1m`). `--every` is the old name.
         #[arg(long = "interval", visible_alias = "every", value_name = "DURATION", default_value = "5s", value_parser = duration::parse_positive)]
@@ -150,7 +152,7 @@ enum Command {
     /// processes, one such section per process in the one file.
     Record {
         #[command(flatten)]
-        selection: multi::Selection,
+        selection: selection::Selection,
         /// How long to record (at most one day): seconds, or `500ms`,
         /// `30s`, `5m`. Counted from when every selected process is
         /// measured (after the eBPF attach, which stderr reports).
@@ -216,7 +218,7 @@ enum Command {
 #[derive(clap::Args, Debug)]
 struct AbArgs {
     #[command(flatten)]
-    selection: multi::Selection,
+    selection: selection::Selection,
     /// The load of both sides (run by `sh -c`), e.g.
     /// `wrk -t2 -c50 -d10s --latency http://127.0.0.1:8080/`.
     #[arg(long, value_name = "CMD", required_unless_present_all = ["control_load", "variant_load"])]
@@ -371,7 +373,7 @@ Exit status:
 
 /// The PID when `watch` names exactly one process by PID (the
 /// single-process watch: unlabelled `--listen` series, `--profile-dir`).
-fn single_pid(s: &multi::Selection) -> Option<u32> {
+fn single_pid(s: &selection::Selection) -> Option<u32> {
     match (s.pids.as_slice(), &s.name, &s.cgroup) {
         (&[pid], None, None) => Some(pid),
         _ => None,

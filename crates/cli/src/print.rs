@@ -14,7 +14,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 use wakemeter::compare::ThreadGroupInterval;
-use wakemeter::{Finding, Interval, LoopInterval, SampleWarning, Severity, SleepInterval};
+use wakemeter::{Finding, Interval, LoopInterval, Report, SampleWarning, Severity, SleepInterval};
 
 /// Characters that must not reach a terminal raw: C0 controls (including
 /// ESC, BEL, tab and newline), DEL, C1 controls (`\u{9b}` is CSI on some
@@ -355,11 +355,7 @@ pub fn finding_line(f: &Finding) -> String {
         Severity::Warning => "WARNING ",
         _ => "INFO    ",
     };
-    let kind = serde_json::to_value(f.kind)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    format!("[{sev}] {}: {}", safe(&kind), safe(&f.summary))
+    format!("[{sev}] {}: {}", safe(f.kind.as_str()), safe(&f.summary))
 }
 
 /// Findings, most severe first, with their advice. Summaries and advice
@@ -387,6 +383,37 @@ pub fn findings_with(
         }
     }
     Ok(())
+}
+
+/// What the last written report was, so that one interval is never
+/// written twice: when sampling starves (no new snapshot before the
+/// deadline, or before the target's exit is noticed), the final report
+/// would repeat the last one.
+#[derive(Default)]
+pub(crate) struct Printed {
+    /// The snapshot the last written interval ended at, and whether the
+    /// sampler was running then.
+    last: Option<(u64, bool)>,
+}
+
+impl Printed {
+    /// Whether `report` repeats the last one written (then it is not
+    /// written again); otherwise it is noted as written. In JSON a report
+    /// that only adds `running: false` to the same interval is written: it
+    /// is how a reader learns that sampling ended.
+    pub(crate) fn repeats(&mut self, report: &Report, json: bool) -> bool {
+        let Some(i) = &report.interval else {
+            return false;
+        };
+        let running = report.stats.running;
+        let same = self
+            .last
+            .is_some_and(|(seq, was)| seq == i.to_seq && (!json || was == running));
+        if !same {
+            self.last = Some((i.to_seq, running));
+        }
+        same
+    }
 }
 
 #[cfg(test)]

@@ -24,8 +24,7 @@ use std::io::{self, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use wakemeter::compare::{
@@ -34,7 +33,8 @@ use wakemeter::compare::{
 };
 use wakemeter::{Sampler, SamplerBuilder, SamplingGuard, Target};
 
-use crate::multi::Selection;
+use crate::selection::{LeftOut, Selection};
+use crate::signals::stop_on_signals;
 use crate::target::{self, Liveness, Resolved};
 use crate::{kernel, print};
 
@@ -211,16 +211,6 @@ impl Output {
     }
 }
 
-/// SIGINT and SIGTERM set the returned flag instead of ending the process.
-pub fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&flag))
-            .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
-    }
-    Ok(flag)
-}
-
 fn now_unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -375,7 +365,7 @@ pub fn prepare_all(
     interval: Duration,
     choice: kernel::Choice,
     label: impl Fn(u32) -> Option<String>,
-    left_out: &mut crate::multi::LeftOut,
+    left_out: &mut LeftOut,
 ) -> Vec<Section> {
     left_out.begin();
     let all = Instant::now();
@@ -624,7 +614,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
     let follows = sel.name.is_some() || sel.cgroup.is_some();
     let many = follows || sel.pids.len() > 1;
     let mut last_dropped: Vec<u32> = Vec::new();
-    let mut left_out = crate::multi::LeftOut::default();
+    let mut left_out = LeftOut::default();
     let first = sel.resolve_capped("recording", &mut last_dropped)?;
     let sections = prepare_all(first, o.interval, o.kernel, |_| None, &mut left_out);
     let mut rec = Recorder::start_traced(out, sections, trace);

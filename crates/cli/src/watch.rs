@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use wakemeter::{Report, SampleWait, Target};
 
+use crate::print::Printed;
 use crate::session::{self, End, SAMPLE_EVERY};
 use crate::target::{self, Liveness};
 use crate::{kernel, metrics, print};
@@ -88,7 +89,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     // trace, Ctrl-C ends the watch normally so the file is finished.
     let mut trace = o.perfetto.create()?;
     let interrupted = match &trace {
-        Some(_) => Some(crate::record::stop_on_signals()?),
+        Some(_) => Some(crate::signals::stop_on_signals()?),
         None => None,
     };
     let kernel = match kernel::attach(Target::Pid(pid), o.kernel) {
@@ -226,37 +227,6 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             print::note(&format!("wakemeter: sampling stopped: {why}"));
             Ok(ExitCode::FAILURE)
         }
-    }
-}
-
-/// What the last written report was, so that one interval is never
-/// written twice: when sampling starves (no new snapshot before the
-/// deadline, or before the target's exit is noticed), the final report
-/// would repeat the last one.
-#[derive(Default)]
-pub(crate) struct Printed {
-    /// The snapshot the last written interval ended at, and whether the
-    /// sampler was running then.
-    last: Option<(u64, bool)>,
-}
-
-impl Printed {
-    /// Whether `report` repeats the last one written (then it is not
-    /// written again); otherwise it is noted as written. In JSON a report
-    /// that only adds `running: false` to the same interval is written: it
-    /// is how a reader learns that sampling ended.
-    pub(crate) fn repeats(&mut self, report: &Report, json: bool) -> bool {
-        let Some(i) = &report.interval else {
-            return false;
-        };
-        let running = report.stats.running;
-        let same = self
-            .last
-            .is_some_and(|(seq, was)| seq == i.to_seq && (!json || was == running));
-        if !same {
-            self.last = Some((i.to_seq, running));
-        }
-        same
     }
 }
 

@@ -13,23 +13,19 @@
 //!
 //! # Handles
 //!
-//! A handle is the address of a small box made by `Sampler.raw_handle()`,
-//! `LoopProbe.raw_handle()` or `SleepProbe.raw_handle()`: a kind tag saying
-//! which object type it holds, then a strong reference to the object. Every
-//! function checks the tag before it touches the object, so a loop handle
-//! given to a sleep function returns [`WRONG_KIND`] instead of reading a
-//! `LoopProbe` as a `SleepProbe`, and 0 (or an address no box can have)
-//! returns [`BAD_HANDLE`]. The check costs one relaxed atomic load and a
-//! compare: the hot path takes no lock and allocates nothing.
+//! A handle comes from `Sampler.raw_handle()`, `LoopProbe.raw_handle()` or
+//! `SleepProbe.raw_handle()` (see the `handle` module): a number of the
+//! handle table shared with the C API, holding a strong reference to the
+//! object. Every function checks the handle before it touches the object:
+//! a loop handle given to a sleep function returns [`WRONG_KIND`] instead
+//! of reading a `LoopProbe` as a `SleepProbe`; 0, a released handle (also
+//! once its slot holds a newer object) or a number no handle has returns
+//! [`BAD_HANDLE`]. The check takes no lock and allocates nothing.
 //!
-//! The tag cannot make a released handle safe: the matching `*_release`
-//! function frees the box, and anything may live at that address
-//! afterwards. Release overwrites the tag first, so a stale handle whose
-//! memory has not been reused yet is refused with [`BAD_HANDLE`], but that
-//! is a diagnostic, not a guarantee. The guarantee comes from the owner:
-//! the Kotlin layer (`dev.wakemeter.RawHandle`) counts the calls in flight
-//! on a handle, releases it exactly once, after the last of them, and
-//! refuses calls once it is closed.
+//! What the owner still guarantees: a handle is not released while a call
+//! on it is in flight. The Kotlin layer (`dev.wakemeter.RawHandle`) counts
+//! the calls in flight on a handle, releases it exactly once, after the
+//! last of them, and refuses calls once it is closed.
 //!
 //! # Records
 //!
@@ -43,26 +39,23 @@
 //! [`WRONG_KIND`], [`BAD_INPUT`] (the record calls return them negated).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use uniffi::Lower;
 
 use crate::UniFfiTag;
 use crate::error::WakemeterError;
+use crate::handle::{self, Kind, Refused};
 use crate::probe::{LoopProbe, SleepProbe};
-use crate::sampler::Sampler;
 
-mod sampler;
+mod sampler_calls;
 
-pub use sampler::*;
+pub use sampler_calls::*;
 
 /// The call succeeded.
 pub const OK: i32 = 0;
 /// The probe's sampler is gone (`WakemeterError::SamplerGone`).
 pub const SAMPLER_GONE: i32 = 1;
-/// The handle is 0, or not the address of a live handle (a released one
-/// whose memory was not reused yet, or a number no handle can have).
+/// The handle is 0, released, or a number no handle has.
 pub const BAD_HANDLE: i32 = 2;
 /// The call panicked (a bug); nothing was recorded.
 pub const PANICKED: i32 = 3;
@@ -79,83 +72,11 @@ pub const BAD_INPUT: i32 = 5;
 /// fits and is never dropped (leaking the handle).
 pub const MIN_CAPACITY: u64 = 64;
 
-/// Tag of a box holding a `LoopProbe` ("wmloop" in ASCII, then 1).
-const LOOP_KIND: u64 = 0x776d_6c6f_6f70_0001;
-/// Tag of a box holding a `SleepProbe` ("wmslep" in ASCII, then 2).
-const SLEEP_KIND: u64 = 0x776d_736c_6570_0002;
-/// Tag of a box holding a `Sampler` ("wmsamp" in ASCII, then 3).
-const SAMPLER_KIND: u64 = 0x776d_7361_6d70_0003;
-/// Tag written by the release functions just before the box is freed.
-const RELEASED: u64 = 0x776d_6465_6164_0000;
-
-/// An object type that can be behind a handle, with the tag of its boxes.
-pub(crate) trait Kind {
-    /// The tag stored at the start of this type's boxes.
-    const KIND: u64;
-}
-
-impl Kind for LoopProbe {
-    const KIND: u64 = LOOP_KIND;
-}
-
-impl Kind for SleepProbe {
-    const KIND: u64 = SLEEP_KIND;
-}
-
-impl Kind for Sampler {
-    const KIND: u64 = SAMPLER_KIND;
-}
-
-/// What a handle points at.
-///
-/// `repr(C)` puts `kind` first for every `T`, so the tag of any handle can
-/// be read before its type is known.
-#[repr(C)]
-struct Handle<T> {
-    /// [`Kind::KIND`] of `T` while the handle is live, [`RELEASED`] after.
-    kind: AtomicU64,
-    object: Arc<T>,
-}
-
-/// A new handle owning a strong reference to `object` (see the module docs).
-pub(crate) fn into_handle<T: Kind>(object: Arc<T>) -> u64 {
-    let boxed = Box::new(Handle {
-        kind: AtomicU64::new(T::KIND),
-        object,
-    });
-    // Non-zero: a box's address is never null. On 32-bit targets the
-    // address fits, and `tagged` refuses anything above `usize::MAX`.
-    Box::into_raw(boxed).expose_provenance() as u64
-}
-
-/// The box behind `handle` if its tag says it holds a `T`, else the code to
-/// return.
-///
-/// # Safety
-/// `handle` is 0, or was returned by `into_handle` (for any object type) and
-/// not yet released; the box stays live for `'a`.
-unsafe fn tagged<'a, T: Kind>(handle: u64) -> Result<&'a Handle<T>, i32> {
-    let Ok(address) = usize::try_from(handle) else {
-        return Err(BAD_HANDLE);
-    };
-    // Boxes of every kind share the alignment of their first two fields.
-    if address == 0 || !address.is_multiple_of(align_of::<Handle<T>>()) {
-        return Err(BAD_HANDLE);
-    }
-    let tag = std::ptr::with_exposed_provenance::<AtomicU64>(address);
-    // SAFETY: per this function's contract the non-zero `handle` is the
-    // address of a live `Handle<_>` box made by `into_handle`; whatever
-    // its type, it is `repr(C)` with an `AtomicU64` as first field, so the
-    // address is valid for an atomic read of that field.
-    let kind = unsafe { &*tag }.load(Ordering::Relaxed);
-    if kind == T::KIND {
-        // SAFETY: live box (contract) whose tag says it was made as a
-        // `Handle<T>`; only shared references to it are ever created.
-        Ok(unsafe { &*tag.cast::<Handle<T>>() })
-    } else if kind == LOOP_KIND || kind == SLEEP_KIND || kind == SAMPLER_KIND {
-        Err(WRONG_KIND)
-    } else {
-        Err(BAD_HANDLE)
+/// The code of a refused handle.
+fn refused(r: Refused) -> i32 {
+    match r {
+        Refused::WrongKind(_) => WRONG_KIND,
+        Refused::Null | Refused::Freed | Refused::Bad => BAD_HANDLE,
     }
 }
 
@@ -170,37 +91,28 @@ fn code(r: std::thread::Result<Result<(), WakemeterError>>) -> i32 {
 /// Runs `f` on the object behind `handle` if it is a `T`.
 ///
 /// # Safety
-/// As [`tagged`]; the handle is not released while this runs.
+/// The handle is not released while this runs.
 unsafe fn with<T: Kind>(handle: u64, f: impl FnOnce(&T) -> Result<(), WakemeterError>) -> i32 {
-    // SAFETY: forwarded from this function's contract; the box outlives
-    // this call because the caller does not release it meanwhile.
-    match unsafe { tagged::<T>(handle) } {
-        Ok(h) => code(catch_unwind(AssertUnwindSafe(|| f(&h.object)))),
-        Err(code) => code,
+    // SAFETY: forwarded from this function's contract.
+    match unsafe { handle::get::<T>(handle) } {
+        Ok(object) => code(catch_unwind(AssertUnwindSafe(|| f(object)))),
+        Err(r) => refused(r),
     }
 }
 
 /// Releases a handle if it is a `T`; returns [`OK`] or why it did not.
 ///
 /// # Safety
-/// As [`tagged`]; the handle is not used again, by any thread, once this
-/// returns [`OK`].
+/// No call on the handle is in flight, by any thread.
 unsafe fn release<T: Kind>(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
-    let h = match unsafe { tagged::<T>(handle) } {
-        Ok(h) => h,
-        Err(code) => return code,
+    let object = match unsafe { handle::release::<T>(handle) } {
+        Ok(object) => object,
+        Err(r) => return refused(r),
     };
-    h.kind.store(RELEASED, Ordering::Relaxed);
-    let boxed = std::ptr::from_ref(h).cast_mut();
     // Dropping the object's last reference runs its destructor; a panic there
     // must not cross the C boundary.
-    let dropped = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the box was made by `Box::into_raw` as a `Handle<T>` (its
-        // tag said so) and the caller owns it and never uses it again, so
-        // it is freed exactly once; `h` is not used after this.
-        drop(unsafe { Box::from_raw(boxed) });
-    }));
+    let dropped = catch_unwind(AssertUnwindSafe(|| drop(object)));
     if dropped.is_ok() { OK } else { PANICKED }
 }
 
@@ -237,8 +149,9 @@ fn put<R: Lower<UniFfiTag>>(result: Result<R, WakemeterError>) -> Answer {
 /// `-PANICKED`; a `WakemeterError` is an answer (tag 1), not a code.
 ///
 /// # Safety
-/// As [`tagged`]; `buf` is valid for reads and writes of `cap` bytes and
-/// nothing else reads or writes it during the call.
+/// The handle is not released during the call; `buf` is valid for reads
+/// and writes of `cap` bytes and nothing else reads or writes it during
+/// the call.
 unsafe fn answer<T: Kind>(
     handle: u64,
     buf: *mut u8,
@@ -246,11 +159,10 @@ unsafe fn answer<T: Kind>(
     in_len: u64,
     f: impl FnOnce(&T, &[u8]) -> Answer,
 ) -> i64 {
-    // SAFETY: forwarded from this function's contract; the box outlives
-    // this call because the caller does not release it meanwhile.
-    let h = match unsafe { tagged::<T>(handle) } {
-        Ok(h) => h,
-        Err(code) => return -i64::from(code),
+    // SAFETY: forwarded from this function's contract.
+    let object = match unsafe { handle::get::<T>(handle) } {
+        Ok(object) => object,
+        Err(r) => return -i64::from(refused(r)),
     };
     if buf.is_null() || in_len > cap {
         return -i64::from(BAD_INPUT);
@@ -266,7 +178,7 @@ unsafe fn answer<T: Kind>(
         // bytes that nothing writes during the call (contract); the slice
         // is dropped before the answer is copied into `buf`.
         let input = unsafe { std::slice::from_raw_parts(buf, in_len) };
-        f(&h.object, input)
+        f(object, input)
     }));
     match answered {
         Ok(Ok(out)) => {
@@ -287,7 +199,7 @@ unsafe fn answer<T: Kind>(
 /// Returns [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`WRONG_KIND`] or [`PANICKED`].
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `raw_handle()`, not released during the call.
+/// `handle` is any number; a live one is not released during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_loop_probe_before_wait(handle: u64, timeout_ns: i64) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -299,7 +211,7 @@ pub unsafe extern "C" fn wakemeter_loop_probe_before_wait(handle: u64, timeout_n
 /// Returns [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`WRONG_KIND`] or [`PANICKED`].
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `raw_handle()`, not released during the call.
+/// `handle` is any number; a live one is not released during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_loop_probe_after_wait(handle: u64, events: u32) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -309,11 +221,11 @@ pub unsafe extern "C" fn wakemeter_loop_probe_after_wait(handle: u64, events: u3
 /// Releases a handle from `LoopProbe.raw_handle()`.
 ///
 /// Returns [`OK`] when released; [`BAD_HANDLE`] or [`WRONG_KIND`] (nothing
-/// released); [`PANICKED`] if the probe's destructor panicked (the memory is
-/// still freed).
+/// released); [`PANICKED`] if the probe's destructor panicked (the handle
+/// is still released).
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `raw_handle()`, never used again once released.
+/// `handle` is any number; no call on a live one is in flight.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_loop_probe_release(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -325,7 +237,7 @@ pub unsafe extern "C" fn wakemeter_loop_probe_release(handle: u64) -> i32 {
 /// Returns [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`WRONG_KIND`] or [`PANICKED`].
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `raw_handle()`, not released during the call.
+/// `handle` is any number; a live one is not released during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_sleep_probe_begin(handle: u64, requested_ns: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -337,7 +249,7 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_begin(handle: u64, requested_ns: 
 /// Returns [`OK`], [`SAMPLER_GONE`], [`BAD_HANDLE`], [`WRONG_KIND`] or [`PANICKED`].
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `raw_handle()`, not released during the call.
+/// `handle` is any number; a live one is not released during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_sleep_probe_end(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -349,7 +261,7 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_end(handle: u64) -> i32 {
 /// Returns as [`wakemeter_loop_probe_release`].
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `raw_handle()`, never used again once released.
+/// `handle` is any number; no call on a live one is in flight.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_sleep_probe_release(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
@@ -360,8 +272,7 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_release(handle: u64) -> i32 {
 /// the answer is a `Result<LoopStats, WakemeterError>`.
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `raw_handle()`, not released during
-/// the call; `buf` is valid for reads and writes of `cap` bytes, used by
+/// `handle` is any number; a live one is not released during the call; `buf` is valid for reads and writes of `cap` bytes, used by
 /// nothing else during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_loop_probe_stats(handle: u64, buf: *mut u8, cap: u64) -> i64 {
@@ -381,6 +292,8 @@ pub unsafe extern "C" fn wakemeter_sleep_probe_stats(handle: u64, buf: *mut u8, 
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::Sampler;
     use wakemeter::SamplerConfig;
@@ -450,8 +363,8 @@ mod tests {
 
     #[test]
     fn zero_and_misaligned_numbers_are_refused_without_reading() {
-        // SAFETY: 0 is allowed by the contract; 1 is refused by the
-        // alignment check before any read.
+        // SAFETY: any number is allowed by the contract; neither 0 nor 1 is
+        // a handle (1 would carry generation 0, which no handle has).
         unsafe {
             for bad in [0, 1] {
                 assert_eq!(wakemeter_loop_probe_before_wait(bad, 0), BAD_HANDLE);

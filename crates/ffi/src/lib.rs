@@ -4,16 +4,18 @@ uniffi::setup_scaffolding!();
 
 mod error;
 pub mod fast;
+mod handle;
 mod listener;
+mod lock;
 mod perfetto;
 mod probe;
-mod sampler;
+mod sampler_object;
 
 pub use error::{ListenerError, WakemeterError};
 pub use listener::{ListenerStats, SamplerListener};
 pub use perfetto::{PerfettoTrace, PerfettoTraceStatus};
 pub use probe::{LoopProbe, SleepProbe};
-pub use sampler::Sampler;
+pub use sampler_object::Sampler;
 
 /// Version of the wakemeter library behind these bindings.
 #[uniffi::export]

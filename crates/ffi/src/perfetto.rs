@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::error::WakemeterError;
-use crate::sampler::{Sampler, lock};
+use crate::lock::lock;
 
 /// What a Perfetto trace file holds so far.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
@@ -55,14 +55,14 @@ impl std::fmt::Debug for PerfettoTrace {
 }
 
 impl PerfettoTrace {
+    /// Starts a trace of `core`'s process (`Sampler.start_perfetto_trace`).
     pub(crate) fn start(
-        sampler: &Sampler,
+        core: &wakemeter::Sampler,
         path: String,
         max_bytes: u64,
     ) -> Result<Arc<PerfettoTrace>, WakemeterError> {
-        let core = sampler.core()?;
         let config = wakemeter_perfetto::TraceConfig::default().with_max_bytes(max_bytes);
-        let trace = wakemeter_perfetto::PerfettoTrace::start(&core, &path, config)?;
+        let trace = wakemeter_perfetto::PerfettoTrace::start(core, &path, config)?;
         let status = trace.status().into();
         Ok(Arc::new(PerfettoTrace {
             trace: Mutex::new(Some(trace)),

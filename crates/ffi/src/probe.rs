@@ -5,18 +5,60 @@
 //! Hot-path arguments are plain integers (no `Option`, no records): an
 //! `Option` would be serialized into a heap buffer on every call.
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use wakemeter::{LoopStats, SleepStats};
 
 use crate::error::WakemeterError;
-use crate::sampler::lock;
+use crate::handle::{Kind, into_handle};
+use crate::lock::lock;
 
 /// Whether the sampler that created a probe is still alive; shared by the
 /// sampler and its probes, cleared by `shutdown()` and when the sampler is released.
 pub(crate) type Alive = Arc<AtomicBool>;
+
+/// What either exported probe holds: the core's probe behind its mutex,
+/// the sampler's liveness, and the id and name the probe was created with.
+struct Shared<P> {
+    probe: Mutex<P>,
+    alive: Alive,
+    id: u64,
+    name: String,
+}
+
+impl<P> Shared<P> {
+    fn new(probe: P, id: u64, name: String, alive: Alive) -> Self {
+        Shared {
+            probe: Mutex::new(probe),
+            alive,
+            id,
+            name,
+        }
+    }
+
+    /// The core's probe, once the sampler is known to be alive.
+    ///
+    /// # Errors
+    /// `SamplerGone` once the sampler is shut down or released.
+    #[inline]
+    fn checked(&self) -> Result<MutexGuard<'_, P>, WakemeterError> {
+        if self.alive.load(Ordering::Acquire) {
+            Ok(lock(&self.probe))
+        } else {
+            Err(WakemeterError::SamplerGone)
+        }
+    }
+
+    fn debug(&self, f: &mut fmt::Formatter<'_>, type_name: &str) -> fmt::Result {
+        f.debug_struct(type_name)
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Instruments one event loop: call `before_wait` right before the loop
 /// blocks (poll, epoll_wait, kevent, a park) and `after_wait` right after.
@@ -27,39 +69,26 @@ pub(crate) type Alive = Arc<AtomicBool>;
 /// sampler is shut down or released.
 #[derive(uniffi::Object)]
 pub struct LoopProbe {
-    probe: Mutex<wakemeter::LoopProbe>,
-    alive: Alive,
-    id: u64,
-    name: String,
+    shared: Shared<wakemeter::LoopProbe>,
 }
 
-impl std::fmt::Debug for LoopProbe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoopProbe")
-            .field("id", &self.id)
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+impl fmt::Debug for LoopProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.shared.debug(f, "LoopProbe")
     }
 }
 
 impl LoopProbe {
     pub(crate) fn new(probe: wakemeter::LoopProbe, name: String, alive: Alive) -> Self {
+        let id = probe.id();
         LoopProbe {
-            id: probe.id(),
-            probe: Mutex::new(probe),
-            alive,
-            name,
+            shared: Shared::new(probe, id, name, alive),
         }
     }
+}
 
-    #[inline]
-    fn check(&self) -> Result<(), WakemeterError> {
-        if self.alive.load(Ordering::Acquire) {
-            Ok(())
-        } else {
-            Err(WakemeterError::SamplerGone)
-        }
-    }
+impl Kind for LoopProbe {
+    const TAG: u32 = u32::from_be_bytes(*b"jLoo");
 }
 
 /// `timeout_ns` as the core's timeout: negative means "no timeout", as in `poll(2)`.
@@ -76,8 +105,7 @@ impl LoopProbe {
     /// # Errors
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn before_wait(&self, timeout_ns: i64) -> Result<(), WakemeterError> {
-        self.check()?;
-        lock(&self.probe).before_wait(timeout(timeout_ns));
+        self.shared.checked()?.before_wait(timeout(timeout_ns));
         Ok(())
     }
 
@@ -86,8 +114,7 @@ impl LoopProbe {
     /// # Errors
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn after_wait(&self, events: u32) -> Result<(), WakemeterError> {
-        self.check()?;
-        lock(&self.probe).after_wait(events as usize);
+        self.shared.checked()?.after_wait(events as usize);
         Ok(())
     }
 
@@ -96,17 +123,17 @@ impl LoopProbe {
     /// functions `wakemeter_loop_probe_*`. It must be released exactly
     /// once with `wakemeter_loop_probe_release`.
     pub fn raw_handle(self: Arc<Self>) -> u64 {
-        crate::fast::into_handle(self)
+        into_handle(self)
     }
 
     /// The probe's id (matches `LoopStats.id` in snapshots).
     pub fn id(&self) -> u64 {
-        self.id
+        self.shared.id
     }
 
     /// The name the probe was created with.
     pub fn name(&self) -> String {
-        self.name.clone()
+        self.shared.name.clone()
     }
 
     /// The probe's current cumulative counters.
@@ -114,8 +141,7 @@ impl LoopProbe {
     /// # Errors
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn stats(&self) -> Result<LoopStats, WakemeterError> {
-        self.check()?;
-        Ok(lock(&self.probe).stats())
+        Ok(self.shared.checked()?.stats())
     }
 }
 
@@ -126,39 +152,26 @@ impl LoopProbe {
 /// once the sampler is shut down or released.
 #[derive(uniffi::Object)]
 pub struct SleepProbe {
-    probe: Mutex<wakemeter::SleepProbe>,
-    alive: Alive,
-    id: u64,
-    name: String,
+    shared: Shared<wakemeter::SleepProbe>,
 }
 
-impl std::fmt::Debug for SleepProbe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SleepProbe")
-            .field("id", &self.id)
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+impl fmt::Debug for SleepProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.shared.debug(f, "SleepProbe")
     }
 }
 
 impl SleepProbe {
     pub(crate) fn new(probe: wakemeter::SleepProbe, name: String, alive: Alive) -> Self {
+        let id = probe.id();
         SleepProbe {
-            id: probe.id(),
-            probe: Mutex::new(probe),
-            alive,
-            name,
+            shared: Shared::new(probe, id, name, alive),
         }
     }
+}
 
-    #[inline]
-    fn check(&self) -> Result<(), WakemeterError> {
-        if self.alive.load(Ordering::Acquire) {
-            Ok(())
-        } else {
-            Err(WakemeterError::SamplerGone)
-        }
-    }
+impl Kind for SleepProbe {
+    const TAG: u32 = u32::from_be_bytes(*b"jSlp");
 }
 
 #[uniffi::export]
@@ -168,8 +181,9 @@ impl SleepProbe {
     /// # Errors
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn begin(&self, requested_ns: u64) -> Result<(), WakemeterError> {
-        self.check()?;
-        lock(&self.probe).begin(Duration::from_nanos(requested_ns));
+        self.shared
+            .checked()?
+            .begin(Duration::from_nanos(requested_ns));
         Ok(())
     }
 
@@ -178,8 +192,7 @@ impl SleepProbe {
     /// # Errors
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn end(&self) -> Result<(), WakemeterError> {
-        self.check()?;
-        lock(&self.probe).end();
+        self.shared.checked()?.end();
         Ok(())
     }
 
@@ -190,11 +203,10 @@ impl SleepProbe {
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn sleep(&self, requested_ns: u64) -> Result<(), WakemeterError> {
         let requested = Duration::from_nanos(requested_ns);
-        self.check()?;
-        lock(&self.probe).begin(requested);
+        self.shared.checked()?.begin(requested);
         // The lock is not held while sleeping, so `stats()` never waits for a sleep.
         std::thread::sleep(requested);
-        lock(&self.probe).end();
+        lock(&self.shared.probe).end();
         Ok(())
     }
 
@@ -203,17 +215,17 @@ impl SleepProbe {
     /// functions `wakemeter_sleep_probe_*`. It must be released exactly
     /// once with `wakemeter_sleep_probe_release`.
     pub fn raw_handle(self: Arc<Self>) -> u64 {
-        crate::fast::into_handle(self)
+        into_handle(self)
     }
 
     /// The probe's id (matches `SleepStats.id` in snapshots).
     pub fn id(&self) -> u64 {
-        self.id
+        self.shared.id
     }
 
     /// The name the probe was created with.
     pub fn name(&self) -> String {
-        self.name.clone()
+        self.shared.name.clone()
     }
 
     /// The probe's current cumulative counters.
@@ -221,7 +233,6 @@ impl SleepProbe {
     /// # Errors
     /// `SamplerGone` once the sampler is shut down or released.
     pub fn stats(&self) -> Result<SleepStats, WakemeterError> {
-        self.check()?;
-        Ok(lock(&self.probe).stats())
+        Ok(self.shared.checked()?.stats())
     }
 }

@@ -14,11 +14,10 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 use wakemeter::{FindingKind, Severity};
 
-use crate::exporter::{ExporterConfig, State};
 use crate::groups::{Groups, Totals};
 use crate::names::OTHER;
 use crate::names::label_value;
-use crate::server::ServerStats;
+use crate::state::{ExporterConfig, ServerStats, State};
 use crate::totals::{KERNEL_COUNTS, LoopTotals, OFF_CPU_CAUSES, SleepTotals, ThreadTotals};
 
 /// Smallest finite histogram bound: `2^10` ns (about 1 µs); faster

@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::{Error, Exporter};
+use crate::error::Error;
+use crate::exporter::Exporter;
+use crate::state::ServerStats;
 
 /// Default of [`ServerOptions::max_connections`].
 pub const MAX_CONNECTIONS: usize = 256;
@@ -138,43 +140,6 @@ const WAKER: Token = Token(1);
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const PLAIN: &str = "text/plain; charset=utf-8";
-
-/// What the endpoint did since it started (every [`MetricsServer`] of one
-/// [`Exporter`] together); also exposed as `wakemeter_exporter_http_*`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ServerStats {
-    /// Connections accepted.
-    pub connections: u64,
-    /// Connections closed to stay within [`ServerOptions::max_connections`].
-    pub shed: u64,
-    /// Connections closed at [`ServerOptions::request_deadline`].
-    pub timeouts: u64,
-    /// Accepts that failed for lack of descriptors or memory, each
-    /// followed by a pause of accepting.
-    pub accept_errors: u64,
-}
-
-/// The counters behind [`ServerStats`], kept by the exporter so that its
-/// exposition can show them.
-#[derive(Debug, Default)]
-pub(crate) struct HttpCounters {
-    connections: AtomicU64,
-    shed: AtomicU64,
-    timeouts: AtomicU64,
-    accept_errors: AtomicU64,
-}
-
-impl HttpCounters {
-    pub(crate) fn stats(&self) -> ServerStats {
-        ServerStats {
-            connections: self.connections.load(Ordering::Relaxed),
-            shed: self.shed.load(Ordering::Relaxed),
-            timeouts: self.timeouts.load(Ordering::Relaxed),
-            accept_errors: self.accept_errors.load(Ordering::Relaxed),
-        }
-    }
-}
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);

@@ -2957,79 +2957,79 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() != 58111) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() != 54072) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() != 55485) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_config() != 31197) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_config() != 31029) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_findings() != 19804) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_findings() != 4029) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() != 28143) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() != 54307) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() != 49153) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() != 471) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_is_running() != 15298) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_is_running() != 41802) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_is_shut_down() != 6416) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_is_shut_down() != 60015) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_latest() != 35656) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_latest() != 49943) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_latest_interval() != 20256) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_latest_interval() != 10308) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats() != 43565) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats() != 57846) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe() != 54179) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe() != 39640) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() != 41410) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() != 43090) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_report() != 53395) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_report() != 60165) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_report_json() != 24395) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_report_json() != 60513) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() != 31359) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() != 54161) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() != 39861) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() != 30865) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() != 28833) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() != 2300) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() != 50593) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() != 53308) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_start() != 36527) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_start() != 19142) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace() != 34895) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace() != 32671) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_stats() != 39950) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_stats() != 8215) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_stop() != 54208) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_stop() != 20472) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_system() != 19647) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_system() != 23781) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() != 27159) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() != 44252) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_constructor_sampler_new() != 48463) {
+    if (uniffi_wakemeter_ffi_checksum_constructor_sampler_new() != 30362) {
         return InitializationResult.apiChecksumMismatch
     }
 

@@ -28,7 +28,8 @@ import java.util.concurrent.atomic.AtomicLong
  * own kind of handle. The library checks the kind as well.
  */
 internal object FastPath {
-    // Return codes of the C functions, as in fast.rs (negated by the record calls).
+    // Return codes of the C functions, as in fast.rs (negated by the record calls);
+    // crates/ffi/tests/kotlin_constants.rs fails when they differ.
     const val OK = 0
     const val SAMPLER_GONE = 1
     const val BAD_HANDLE = 2

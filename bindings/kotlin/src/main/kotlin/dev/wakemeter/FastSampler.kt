@@ -51,7 +51,7 @@ internal class FastSampler(config: SamplerConfig) : Sampler(config) {
 
     private val release = UniffiLib.CLEANER.register(this, Release(raw))
 
-    /** Operation [op] of `wakemeter_sampler_call` (numbers as in fast/sampler.rs). */
+    /** Operation [op] of `wakemeter_sampler_call` (numbers as in fast/sampler_calls.rs). */
     private inline fun <R> call(
         op: Int,
         inputBytes: Long = 0,
@@ -120,7 +120,8 @@ internal class FastSampler(config: SamplerConfig) : Sampler(config) {
     }
 
     private companion object {
-        // Operation numbers of wakemeter_sampler_call: SAMPLER_* in crates/ffi/src/fast/sampler.rs.
+        // Operation numbers of wakemeter_sampler_call: SAMPLER_* in crates/ffi/src/fast/sampler_calls.rs
+        // (crates/ffi/tests/kotlin_constants.rs fails when they differ).
         const val STATS = 1
         const val REPORT = 2
         const val REPORT_JSON = 3

@@ -1126,82 +1126,82 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() and 0xFFFF) != 58111) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() and 0xFFFF) != 54072) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() and 0xFFFF) != 55485) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_config() and 0xFFFF) != 31197) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_config() and 0xFFFF) != 31029) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings() and 0xFFFF) != 19804) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings() and 0xFFFF) != 4029) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() and 0xFFFF) != 28143) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() and 0xFFFF) != 54307) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() and 0xFFFF) != 49153) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() and 0xFFFF) != 471) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_is_running() and 0xFFFF) != 15298) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_is_running() and 0xFFFF) != 41802) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_is_shut_down() and 0xFFFF) != 6416) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_is_shut_down() and 0xFFFF) != 60015) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest() and 0xFFFF) != 35656) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest() and 0xFFFF) != 49943) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest_interval() and 0xFFFF) != 20256) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest_interval() and 0xFFFF) != 10308) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats() and 0xFFFF) != 43565) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_listener_stats() and 0xFFFF) != 57846) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe() and 0xFFFF) != 54179) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_loop_probe() and 0xFFFF) != 39640) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_raw_handle() and 0xFFFF) != 48326) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_raw_handle() and 0xFFFF) != 6468) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() and 0xFFFF) != 41410) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_remove_listener() and 0xFFFF) != 43090) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report() and 0xFFFF) != 53395) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report() and 0xFFFF) != 60165) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report_json() and 0xFFFF) != 24395) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report_json() and 0xFFFF) != 60513) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() and 0xFFFF) != 31359) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() and 0xFFFF) != 54161) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() and 0xFFFF) != 39861) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() and 0xFFFF) != 30865) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() and 0xFFFF) != 28833) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() and 0xFFFF) != 2300) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() and 0xFFFF) != 50593) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() and 0xFFFF) != 53308) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start() and 0xFFFF) != 36527) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start() and 0xFFFF) != 19142) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace() and 0xFFFF) != 34895) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace() and 0xFFFF) != 32671) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stats() and 0xFFFF) != 39950) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stats() and 0xFFFF) != 8215) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stop() and 0xFFFF) != 54208) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stop() and 0xFFFF) != 20472) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_system() and 0xFFFF) != 19647) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_system() and 0xFFFF) != 23781) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() and 0xFFFF) != 27159) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() and 0xFFFF) != 44252) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_constructor_sampler_new() and 0xFFFF) != 48463) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_constructor_sampler_new() and 0xFFFF) != 30362) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }

@@ -1,7 +1,7 @@
 //! The exported sampler object and its configuration.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wakemeter::{
@@ -9,14 +9,11 @@ use wakemeter::{
 };
 
 use crate::error::WakemeterError;
+use crate::handle::{Kind, into_handle};
 use crate::listener::{Dispatcher, ListenerStats, Listeners, SamplerListener};
+use crate::lock::lock;
+use crate::perfetto::PerfettoTrace;
 use crate::probe::{Alive, LoopProbe, SleepProbe};
-
-/// Locks a mutex, recovering from poisoning: nothing behind these locks can
-/// be left inconsistent, and a host app must never crash because of us.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Background sampling in progress: the core's guard and the listener dispatcher.
 struct Running {
@@ -49,9 +46,13 @@ impl std::fmt::Debug for Sampler {
     }
 }
 
+impl Kind for Sampler {
+    const TAG: u32 = u32::from_be_bytes(*b"jSmp");
+}
+
 impl Sampler {
     /// The core sampler, or `Closed` after shutdown (a cheap `Arc` clone).
-    pub(crate) fn core(&self) -> Result<wakemeter::Sampler, WakemeterError> {
+    fn core(&self) -> Result<wakemeter::Sampler, WakemeterError> {
         lock(&self.core).clone().ok_or(WakemeterError::Closed)
     }
 
@@ -130,8 +131,8 @@ impl Sampler {
         &self,
         path: String,
         max_bytes: u64,
-    ) -> Result<Arc<crate::perfetto::PerfettoTrace>, WakemeterError> {
-        crate::perfetto::PerfettoTrace::start(self, path, max_bytes)
+    ) -> Result<Arc<PerfettoTrace>, WakemeterError> {
+        PerfettoTrace::start(&self.core()?, path, max_bytes)
     }
 
     /// Stops background sampling (history is kept; `start()` resumes).
@@ -150,7 +151,7 @@ impl Sampler {
     /// functions `wakemeter_sampler_*`. It must be released exactly once
     /// with `wakemeter_sampler_release`.
     pub fn raw_handle(self: Arc<Self>) -> u64 {
-        crate::fast::into_handle(self)
+        into_handle(self)
     }
 
     /// Whether background sampling is running.

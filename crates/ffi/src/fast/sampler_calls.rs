@@ -7,10 +7,11 @@ use std::time::Duration;
 use uniffi::{Lift, Lower};
 use wakemeter::Thresholds;
 
-use super::{Answer, BAD_INPUT, Kind, answer, into_handle, put, release};
+use super::{Answer, BAD_INPUT, answer, put, release};
 use crate::UniFfiTag;
 use crate::error::WakemeterError;
-use crate::sampler::Sampler;
+use crate::handle::{Kind, into_handle};
+use crate::sampler_object::Sampler;
 
 /// `Sampler.stats()` → `SamplerStats`.
 pub const SAMPLER_STATS: u32 = 1;
@@ -100,8 +101,7 @@ fn call(s: &Sampler, op: u32, bytes: &[u8]) -> Answer {
 /// Returns as `answer` in the parent module (a length, or a negative code).
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `Sampler.raw_handle()`, not released
-/// during the call; `buf` is valid for reads and writes of `cap` bytes,
+/// `handle` is any number; a live one is not released during the call; `buf` is valid for reads and writes of `cap` bytes,
 /// used by nothing else during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_sampler_call(
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn wakemeter_sampler_call(
 /// Returns as `wakemeter_loop_probe_release`.
 ///
 /// # Safety
-/// `handle` is 0 or a live handle from `raw_handle()`, never used again once released.
+/// `handle` is any number; no call on a live one is in flight.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wakemeter_sampler_release(handle: u64) -> i32 {
     // SAFETY: forwarded from this function's contract.
