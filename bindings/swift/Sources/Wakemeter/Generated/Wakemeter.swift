@@ -2936,7 +2936,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_loopprobe_name() != 62891) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_loopprobe_stats() != 15291) {
+    if (uniffi_wakemeter_ffi_checksum_method_loopprobe_stats() != 17179) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_begin() != 46581) {
@@ -2954,7 +2954,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_sleep() != 22535) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() != 58111) {
+    if (uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() != 63893) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() != 55485) {
@@ -2966,7 +2966,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_findings() != 4029) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() != 54307) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() != 7919) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() != 471) {
@@ -2978,7 +2978,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_is_shut_down() != 60015) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_latest() != 49943) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_latest() != 30705) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_latest_interval() != 10308) {
@@ -2999,7 +2999,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_report_json() != 60513) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() != 54161) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() != 14848) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() != 30865) {
@@ -3008,7 +3008,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() != 2300) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() != 53308) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() != 62205) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_start() != 19142) {
@@ -3023,10 +3023,10 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_stop() != 20472) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_system() != 23781) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_system() != 56447) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() != 44252) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() != 39769) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_constructor_sampler_new() != 30362) {

@@ -3452,7 +3452,7 @@ public struct SleepStats: Equatable, Hashable {
      * CPU time the thread consumed inside the sleep calls (syscall entry,
      * timer setup, the switches out and back), in nanoseconds: the cost
      * of sleeping itself. Exact by default; with
-     * [`SleepProbe::set_cpu_every`] `n` > 1, the CPU of every `n`th sleep
+     * [`SleepProbe::set_cpu_every`](crate::probe::SleepProbe::set_cpu_every) `n` > 1, the CPU of every `n`th sleep
      * times `n` (an estimate).
      */
     public var totalCpuNs: UInt64
@@ -3494,7 +3494,7 @@ public struct SleepStats: Equatable, Hashable {
          * CPU time the thread consumed inside the sleep calls (syscall entry,
          * timer setup, the switches out and back), in nanoseconds: the cost
          * of sleeping itself. Exact by default; with
-         * [`SleepProbe::set_cpu_every`] `n` > 1, the CPU of every `n`th sleep
+         * [`SleepProbe::set_cpu_every`](crate::probe::SleepProbe::set_cpu_every) `n` > 1, the CPU of every `n`th sleep
          * times `n` (an estimate).
          */totalCpuNs: UInt64, 
         /**
@@ -4097,7 +4097,6 @@ public func FfiConverterTypeSystemInfo_lower(_ value: SystemInfo) -> RustBuffer 
 
 
 /**
- * Which process a sampler measured: enough to tell it from a later
  * process that reuses its PID.
  */
 public struct TargetIdentity: Equatable, Hashable {
@@ -4182,7 +4181,7 @@ public func FfiConverterTypeTargetIdentity_lower(_ value: TargetIdentity) -> Rus
 
 /**
  * The threads of one name (numbers collapsed) over one interval: a
- * recording's groups, and a [`crate::Report`]'s `thread_groups`.
+ * recording's groups, and a report's `thread_groups`.
  */
 public struct ThreadGroupInterval: Equatable, Hashable {
     /**
@@ -6785,7 +6784,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_checksum_func_default_sampler_config() != 45788) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_checksum_func_default_thresholds() != 60459) {
+    if (uniffi_wakemeter_checksum_func_default_thresholds() != 52136) {
         return InitializationResult.apiChecksumMismatch
     }
 

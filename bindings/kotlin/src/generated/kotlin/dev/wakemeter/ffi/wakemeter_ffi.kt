@@ -1102,7 +1102,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_raw_handle() and 0xFFFF) != 41693) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_stats() and 0xFFFF) != 15291) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_loopprobe_stats() and 0xFFFF) != 17179) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_begin() and 0xFFFF) != 46581) {
@@ -1123,7 +1123,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_sleep() and 0xFFFF) != 22535) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() and 0xFFFF) != 58111) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sleepprobe_stats() and 0xFFFF) != 63893) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_add_listener() and 0xFFFF) != 55485) {
@@ -1135,7 +1135,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings() and 0xFFFF) != 4029) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() and 0xFFFF) != 54307) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_findings_with() and 0xFFFF) != 7919) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_interval_over() and 0xFFFF) != 471) {
@@ -1147,7 +1147,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_is_shut_down() and 0xFFFF) != 60015) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest() and 0xFFFF) != 49943) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest() and 0xFFFF) != 30705) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_latest_interval() and 0xFFFF) != 10308) {
@@ -1171,7 +1171,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_report_json() and 0xFFFF) != 60513) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() and 0xFFFF) != 54161) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sample_now() and 0xFFFF) != 14848) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_shutdown() and 0xFFFF) != 30865) {
@@ -1180,7 +1180,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_sleep_probe() and 0xFFFF) != 2300) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() and 0xFFFF) != 53308) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() and 0xFFFF) != 62205) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start() and 0xFFFF) != 19142) {
@@ -1195,10 +1195,10 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_stop() and 0xFFFF) != 20472) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_system() and 0xFFFF) != 23781) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_system() and 0xFFFF) != 56447) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() and 0xFFFF) != 44252) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_thresholds() and 0xFFFF) != 39769) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_constructor_sampler_new() and 0xFFFF) != 30362) {

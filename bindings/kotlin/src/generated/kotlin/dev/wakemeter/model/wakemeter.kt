@@ -819,7 +819,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_checksum_func_default_sampler_config() and 0xFFFF) != 45788) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_checksum_func_default_thresholds() and 0xFFFF) != 60459) {
+    if ((lib.uniffi_wakemeter_checksum_func_default_thresholds() and 0xFFFF) != 52136) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }
@@ -3213,7 +3213,7 @@ data class SleepStats (
      * CPU time the thread consumed inside the sleep calls (syscall entry,
      * timer setup, the switches out and back), in nanoseconds: the cost
      * of sleeping itself. Exact by default; with
-     * [`SleepProbe::set_cpu_every`] `n` > 1, the CPU of every `n`th sleep
+     * [`SleepProbe::set_cpu_every`](crate::probe::SleepProbe::set_cpu_every) `n` > 1, the CPU of every `n`th sleep
      * times `n` (an estimate).
      */
     val `totalCpuNs`: kotlin.ULong
@@ -3658,7 +3658,6 @@ public object FfiConverterTypeSystemInfo: FfiConverterRustBuffer<SystemInfo> {
 
 
 /**
- * Which process a sampler measured: enough to tell it from a later
  * process that reuses its PID.
  */
 data class TargetIdentity (
@@ -3717,7 +3716,7 @@ public object FfiConverterTypeTargetIdentity: FfiConverterRustBuffer<TargetIdent
 
 /**
  * The threads of one name (numbers collapsed) over one interval: a
- * recording's groups, and a [`crate::Report`]'s `thread_groups`.
+ * recording's groups, and a report's `thread_groups`.
  */
 data class ThreadGroupInterval (
     /**
