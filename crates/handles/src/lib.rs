@@ -1,29 +1,4 @@
-//! Handles that wakemeter's foreign-language layers give out for their
-//! objects: the C API (`wm_sampler*`, `wm_loop_probe*`, ...) and the JVM
-//! fast path (`Sampler.raw_handle()`, ...). One design for both, so both
-//! give the same guarantee.
-//!
-//! A handle is a number naming a slot of one process-wide table and the
-//! slot's generation: `generation << INDEX_BITS | (index + 1)`. A slot
-//! holds a kind tag (which Rust type it holds, [`Kind::TAG`]), its
-//! generation and a strong reference ([`Arc`]) to the object.
-//!
-//! - **Forged numbers** are refused, never read as an object: 0 is
-//!   [`Refused::Null`]; an index the table never handed out, or a
-//!   generation the slot never had, is [`Refused::Bad`]. Slots are never
-//!   returned to the allocator, so a lookup only ever reads the table.
-//! - **Stale handles** are refused with [`Refused::Freed`], also once the
-//!   slot holds a newer object: removing an object moves the slot to its
-//!   next generation. Freed slots are reused oldest first. A stale handle
-//!   could name a live object again only after its slot went through all
-//!   generations a handle carries (2^32 reuses of that one slot on 64-bit
-//!   targets, 2^12 on 32-bit ones).
-//! - **Another kind** is refused with [`Refused::WrongKind`], untouched.
-//!
-//! What the owner of a handle still guarantees: it does not remove the
-//! object while a call that looked it up is still using it (a call in
-//! flight on another thread). The lookup takes no lock and allocates
-//! nothing: two atomic loads and compares.
+#![doc = include_str!("../README.md")]
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
