@@ -1,7 +1,7 @@
 use super::grouping::{alike, group_alike_threads};
 use super::wake_source::WakeSource;
 use super::*;
-use crate::interval::KernelThreadInterval;
+use crate::interval::{KernelThreadInterval, ThreadInterval};
 
 fn finding(tid: u64, name: &str, rate: f64, cpu: f64) -> Finding {
     Finding {
@@ -452,4 +452,79 @@ fn alike_threads_become_one_finding_others_stay() {
     );
     assert_eq!(out[1].subject.tid(), Some(200));
     assert_eq!(out[2].subject.tid(), Some(300));
+}
+
+/// A thread in the kernel view making `polls` poll calls/s, `idle` of
+/// them (0-1) finding nothing without waiting, blocked `blocked`% of the
+/// time, at `cpu`% of a core.
+fn poller(polls: f64, idle: f64, blocked: f64, cpu: f64) -> ThreadInterval {
+    let kernel = serde_json::json!({
+        "on_cpu_percent": cpu,
+        "voluntary_switches_per_sec": 500.0,
+        "involuntary_switches_per_sec": 900.0,
+        "off_cpu": {"sleep_ns": 0, "lock_ns": 0, "poll_ns": 300_000_000u64, "io_ns": 0,
+                    "preempted_ns": 0, "other_ns": 0},
+        "blocked_percent": blocked,
+        "wakes_per_sec": 500.0,
+        "interrupt_wakes_per_sec": 300.0,
+        "process_thread_wakes_per_sec": 200.0,
+        "other_process_wakes_per_sec": 0.0,
+        "poll_calls_per_sec": polls,
+        "blocking_polls_per_sec": polls * (1.0 - idle),
+        "idle_nonblocking_polls_per_sec": polls * idle,
+        "idle_poll_ratio": idle,
+        "zero_timeout_poll_ratio": idle,
+        "sleeps_per_sec": 0.0,
+        "interrupted_sleeps_per_sec": 0.0,
+        "mean_sleep_requested_ns": 0u64,
+        "unknown_request_sleeps": 0,
+        "mean_sleep_actual_ns": 0u64,
+        "calls_by_syscall": [{"syscall": "epoll_pwait", "calls_per_sec": polls}],
+        "top_wakers": []
+    });
+    serde_json::from_value(serde_json::json!({
+        "tid": 7,
+        "serial": 7,
+        "name": "worker",
+        "started_in_interval": false,
+        "cpu_time_ns": 0u64,
+        "cpu_percent": cpu,
+        "switches": null,
+        "switches_per_sec": null,
+        "voluntary_switches": null,
+        "voluntary_switches_per_sec": null,
+        "involuntary_switches": null,
+        "involuntary_switches_per_sec": null,
+        "run_queue_wait_ns": null,
+        "run_queue_wait_percent": null,
+        "kernel": kernel
+    }))
+    .expect("a thread interval")
+}
+
+fn kernel_kinds(th: &ThreadInterval) -> Vec<FindingKind> {
+    let t = Thresholds::default();
+    let previous = Severities::default();
+    let mut cx = Ctx {
+        t: &t,
+        previous: &previous,
+        out: Grouper::default(),
+        explained: HashSet::new(),
+        window_ns: 10_000_000_000,
+    };
+    let k = th.kernel.as_ref().expect("a kernel view");
+    kernel::kernel_busy_poller(&mut cx, th, k);
+    cx.out.finish(&t).iter().map(|f| f.kind).collect()
+}
+
+/// A Go server's scheduler threads under load: 2,400 epoll calls/s, 45% of
+/// them non-blocking and finding nothing, blocked 30% of the time, at 40%
+/// of a core spent serving requests. The other 55% of polls found work:
+/// busy, not busy-polling. A loop that spins on empty polls is.
+#[test]
+fn a_busy_worker_that_polls_between_tasks_is_not_a_busy_poller() {
+    let go_worker = poller(2400.0, 0.45, 30.0, 40.0);
+    assert!(kernel_kinds(&go_worker).is_empty());
+    let spinner = poller(250_000.0, 0.999, 2.0, 95.0);
+    assert_eq!(kernel_kinds(&spinner), vec![FindingKind::BusyPoller]);
 }
