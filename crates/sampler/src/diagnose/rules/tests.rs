@@ -114,6 +114,13 @@ struct Steady {
 /// A history of `threads` sampled every second for `secs` seconds, the
 /// voluntary/involuntary split read at every sample.
 fn steady(secs: u64, threads: &[Steady]) -> History {
+    steady_with_unlisted(secs, threads, 0.0)
+}
+
+/// [`steady`], with `unlisted` (0–1 of a core) more CPU in the process's
+/// total than in its threads: threads that start and end between two
+/// samples (a thread per connection), never seen one by one.
+fn steady_with_unlisted(secs: u64, threads: &[Steady], unlisted: f64) -> History {
     use std::sync::Arc;
 
     use crate::history::{Encoders, Header};
@@ -154,7 +161,8 @@ fn steady(secs: u64, threads: &[Steady]) -> History {
             process: ProcessSample {
                 pid: 7,
                 rss_bytes: 1 << 20,
-                total_cpu_time_ns: packed.iter().map(|p| p.total_cpu_time_ns).sum(),
+                total_cpu_time_ns: packed.iter().map(|p| p.total_cpu_time_ns).sum::<u64>()
+                    + (unlisted * 1e9) as u64 * s,
                 thread_count: threads.len() as u32,
                 ..Default::default()
             },
@@ -527,4 +535,59 @@ fn a_busy_worker_that_polls_between_tasks_is_not_a_busy_poller() {
     assert!(kernel_kinds(&go_worker).is_empty());
     let spinner = poller(250_000.0, 0.999, 2.0, 95.0);
     assert_eq!(kernel_kinds(&spinner), vec![FindingKind::BusyPoller]);
+}
+
+/// Python's `http.server` under wrk: one thread per connection, each
+/// gone before the next sample, so the process used 0.70 of a core while
+/// its one long-lived thread ran 0.15 and waited 0.31. Its threads want
+/// at least 1.0 CPUs, not the 0.5 of that thread alone; the summary says
+/// the figure is a floor and what it leaves out.
+#[test]
+fn run_queue_demand_counts_the_cpu_of_threads_never_listed() {
+    let t = Thresholds::default();
+    let h = steady_with_unlisted(10, &[main_thread()], 0.55);
+    let found = findings(&h, &t, &Severities::new());
+    let rq: Vec<&Finding> = found
+        .iter()
+        .filter(|f| f.kind == FindingKind::RunQueueContention)
+        .collect();
+    assert_eq!(rq.len(), 1, "{found:#?}");
+    let runnable = rq[0].evidence("runnable_threads").unwrap_or(0.0);
+    assert!((runnable - 1.01).abs() < 0.01, "{:#?}", rq[0]);
+    let unlisted = rq[0].evidence("unlisted_threads_cpus").unwrap_or(0.0);
+    assert!((unlisted - 0.55).abs() < 0.01, "{:#?}", rq[0]);
+    assert!(
+        rq[0]
+            .summary
+            .contains("at least 1.0 of this process's threads want a CPU")
+            && rq[0].summary.contains("0.55 cores' worth"),
+        "{}",
+        rq[0].summary
+    );
+    // Without unlisted threads the figure is the threads' own.
+    let h = steady_with_unlisted(10, &[main_thread()], 0.0);
+    let found = findings(&h, &t, &Severities::new());
+    let rq = found
+        .iter()
+        .find(|f| f.kind == FindingKind::RunQueueContention)
+        .expect("a run-queue finding");
+    assert!(
+        rq.summary
+            .ends_with("about 0.5 of this process's threads want a CPU on 2 cores"),
+        "{}",
+        rq.summary
+    );
+    assert_eq!(rq.evidence("unlisted_threads_cpus"), None);
+}
+
+/// The one long-lived thread of Python's `http.server` under wrk: 15%
+/// CPU, 31% waiting for a CPU.
+fn main_thread() -> Steady {
+    Steady {
+        name: "python3".to_string(),
+        cpu: 0.15,
+        wait: 0.31,
+        woken: 5000,
+        preempted: 1000,
+    }
 }
