@@ -12,6 +12,11 @@ little CPU and spends most of its runnable time waiting for one. Size thread poo
 container's quota), replace spinning or yielding threads with blocking waits, and check other processes competing \
 for the same cores.";
 
+/// Process CPU beyond its listed threads' (in cores) below which the
+/// difference is taken for rounding between the two clocks, not for
+/// threads that were never listed.
+const UNLISTED_MIN_CPUS: f64 = 0.02;
+
 /// Run-queue contention: per thread for threads that use a noticeable
 /// share of a core, and for the process as a whole when its runnable
 /// demand (CPU plus run-queue wait, in threads) exceeds its CPUs and its
@@ -20,14 +25,41 @@ for the same cores.";
 /// though none of them uses much.
 pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
     let t = cx.t;
-    // In threads: CPU time and run-queue wait over the interval.
-    let (running, waiting) = i.threads.iter().fold((0.0, 0.0), |(r, w), x| {
+    // In threads: CPU time and run-queue wait over the interval, of the
+    // threads listed one by one.
+    let (listed, waiting) = i.threads.iter().fold((0.0, 0.0), |(r, w), x| {
         (
             r + x.cpu_percent / 100.0,
             w + x.run_queue_wait_percent.unwrap_or(0.0) / 100.0,
         )
     });
+    // Threads that start and end between two samples (a thread per
+    // connection: Python's http.server used 0.70 of a core while its one
+    // listed thread ran 0.15) are never listed, but their CPU time is in
+    // the process's: it counts, and the demand is then a floor, since
+    // their run-queue wait is not known.
+    let unlisted = (i.process.cpu_percent / 100.0 - listed).max(0.0);
+    let unlisted = if unlisted >= UNLISTED_MIN_CPUS {
+        unlisted
+    } else {
+        0.0
+    };
+    let running = listed + unlisted;
+    // Named in the evidence only when there are such threads.
+    let unlisted_ev = (unlisted > 0.0).then(|| number("unlisted_threads_cpus", unlisted, "cpus"));
     let runnable = running + waiting;
+    let cpus = f64::from(system.cpu_count.max(1));
+    let (about, unlisted_text) = if unlisted > 0.0 {
+        (
+            "at least",
+            format!(
+                " ({unlisted:.2} cores' worth of CPU went to threads too short-lived to be sampled one by one, \
+                 whose waits are not counted)"
+            ),
+        )
+    } else {
+        ("about", String::new())
+    };
     let mut per_thread = false;
     for th in &i.threads {
         let Some(wait) = th.run_queue_wait_percent else {
@@ -48,21 +80,28 @@ pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             FindingKind::RunQueueContention,
             Grade { value: wait, base: Severity::Warning, steps: &[(t.run_queue_critical_wait_percent, Severity::Critical)] },
             subject,
-            move || format!(
-                "thread {} \"{}\" waited for a CPU {wait:.0}% of the time while running {:.0}%: \
-                 about {runnable:.1} of this process's threads want a CPU on {} cores",
-                th.tid, th.name, th.cpu_percent, system.cpu_count
-            ),
+            {
+                let unlisted_text = unlisted_text.clone();
+                move || {
+                    format!(
+                        "thread {} \"{}\" waited for a CPU {wait:.0}% of the time while running {:.0}%: \
+                         {about} {runnable:.1} of this process's threads want a CPU on {} cores{unlisted_text}",
+                        th.tid, th.name, th.cpu_percent, system.cpu_count
+                    )
+                }
+            },
             vec![
                 number("run_queue_wait_percent", wait, "%"),
                 number("thread_cpu_percent", th.cpu_percent, "%"),
                 number("runnable_threads", runnable, "threads"),
                 number("cpu_count", f64::from(system.cpu_count), "cpus"),
-            ],
+            ]
+            .into_iter()
+            .chain(unlisted_ev)
+            .collect(),
             RUN_QUEUE_ADVICE,
         );
     }
-    let cpus = f64::from(system.cpu_count.max(1));
     if per_thread || runnable <= cpus || runnable <= 0.0 {
         return;
     }
@@ -85,8 +124,8 @@ pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             Grade { value: wait_share, base: Severity::Warning, steps: &[(t.run_queue_critical_wait_percent, Severity::Critical)] },
             subject,
         move || format!(
-            "the process's threads want {runnable:.1} CPUs on {} cores: together they run {running:.2} cores' \
-             worth and wait for a CPU {waiting:.1} threads' worth ({wait_share:.0}% of their runnable time); \
+            "the process's threads want {about} {runnable:.1} CPUs on {} cores: together they run {running:.2} cores' \
+             worth and wait for a CPU {waiting:.1} threads' worth ({wait_share:.0}% of their runnable time){unlisted_text}; \
              {waiters} of its {} threads wait at least {:.0}% of the time, each using little CPU",
             system.cpu_count,
             i.threads.len(),
@@ -97,7 +136,10 @@ pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             number("cpu_count", cpus, "cpus"),
             number("run_queue_wait_share_percent", wait_share, "%"),
             number("waiting_threads", waiters as f64, "threads"),
-        ],
+        ]
+        .into_iter()
+        .chain(unlisted_ev)
+        .collect(),
         RUN_QUEUE_PROCESS_ADVICE,
     );
 }

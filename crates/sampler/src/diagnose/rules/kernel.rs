@@ -53,10 +53,20 @@ pub(super) fn kernel_threads(cx: &mut Ctx<'_>, i: &Interval) {
 /// libuv-style loop makes a zero-timeout poll before each blocking one, so
 /// a 1 ms timer doubles its calls and every one of them "finds nothing",
 /// yet the thread is blocked 95% of the time.
-fn kernel_busy_poller(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInterval) -> bool {
+pub(super) fn kernel_busy_poller(
+    cx: &mut Ctx<'_>,
+    th: &ThreadInterval,
+    k: &KernelThreadInterval,
+) -> bool {
     let t = cx.t;
     let idle_polls = k.idle_poll_ratio * k.poll_calls_per_sec;
+    // Most polls must find nothing, as for the loop probes: a busy worker
+    // that checks for ready sockets without waiting between tasks (Go's
+    // scheduler threads, a work-stealing runtime) makes many non-blocking
+    // polls and is rarely blocked, yet half or more of its polls find
+    // work, and its CPU goes to that work, not to polling.
     if idle_polls < t.busy_poll_wakeups_per_sec
+        || k.idle_poll_ratio < t.busy_poll_idle_ratio
         || k.blocked_percent > t.busy_poll_max_blocked_percent
     {
         return false;
@@ -195,9 +205,11 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
         name: th.name.clone(),
     };
     // The kernel sees the sleeps, not what the thread does between them:
-    // a ticker (a fixed-rate timer that does its work each tick) and a
-    // sleep-and-check loop (that looks for work and often finds none)
-    // look alike from here, so the summary claims only the sleeping.
+    // a ticker (a fixed-rate timer that does its work each tick), a
+    // sleep-and-check loop (that looks for work and often finds none) and
+    // a back-off loop (Go's sysmon: 20 µs sleeps doubling up to 10 ms when
+    // idle) look alike from here, and only the mean request is known, so
+    // the summary claims only the sleeping, and says "on average".
     cx.push_graded(
         FindingKind::SleepOverhead,
         Grade {
@@ -207,9 +219,9 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
         },
         subject,
         move || format!(
-            "thread {} \"{}\" sleeps {completed:.0} times/s{mix}, asking for {} and sleeping {:.2} ms each{interrupted} \
-             (kernel view): a fixed-rate sleep loop (a ticker; whether each wakeup finds work is not visible \
-             from the kernel)",
+            "thread {} \"{}\" sleeps {completed:.0} times/s{mix}, asking for {} and sleeping {:.2} ms on average{interrupted} \
+             (kernel view): a sleep loop (a ticker, a back-off or a sleep-and-check loop; whether each wakeup \
+             finds work is not visible from the kernel)",
             th.tid,
             th.name,
             requested_text(k),

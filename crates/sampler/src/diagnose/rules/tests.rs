@@ -3,7 +3,7 @@
 use super::grouping::{alike, group_alike_threads};
 use super::wake_source::WakeSource;
 use super::*;
-use crate::interval::KernelThreadInterval;
+use crate::interval::{KernelThreadInterval, ThreadInterval};
 
 fn finding(tid: u64, name: &str, rate: f64, cpu: f64) -> Finding {
     Finding {
@@ -102,6 +102,13 @@ struct Steady {
 /// A history of `threads` sampled every second for `secs` seconds, the
 /// voluntary/involuntary split read at every sample.
 fn steady(secs: u64, threads: &[Steady]) -> History {
+    steady_with_unlisted(secs, threads, 0.0)
+}
+
+/// [`steady`], with `unlisted` (0–1 of a core) more CPU in the process's
+/// total than in its threads: threads that start and end between two
+/// samples (a thread per connection), never seen one by one.
+fn steady_with_unlisted(secs: u64, threads: &[Steady], unlisted: f64) -> History {
     use std::sync::Arc;
 
     use crate::history::{Encoders, Header};
@@ -135,7 +142,8 @@ fn steady(secs: u64, threads: &[Steady]) -> History {
             process: ProcessSample {
                 pid: 7,
                 rss_bytes: 1 << 20,
-                total_cpu_time_ns: rows.iter().map(|p| p.total_cpu_time_ns).sum(),
+                total_cpu_time_ns: rows.iter().map(|p| p.total_cpu_time_ns).sum::<u64>()
+                    + (unlisted * 1e9) as u64 * s,
                 thread_count: threads.len() as u32,
                 ..Default::default()
             },
@@ -426,4 +434,134 @@ fn alike_threads_become_one_finding_others_stay() {
     );
     assert_eq!(out[1].subject.tid(), Some(200));
     assert_eq!(out[2].subject.tid(), Some(300));
+}
+
+/// A thread in the kernel view making `polls` poll calls/s, `idle` of
+/// them (0-1) finding nothing without waiting, blocked `blocked`% of the
+/// time, at `cpu`% of a core.
+fn poller(polls: f64, idle: f64, blocked: f64, cpu: f64) -> ThreadInterval {
+    let kernel = serde_json::json!({
+        "on_cpu_percent": cpu,
+        "voluntary_switches_per_sec": 500.0,
+        "involuntary_switches_per_sec": 900.0,
+        "off_cpu": {"sleep_ns": 0, "lock_ns": 0, "poll_ns": 300_000_000u64, "io_ns": 0,
+                    "preempted_ns": 0, "other_ns": 0},
+        "blocked_percent": blocked,
+        "wakes_per_sec": 500.0,
+        "interrupt_wakes_per_sec": 300.0,
+        "process_thread_wakes_per_sec": 200.0,
+        "other_process_wakes_per_sec": 0.0,
+        "poll_calls_per_sec": polls,
+        "blocking_polls_per_sec": polls * (1.0 - idle),
+        "idle_nonblocking_polls_per_sec": polls * idle,
+        "idle_poll_ratio": idle,
+        "zero_timeout_poll_ratio": idle,
+        "sleeps_per_sec": 0.0,
+        "interrupted_sleeps_per_sec": 0.0,
+        "mean_sleep_requested_ns": 0u64,
+        "unknown_request_sleeps": 0,
+        "mean_sleep_actual_ns": 0u64,
+        "calls_by_syscall": [{"syscall": "epoll_pwait", "calls_per_sec": polls}],
+        "top_wakers": []
+    });
+    serde_json::from_value(serde_json::json!({
+        "tid": 7,
+        "serial": 7,
+        "name": "worker",
+        "started_in_interval": false,
+        "cpu_time_ns": 0u64,
+        "cpu_percent": cpu,
+        "switches": null,
+        "switches_per_sec": null,
+        "voluntary_switches": null,
+        "voluntary_switches_per_sec": null,
+        "involuntary_switches": null,
+        "involuntary_switches_per_sec": null,
+        "run_queue_wait_ns": null,
+        "run_queue_wait_percent": null,
+        "kernel": kernel
+    }))
+    .expect("a thread interval")
+}
+
+fn kernel_kinds(th: &ThreadInterval) -> Vec<FindingKind> {
+    let t = Thresholds::default();
+    let previous = Severities::default();
+    let mut cx = Ctx {
+        t: &t,
+        previous: &previous,
+        out: Grouper::default(),
+        explained: HashSet::new(),
+        window_ns: 10_000_000_000,
+    };
+    let k = th.kernel.as_ref().expect("a kernel view");
+    kernel::kernel_busy_poller(&mut cx, th, k);
+    cx.out.finish(&t).iter().map(|f| f.kind).collect()
+}
+
+/// A Go server's scheduler threads under load: 2,400 epoll calls/s, 45% of
+/// them non-blocking and finding nothing, blocked 30% of the time, at 40%
+/// of a core spent serving requests. The other 55% of polls found work:
+/// busy, not busy-polling. A loop that spins on empty polls is.
+#[test]
+fn a_busy_worker_that_polls_between_tasks_is_not_a_busy_poller() {
+    let go_worker = poller(2400.0, 0.45, 30.0, 40.0);
+    assert!(kernel_kinds(&go_worker).is_empty());
+    let spinner = poller(250_000.0, 0.999, 2.0, 95.0);
+    assert_eq!(kernel_kinds(&spinner), vec![FindingKind::BusyPoller]);
+}
+
+/// Python's `http.server` under wrk: one thread per connection, each
+/// gone before the next sample, so the process used 0.70 of a core while
+/// its one long-lived thread ran 0.15 and waited 0.31. Its threads want
+/// at least 1.0 CPUs, not the 0.5 of that thread alone; the summary says
+/// the figure is a floor and what it leaves out.
+#[test]
+fn run_queue_demand_counts_the_cpu_of_threads_never_listed() {
+    let t = Thresholds::default();
+    let h = steady_with_unlisted(10, &[main_thread()], 0.55);
+    let found = findings(&h, &t, &Severities::new());
+    let rq: Vec<&Finding> = found
+        .iter()
+        .filter(|f| f.kind == FindingKind::RunQueueContention)
+        .collect();
+    assert_eq!(rq.len(), 1, "{found:#?}");
+    let runnable = rq[0].evidence("runnable_threads").unwrap_or(0.0);
+    assert!((runnable - 1.01).abs() < 0.01, "{:#?}", rq[0]);
+    let unlisted = rq[0].evidence("unlisted_threads_cpus").unwrap_or(0.0);
+    assert!((unlisted - 0.55).abs() < 0.01, "{:#?}", rq[0]);
+    assert!(
+        rq[0]
+            .summary
+            .contains("at least 1.0 of this process's threads want a CPU")
+            && rq[0].summary.contains("0.55 cores' worth"),
+        "{}",
+        rq[0].summary
+    );
+    // Without unlisted threads the figure is the threads' own.
+    let h = steady_with_unlisted(10, &[main_thread()], 0.0);
+    let found = findings(&h, &t, &Severities::new());
+    let rq = found
+        .iter()
+        .find(|f| f.kind == FindingKind::RunQueueContention)
+        .expect("a run-queue finding");
+    assert!(
+        rq.summary
+            .ends_with("about 0.5 of this process's threads want a CPU on 2 cores"),
+        "{}",
+        rq.summary
+    );
+    assert_eq!(rq.evidence("unlisted_threads_cpus"), None);
+}
+
+/// The one long-lived thread of Python's `http.server` under wrk: 15%
+/// CPU, 31% waiting for a CPU.
+fn main_thread() -> Steady {
+    Steady {
+        name: "python3".to_string(),
+        cpu: 0.15,
+        wait: 0.31,
+        woken: 5000,
+        preempted: 1000,
+    }
 }
