@@ -121,7 +121,7 @@ struct Tracks<const N: usize> {
     uuid: u64,
     /// Generation of the last interval that listed it (to drop the gone).
     seen: u64,
-    name: String,
+    name: Name,
     counters: [Counter; N],
     /// OS thread id (threads only).
     tid: u64,
@@ -136,7 +136,7 @@ impl<const N: usize> Tracks<N> {
             key: 0,
             uuid: 0,
             seen: 0,
-            name: name.to_string(),
+            name: Name::new(name),
             counters: [UNDESCRIBED; N],
             tid,
             off_cpu: None,
@@ -149,6 +149,39 @@ impl<const N: usize> Tracks<N> {
         let fresh = self.seen != generation;
         self.seen = generation;
         fresh
+    }
+}
+
+/// A thread's or probe's name, kept inline when short (a Linux thread
+/// name is 15 bytes at most), so that comparing it with the interval's
+/// reads no cache line but its [`Tracks`]'.
+#[derive(Debug)]
+enum Name {
+    Inline { len: u8, bytes: [u8; 22] },
+    Heap(Box<str>),
+}
+
+impl Name {
+    fn new(name: &str) -> Name {
+        let mut bytes = [0u8; 22];
+        match bytes.get_mut(..name.len()) {
+            Some(head) => {
+                head.copy_from_slice(name.as_bytes());
+                Name::Inline {
+                    len: name.len() as u8,
+                    bytes,
+                }
+            }
+            None => Name::Heap(name.into()),
+        }
+    }
+
+    /// Whether it is `name`.
+    fn is(&self, name: &str) -> bool {
+        match self {
+            Name::Inline { len, bytes } => &bytes[..usize::from(*len)] == name.as_bytes(),
+            Name::Heap(s) => **s == *name,
+        }
     }
 }
 
@@ -442,14 +475,14 @@ impl TraceEncoder {
                 at: at as u32,
                 // A serial listed twice reads its tracks again below.
                 again: !fresh,
-                renamed: tr.uuid == 0 || tr.name != t.name,
+                renamed: tr.uuid == 0 || !tr.name.is(&t.name),
                 counters: tr.counters,
             });
         }
         for (t, slot) in i.threads.iter().zip(slots.iter()) {
             let tr = &mut threads.tracks[slot.at as usize];
             let (renamed, mut counters) = if slot.again {
-                (tr.uuid == 0 || tr.name != t.name, tr.counters)
+                (tr.uuid == 0 || !tr.name.is(&t.name), tr.counters)
             } else {
                 (slot.renamed, slot.counters)
             };
@@ -457,7 +490,7 @@ impl TraceEncoder {
                 if tr.uuid == 0 {
                     tr.uuid = next(w.next_uuid);
                 }
-                tr.name.clone_from(&t.name);
+                tr.name = Name::new(&t.name);
                 describe(
                     w.out,
                     seq,
@@ -578,12 +611,12 @@ impl TraceEncoder {
             Subject::Loop { name, .. } => self
                 .loops
                 .values()
-                .find(|t| &t.name == name)
+                .find(|t| t.name.is(name))
                 .map(|t| t.uuid),
             Subject::SleepSite { name, .. } => self
                 .sleeps
                 .values()
-                .find(|t| &t.name == name)
+                .find(|t| t.name.is(name))
                 .map(|t| t.uuid),
             // A group of alike threads: on its first thread's track.
             Subject::Threads { tids, .. } => tids
@@ -809,7 +842,7 @@ impl Writer<'_> {
     /// `value`: describes the track on first use, and encodes the value
     /// if it differs from the last one written. `cause` names an off-CPU
     /// cause's track.
-    #[inline]
+    #[inline(always)]
     fn put(
         &mut self,
         parent: u64,
@@ -945,7 +978,7 @@ impl Batch {
         self.packets.clear();
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, seq: u32, uuid: u64, value: f64) {
         if self.first.is_none() {
             self.first = Some((uuid, value));
