@@ -1,6 +1,7 @@
 //! Snapshots' intervals and findings to Perfetto `TracePacket` records.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use prost::Message;
 use wakemeter::{Finding, Interval, Subject, TargetIdentity};
@@ -34,9 +35,19 @@ const OFF_CPU_CAUSES: [&str; 6] = ["sleep", "lock", "poll", "io", "preempted", "
 /// the next one), which keeps idle threads almost free.
 #[derive(Debug, Clone, Copy)]
 struct Counter {
+    /// The track's uuid; 0 while it is not described (uuids carry the
+    /// sequence in their high 32 bits, so none is 0).
     uuid: u64,
-    last: Option<f64>,
+    /// The last value written; NaN before the first (values written are
+    /// finite, and NaN differs from every value).
+    last: f64,
 }
+
+/// A counter track not described yet.
+const UNDESCRIBED: Counter = Counter {
+    uuid: 0,
+    last: f64::NAN,
+};
 
 /// What a counter track is: name and unit, fixed per kind.
 #[derive(Debug, Clone, Copy)]
@@ -104,26 +115,161 @@ const PROCESS_COUNTERS: [CounterKind; 2] = [
 /// A track with counters under it: a thread, a loop or a sleep site.
 #[derive(Debug)]
 struct Tracks<const N: usize> {
+    /// Its key in [`Entities`] (a thread's serial, a probe's id).
+    key: u64,
+    /// 0 until described.
     uuid: u64,
-    /// OS thread id (threads only).
-    tid: u64,
-    name: String,
-    counters: [Option<Counter>; N],
-    /// Off-CPU time by cause (threads with eBPF only), made on first use.
-    off_cpu: [Option<Counter>; 6],
     /// Generation of the last interval that listed it (to drop the gone).
     seen: u64,
+    name: Name,
+    counters: [Counter; N],
+    /// OS thread id (threads only).
+    tid: u64,
+    /// Off-CPU time by cause (threads with eBPF only), made on first use
+    /// (boxed: most threads never have it, and the map stays compact).
+    off_cpu: Option<Box<[Counter; 6]>>,
 }
 
 impl<const N: usize> Tracks<N> {
-    fn new(uuid: u64, tid: u64, name: &str, seen: u64) -> Self {
+    fn new(tid: u64, name: &str) -> Self {
         Tracks {
-            uuid,
+            key: 0,
+            uuid: 0,
+            seen: 0,
+            name: Name::new(name),
+            counters: [UNDESCRIBED; N],
             tid,
-            name: name.to_string(),
-            counters: [None; N],
-            off_cpu: [None; 6],
-            seen,
+            off_cpu: None,
+        }
+    }
+
+    /// Marks it listed in interval `generation`; true the first time in
+    /// that interval.
+    fn see(&mut self, generation: u64) -> bool {
+        let fresh = self.seen != generation;
+        self.seen = generation;
+        fresh
+    }
+}
+
+/// A thread's or probe's name, kept inline when short (a Linux thread
+/// name is 15 bytes at most), so that comparing it with the interval's
+/// reads no cache line but its [`Tracks`]'.
+#[derive(Debug)]
+enum Name {
+    Inline { len: u8, bytes: [u8; 22] },
+    Heap(Box<str>),
+}
+
+impl Name {
+    fn new(name: &str) -> Name {
+        let mut bytes = [0u8; 22];
+        match bytes.get_mut(..name.len()) {
+            Some(head) => {
+                head.copy_from_slice(name.as_bytes());
+                Name::Inline {
+                    len: name.len() as u8,
+                    bytes,
+                }
+            }
+            None => Name::Heap(name.into()),
+        }
+    }
+
+    /// Whether it is `name`.
+    fn is(&self, name: &str) -> bool {
+        match self {
+            Name::Inline { len, bytes } => &bytes[..usize::from(*len)] == name.as_bytes(),
+            Name::Heap(s) => **s == *name,
+        }
+    }
+}
+
+/// The hasher of the per-entity maps, keyed by the sampler's thread
+/// serials and probe ids: small counters the sampler assigns, not input
+/// an attacker picks, so one multiply (as rustc's FxHash) serves where
+/// SipHash would cost several times more on the writer's hot path.
+#[derive(Debug, Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+/// Entities by serial or probe id.
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
+/// What the first pass over an interval's threads read of one thread.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// Where its tracks are in [`Entities::tracks`].
+    at: u32,
+    /// Its serial was listed before in this interval: what was read is
+    /// stale, read it again.
+    again: bool,
+    /// Its track is new or its name changed.
+    renamed: bool,
+    /// Its counters.
+    counters: [Counter; 5],
+}
+
+/// The threads, loops or sleep sites of a trace by key (serial or probe
+/// id): their tracks side by side in one vector, found through a compact
+/// index (a few bytes per entity, where the tracks take a few cache
+/// lines).
+#[derive(Debug)]
+struct Entities<const N: usize> {
+    index: IdMap<u32>,
+    tracks: Vec<Tracks<N>>,
+}
+
+impl<const N: usize> Default for Entities<N> {
+    fn default() -> Self {
+        Entities {
+            index: IdMap::default(),
+            tracks: Vec::new(),
+        }
+    }
+}
+
+impl<const N: usize> Entities<N> {
+    /// Where `key`'s tracks are, made by `new` when it has none.
+    #[inline]
+    fn slot(&mut self, key: u64, new: impl FnOnce() -> Tracks<N>) -> usize {
+        let end = self.tracks.len();
+        let at = *self.index.entry(key).or_insert(end as u32) as usize;
+        if at == end {
+            let mut t = new();
+            t.key = key;
+            self.tracks.push(t);
+        }
+        at
+    }
+
+    fn values(&self) -> std::slice::Iter<'_, Tracks<N>> {
+        self.tracks.iter()
+    }
+
+    /// Drops the entities not listed in interval `generation`, unless all
+    /// `listed` of them were (the usual case: no pass over them).
+    fn forget_gone(&mut self, listed: usize, generation: u64) {
+        if listed != self.tracks.len() {
+            self.tracks.retain(|t| t.seen == generation);
+            self.index.clear();
+            let index = self.tracks.iter().enumerate();
+            self.index.extend(index.map(|(at, t)| (t.key, at as u32)));
         }
     }
 }
@@ -167,18 +313,20 @@ pub struct TraceEncoder {
     sequence: u32,
     process_uuid: u64,
     next_uuid: u64,
-    process: [Option<Counter>; 2],
-    threads: HashMap<u64, Tracks<5>>,
-    loops: HashMap<u64, Tracks<4>>,
-    sleeps: HashMap<u64, Tracks<3>>,
+    process: [Counter; 2],
+    threads: Entities<5>,
+    loops: Entities<4>,
+    sleeps: Entities<3>,
     findings: HashMap<String, FindingTrack>,
     generation: u64,
     intervals: u64,
     findings_written: u64,
     findings_dropped: u64,
-    /// (uuid, value) pairs of the packet being built; kept to reuse its
-    /// allocation.
-    values: Vec<(u64, f64)>,
+    /// The counter values being encoded; kept to reuse its buffers.
+    batch: Batch,
+    /// Per thread of the interval being encoded, what the first pass
+    /// read (kept to reuse).
+    slots: Vec<Slot>,
     /// The process's name.
     name: String,
 }
@@ -195,16 +343,17 @@ impl TraceEncoder {
             sequence,
             process_uuid: base | 1,
             next_uuid: base | 2,
-            process: [None; 2],
-            threads: HashMap::new(),
-            loops: HashMap::new(),
-            sleeps: HashMap::new(),
+            process: [UNDESCRIBED; 2],
+            threads: Entities::default(),
+            loops: Entities::default(),
+            sleeps: Entities::default(),
             findings: HashMap::new(),
             generation: 0,
             intervals: 0,
             findings_written: 0,
             findings_dropped: 0,
-            values: Vec::new(),
+            batch: Batch::default(),
+            slots: Vec::new(),
             name: target.name.clone(),
         }
     }
@@ -291,17 +440,18 @@ impl TraceEncoder {
             loops,
             sleeps,
             generation,
-            values,
+            batch,
+            slots,
             ..
         } = self;
         let (pid, seq, puuid, g) = (*pid, *seq, *process_uuid, *generation);
         let mut w = Writer {
             seq,
             next_uuid,
-            values,
+            batch,
             out,
         };
-        w.values.clear();
+        w.batch.begin(start);
         w.put(
             puuid,
             &mut process[0],
@@ -309,15 +459,38 @@ impl TraceEncoder {
             None,
             Some(i.process.cpu_percent),
         );
+        // First each thread's tracks, name and counters, read in a pass of
+        // their own: they are cold (last read an interval ago, and most
+        // of the writer's time was spent waiting for them), and these
+        // short, independent reads let the CPU wait for many at once,
+        // where the work below would wait for each in turn.
+        let mut listed = 0;
+        slots.clear();
         for t in &i.threads {
-            let tr = threads
-                .entry(t.serial)
-                .or_insert_with(|| Tracks::new(0, t.tid, "", g));
-            if tr.uuid == 0 || tr.name != t.name {
+            let at = threads.slot(t.serial, || Tracks::new(t.tid, ""));
+            let tr = &mut threads.tracks[at];
+            let fresh = tr.see(g);
+            listed += usize::from(fresh);
+            slots.push(Slot {
+                at: at as u32,
+                // A serial listed twice reads its tracks again below.
+                again: !fresh,
+                renamed: tr.uuid == 0 || !tr.name.is(&t.name),
+                counters: tr.counters,
+            });
+        }
+        for (t, slot) in i.threads.iter().zip(slots.iter()) {
+            let tr = &mut threads.tracks[slot.at as usize];
+            let (renamed, mut counters) = if slot.again {
+                (tr.uuid == 0 || !tr.name.is(&t.name), tr.counters)
+            } else {
+                (slot.renamed, slot.counters)
+            };
+            if renamed {
                 if tr.uuid == 0 {
                     tr.uuid = next(w.next_uuid);
                 }
-                tr.name.clone_from(&t.name);
+                tr.name = Name::new(&t.name);
                 describe(
                     w.out,
                     seq,
@@ -333,7 +506,6 @@ impl TraceEncoder {
                     },
                 );
             }
-            tr.seen = g;
             let k = t.kernel.as_ref();
             let vol = t
                 .voluntary_switches_per_sec
@@ -349,20 +521,22 @@ impl TraceEncoder {
                 k.map(|k| k.wakes_per_sec),
             ];
             for (n, v) in values.into_iter().enumerate() {
-                w.put(tr.uuid, &mut tr.counters[n], THREAD_COUNTERS[n], None, v);
+                w.put(tr.uuid, &mut counters[n], THREAD_COUNTERS[n], None, v);
             }
+            tr.counters = counters;
             if let Some(k) = k
                 && secs > 0.0
             {
                 for (n, ns) in k.off_cpu.by_cause().into_iter().enumerate() {
                     // A cause never seen gets no track.
-                    if ns == 0 && tr.off_cpu[n].is_none() {
+                    if ns == 0 && tr.off_cpu.as_ref().is_none_or(|o| o[n].uuid == 0) {
                         continue;
                     }
                     let pct = ns as f64 / (secs * 1e9) * 100.0;
+                    let off = tr.off_cpu.get_or_insert_with(|| Box::new([UNDESCRIBED; 6]));
                     w.put(
                         tr.uuid,
-                        &mut tr.off_cpu[n],
+                        &mut off[n],
                         OFF_CPU,
                         Some(OFF_CPU_CAUSES[n]),
                         Some(pct),
@@ -370,8 +544,11 @@ impl TraceEncoder {
                 }
             }
         }
+        threads.forget_gone(listed, g);
+        let mut listed = 0;
         for l in &i.loops {
-            let tr = probe(&mut w, loops, l.id, &l.name, "loop", puuid, g);
+            let tr = probe(&mut w, loops, l.id, &l.name, "loop", puuid);
+            listed += usize::from(tr.see(g));
             let values = [
                 l.wakeups_per_sec,
                 l.idle_wakeup_ratio,
@@ -388,8 +565,11 @@ impl TraceEncoder {
                 );
             }
         }
+        loops.forget_gone(listed, g);
+        let mut listed = 0;
         for sl in &i.sleeps {
-            let tr = probe(&mut w, sleeps, sl.id, &sl.name, "sleep site", puuid, g);
+            let tr = probe(&mut w, sleeps, sl.id, &sl.name, "sleep site", puuid);
+            listed += usize::from(tr.see(g));
             let values = [
                 sl.sleeps_per_sec,
                 sl.mean_oversleep_ns as f64,
@@ -405,8 +585,9 @@ impl TraceEncoder {
                 );
             }
         }
-        counters(w.out, seq, start, w.values);
-        w.values.clear();
+        sleeps.forget_gone(listed, g);
+        w.batch.end(seq, w.out);
+        w.batch.begin(i.end_monotonic_ns);
         w.put(
             puuid,
             &mut process[1],
@@ -414,10 +595,7 @@ impl TraceEncoder {
             None,
             Some(i.process.rss_bytes as f64),
         );
-        counters(w.out, seq, i.end_monotonic_ns, w.values);
-        threads.retain(|_, t| t.seen == g);
-        loops.retain(|_, t| t.seen == g);
-        sleeps.retain(|_, t| t.seen == g);
+        w.batch.end(seq, w.out);
     }
 
     /// The track a finding's subject has in this trace: its thread's, its
@@ -433,17 +611,17 @@ impl TraceEncoder {
             Subject::Loop { name, .. } => self
                 .loops
                 .values()
-                .find(|t| &t.name == name)
+                .find(|t| t.name.is(name))
                 .map(|t| t.uuid),
             Subject::SleepSite { name, .. } => self
                 .sleeps
                 .values()
-                .find(|t| &t.name == name)
+                .find(|t| t.name.is(name))
                 .map(|t| t.uuid),
             // A group of alike threads: on its first thread's track.
             Subject::Threads { tids, .. } => tids
                 .first()
-                .and_then(|tid| self.threads.values().find(|t| t.tid == *tid))
+                .and_then(|tid| self.threads.tracks.iter().find(|t| t.tid == *tid))
                 .map(|t| t.uuid),
             _ => None,
         };
@@ -655,19 +833,20 @@ fn describe(out: &mut Vec<u8>, seq: u32, d: TrackDescriptor) {
 struct Writer<'a> {
     seq: u32,
     next_uuid: &'a mut u64,
-    values: &'a mut Vec<(u64, f64)>,
+    batch: &'a mut Batch,
     out: &'a mut Vec<u8>,
 }
 
 impl Writer<'_> {
-    /// Sets counter `slot` (of kind `kind`, under track `parent`) to
-    /// `value`: describes the track on first use, and queues the value if
-    /// it differs from the last one written. `cause` names an off-CPU
+    /// Sets counter `c` (of kind `kind`, under track `parent`) to
+    /// `value`: describes the track on first use, and encodes the value
+    /// if it differs from the last one written. `cause` names an off-CPU
     /// cause's track.
+    #[inline(always)]
     fn put(
         &mut self,
         parent: u64,
-        slot: &mut Option<Counter>,
+        c: &mut Counter,
         kind: CounterKind,
         cause: Option<&str>,
         value: Option<f64>,
@@ -675,48 +854,49 @@ impl Writer<'_> {
         let Some(value) = value.filter(|v| v.is_finite()) else {
             return;
         };
-        let c = match slot {
-            Some(c) => c,
-            None => {
-                let uuid = next(self.next_uuid);
-                let name = match cause {
-                    Some(cause) => format!("off-CPU {cause} %"),
-                    None => kind.name.to_string(),
-                };
-                describe(
-                    self.out,
-                    self.seq,
-                    TrackDescriptor {
-                        uuid: Some(uuid),
-                        parent_uuid: Some(parent),
-                        name: Some(name),
-                        counter: Some(kind.descriptor()),
-                        ..Default::default()
-                    },
-                );
-                slot.insert(Counter { uuid, last: None })
-            }
-        };
-        if c.last != Some(value) {
-            c.last = Some(value);
-            self.values.push((c.uuid, value));
+        if c.uuid == 0 {
+            c.uuid = self.describe_counter(parent, kind, cause);
         }
+        if c.last != value {
+            c.last = value;
+            self.batch.push(self.seq, c.uuid, value);
+        }
+    }
+
+    /// Describes a new counter track; returns its uuid.
+    #[cold]
+    fn describe_counter(&mut self, parent: u64, kind: CounterKind, cause: Option<&str>) -> u64 {
+        let uuid = next(self.next_uuid);
+        let name = match cause {
+            Some(cause) => format!("off-CPU {cause} %"),
+            None => kind.name.to_string(),
+        };
+        describe(
+            self.out,
+            self.seq,
+            TrackDescriptor {
+                uuid: Some(uuid),
+                parent_uuid: Some(parent),
+                name: Some(name),
+                counter: Some(kind.descriptor()),
+                ..Default::default()
+            },
+        );
+        uuid
     }
 }
 
 /// A probe's track (`label name` under the process), described when new.
 fn probe<'m, const N: usize>(
     w: &mut Writer<'_>,
-    map: &'m mut HashMap<u64, Tracks<N>>,
+    map: &'m mut Entities<N>,
     id: u64,
     name: &str,
     label: &str,
     parent: u64,
-    generation: u64,
 ) -> &'m mut Tracks<N> {
-    let tr = map
-        .entry(id)
-        .or_insert_with(|| Tracks::new(0, 0, name, generation));
+    let at = map.slot(id, || Tracks::new(0, name));
+    let tr = &mut map.tracks[at];
     if tr.uuid == 0 {
         tr.uuid = next(w.next_uuid);
         describe(
@@ -730,7 +910,6 @@ fn probe<'m, const N: usize>(
             },
         );
     }
-    tr.seen = generation;
     tr
 }
 
@@ -742,21 +921,94 @@ fn push(out: &mut Vec<u8>, p: &TracePacket) {
     let _ = p.encode_length_delimited(out);
 }
 
-/// Counter values at `ts`: one `TYPE_COUNTER` event on the first track,
-/// the others as its extra counter values, in packets of at most
-/// [`MAX_VALUES_PER_PACKET`] values.
+/// A field's key (`field << 3 | wire type`) as a two-byte varint, for
+/// fields 16 to 2047.
+const fn key2(field: u32, wire_type: u32) -> [u8; 2] {
+    assert!(field >= 16 && field < 2048);
+    let key = (field << 3) | wire_type;
+    [(key as u8) | 0x80, (key >> 7) as u8]
+}
+
+/// `TrackEvent.extra_double_counter_track_uuids` (45, varint), one per
+/// record (the schema's repeated field is not packed).
+const EXTRA_UUID_KEY: [u8; 2] = key2(45, 0);
+/// `TrackEvent.extra_double_counter_values` (46, fixed64).
+const EXTRA_VALUE_KEY: [u8; 2] = key2(46, 1);
+
+/// Counter values at one timestamp, encoded as they come: one
+/// `TYPE_COUNTER` event on the first track, the others as its extra
+/// counter values, in packets of at most [`MAX_VALUES_PER_PACKET`]
+/// values.
 ///
-/// Encoded field by field with prost's encoding functions rather than
-/// through the derived `TrackEvent`: this is the writer's hot path (a
-/// thousand values per interval at 256 threads), and the derived message
-/// would copy every uuid and value into two vectors and walk them twice
-/// (length, then bytes). Same fields and numbers as [`TrackEvent`]; the
-/// tests read the result with Perfetto's schema.
-fn counters(out: &mut Vec<u8>, seq: u32, ts: u64, values: &[(u64, f64)]) {
-    use prost::encoding::{double, encode_key, encode_varint, encoded_len_varint, uint32, uint64};
-    for chunk in values.chunks(MAX_VALUES_PER_PACKET) {
-        let Some((&(uuid, value), rest)) = chunk.split_first() else {
-            continue;
+/// Encoded field by field rather than through the derived [`TrackEvent`]:
+/// this is the writer's hot path (a thousand values per interval at 256
+/// threads), and the derived message would copy every uuid and value into
+/// two vectors and walk them twice (length, then bytes). Here each value
+/// is encoded once, into two buffers kept from one interval to the next
+/// (the extra uuids and the extra values, which the packet holds one run
+/// after the other), and a packet is their two copies behind its header.
+/// Same fields and numbers as [`TrackEvent`]; the tests read the result
+/// with Perfetto's schema.
+#[derive(Debug, Default)]
+struct Batch {
+    /// The values' timestamp.
+    ts: u64,
+    /// The first value of the packet being built (its event's own track
+    /// and value).
+    first: Option<(u64, f64)>,
+    /// The packet's extra uuids, encoded (field 45 records).
+    uuids: Vec<u8>,
+    /// The packet's extra values, encoded (field 46 records).
+    values: Vec<u8>,
+    /// Values in the packet being built.
+    len: usize,
+    /// Whole packets of this timestamp: they follow every track
+    /// descriptor the interval writes, so they are appended at its end.
+    packets: Vec<u8>,
+}
+
+impl Batch {
+    /// Starts the values stamped `ts`.
+    fn begin(&mut self, ts: u64) {
+        self.ts = ts;
+        self.first = None;
+        self.uuids.clear();
+        self.values.clear();
+        self.len = 0;
+        self.packets.clear();
+    }
+
+    #[inline(always)]
+    fn push(&mut self, seq: u32, uuid: u64, value: f64) {
+        if self.first.is_none() {
+            self.first = Some((uuid, value));
+        } else {
+            // A fixed-size copy (a few moves, where a copy of the
+            // varint's own length would call memcpy), then cut to length.
+            let mut rec = [0u8; 12];
+            rec[..2].copy_from_slice(&EXTRA_UUID_KEY);
+            let n = 2 + varint(uuid, &mut rec[2..]);
+            let end = self.uuids.len() + n;
+            self.uuids.extend_from_slice(&rec);
+            self.uuids.truncate(end);
+            let mut rec = [0u8; 10];
+            rec[..2].copy_from_slice(&EXTRA_VALUE_KEY);
+            rec[2..].copy_from_slice(&value.to_le_bytes());
+            self.values.extend_from_slice(&rec);
+        }
+        self.len += 1;
+        if self.len == MAX_VALUES_PER_PACKET {
+            self.packet(seq);
+        }
+    }
+
+    /// Encodes the packet being built (if any) into `packets`.
+    fn packet(&mut self, seq: u32) {
+        use prost::encoding::{
+            double, encode_key, encode_varint, encoded_len_varint, uint32, uint64,
+        };
+        let Some((uuid, value)) = self.first.take() else {
+            return;
         };
         // TrackEvent: type (9), track_uuid (11), double_counter_value
         // (44), then each extra uuid (45) and each extra value (46), not
@@ -765,17 +1017,16 @@ fn counters(out: &mut Vec<u8>, seq: u32, ts: u64, values: &[(u64, f64)]) {
             + uint64::encoded_len(11, &uuid)
             + 2
             + 8
-            + rest
-                .iter()
-                .map(|&(u, _)| 2 + encoded_len_varint(u))
-                .sum::<usize>()
-            + rest.len() * (2 + 8);
+            + self.uuids.len()
+            + self.values.len();
+        let ts = self.ts;
         let packet_len = uint64::encoded_len(8, &ts)
             + uint32::encoded_len(58, &clock::MONOTONIC)
             + uint32::encoded_len(10, &seq)
             + 1
             + encoded_len_varint(event_len as u64)
             + event_len;
+        let out = &mut self.packets;
         out.reserve(1 + encoded_len_varint(packet_len as u64) + packet_len);
         out.push(((proto::TRACE_PACKET_FIELD << 3) | 2) as u8);
         encode_varint(packet_len as u64, out);
@@ -787,13 +1038,33 @@ fn counters(out: &mut Vec<u8>, seq: u32, ts: u64, values: &[(u64, f64)]) {
         uint32::encode(9, &(event_type::COUNTER as u32), out);
         uint64::encode(11, &uuid, out);
         double::encode(44, &value, out);
-        for &(u, _) in rest {
-            uint64::encode(45, &u, out);
-        }
-        for &(_, v) in rest {
-            double::encode(46, &v, out);
-        }
+        out.extend_from_slice(&self.uuids);
+        out.extend_from_slice(&self.values);
+        self.uuids.clear();
+        self.values.clear();
+        self.len = 0;
     }
+
+    /// Ends the values of this timestamp: appends their packets to `out`.
+    fn end(&mut self, seq: u32, out: &mut Vec<u8>) {
+        self.packet(seq);
+        out.extend_from_slice(&self.packets);
+        self.packets.clear();
+    }
+}
+
+/// Writes `v` as a varint at the start of `buf` (10 bytes at least);
+/// returns its length.
+#[inline]
+fn varint(mut v: u64, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while v >= 0x80 {
+        buf[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    buf[n] = v as u8;
+    n + 1
 }
 
 /// A clock snapshot: MONOTONIC (the trace's timestamps), BOOTTIME

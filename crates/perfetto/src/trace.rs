@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use wakemeter::{SampleWait, Sampler};
+use wakemeter::{Finding, Interval, SampleWait, Sampler};
 
 use crate::encode::{CLOSE_BYTES_PER_FINDING, MAX_OPEN_FINDINGS, TraceEncoder};
 use crate::error::Error;
@@ -278,14 +278,10 @@ impl ProcessTrace {
     /// Writes the interval from the last snapshot written to the newest
     /// one stored, with the findings then (nothing if none is newer, or
     /// once the trace has ended). The work is counted as the sampler's
-    /// overhead ([`Sampler::account`]). Returns whether the trace still
-    /// takes intervals.
+    /// overhead: the interval and the findings count themselves, the
+    /// encoding and the write through [`Sampler::account`]. Returns
+    /// whether the trace still takes intervals.
     pub fn poll(&mut self) -> bool {
-        let s = self.sampler.clone();
-        s.account(|| self.poll_uncounted())
-    }
-
-    fn poll_uncounted(&mut self) -> bool {
         if lock(&self.sink).status.ended.is_some() {
             return false;
         }
@@ -298,10 +294,13 @@ impl ProcessTrace {
         // the oldest one (copied once).
         let from = match self.last {
             Some(from) => from,
-            None => match self.sampler.snapshots().first() {
-                Some(first) => first.seq,
-                None => return true,
-            },
+            None => {
+                let s = &self.sampler;
+                match s.account(|| s.snapshots().first().map(|first| first.seq)) {
+                    Some(seq) => seq,
+                    None => return true,
+                }
+            }
         };
         if newest <= from {
             self.last = Some(newest);
@@ -316,11 +315,17 @@ impl ProcessTrace {
             return true;
         };
         let findings = self.sampler.findings();
+        let s = self.sampler.clone();
+        s.account(|| self.write(&i, &findings))
+    }
+
+    /// Encodes and writes one interval and its findings.
+    fn write(&mut self, i: &Interval, findings: &[Finding]) -> bool {
         let findings_before = self.encoder.findings_written();
         self.buf.clear();
-        self.encoder.interval(&i, &mut self.buf);
+        self.encoder.interval(i, &mut self.buf);
         self.encoder
-            .findings(i.end_monotonic_ns, &findings, &mut self.buf);
+            .findings(i.end_monotonic_ns, findings, &mut self.buf);
         let mut sink = lock(&self.sink);
         let limit = sink.interval_limit();
         match sink.append(&self.buf, limit) {
