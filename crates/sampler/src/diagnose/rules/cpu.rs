@@ -35,9 +35,11 @@ pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
     });
     // Threads that start and end between two samples (a thread per
     // connection: Python's http.server used 0.70 of a core while its one
-    // listed thread ran 0.15) are never listed, but their CPU time is in
-    // the process's: it counts, and the demand is then a floor, since
-    // their run-queue wait is not known.
+    // listed thread ran 0.15) are never listed, and a thread that starts
+    // or ends within the interval is listed only between the samples
+    // that saw it; the CPU time of both is in the process's: it counts,
+    // and the demand is then a floor, since their run-queue wait is not
+    // known.
     let unlisted = (i.process.cpu_percent / 100.0 - listed).max(0.0);
     let unlisted = if unlisted >= UNLISTED_MIN_CPUS {
         unlisted
@@ -53,8 +55,8 @@ pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
         (
             "at least",
             format!(
-                " ({unlisted:.2} cores' worth of CPU went to threads too short-lived to be sampled one by one, \
-                 whose waits are not counted)"
+                " ({unlisted:.2} cores' worth of CPU went to threads that started or ended between two \
+                 samples, whose run-queue waits are not counted)"
             ),
         )
     } else {

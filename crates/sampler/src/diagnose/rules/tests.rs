@@ -565,3 +565,116 @@ fn main_thread() -> Steady {
         preempted: 1000,
     }
 }
+
+/// A history of threads sampled every second for `secs` seconds, thread
+/// `n` (named `names[n]`) woken `woken(n, s)` times during second `s`, at
+/// 0.5% CPU and never preempted.
+fn wavy(secs: u64, names: &[&str], woken: impl Fn(usize, u64) -> u64) -> History {
+    use std::sync::Arc;
+
+    use crate::history::{Encoders, Header};
+    use crate::model::{CpuTimeSource, ProcessSample};
+    use crate::model::{ThreadIdent, ThreadRow};
+
+    let idents: Vec<Arc<ThreadIdent>> = names
+        .iter()
+        .enumerate()
+        .map(|(n, name)| {
+            Arc::new(ThreadIdent {
+                tid: 100 + n as u64,
+                serial: n as u64,
+                name: (*name).into(),
+                cpu_time_source: CpuTimeSource::ThreadClock,
+            })
+        })
+        .collect();
+    let mut enc = Encoders::default();
+    let mut h = History::new(1000, u64::MAX);
+    let mut totals = vec![0u64; names.len()];
+    for s in 0..=secs {
+        if s > 0 {
+            for (n, total) in totals.iter_mut().enumerate() {
+                *total += woken(n, s - 1);
+            }
+        }
+        let packed: Vec<ThreadRow> = idents
+            .iter()
+            .zip(&totals)
+            .map(|(ident, total)| ThreadRow {
+                ident: ident.clone(),
+                total_cpu_time_ns: 5_000_000 * s,
+                total_run_queue_wait_ns: 0,
+                total_switches: *total,
+                total_voluntary_switches: *total,
+                total_involuntary_switches: 0,
+            })
+            .collect();
+        let header = Header {
+            seq: s,
+            monotonic_ns: 1_000_000_000 + s * 1_000_000_000,
+            unix_time_ns: 0,
+            process: ProcessSample {
+                pid: 7,
+                rss_bytes: 1 << 20,
+                total_cpu_time_ns: 5_000_000 * s * names.len() as u64,
+                thread_count: names.len() as u32,
+                ..Default::default()
+            },
+            switch_split_read: true,
+            sampler_cost_ns: 0,
+            total_sampler_cpu_time_ns: 0,
+            warnings: Vec::new(),
+        };
+        h.push(Arc::new(Stored::new(
+            &mut enc,
+            header,
+            packed,
+            &[],
+            &[],
+            None,
+        )));
+    }
+    h
+}
+
+/// Four alike workers (a JVM pool, Node's V8 workers) woken about 50
+/// times/s by the threads that hand them work, their per-second rates
+/// varying around the 0.25 steadiness line: they are all steady or none
+/// is, never "2 threads behave alike" out of four that do. A thread of
+/// another name is judged on its own.
+#[test]
+fn alike_threads_are_steady_together_or_not_at_all() {
+    let t = Thresholds::default();
+    let names = [
+        "pool-1-thread-1",
+        "pool-1-thread-2",
+        "pool-1-thread-3",
+        "pool-1-thread-4",
+        "ticker",
+    ];
+    // Thread n alternates 50 + a and 50 - a: variation a / 50.
+    let run = |swings: [u64; 5]| {
+        let h = wavy(10, &names, |n, s| {
+            if s % 2 == 0 {
+                50 + swings[n]
+            } else {
+                50 - swings[n]
+            }
+        });
+        let found = findings(&h, &t, &Severities::new());
+        found
+            .into_iter()
+            .filter(|f| f.kind == FindingKind::PeriodicWakeups)
+            .map(|f| match f.subject {
+                Subject::Threads { tids, .. } => tids.len(),
+                _ => 1,
+            })
+            .collect::<Vec<usize>>()
+    };
+    // Variations 0.22, 0.24, 0.28, 0.30 (median 0.26): none of the pool;
+    // the ticker at 0.04 still is.
+    assert_eq!(run([11, 12, 14, 15, 2]), vec![1]);
+    // Variations 0.20, 0.22, 0.24, 0.26 (median 0.23): all four, one
+    // group; the ticker at 0.30 is not steady.
+    assert_eq!(run([10, 11, 12, 13, 15]), vec![4]);
+}
