@@ -169,11 +169,23 @@ pub(super) fn periodic_threads(
             FindingKind::PeriodicWakeups,
             Grade { value: wakes, base: Severity::Info, steps: &[(t.periodic_warning_wakeups_per_sec, Severity::Warning)] },
             subject,
-            move || format!(
-                "thread {} \"{}\" wakes every {period_ms:.1} ms ({wakes:.0}/s from {counted}, steady{preempted}) \
-                 and uses {:.2}% CPU: {}",
-                th.tid, th.name, th.cpu_percent, source.cause(th.kernel.as_ref())
-            ),
+            move || {
+                // Woken by other threads, a steady rate is the rate of the
+                // work handed to it (a pool thread under a steady load),
+                // not a period of its own: no "every N ms" then.
+                let rate = if matches!(source, WakeSource::ProcessThreads | WakeSource::OtherProcesses) {
+                    format!("is woken {wakes:.0} times/s at a steady rate (from {counted}{preempted})")
+                } else {
+                    format!("wakes every {period_ms:.1} ms ({wakes:.0}/s from {counted}, steady{preempted})")
+                };
+                format!(
+                    "thread {} \"{}\" {rate} and uses {:.2}% CPU: {}",
+                    th.tid,
+                    th.name,
+                    th.cpu_percent,
+                    source.cause(th.kernel.as_ref())
+                )
+            },
             evidence,
             advice,
         );
