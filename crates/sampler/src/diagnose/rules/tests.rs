@@ -240,6 +240,31 @@ fn alike_threads_at_a_threshold_keep_one_severity() {
     assert_eq!(fifth[0].severity, Severity::Warning);
 }
 
+/// A periodic thread sitting on the 20/s line (a JVM's `VM Periodic
+/// Task` at 19.5-20.1/s) stays named from one report to the next until its
+/// rate falls the severity margin below the line; one never named needs
+/// the line itself.
+#[test]
+fn a_periodic_thread_on_the_line_stays_named() {
+    let t = Thresholds::default();
+    let at = |rate| steady(10, &[thread("VM Periodic Task", rate, 0)]);
+    let mut memory = Severities::new();
+    let mut report = |rate| {
+        let found = findings(&at(rate), &t, &memory);
+        memory.clear();
+        for f in &found {
+            memory.insert(memory_key(f.kind, &f.subject), f.severity);
+        }
+        found.iter().map(|f| f.kind).collect::<Vec<_>>()
+    };
+    assert!(report(19).is_empty(), "below the line, never named");
+    assert_eq!(report(20), vec![FindingKind::PeriodicWakeups]);
+    assert_eq!(report(19), vec![FindingKind::PeriodicWakeups], "kept");
+    assert_eq!(report(18), vec![FindingKind::PeriodicWakeups], "kept");
+    assert!(report(17).is_empty(), "past the margin below the line");
+    assert!(report(19).is_empty(), "not named before: the line itself");
+}
+
 /// 256 threads at 0.5% CPU each, each waiting for a CPU almost all the
 /// time, on 2 cores: none is a per-thread finding (too little CPU
 /// each), the process is; 4 threads at 50% CPU and 50% wait are
