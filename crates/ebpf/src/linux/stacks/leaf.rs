@@ -143,7 +143,10 @@ pub(crate) struct LeafBuilder {
     /// before the first).
     mappings: Option<Vec<Mapping>>,
     /// The rows of each module mapped then, by [`Mapping::key`]; `None`
-    /// for a module without usable CFI.
+    /// for a module without usable CFI, and for one left out of the table
+    /// for lack of room (its rows are not kept: what the builder holds is
+    /// bounded by the table's size, whatever the process maps; such a
+    /// module stays out until it is mapped again).
     modules: HashMap<(u64, u64, u64, String), Option<ModuleRows>>,
 }
 
@@ -197,8 +200,9 @@ impl LeafBuilder {
             .and_then(|f| module_rows(&ReadCache::new(f), mapping))
     }
 
-    /// The table from the rows read, at most `capacity` rows.
-    fn table(&self, mappings: &[Mapping], capacity: usize) -> LeafTable {
+    /// The table from the rows read, at most `capacity` rows; the rows of
+    /// modules left out for lack of room are dropped.
+    fn table(&mut self, mappings: &[Mapping], capacity: usize) -> LeafTable {
         let mut table = LeafTable::default();
         let mut rows = Vec::new();
         let mut mappings: Vec<&Mapping> = mappings.iter().collect();
@@ -210,28 +214,38 @@ impl LeafBuilder {
         // Modules with frame pointers come after the others: the walk is
         // right in most of their code, the rows make it exact in their leaf
         // functions and prologues when there is room.
-        let mut deferred: Vec<&[LeafRow]> = Vec::new();
+        let mut deferred: Vec<(&Mapping, &[LeafRow])> = Vec::new();
+        let mut left_out = Vec::new();
         for mapping in mappings {
             table.stats.modules += 1;
             match self.modules.get(&mapping.key()).and_then(Option::as_ref) {
                 Some(ModuleRows::FramePointers(new)) => {
                     table.stats.frame_pointer_modules += 1;
-                    deferred.push(new);
+                    deferred.push((mapping, new));
                 }
                 Some(ModuleRows::Rows(new)) if rows.len() + new.len() <= capacity => {
                     table.stats.modules_with_rows += 1;
                     rows.extend_from_slice(new);
                 }
-                Some(ModuleRows::Rows(_)) | None => table.stats.skipped_modules += 1,
+                Some(ModuleRows::Rows(_)) => {
+                    table.stats.skipped_modules += 1;
+                    left_out.push(mapping.key());
+                }
+                None => table.stats.skipped_modules += 1,
             }
         }
-        for new in deferred {
+        for (mapping, new) in deferred {
             if rows.len() + new.len() <= capacity {
                 table.stats.modules_with_rows += 1;
                 rows.extend_from_slice(new);
+            } else {
+                left_out.push(mapping.key());
             }
         }
         table.rows = normalize(rows);
+        for key in left_out {
+            self.modules.insert(key, None);
+        }
         table
     }
 }
@@ -590,6 +604,33 @@ mod tests {
             checked > 10_000 && recoverable > checked / 2,
             "{checked} {recoverable}"
         );
+    }
+
+    /// What the builder keeps between rebuilds is bounded by the table:
+    /// the rows of modules left out for lack of room are dropped.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn rows_of_modules_left_out_are_not_kept() {
+        let kept = |b: &LeafBuilder| -> usize {
+            b.modules
+                .values()
+                .flatten()
+                .map(|m| match m {
+                    ModuleRows::Rows(r) | ModuleRows::FramePointers(r) => r.len(),
+                })
+                .sum()
+        };
+        let mut full = LeafBuilder::new(std::process::id());
+        let table = full
+            .build_if_changed(MAX_LEAF_ROWS, true)
+            .expect("own maps");
+        assert!(table.stats.modules_with_rows > 0, "{:?}", table.stats);
+        assert!(kept(&full) >= table.rows.len());
+        let mut small = LeafBuilder::new(std::process::id());
+        let table = small.build_if_changed(1, true).expect("own maps");
+        assert!(table.rows.len() <= 1);
+        assert_eq!(kept(&small), 0);
+        assert_eq!(table.stats.modules_with_rows, 0);
     }
 
     /// Bad input gives no rows, never made-up ones: a file that is no ELF
