@@ -162,6 +162,23 @@ impl Ctx<'_> {
     /// is kept until the figure falls [`Thresholds::severity_margin`]
     /// below it; a step it had not reached needs the figure that much
     /// above it. Without a previous report the steps apply as they are.
+    /// Whether `value` reaches the `line` a finding needs to be shown at
+    /// all, with the same hysteresis as [`Ctx::grade`]: a finding the
+    /// previous report showed stays until its figure falls
+    /// [`Thresholds::severity_margin`] below the line. `subject` is built
+    /// only when that is in question (the figure in the margin below).
+    fn reaches(
+        &self,
+        kind: FindingKind,
+        value: f64,
+        line: f64,
+        subject: impl FnOnce() -> Subject,
+    ) -> bool {
+        value >= line
+            || (value >= line * (1.0 - self.t.severity_margin)
+                && self.previous.contains_key(&memory_key(kind, &subject())))
+    }
+
     fn grade(
         &self,
         kind: FindingKind,

@@ -2,7 +2,7 @@
 //! budget of the process.
 
 use super::wake_source::WakeSource;
-use super::{Ctx, FindingKind, Grade, Severity, Subject, memory_key, ns, number};
+use super::{Ctx, FindingKind, Grade, Severity, Subject, ns, number};
 use crate::history::{History, Stored};
 use crate::interval::groups::group_name;
 use crate::interval::{Interval, ThreadInterval, between_stored, per_sec};
@@ -42,24 +42,19 @@ pub(super) fn periodic_threads(
         .iter()
         .filter(|th| !cx.explained.contains(&th.tid) && !th.started_in_interval)
         .filter(|th| {
-            // A thread the previous report named stays named until its
-            // rate falls severity_margin below the line: a JVM's `VM
-            // Periodic Task` at 19.5-20.1/s against the 20/s line was
-            // shown in one report of four otherwise.
-            let shown = cx.previous.contains_key(&memory_key(
-                FindingKind::PeriodicWakeups,
-                &Subject::Thread {
-                    tid: th.tid,
-                    name: th.name.clone(),
-                },
-            ));
-            let line = if shown {
-                t.periodic_wakeups_per_sec * (1.0 - t.severity_margin)
-            } else {
-                t.periodic_wakeups_per_sec
-            };
-            wake_rate(th).is_some_and(|(r, _)| r >= line)
-                && th.cpu_percent <= t.periodic_max_cpu_percent
+            // A JVM's `VM Periodic Task` at 19.5-20.1/s against the 20/s
+            // line was shown in one report of four without the hysteresis.
+            wake_rate(th).is_some_and(|(r, _)| {
+                cx.reaches(
+                    FindingKind::PeriodicWakeups,
+                    r,
+                    t.periodic_wakeups_per_sec,
+                    || Subject::Thread {
+                        tid: th.tid,
+                        name: th.name.clone(),
+                    },
+                )
+            }) && th.cpu_percent <= t.periodic_max_cpu_percent
         })
         .enumerate()
         .map(|(k, th)| (th.serial, k))
