@@ -149,4 +149,20 @@ struct wm_target {
 	__u64 dead;
 };
 
+/* What the next walk of the task iterator does (iter_ctl's one entry). */
+struct wm_iter_ctl {
+	/* The process whose entries are written out (initial-namespace
+	 * id); 0 for every watched process. */
+	__u32 tgid;
+	/* 1: first give that process's threads their entries from `seeds`. */
+	__u32 seed;
+};
+
+/* The head of each entry the task iterator writes; the struct wm_thread
+ * follows it. */
+struct wm_iter_row {
+	__u32 tid; /* initial-namespace thread id */
+	__u32 pad;
+};
+
 #endif
