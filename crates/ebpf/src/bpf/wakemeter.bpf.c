@@ -15,8 +15,9 @@
  * bit in an array the verifier inlines) and returns at once for other
  * processes: that path is what the whole machine pays.
  *
- * Where the entries live: the tp_btf programs keep them in task-local
- * storage (`thread_store`) when the loader sets `task_store`, found from
+ * Where the entries live: built with WM_WITH_TASK_STORE (the loader's
+ * first choice, Linux 5.11+), the tp_btf programs keep them in task-local
+ * storage (`thread_store`), found from
  * the task pointer the tracepoint hands over, without hashing a thread id
  * (the lookups were most of a switch's cost: BENCHMARKS.md, "A
  * 64-active-thread target"); user space reads them with the task iterator
@@ -42,12 +43,13 @@ const volatile __u64 pidns_ino = 0;
 /* Whether the sys_exit program is attached (set by the loader): only then
  * does a switch-out note the poll or sleep call it blocks in. */
 const volatile __u32 syscalls_on = 1;
-/* Whether the tp_btf programs keep entries in `thread_store` (set by the
- * loader, which then attaches every hook as tp_btf or none). */
-const volatile __u32 task_store = 0;
-
-/* Whether a program with typed arguments (`btf`) uses task storage. */
-#define WM_TASK_STORE(btf) ((btf) && task_store)
+/* Whether a program with typed arguments (`btf`) uses task storage (the
+ * loader then attaches every hook as tp_btf, or loads the other object). */
+#ifdef WM_WITH_TASK_STORE
+#define WM_TASK_STORE(btf) (btf)
+#else
+#define WM_TASK_STORE(btf) 0
+#endif
 
 /* The watched processes (initial-namespace ids), as bits: see WM_TGID_WORDS.
  * Written by the loader only. */
@@ -79,6 +81,7 @@ struct {
 	__type(value, struct wm_thread);
 } threads SEC(".maps");
 
+#ifdef WM_WITH_TASK_STORE
 /* The entries in task-local storage (see the top of this file): one per
  * live thread of a watched process, freed with the task, deleted at its
  * exit, and by the task iterator once its process leaves the set. */
@@ -107,6 +110,26 @@ struct {
 	__type(key, __u32);
 	__type(value, struct wm_iter_ctl);
 } iter_ctl SEC(".maps");
+
+/* The entry in task storage of task `t`, created (zeroed) with
+ * BPF_LOCAL_STORAGE_GET_F_CREATE in `flags`. */
+static __always_inline struct wm_thread *stored_entry(struct task_struct *t, __u64 flags)
+{
+	return bpf_task_storage_get(&thread_store, t, 0, flags);
+}
+
+static __always_inline void forget_stored(struct task_struct *t)
+{
+	bpf_task_storage_delete(&thread_store, t);
+}
+#else
+static __always_inline struct wm_thread *stored_entry(struct task_struct *t, __u64 flags)
+{
+	return NULL;
+}
+
+static __always_inline void forget_stored(struct task_struct *t) {}
+#endif
 
 /* All-zero template for new thread entries (too big for the 512-byte stack). */
 struct {
@@ -194,7 +217,7 @@ static __always_inline struct wm_thread *thread_entry(__u32 tid, __u32 tgid,
 {
 	if (WM_TASK_STORE(btf)) {
 		struct task_struct *t = task ? task : bpf_get_current_task_btf();
-		struct wm_thread *ts = bpf_task_storage_get(&thread_store, t, 0, 0);
+		struct wm_thread *ts = stored_entry(t, 0);
 		if (ts)
 			return ts;
 		struct wm_target *target = bpf_map_lookup_elem(&targets, &tgid);
@@ -202,7 +225,7 @@ static __always_inline struct wm_thread *thread_entry(__u32 tid, __u32 tgid,
 			return NULL;
 		/* Zeroed by the kernel. NULL when the allocation fails, or when
 		 * another CPU creates it at the same moment (one event lost). */
-		ts = bpf_task_storage_get(&thread_store, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		ts = stored_entry(t, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!ts) {
 			count_drops(tgid, 1);
 			return NULL;
@@ -375,7 +398,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 		if (prev_state & TASK_DEAD) {
 			/* Final switch of an exiting thread: never recreate it. */
 			if (WM_TASK_STORE(btf))
-				bpf_task_storage_delete(&thread_store, prev);
+				forget_stored(prev);
 			else
 				forget_thread(&threads, tid);
 		} else {
@@ -551,7 +574,7 @@ static __always_inline int on_exit(__u64 *ctx, const bool btf)
 	if (!is_watched(tgid))
 		return 0;
 	if (WM_TASK_STORE(btf))
-		bpf_task_storage_delete(&thread_store, bpf_get_current_task_btf());
+		forget_stored(bpf_get_current_task_btf());
 	else
 		forget_thread(&threads, (__u32)id);
 	struct wm_target *t = bpf_map_lookup_elem(&targets, &tgid);
@@ -615,7 +638,7 @@ static __always_inline int on_exec(__u64 *ctx, const bool btf)
 		/* Task storage follows the task through the id change: only
 		 * its name (and its id in the observer's namespace) changed. */
 		struct wm_thread *st =
-			bpf_task_storage_get(&thread_store, bpf_get_current_task_btf(), 0, 0);
+			stored_entry(bpf_get_current_task_btf(), 0);
 		if (st) {
 			bpf_get_current_comm(&st->comm, sizeof(st->comm));
 			if (pidns_ino)
@@ -814,6 +837,7 @@ int tp_sys_exits(struct wm_sys_exit_record *rec)
 	return syscall_returned(id, (long)rec->nr, (long)rec->ret, regs, true);
 }
 
+#ifdef WM_WITH_TASK_STORE
 /* --- The task iterator: how user space reads task storage ---
  *
  * One walk over every task of the machine. For each task with an entry:
@@ -854,6 +878,7 @@ int wm_dump_threads(struct bpf_iter__task *ctx)
 	bpf_seq_write(ctx->meta->seq, st, sizeof(*st));
 	return 0;
 }
+#endif
 
 /* --- Calibration: an empty program on sched_switch, attached only on request.
  * Its run time per event is the floor (dispatch plus the kernel's own

@@ -107,17 +107,19 @@ fn per_syscall_tracepoints_available() -> bool {
     })
 }
 
-/// The compiled kernel programs, embedded with 8-byte alignment.
+/// The compiled kernel programs, embedded with 8-byte alignment: with
+/// the per-thread entries in task storage, or in a hash map.
 #[cfg(not(wakemeter_ebpf_no_clang))]
-fn object() -> Result<&'static [u8], EbpfError> {
-    Ok(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/wakemeter.bpf.o"
-    )))
+fn object(task_store: bool) -> Result<&'static [u8], EbpfError> {
+    Ok(if task_store {
+        aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wakemeter_task_store.bpf.o"))
+    } else {
+        aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wakemeter.bpf.o"))
+    })
 }
 
 #[cfg(wakemeter_ebpf_no_clang)]
-fn object() -> Result<&'static [u8], EbpfError> {
+fn object(_task_store: bool) -> Result<&'static [u8], EbpfError> {
     Err(EbpfError::BuiltWithoutClang)
 }
 
@@ -269,10 +271,9 @@ impl ProgramSet {
             .btf(btf)
             .override_global("pidns_ino", &pidns_ino, true)
             .override_global("syscalls_on", &u32::from(options.syscalls), true)
-            .override_global("task_store", &u32::from(task_store), true)
             .map_max_entries("threads", threads_entries)
             .map_max_entries("seeds", seeds_entries)
-            .load(object()?)
+            .load(object(task_store)?)
             .map_err(|source| EbpfError::Load { source })?;
 
         // Before any program runs: absolute CLOCK_REALTIME sleeps need it.
@@ -620,7 +621,7 @@ impl Session {
             .unwrap_or(1)
             .saturating_mul(2)
             .clamp(2, MAX_THREADS_LIMIT);
-        object()?;
+        object(false)?;
         sys::check_kernel_btf(options.kernel_btf.as_deref())?;
         sys::check_privileges()?;
         let btf = kernel_btf(options.kernel_btf.as_deref())?;
