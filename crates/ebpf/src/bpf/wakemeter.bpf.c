@@ -485,10 +485,9 @@ static __always_inline bool waker_exited(struct wm_thread *st, __u32 i, const bo
  * itself is still counted in `wakeups`, and the slots keep the most
  * frequent wakers; counting it as a drop would raise a "counters are low"
  * warning for any thread woken by more than 16 threads of other processes. */
-static __always_inline void note_waker(struct wm_thread *st, bool irq, bool of_target,
+static __always_inline void note_waker(struct wm_thread *st, __u64 id, bool irq, bool of_target,
 				       const bool btf)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	__u32 waker = irq ? 0 : (__u32)id;
 	__u32 free_slot = WM_WAKER_SLOTS, min_slot = 0;
 	__u64 min_count = ~0ULL; /* only to find the smallest slot */
@@ -546,15 +545,17 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	struct wm_thread *st = thread_entry(task_tid(p, btf), tgid, p, btf);
 	if (!st)
 		return 0;
-	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
+	/* The wakeups are counted once, by source: their sum is the total
+	 * (one atomic add fewer per wake). */
+	__u64 id = bpf_get_current_pid_tgid();
 	bool irq = in_interrupt(ctx, btf);
-	bool of_target = !irq && (__u32)(bpf_get_current_pid_tgid() >> 32) == tgid;
+	bool of_target = !irq && (__u32)(id >> 32) == tgid;
 	__u32 source = irq ? WM_WAKE_INTERRUPT : of_target ? WM_WAKE_TARGET : WM_WAKE_OTHER;
 	if (source < WM_WAKE_SOURCES) /* always true; bounds the index for the verifier */
 		__sync_fetch_and_add(&st->wakes_by[source], 1);
-	note_waker(st, irq, of_target, btf);
+	note_waker(st, id, irq, of_target, btf);
 	return 0;
 }
 

@@ -67,7 +67,9 @@ struct wm_thread {
 	__u64 off_since_ns;
 	__u64 off_cause;
 	__u64 woken_at_ns;
-	/* Scheduling counters, cumulative since the entry was created. */
+	/* Scheduling counters, cumulative since the entry was created.
+	 * `wakeups` is no longer written (always 0): the total is the sum of
+	 * `wakes_by`; the word keeps the layout. */
 	__u64 wakeups;
 	__u64 on_cpu_ns;
 	__u64 voluntary;
@@ -99,7 +101,7 @@ struct wm_thread {
 	__u64 sleep_known_requests;
 	__u64 sleep_interrupted;
 	__u64 sleep_interrupted_ns;
-	/* Wakes by source (WM_WAKE_*); they sum to `wakeups`. */
+	/* Wakes by source (WM_WAKE_*); their sum is every wake. */
 	__u64 wakes_by[WM_WAKE_SOURCES];
 	/* Returns of each poll and sleep syscall (WM_SYS_*). */
 	__u64 calls_by_syscall[WM_SYSCALLS];

@@ -38,6 +38,7 @@ pub(crate) struct WmThread {
     pub off_since_ns: u64,
     pub off_cause: u64,
     pub woken_at_ns: u64,
+    /// Not written any more (0): the total is the sum of `wakes_by`.
     pub wakeups: u64,
     pub on_cpu_ns: u64,
     pub voluntary: u64,

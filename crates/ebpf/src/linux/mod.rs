@@ -991,7 +991,8 @@ fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64, top_wakers: usize) -> Ker
     t.total_off_cpu = off_cpu;
     t.off_cpu_histogram = Log2Histogram::from_buckets(&raw.off_hist);
     t.run_queue_latency_histogram = Log2Histogram::from_buckets(&raw.runq_hist);
-    t.total_wakes = raw.wakeups;
+    // The kernel side counts each wake once, by its source.
+    t.total_wakes = raw.wakes_by.iter().fold(0u64, |a, b| a.saturating_add(*b));
     t.total_interrupt_wakes = raw.wakes_by[abi::WAKE_INTERRUPT];
     t.total_process_thread_wakes = raw.wakes_by[abi::WAKE_TARGET];
     t.total_other_process_wakes = raw.wakes_by[abi::WAKE_OTHER];
