@@ -24,10 +24,22 @@ const SOURCES: &[&str] = &[
     "src/bpf/vmlinux_min.h",
 ];
 
-/// The programs, each compiled to `$OUT_DIR/<name>.o`: the counters of
-/// `EbpfSource`, the stacks of `StackSession`, and the task finder both
-/// run first when the observer is in a PID namespace of its own.
-const PROGRAMS: &[&str] = &["wakemeter.bpf", "stacks.bpf", "pid_ns.bpf"];
+/// The programs: (source `src/bpf/<source>.c`, object `$OUT_DIR/<object>.o`,
+/// extra defines). The counters of `EbpfSource` twice, with their entries
+/// in task storage (Linux 5.11+) and in a hash map (older kernels would
+/// refuse the whole object for its task storage map), the stacks of
+/// `StackSession`, and the task finder both run first when the observer is
+/// in a PID namespace of its own.
+const PROGRAMS: &[(&str, &str, &[&str])] = &[
+    (
+        "wakemeter.bpf",
+        "wakemeter_task_store.bpf",
+        &["-DWM_WITH_TASK_STORE"],
+    ),
+    ("wakemeter.bpf", "wakemeter.bpf", &[]),
+    ("stacks.bpf", "stacks.bpf", &[]),
+    ("pid_ns.bpf", "pid_ns.bpf", &[]),
+];
 
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(wakemeter_ebpf_no_clang)");
@@ -67,13 +79,27 @@ fn main() {
     let manifest_dir =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest_dir.join("src/bpf");
-    for program in PROGRAMS {
-        compile(&clang, arch_define, &bpf_dir, program, &out_dir);
+    for (source, object, defines) in PROGRAMS {
+        compile(
+            &clang,
+            arch_define,
+            defines,
+            &bpf_dir,
+            (source, object),
+            &out_dir,
+        );
     }
 }
 
-/// Compiles `src/bpf/<program>.c` into `<out_dir>/<program>.o`.
-fn compile(clang: &Path, arch_define: &str, bpf_dir: &Path, program: &str, out_dir: &Path) {
+/// Compiles `src/bpf/<source>.c` into `<out_dir>/<object>.o`.
+fn compile(
+    clang: &Path,
+    arch_define: &str,
+    defines: &[&str],
+    bpf_dir: &Path,
+    (program, object): (&str, &str),
+    out_dir: &Path,
+) {
     let output = Command::new(clang)
         .args([
             "-target",
@@ -84,12 +110,13 @@ fn compile(clang: &Path, arch_define: &str, bpf_dir: &Path, program: &str, out_d
             "-Werror",
             arch_define,
         ])
+        .args(defines)
         .arg("-I")
         .arg(bpf_dir)
         .arg("-c")
         .arg(bpf_dir.join(format!("{program}.c")))
         .arg("-o")
-        .arg(out_dir.join(format!("{program}.o")))
+        .arg(out_dir.join(format!("{object}.o")))
         .output();
     match output {
         Ok(o) if o.status.success() => {}

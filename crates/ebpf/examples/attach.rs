@@ -21,10 +21,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut source = EbpfSource::attach(target)?;
     println!(
-        "attached to pid {} in {:.1} ms ({:?})",
+        "attached to pid {} in {:.1} ms ({:?}, syscalls by {:?}, entries in {})",
         source.pid(),
         source.attach_duration().as_secs_f64() * 1e3,
-        source.attach_kind()
+        source.attach_kind(),
+        source.syscall_hook(),
+        if source.map_usage()?.task_storage {
+            "task storage"
+        } else {
+            "a hash map"
+        }
     );
     if target == Target::SelfProcess {
         // Something to see: a thread that sleeps 1 ms at a time.

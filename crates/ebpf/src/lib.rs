@@ -216,6 +216,14 @@ pub struct ProgramRunStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MapUsage {
+    /// Whether the per-thread entries are in task-local storage: where
+    /// every program attaches as `tp_btf` (Linux 5.11+), each event finds
+    /// its thread's entry from the task itself instead of hashing its id
+    /// (cheaper per event), reads go through a task iterator, and there is
+    /// no capacity to run out of. `false`: a hash map of
+    /// [`MapUsage::max_threads`] entries (`raw_tp` programs, or a capacity
+    /// fixed with [`EbpfSourceBuilder::with_max_threads`]).
+    pub task_storage: bool,
     /// Entries of the per-thread map: threads of the target being tracked
     /// (threads that exited are removed at once).
     pub threads: u32,
@@ -224,7 +232,9 @@ pub struct MapUsage {
     /// included.
     pub set_threads: u32,
     /// Capacity of the per-thread map, in threads, fixed when its program
-    /// set was loaded (shared by every process the set watches).
+    /// set was loaded (shared by every process the set watches). With
+    /// [`MapUsage::task_storage`] nothing is dropped for lack of room: this
+    /// is then only what the hash map would have held.
     pub max_threads: u32,
     /// Occupied waker slots, summed over the tracked threads (at most
     /// [`WAKER_SLOTS`] per thread; they are part of the thread's entry).

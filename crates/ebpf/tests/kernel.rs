@@ -208,6 +208,11 @@ fn switch_counts_match(kind: AttachKind) {
         EbpfSource::builder(Target::SelfProcess).with_attach_kind(kind),
     );
     assert_eq!(source.attach_kind(), kind);
+    // Typed programs keep the entries in task storage; raw_tp ones cannot.
+    assert_eq!(
+        source.map_usage().unwrap().task_storage,
+        kind == AttachKind::BtfTracepoint
+    );
     on_parked_thread(
         || {
             for _ in 0..SLEEPS {
@@ -523,6 +528,9 @@ fn exited_threads_are_removed_and_full_maps_count_drops() {
         sample.thread(tid).is_none(),
         "exited thread {tid} still in the map"
     );
+    // Not only left out of the sample: its entry is gone.
+    let usage = source.map_usage().unwrap();
+    assert_eq!(usage.threads, u32::try_from(sample.threads.len()).unwrap());
     drop(source);
 
     // A map for two threads, and more than two busy threads.
@@ -530,6 +538,8 @@ fn exited_threads_are_removed_and_full_maps_count_drops() {
         "full_maps_count_drops",
         EbpfSource::builder(Target::SelfProcess).with_max_threads(2),
     );
+    // A fixed capacity is a hash map's: task storage has none.
+    assert!(!small.map_usage().unwrap().task_storage);
     let workers: Vec<_> = (0..4)
         .map(|_| {
             thread::spawn(|| {

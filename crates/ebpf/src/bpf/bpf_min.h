@@ -19,7 +19,13 @@ enum {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_STACK_TRACE = 7,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
+
+/* Map flags. */
+#define BPF_F_NO_PREALLOC (1U << 0)
+/* bpf_task_storage_get flags. */
+#define BPF_LOCAL_STORAGE_GET_F_CREATE (1ULL << 0)
 
 enum {
 	BPF_ANY = 0,
@@ -46,6 +52,10 @@ static __u64 (*bpf_get_current_task)(void) = (void *)35;
 static long (*bpf_probe_read_user)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)112;
 static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)113;
 static struct task_struct *(*bpf_get_current_task_btf)(void) = (void *)158;
+static long (*bpf_seq_write)(struct seq_file *m, const void *data, __u32 len) = (void *)127;
+static void *(*bpf_task_storage_get)(void *map, struct task_struct *task, void *value,
+				     __u64 flags) = (void *)156;
+static long (*bpf_task_storage_delete)(void *map, struct task_struct *task) = (void *)157;
 static struct pt_regs *(*bpf_task_pt_regs)(struct task_struct *task) = (void *)175;
 
 #endif

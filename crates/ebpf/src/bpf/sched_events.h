@@ -44,18 +44,34 @@ static __always_inline __u32 task_tid(struct task_struct *p, const bool btf)
  *   context (seen: every wake "[interrupt]" on the raw_tp programs).
  * - x86_64 runs an interrupt that hits user mode on the task's stack; then
  *   the registers saved at its top are user mode ones with orig_ax = -1,
- *   where a syscall or an exception would have a number. */
+ *   where a syscall or an exception would have a number. On the task's
+ *   own stack nothing else runs with orig_ax < 0 (a kernel thread's saved
+ *   registers are zeros), so the typed path reads orig_ax alone, through
+ *   the task pointer it already has: one helper call and one load where
+ *   the untyped path also finds the registers and checks their code
+ *   segment (`benches/benches/ebpf/pool.rs` measures the difference).
+ *   A typed ksym read of the preempt count would be cheaper still, but
+ *   the kernel resolves a per-CPU ksym through kallsyms, which lists no
+ *   variables on kernels built without CONFIG_KALLSYMS_ALL (seen:
+ *   "failed to find the address for kernel symbol '__preempt_count'"). */
 static __always_inline bool in_interrupt(const void *ctx, const bool btf)
 {
 	__u64 fp;
 	asm volatile("%0 = %1" : "=r"(fp) : "r"(ctx));
-	__u64 base = 0;
 	if (btf) {
-		base = (__u64)bpf_get_current_task_btf()->stack;
-	} else {
-		struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
-		bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
+		struct task_struct *cur = bpf_get_current_task_btf();
+		__u64 base = (__u64)cur->stack;
+		if (base && (fp < base || fp > base + WM_THREAD_SIZE))
+			return true;
+#if defined(__TARGET_ARCH_x86)
+		return (long)bpf_task_pt_regs(cur)->orig_ax < 0;
+#else
+		return false;
+#endif
 	}
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	__u64 base = 0;
+	bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
 	if (base && (fp < base || fp > base + WM_THREAD_SIZE))
 		return true;
 #if defined(__TARGET_ARCH_x86)

@@ -56,7 +56,10 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 /* The context of a task iterator program (SEC("iter/task")). */
-struct bpf_iter_meta;
+struct seq_file;
+struct bpf_iter_meta {
+	struct seq_file *seq; /* where bpf_seq_write appends */
+} __attribute__((preserve_access_index));
 struct bpf_iter__task {
 	struct bpf_iter_meta *meta;
 	struct task_struct *task; /* NULL once the walk is over */

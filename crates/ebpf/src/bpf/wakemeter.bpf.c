@@ -14,6 +14,15 @@
  * Every handler tests the process id against the watched set first (one
  * bit in an array the verifier inlines) and returns at once for other
  * processes: that path is what the whole machine pays.
+ *
+ * Where the entries live: built with WM_WITH_TASK_STORE (the loader's
+ * first choice, Linux 5.11+), the tp_btf programs keep them in task-local
+ * storage (`thread_store`), found from
+ * the task pointer the tracepoint hands over, without hashing a thread id
+ * (the lookups were most of a switch's cost: BENCHMARKS.md, "A
+ * 64-active-thread target"); user space reads them with the task iterator
+ * `wm_dump_threads`. The raw_tp programs have no typed task pointer and
+ * keep them in the `threads` hash map, keyed by thread id.
  */
 #include "vmlinux_min.h"
 #include "bpf_min.h"
@@ -34,6 +43,13 @@ const volatile __u64 pidns_ino = 0;
 /* Whether the sys_exit program is attached (set by the loader): only then
  * does a switch-out note the poll or sleep call it blocks in. */
 const volatile __u32 syscalls_on = 1;
+/* Whether a program with typed arguments (`btf`) uses task storage (the
+ * loader then attaches every hook as tp_btf, or loads the other object). */
+#ifdef WM_WITH_TASK_STORE
+#define WM_TASK_STORE(btf) (btf)
+#else
+#define WM_TASK_STORE(btf) 0
+#endif
 
 /* The watched processes (initial-namespace ids), as bits: see WM_TGID_WORDS.
  * Written by the loader only. */
@@ -64,6 +80,56 @@ struct {
 	__type(key, __u32);
 	__type(value, struct wm_thread);
 } threads SEC(".maps");
+
+#ifdef WM_WITH_TASK_STORE
+/* The entries in task-local storage (see the top of this file): one per
+ * live thread of a watched process, freed with the task, deleted at its
+ * exit, and by the task iterator once its process leaves the set. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct wm_thread);
+} thread_store SEC(".maps");
+
+/* Entries user space prepares for threads blocked when their process
+ * joins (see seed_blocked_threads in the loader), by thread id; the task
+ * iterator moves them into task storage. max_entries is overridden. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct wm_thread);
+} seeds SEC(".maps");
+
+/* What the next walk of the task iterator does (written by the loader). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_iter_ctl);
+} iter_ctl SEC(".maps");
+
+/* The entry in task storage of task `t`, created (zeroed) with
+ * BPF_LOCAL_STORAGE_GET_F_CREATE in `flags`. */
+static __always_inline struct wm_thread *stored_entry(struct task_struct *t, __u64 flags)
+{
+	return bpf_task_storage_get(&thread_store, t, 0, flags);
+}
+
+static __always_inline void forget_stored(struct task_struct *t)
+{
+	bpf_task_storage_delete(&thread_store, t);
+}
+#else
+static __always_inline struct wm_thread *stored_entry(struct task_struct *t, __u64 flags)
+{
+	return NULL;
+}
+
+static __always_inline void forget_stored(struct task_struct *t) {}
+#endif
 
 /* All-zero template for new thread entries (too big for the 512-byte stack). */
 struct {
@@ -147,8 +213,31 @@ static __always_inline void hist_add(__u64 *hist, __u64 value)
  * (or no longer) a live member of the set: an id reused by a new process
  * before the loader took the dead one out gets no entry. */
 static __always_inline struct wm_thread *thread_entry(__u32 tid, __u32 tgid,
-						      struct task_struct *task)
+						      struct task_struct *task, const bool btf)
 {
+	if (WM_TASK_STORE(btf)) {
+		struct task_struct *t = task ? task : bpf_get_current_task_btf();
+		struct wm_thread *ts = stored_entry(t, 0);
+		if (ts)
+			return ts;
+		struct wm_target *target = bpf_map_lookup_elem(&targets, &tgid);
+		if (!target || target->dead)
+			return NULL;
+		/* Zeroed by the kernel. NULL when the allocation fails, or when
+		 * another CPU creates it at the same moment (one event lost). */
+		ts = stored_entry(t, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!ts) {
+			count_drops(tgid, 1);
+			return NULL;
+		}
+		if (!ts->tgid) {
+			ts->tgid = tgid;
+			__builtin_memcpy(&ts->comm, t->comm, sizeof(ts->comm));
+			if (pidns_ino)
+				ts->ns_tid = task_or_current_ns_tid(task, pidns_ino);
+		}
+		return ts;
+	}
 	struct wm_thread *st = bpf_map_lookup_elem(&threads, &tid);
 	if (st)
 		return st;
@@ -308,9 +397,12 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 		__u32 prev_state = (__u32)ctx[3];
 		if (prev_state & TASK_DEAD) {
 			/* Final switch of an exiting thread: never recreate it. */
-			forget_thread(&threads, tid);
+			if (WM_TASK_STORE(btf))
+				forget_stored(prev);
+			else
+				forget_thread(&threads, tid);
 		} else {
-			struct wm_thread *st = thread_entry(tid, prev_tgid, prev);
+			struct wm_thread *st = thread_entry(tid, prev_tgid, prev, btf);
 			if (st) {
 				if (st->on_since_ns && now > st->on_since_ns)
 					st->on_cpu_ns += now - st->on_since_ns;
@@ -343,7 +435,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 		}
 	}
 	if (next_watched) {
-		struct wm_thread *st = thread_entry(task_tid(next, btf), next_tgid, next);
+		struct wm_thread *st = thread_entry(task_tid(next, btf), next_tgid, next, btf);
 		if (st) {
 			if (st->off_since_ns && now > st->off_since_ns) {
 				__u64 d = now - st->off_since_ns;
@@ -373,9 +465,13 @@ int rawtp_sched_switch(__u64 *ctx) { return on_switch(ctx, false); }
 
 /* Whether the waker in slot `i` of `st` is known to have exited: a thread
  * of the target that is no longer in the threads map. Wakers of other
- * processes and interrupts are never known to have exited. */
-static __always_inline bool waker_exited(struct wm_thread *st, __u32 i)
+ * processes and interrupts are never known to have exited, and with task
+ * storage none is (an entry cannot be looked up by thread id there): the
+ * slot with the fewest wakeups is then the one reused. */
+static __always_inline bool waker_exited(struct wm_thread *st, __u32 i, const bool btf)
 {
+	if (WM_TASK_STORE(btf))
+		return false;
 	if (i >= WM_WAKER_SLOTS || !(st->waker_of_target & (1ULL << i)))
 		return false;
 	__u32 tid = st->waker_tid[i];
@@ -389,9 +485,9 @@ static __always_inline bool waker_exited(struct wm_thread *st, __u32 i)
  * itself is still counted in `wakeups`, and the slots keep the most
  * frequent wakers; counting it as a drop would raise a "counters are low"
  * warning for any thread woken by more than 16 threads of other processes. */
-static __always_inline void note_waker(struct wm_thread *st, bool irq, bool of_target)
+static __always_inline void note_waker(struct wm_thread *st, __u64 id, bool irq, bool of_target,
+				       const bool btf)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	__u32 waker = irq ? 0 : (__u32)id;
 	__u32 free_slot = WM_WAKER_SLOTS, min_slot = 0;
 	__u64 min_count = ~0ULL; /* only to find the smallest slot */
@@ -414,7 +510,7 @@ static __always_inline void note_waker(struct wm_thread *st, bool irq, bool of_t
 	__u32 slot = free_slot;
 	if (slot == WM_WAKER_SLOTS) {
 		for (__u32 i = 0; i < WM_WAKER_SLOTS; i++) {
-			if (waker_exited(st, i)) {
+			if (waker_exited(st, i, btf)) {
 				slot = i;
 				break;
 			}
@@ -446,18 +542,20 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	if (!is_watched(tgid))
 		return 0;
 
-	struct wm_thread *st = thread_entry(task_tid(p, btf), tgid, p);
+	struct wm_thread *st = thread_entry(task_tid(p, btf), tgid, p, btf);
 	if (!st)
 		return 0;
-	__sync_fetch_and_add(&st->wakeups, 1);
 	st->woken_at_ns = bpf_ktime_get_ns();
 
+	/* The wakeups are counted once, by source: their sum is the total
+	 * (one atomic add fewer per wake). */
+	__u64 id = bpf_get_current_pid_tgid();
 	bool irq = in_interrupt(ctx, btf);
-	bool of_target = !irq && (__u32)(bpf_get_current_pid_tgid() >> 32) == tgid;
+	bool of_target = !irq && (__u32)(id >> 32) == tgid;
 	__u32 source = irq ? WM_WAKE_INTERRUPT : of_target ? WM_WAKE_TARGET : WM_WAKE_OTHER;
 	if (source < WM_WAKE_SOURCES) /* always true; bounds the index for the verifier */
 		__sync_fetch_and_add(&st->wakes_by[source], 1);
-	note_waker(st, irq, of_target);
+	note_waker(st, id, irq, of_target, btf);
 	return 0;
 }
 
@@ -476,7 +574,10 @@ static __always_inline int on_exit(__u64 *ctx, const bool btf)
 	__u32 tgid = (__u32)(id >> 32);
 	if (!is_watched(tgid))
 		return 0;
-	forget_thread(&threads, (__u32)id);
+	if (WM_TASK_STORE(btf))
+		forget_stored(bpf_get_current_task_btf());
+	else
+		forget_thread(&threads, (__u32)id);
 	struct wm_target *t = bpf_map_lookup_elem(&targets, &tgid);
 	if (!t)
 		return 0;
@@ -528,12 +629,24 @@ static __always_inline void add_counters(struct wm_thread *dst, struct wm_thread
 	}
 }
 
-static __always_inline int on_exec(__u64 *ctx)
+static __always_inline int on_exec(__u64 *ctx, const bool btf)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = (__u32)(id >> 32);
 	if (!is_watched(tgid))
 		return 0;
+	if (WM_TASK_STORE(btf)) {
+		/* Task storage follows the task through the id change: only
+		 * its name (and its id in the observer's namespace) changed. */
+		struct wm_thread *st =
+			stored_entry(bpf_get_current_task_btf(), 0);
+		if (st) {
+			bpf_get_current_comm(&st->comm, sizeof(st->comm));
+			if (pidns_ino)
+				st->ns_tid = current_ns_tid(pidns_ino);
+		}
+		return 0;
+	}
 	__u32 tid = (__u32)id;
 	__u32 old_tid = (__u32)ctx[1];
 	if (old_tid == tid)
@@ -568,10 +681,10 @@ static __always_inline int on_exec(__u64 *ctx)
 }
 
 SEC("tp_btf/sched_process_exec")
-int tpbtf_sched_process_exec(__u64 *ctx) { return on_exec(ctx); }
+int tpbtf_sched_process_exec(__u64 *ctx) { return on_exec(ctx, true); }
 
 SEC("raw_tp/sched_process_exec")
-int rawtp_sched_process_exec(__u64 *ctx) { return on_exec(ctx); }
+int rawtp_sched_process_exec(__u64 *ctx) { return on_exec(ctx, false); }
 
 /* --- sys_exit(pt_regs *regs, long ret): runs in the returning thread ---
  *
@@ -622,7 +735,7 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 		return 0;
 
 	__u32 tid = (__u32)id;
-	struct wm_thread *st = thread_entry(tid, (__u32)(id >> 32), NULL);
+	struct wm_thread *st = thread_entry(tid, (__u32)(id >> 32), NULL, btf);
 	if (!st)
 		return 0;
 	if (cls == WM_SC_RENAME) {
@@ -725,6 +838,49 @@ int tp_sys_exits(struct wm_sys_exit_record *rec)
 	return syscall_returned(id, (long)rec->nr, (long)rec->ret, regs, true);
 }
 
+#ifdef WM_WITH_TASK_STORE
+/* --- The task iterator: how user space reads task storage ---
+ *
+ * One walk over every task of the machine. For each task with an entry:
+ * the entry of a process that is no longer watched is deleted (it left the
+ * set); the others are written out as a struct wm_iter_row when their
+ * process is the one iter_ctl asks for (0: all). With iter_ctl's `seed`
+ * set, a thread of that process without an entry first gets the one user
+ * space left for it in `seeds`. */
+SEC("iter/task")
+int wm_dump_threads(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task)
+		return 0;
+	__u32 zero = 0;
+	struct wm_iter_ctl *want = bpf_map_lookup_elem(&iter_ctl, &zero);
+	if (!want)
+		return 0;
+	struct wm_thread *st = bpf_task_storage_get(&thread_store, task, 0, 0);
+	if (!st && want->seed && (__u32)task->tgid == want->tgid) {
+		__u32 tid = (__u32)task->pid;
+		struct wm_thread *seed = bpf_map_lookup_elem(&seeds, &tid);
+		if (seed)
+			st = bpf_task_storage_get(&thread_store, task, seed,
+						  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	}
+	if (!st)
+		return 0;
+	__u32 tgid = (__u32)st->tgid;
+	if (!is_watched(tgid)) {
+		bpf_task_storage_delete(&thread_store, task);
+		return 0;
+	}
+	if (want->tgid && tgid != want->tgid)
+		return 0;
+	struct wm_iter_row row = { .tid = (__u32)task->pid };
+	bpf_seq_write(ctx->meta->seq, &row, sizeof(row));
+	bpf_seq_write(ctx->meta->seq, st, sizeof(*st));
+	return 0;
+}
+#endif
+
 /* --- Calibration: an empty program on sched_switch, attached only on request.
  * Its run time per event is the floor (dispatch plus the kernel's own
  * run-time accounting) that every program above pays on this machine. --- */
@@ -737,6 +893,8 @@ int rawtp_calibrate(__u64 *ctx) { return 0; }
 
 _Static_assert(sizeof(struct wm_thread) == 2448, "wm_thread layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_target) == 24, "wm_target layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_iter_ctl) == 8, "wm_iter_ctl layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_iter_row) == 8, "wm_iter_row layout changed: update abi.rs");
 /* The same offsets are asserted in abi.rs. */
 _Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) == 24, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, wakeups) == 32, "abi.rs");

@@ -67,7 +67,9 @@ struct wm_thread {
 	__u64 off_since_ns;
 	__u64 off_cause;
 	__u64 woken_at_ns;
-	/* Scheduling counters, cumulative since the entry was created. */
+	/* Scheduling counters, cumulative since the entry was created.
+	 * `wakeups` is no longer written (always 0): the total is the sum of
+	 * `wakes_by`; the word keeps the layout. */
 	__u64 wakeups;
 	__u64 on_cpu_ns;
 	__u64 voluntary;
@@ -99,7 +101,7 @@ struct wm_thread {
 	__u64 sleep_known_requests;
 	__u64 sleep_interrupted;
 	__u64 sleep_interrupted_ns;
-	/* Wakes by source (WM_WAKE_*); they sum to `wakeups`. */
+	/* Wakes by source (WM_WAKE_*); their sum is every wake. */
 	__u64 wakes_by[WM_WAKE_SOURCES];
 	/* Returns of each poll and sleep syscall (WM_SYS_*). */
 	__u64 calls_by_syscall[WM_SYSCALLS];
@@ -147,6 +149,22 @@ struct wm_target {
 	 * for its id, so a new process that reuses the id before the loader
 	 * takes it out of the set is never counted as this one. */
 	__u64 dead;
+};
+
+/* What the next walk of the task iterator does (iter_ctl's one entry). */
+struct wm_iter_ctl {
+	/* The process whose entries are written out (initial-namespace
+	 * id); 0 for every watched process. */
+	__u32 tgid;
+	/* 1: first give that process's threads their entries from `seeds`. */
+	__u32 seed;
+};
+
+/* The head of each entry the task iterator writes; the struct wm_thread
+ * follows it. */
+struct wm_iter_row {
+	__u32 tid; /* initial-namespace thread id */
+	__u32 pad;
 };
 
 #endif

@@ -38,6 +38,7 @@ pub(crate) struct WmThread {
     pub off_since_ns: u64,
     pub off_cause: u64,
     pub woken_at_ns: u64,
+    /// Not written any more (0): the total is the sum of `wakes_by`.
     pub wakeups: u64,
     pub on_cpu_ns: u64,
     pub voluntary: u64,
@@ -163,6 +164,25 @@ pub(crate) struct WmTarget {
 unsafe impl aya::Pod for WmTarget {}
 
 const _: () = assert!(size_of::<WmTarget>() == 24);
+
+/// `struct wm_iter_ctl`: what the next walk of the task iterator does.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WmIterCtl {
+    /// The process whose entries are written out; 0 for all of them.
+    pub tgid: u32,
+    /// 1: first give that process's threads their entries from `seeds`.
+    pub seed: u32,
+}
+
+// SAFETY: two u32, no padding (asserted on both sides).
+unsafe impl aya::Pod for WmIterCtl {}
+
+const _: () = assert!(size_of::<WmIterCtl>() == 8);
+
+/// Bytes of the head (`struct wm_iter_row`: the thread id and padding)
+/// before each entry the task iterator writes.
+pub(crate) const ITER_ROW_HEAD: usize = 8;
 
 /// Words of the watched-process bitmap (`WM_TGID_WORDS`): one bit per
 /// possible process id up to `PID_MAX_LIMIT`.

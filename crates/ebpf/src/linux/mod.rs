@@ -4,16 +4,16 @@
 mod abi;
 mod pid_ns;
 pub(crate) mod stacks;
+mod store;
 mod sys;
 
 use std::borrow::Cow;
-use std::collections::HashSet;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, HashMap, Map, MapData, MapError};
-use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint, TracePoint};
+use aya::maps::{Array, HashMap, MapData, MapError};
+use aya::programs::{BtfTracePoint, Iter, Program, ProgramError, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use wakemeter::histogram::Log2Histogram;
 use wakemeter::kernel::{
@@ -22,7 +22,8 @@ use wakemeter::kernel::{
 use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
 
 use self::abi::{WmTarget, WmThread};
-use self::sys::{Batch, ExitWatch};
+use self::store::Store;
+use self::sys::ExitWatch;
 use crate::{
     AttachKind, DEFAULT_MAX_THREADS, EbpfError, EbpfSourceBuilder, MAX_THREADS_LIMIT, MapUsage,
     ProgramRunStats, SyscallHook, Target,
@@ -106,17 +107,19 @@ fn per_syscall_tracepoints_available() -> bool {
     })
 }
 
-/// The compiled kernel programs, embedded with 8-byte alignment.
+/// The compiled kernel programs, embedded with 8-byte alignment: with
+/// the per-thread entries in task storage, or in a hash map.
 #[cfg(not(wakemeter_ebpf_no_clang))]
-fn object() -> Result<&'static [u8], EbpfError> {
-    Ok(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/wakemeter.bpf.o"
-    )))
+fn object(task_store: bool) -> Result<&'static [u8], EbpfError> {
+    Ok(if task_store {
+        aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wakemeter_task_store.bpf.o"))
+    } else {
+        aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wakemeter.bpf.o"))
+    })
 }
 
 #[cfg(wakemeter_ebpf_no_clang)]
-fn object() -> Result<&'static [u8], EbpfError> {
+fn object(_task_store: bool) -> Result<&'static [u8], EbpfError> {
     Err(EbpfError::BuiltWithoutClang)
 }
 
@@ -138,10 +141,6 @@ fn kernel_btf(path: Option<&std::path::Path>) -> Result<Cow<'static, Btf>, EbpfE
     Ok(Cow::Borrowed(KERNEL_BTF.get_or_init(|| parsed)))
 }
 
-/// Entries fetched per batch when reading the per-thread map (about 140 KiB
-/// of buffers at 2.2 KiB an entry).
-const READ_BATCH: usize = 64;
-
 /// Capacity of the per-thread map for a target with `threads` threads:
 /// twice that, at least [`DEFAULT_MAX_THREADS`], at most [`MAX_THREADS_LIMIT`].
 fn auto_max_threads(threads: Option<u32>) -> u32 {
@@ -155,9 +154,8 @@ fn auto_max_threads(threads: Option<u32>) -> u32 {
 /// the programs detach first.
 struct Live {
     ebpf: Ebpf,
-    /// The per-thread map (a `BPF_MAP_TYPE_HASH` of u32 to [`WmThread`]),
-    /// shared by every watched process of the set.
-    threads: Map,
+    /// The per-thread entries, shared by every watched process of the set.
+    store: Store,
     /// The watched-process bitmap (`abi::TGID_WORDS` words).
     watched: Array<MapData, u64>,
     /// Per watched process: exits, drops, death ([`WmTarget`]).
@@ -167,120 +165,18 @@ struct Live {
     realtime_offset: Array<MapData, i64>,
     /// Names of the programs that are attached.
     programs: Vec<&'static str>,
-    /// Capacity of the per-thread map, in entries.
+    /// Capacity of the per-thread hash map, in entries; with task storage,
+    /// which has none, what it would have been (see [`MapUsage::max_threads`]).
     max_threads: usize,
-    /// Read buffers, kept from one read to the next.
-    keys: Vec<u32>,
-    values: Vec<WmThread>,
 }
 
 impl Live {
-    /// Calls `each` with every entry of the per-thread map; returns how many
-    /// entries were fetched. Batches walk the map's buckets once, so a read
-    /// costs the live entries plus a fixed walk of the buckets; kernels
-    /// without batch operations (before 5.6) are read key by key.
+    /// Calls `each` with every entry of every watched process.
     fn for_each_thread(
         &mut self,
-        mut each: impl FnMut(u32, &WmThread),
+        each: impl FnMut(u32, &WmThread),
     ) -> Result<u32, KernelSourceError> {
-        let Map::HashMap(data) = &self.threads else {
-            return Err(KernelSourceError::Read(
-                "eBPF map threads is not a hash map".into(),
-            ));
-        };
-        if self.keys.is_empty() {
-            let len = READ_BATCH.min(self.max_threads.max(1));
-            self.keys = vec![0; len];
-            self.values = vec![WmThread::ZERO; len];
-        }
-        let mut cursor = None;
-        let mut fetched = 0u32;
-        loop {
-            let step = sys::lookup_batch(
-                data.fd().as_fd(),
-                &mut cursor,
-                &mut self.keys,
-                &mut self.values,
-            )
-            .map_err(|e| KernelSourceError::Read(format!("eBPF map threads: {e}")))?;
-            let (n, done) = match step {
-                // Never seen: the kernel fills at least one entry or ends.
-                Batch::More(0) => {
-                    return Err(KernelSourceError::Read(
-                        "eBPF map threads: batch lookup made no progress".into(),
-                    ));
-                }
-                Batch::More(n) => (n, false),
-                Batch::Done(n) => (n, true),
-                Batch::TooSmall => {
-                    let len = self.keys.len().saturating_mul(2).max(READ_BATCH);
-                    self.keys.resize(len, 0);
-                    self.values.resize(len, WmThread::ZERO);
-                    continue;
-                }
-                Batch::Unsupported if cursor.is_none() => {
-                    return self.for_each_thread_by_key(each);
-                }
-                Batch::Unsupported => {
-                    return Err(KernelSourceError::Read(
-                        "eBPF map threads: batch lookup refused mid-walk".into(),
-                    ));
-                }
-            };
-            for (tid, raw) in self.keys.iter().zip(&self.values).take(n) {
-                each(*tid, raw);
-            }
-            fetched = fetched.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
-            if done {
-                return Ok(fetched);
-            }
-        }
-    }
-
-    /// The key-by-key walk. A key deleted under it makes the kernel start
-    /// over from the first key, so duplicates are skipped, and the walk
-    /// stops after twice the map's capacity.
-    fn for_each_thread_by_key(
-        &self,
-        mut each: impl FnMut(u32, &WmThread),
-    ) -> Result<u32, KernelSourceError> {
-        let map: HashMap<&MapData, u32, WmThread> =
-            HashMap::try_from(&self.threads).map_err(read_error("threads"))?;
-        let budget = self.max_threads.max(1).saturating_mul(2);
-        let mut seen = HashSet::new();
-        let mut fetched = 0u32;
-        for item in map.iter().take(budget) {
-            let (tid, raw) = item.map_err(read_error("threads"))?;
-            fetched = fetched.saturating_add(1);
-            if seen.insert(tid) {
-                each(tid, &raw);
-            }
-        }
-        Ok(fetched)
-    }
-
-    /// Calls `each` with the entry of every thread in `tids` that has one:
-    /// one lookup per thread, whatever else the map holds.
-    fn for_each_listed_thread(
-        &self,
-        tids: &[u32],
-        mut each: impl FnMut(u32, &WmThread),
-    ) -> Result<u32, KernelSourceError> {
-        let map: HashMap<&MapData, u32, WmThread> =
-            HashMap::try_from(&self.threads).map_err(read_error("threads"))?;
-        let mut fetched = 0u32;
-        for &tid in tids {
-            match map.get(&tid, 0) {
-                Ok(raw) => {
-                    fetched = fetched.saturating_add(1);
-                    each(tid, &raw);
-                }
-                // Not seen by the programs yet, or exited since the listing.
-                Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(read_error("threads")(e)),
-            }
-        }
-        Ok(fetched)
+        self.store.for_each(&mut self.ebpf, each)
     }
 }
 
@@ -329,8 +225,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ProgramSet {
-    /// Loads the object with a per-thread map of `max_threads` entries and
-    /// attaches its programs as `options` ask.
+    /// Loads the object and attaches its programs as `options` ask, with
+    /// the entries in task storage where every hook attaches as `tp_btf`
+    /// and the task iterator loads (Linux 5.11+), else in a hash map of
+    /// `max_threads` entries. A fixed capacity
+    /// ([`EbpfSourceBuilder::with_max_threads`]) asks for the hash map.
     fn load(
         options: &EbpfSourceBuilder,
         max_threads: u32,
@@ -338,12 +237,43 @@ impl ProgramSet {
         pidns_ino: u64,
     ) -> Result<ProgramSet, EbpfError> {
         let started = Instant::now();
+        let task_store = options.kind != AttachKind::RawTracepoint && options.max_threads.is_none();
+        let mut set =
+            match task_store.then(|| Self::load_as(options, max_threads, btf, pidns_ino, true)) {
+                Some(Ok(set)) => set,
+                // Dropping the failed attempt detached and freed all of it.
+                _ => Self::load_as(options, max_threads, btf, pidns_ino, false)?,
+            };
+        set.load_duration = started.elapsed();
+        Ok(set)
+    }
+
+    /// One attempt of [`ProgramSet::load`]: with `task_store`, every hook
+    /// must attach as `tp_btf`.
+    fn load_as(
+        options: &EbpfSourceBuilder,
+        max_threads: u32,
+        btf: &Btf,
+        pidns_ino: u64,
+        task_store: bool,
+    ) -> Result<ProgramSet, EbpfError> {
+        // The store not used gets a single entry (hash maps are allocated
+        // in full at creation).
+        let (threads_entries, seeds_entries) = if task_store {
+            (1, max_threads)
+        } else {
+            (max_threads, 1)
+        };
         let mut ebpf = EbpfLoader::new()
+            // aya has no type for task storage maps; it creates them all
+            // the same, and only the programs use this one.
+            .allow_unsupported_maps()
             .btf(btf)
             .override_global("pidns_ino", &pidns_ino, true)
             .override_global("syscalls_on", &u32::from(options.syscalls), true)
-            .map_max_entries("threads", max_threads)
-            .load(object()?)
+            .map_max_entries("threads", threads_entries)
+            .map_max_entries("seeds", seeds_entries)
+            .load(object(task_store)?)
             .map_err(|source| EbpfError::Load { source })?;
 
         // Before any program runs: absolute CLOCK_REALTIME sleeps need it.
@@ -356,6 +286,26 @@ impl ProgramSet {
             Array::try_from(take_map(&mut ebpf, "watched")?).map_err(map_error("watched"))?;
         let targets =
             HashMap::try_from(take_map(&mut ebpf, "targets")?).map_err(map_error("targets"))?;
+        let store = if task_store {
+            // Loaded before any hook attaches: without it the entries
+            // could not be read.
+            let iterator: &mut Iter = program_of(&mut ebpf, store::ITERATOR)?;
+            iterator
+                .load("task", btf)
+                .map_err(program_error(store::ITERATOR))?;
+            let ctl = take_map(&mut ebpf, "iter_ctl")?;
+            let seeds = take_map(&mut ebpf, "seeds")?;
+            Store::task(ctl, seeds).map_err(map_error("seeds"))?
+        } else {
+            let threads = take_map(&mut ebpf, "threads")?;
+            let capacity = usize::try_from(max_threads).unwrap_or(usize::MAX);
+            Store::hash(threads, capacity).map_err(map_error("threads"))?
+        };
+        let kind = if task_store {
+            AttachKind::BtfTracepoint
+        } else {
+            options.kind
+        };
 
         let mut programs = Vec::with_capacity(HOOKS.len());
         let (mut on_btf, mut on_raw) = (0usize, 0usize);
@@ -379,7 +329,7 @@ impl ProgramSet {
                     continue;
                 }
             }
-            let name = attach_hook(&mut ebpf, hook, options.kind, btf)?;
+            let name = attach_hook(&mut ebpf, hook, kind, btf)?;
             if name == hook.btf_program {
                 on_btf += 1;
             } else {
@@ -393,28 +343,22 @@ impl ProgramSet {
             _ => AttachKind::Mixed,
         };
 
-        let threads = take_map(&mut ebpf, "threads")?;
-        // Checks the type and the key and value sizes once.
-        HashMap::<&MapData, u32, WmThread>::try_from(&threads).map_err(map_error("threads"))?;
-
         Ok(ProgramSet {
             live: Live {
                 ebpf,
-                threads,
+                store,
                 watched,
                 targets,
                 realtime_offset,
                 programs,
                 max_threads: usize::try_from(max_threads).unwrap_or(usize::MAX),
-                keys: Vec::new(),
-                values: Vec::new(),
             },
             members: std::collections::BTreeMap::new(),
             reserved: 0,
             words: std::collections::HashMap::new(),
             kind,
             syscall_hook,
-            load_duration: started.elapsed(),
+            load_duration: Duration::ZERO,
         })
     }
 
@@ -424,10 +368,13 @@ impl ProgramSet {
     }
 
     /// Whether a process needing `reserve` entries fits beside the members.
+    /// Task storage has no capacity to share: only the number of
+    /// processes is bounded.
     fn has_room(&self, tgid: u32, reserve: u32) -> bool {
         self.members.contains_key(&tgid)
             || (self.members.len() < abi::MAX_TARGETS
-                && self.reserved.saturating_add(reserve) <= self.capacity())
+                && (self.live.store.is_task()
+                    || self.reserved.saturating_add(reserve) <= self.capacity()))
     }
 
     /// Adds process `tgid` (initial-namespace id) to the watched set: its
@@ -483,11 +430,8 @@ impl ProgramSet {
         if !sys::list_tids(pid, &mut tids) {
             return;
         }
-        let Ok(mut map) = HashMap::<&mut MapData, u32, WmThread>::try_from(&mut self.live.threads)
-        else {
-            return;
-        };
         let now = wakemeter::monotonic_ns();
+        let mut entries = Vec::new();
         for tid in tids {
             let Some(blocked) = sys::blocked_in(pid, tid) else {
                 continue;
@@ -509,9 +453,10 @@ impl ProgramSet {
                 entry.sc_arg_ns = abi::ARG_UNKNOWN;
             }
             entry.comm = blocked.comm;
-            // BPF_NOEXIST: an entry the programs made first stays.
-            let _ = map.insert(&tid, &entry, 1);
+            entries.push((tid, entry));
         }
+        let Live { ebpf, store, .. } = &mut self.live;
+        store.seed(ebpf, tgid, &entries);
     }
 
     /// One session of `tgid` leaves; with the last one, the process leaves
@@ -538,19 +483,8 @@ impl ProgramSet {
         } else {
             self.words.insert(word, bits);
         }
-        let mut stale = Vec::new();
-        let _ = self.live.for_each_thread(|tid, raw| {
-            if raw.tgid == u64::from(tgid) {
-                stale.push(tid);
-            }
-        });
-        if let Ok(mut map) =
-            HashMap::<&mut MapData, u32, WmThread>::try_from(&mut self.live.threads)
-        {
-            for tid in stale {
-                let _ = map.remove(&tid);
-            }
-        }
+        let Live { ebpf, store, .. } = &mut self.live;
+        store.forget_process(ebpf, tgid);
         let _ = self.live.targets.remove(&tgid);
     }
 
@@ -687,7 +621,7 @@ impl Session {
             .unwrap_or(1)
             .saturating_mul(2)
             .clamp(2, MAX_THREADS_LIMIT);
-        object()?;
+        object(false)?;
         sys::check_kernel_btf(options.kernel_btf.as_deref())?;
         sys::check_privileges()?;
         let btf = kernel_btf(options.kernel_btf.as_deref())?;
@@ -783,6 +717,7 @@ impl Session {
             }
         })?;
         Ok(MapUsage {
+            task_storage: set.live.store.is_task(),
             threads,
             set_threads,
             max_threads,
@@ -875,10 +810,14 @@ impl Session {
         // threads, not every watched process's.
         let mine = set.members.get(&tgid).map_or(0, |m| m.reserved);
         let alone = mine.saturating_mul(2) >= set.reserved;
-        let fetched = if alone || in_namespace || !sys::list_tids(pid, &mut self.tids) {
-            set.live.for_each_thread(&mut each)?
+        // The task iterator writes out this process's entries only.
+        let Live { ebpf, store, .. } = &mut set.live;
+        let fetched = if store.is_task() {
+            store.for_each_of(ebpf, tgid, &[], &mut each)?
+        } else if alone || in_namespace || !sys::list_tids(pid, &mut self.tids) {
+            store.for_each(ebpf, &mut each)?
         } else {
-            set.live.for_each_listed_thread(&self.tids, &mut each)?
+            store.for_each_of(ebpf, tgid, &self.tids, &mut each)?
         };
         threads.sort_by_key(|t| t.tid);
         let record = set.target(tgid)?;
@@ -1052,7 +991,8 @@ fn thread_stats(tid: u32, raw: &WmThread, now_ns: u64, top_wakers: usize) -> Ker
     t.total_off_cpu = off_cpu;
     t.off_cpu_histogram = Log2Histogram::from_buckets(&raw.off_hist);
     t.run_queue_latency_histogram = Log2Histogram::from_buckets(&raw.runq_hist);
-    t.total_wakes = raw.wakeups;
+    // The kernel side counts each wake once, by its source.
+    t.total_wakes = raw.wakes_by.iter().fold(0u64, |a, b| a.saturating_add(*b));
     t.total_interrupt_wakes = raw.wakes_by[abi::WAKE_INTERRUPT];
     t.total_process_thread_wakes = raw.wakes_by[abi::WAKE_TARGET];
     t.total_other_process_wakes = raw.wakes_by[abi::WAKE_OTHER];

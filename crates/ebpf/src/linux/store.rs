@@ -1,0 +1,337 @@
+//! Where the per-thread entries of a program set live, and how user space
+//! reads, seeds and frees them: one type with two kinds behind it.
+//!
+//! - [`Store::Task`]: task-local storage (`thread_store`), written by the
+//!   `tp_btf` programs from the task pointer each tracepoint hands over, so
+//!   no event hashes a thread id. User space cannot look an entry up by
+//!   thread id there; it runs the task iterator `wm_dump_threads`, which
+//!   writes out the entries of one process (or all), seeds new ones and
+//!   deletes those of processes that left the set.
+//! - [`Store::Hash`]: a hash map keyed by thread id (`threads`), for the
+//!   `raw_tp` programs (no typed task pointer there) and for a fixed
+//!   capacity asked for with
+//!   [`EbpfSourceBuilder::with_max_threads`](crate::EbpfSourceBuilder::with_max_threads).
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::fd::AsFd;
+
+use aya::Ebpf;
+use aya::maps::{Array, HashMap, Map, MapData, MapError};
+use aya::programs::Iter;
+use wakemeter::KernelSourceError;
+
+use super::abi::{ITER_ROW_HEAD, WmIterCtl, WmThread};
+use super::sys::{self, Batch};
+
+/// Entries fetched per batch when reading the hash map (about 140 KiB of
+/// buffers at 2.2 KiB an entry).
+const READ_BATCH: usize = 64;
+
+/// The task iterator program of the object.
+pub(super) const ITERATOR: &str = "wm_dump_threads";
+
+/// `iter_ctl.tgid` for a walk that writes nothing out (only frees the
+/// entries of processes that left): no process has this id.
+const NO_PROCESS: u32 = u32::MAX;
+
+/// The per-thread entries of one program set.
+pub(super) enum Store {
+    /// A `BPF_MAP_TYPE_HASH` of thread id to [`WmThread`].
+    Hash(HashStore),
+    /// `BPF_MAP_TYPE_TASK_STORAGE`, read through the task iterator.
+    Task(TaskStore),
+}
+
+pub(super) struct HashStore {
+    map: Map,
+    /// Capacity, in entries.
+    max_threads: usize,
+    /// Read buffers, kept from one read to the next.
+    keys: Vec<u32>,
+    values: Vec<WmThread>,
+}
+
+pub(super) struct TaskStore {
+    ctl: Array<MapData, WmIterCtl>,
+    seeds: Map,
+    /// The iterator's output, kept from one read to the next.
+    buf: Vec<u8>,
+}
+
+fn read_error(what: &'static str) -> impl Fn(MapError) -> KernelSourceError {
+    move |e| KernelSourceError::Read(format!("eBPF map {what}: {e}"))
+}
+
+impl Store {
+    /// The hash map store over `map` (checked to be a hash map of
+    /// `u32` → [`WmThread`]).
+    pub(super) fn hash(map: Map, max_threads: usize) -> Result<Store, MapError> {
+        HashMap::<&MapData, u32, WmThread>::try_from(&map)?;
+        Ok(Store::Hash(HashStore {
+            map,
+            max_threads,
+            keys: Vec::new(),
+            values: Vec::new(),
+        }))
+    }
+
+    /// The task storage store, with its control map and seeds map.
+    pub(super) fn task(ctl: Map, seeds: Map) -> Result<Store, MapError> {
+        HashMap::<&MapData, u32, WmThread>::try_from(&seeds)?;
+        Ok(Store::Task(TaskStore {
+            ctl: Array::try_from(ctl)?,
+            seeds,
+            buf: Vec::new(),
+        }))
+    }
+
+    /// Whether entries are in task storage.
+    pub(super) fn is_task(&self) -> bool {
+        matches!(self, Store::Task(_))
+    }
+
+    /// Calls `each` with every entry (of every watched process); returns
+    /// how many entries were fetched.
+    pub(super) fn for_each(
+        &mut self,
+        ebpf: &mut Ebpf,
+        each: impl FnMut(u32, &WmThread),
+    ) -> Result<u32, KernelSourceError> {
+        match self {
+            Store::Hash(h) => h.for_each(each),
+            Store::Task(t) => t.walk(ebpf, WmIterCtl::default(), each),
+        }
+    }
+
+    /// Calls `each` with the entry of every thread of process `tgid`
+    /// (initial-namespace id), whose thread ids are `tids` (as listed from
+    /// `/proc`): the hash map looks each up, whatever else it holds; the
+    /// iterator writes out that process's entries only.
+    pub(super) fn for_each_of(
+        &mut self,
+        ebpf: &mut Ebpf,
+        tgid: u32,
+        tids: &[u32],
+        each: impl FnMut(u32, &WmThread),
+    ) -> Result<u32, KernelSourceError> {
+        match self {
+            Store::Hash(h) => h.for_each_listed(tids, each),
+            Store::Task(t) => t.walk(ebpf, WmIterCtl { tgid, seed: 0 }, each),
+        }
+    }
+
+    /// Gives threads of process `tgid` the `entries` (thread id, entry) as
+    /// their first, unless the programs made one first. Best effort.
+    pub(super) fn seed(&mut self, ebpf: &mut Ebpf, tgid: u32, entries: &[(u32, WmThread)]) {
+        if entries.is_empty() {
+            return;
+        }
+        match self {
+            Store::Hash(h) => {
+                let Ok(mut map) = HashMap::<&mut MapData, u32, WmThread>::try_from(&mut h.map)
+                else {
+                    return;
+                };
+                for (tid, entry) in entries {
+                    // BPF_NOEXIST: an entry the programs made first stays.
+                    let _ = map.insert(tid, entry, 1);
+                }
+            }
+            Store::Task(t) => {
+                let Ok(mut seeds) = HashMap::<&mut MapData, u32, WmThread>::try_from(&mut t.seeds)
+                else {
+                    return;
+                };
+                for (tid, entry) in entries {
+                    let _ = seeds.insert(tid, entry, 0);
+                }
+                // The walk moves each seed into its thread's storage,
+                // unless the programs made one first.
+                let _ = t.walk(ebpf, WmIterCtl { tgid, seed: 1 }, |_, _| {});
+                if let Ok(mut seeds) =
+                    HashMap::<&mut MapData, u32, WmThread>::try_from(&mut t.seeds)
+                {
+                    for (tid, _) in entries {
+                        let _ = seeds.remove(tid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Deletes the entries of process `tgid`, which has just left the
+    /// watched set (its bit is clear, so no new ones are made).
+    pub(super) fn forget_process(&mut self, ebpf: &mut Ebpf, tgid: u32) {
+        match self {
+            Store::Hash(h) => {
+                let mut stale = Vec::new();
+                let _ = h.for_each(|tid, raw| {
+                    if raw.tgid == u64::from(tgid) {
+                        stale.push(tid);
+                    }
+                });
+                if let Ok(mut map) = HashMap::<&mut MapData, u32, WmThread>::try_from(&mut h.map) {
+                    for tid in stale {
+                        let _ = map.remove(&tid);
+                    }
+                }
+            }
+            // Every walk deletes the entries of processes not watched.
+            Store::Task(t) => {
+                let ctl = WmIterCtl {
+                    tgid: NO_PROCESS,
+                    seed: 0,
+                };
+                let _ = t.walk(ebpf, ctl, |_, _| {});
+            }
+        }
+    }
+}
+
+impl TaskStore {
+    /// Runs the task iterator once with `ctl` and calls `each` with every
+    /// entry it writes out; returns how many.
+    fn walk(
+        &mut self,
+        ebpf: &mut Ebpf,
+        ctl: WmIterCtl,
+        mut each: impl FnMut(u32, &WmThread),
+    ) -> Result<u32, KernelSourceError> {
+        let fail = |what: String| KernelSourceError::Read(format!("task iterator: {what}"));
+        self.ctl.set(0, &ctl, 0).map_err(read_error("iter_ctl"))?;
+        let program: &mut Iter = ebpf
+            .program_mut(ITERATOR)
+            .ok_or_else(|| fail("not in the object".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| fail(e.to_string()))?;
+        let link = program.attach().map_err(|e| fail(e.to_string()))?;
+        let link = program.take_link(link).map_err(|e| fail(e.to_string()))?;
+        let mut file = link.into_file().map_err(|e| fail(e.to_string()))?;
+        self.buf.clear();
+        file.read_to_end(&mut self.buf)
+            .map_err(|e| fail(e.to_string()))?;
+        let row = ITER_ROW_HEAD + size_of::<WmThread>();
+        let mut fetched = 0u32;
+        for chunk in self.buf.chunks_exact(row) {
+            let (head, body) = chunk.split_at(ITER_ROW_HEAD);
+            let mut tid = [0u8; 4];
+            tid.copy_from_slice(&head[..4]);
+            // SAFETY: `body` is exactly size_of::<WmThread>() bytes (the
+            // chunk's length less the head), WmThread is plain old data
+            // (repr(C), integers only, every bit pattern valid), and the
+            // read is unaligned-safe.
+            let raw: WmThread = unsafe { std::ptr::read_unaligned(body.as_ptr().cast()) };
+            each(u32::from_ne_bytes(tid), &raw);
+            fetched = fetched.saturating_add(1);
+        }
+        Ok(fetched)
+    }
+}
+
+impl HashStore {
+    /// Calls `each` with every entry of the map; returns how many entries
+    /// were fetched. Batches walk the map's buckets once, so a read costs
+    /// the live entries plus a fixed walk of the buckets; kernels without
+    /// batch operations (before 5.6) are read key by key.
+    fn for_each(&mut self, mut each: impl FnMut(u32, &WmThread)) -> Result<u32, KernelSourceError> {
+        let Map::HashMap(data) = &self.map else {
+            return Err(KernelSourceError::Read(
+                "eBPF map threads is not a hash map".into(),
+            ));
+        };
+        if self.keys.is_empty() {
+            let len = READ_BATCH.min(self.max_threads.max(1));
+            self.keys = vec![0; len];
+            self.values = vec![WmThread::ZERO; len];
+        }
+        let mut cursor = None;
+        let mut fetched = 0u32;
+        loop {
+            let step = sys::lookup_batch(
+                data.fd().as_fd(),
+                &mut cursor,
+                &mut self.keys,
+                &mut self.values,
+            )
+            .map_err(|e| KernelSourceError::Read(format!("eBPF map threads: {e}")))?;
+            let (n, done) = match step {
+                // Never seen: the kernel fills at least one entry or ends.
+                Batch::More(0) => {
+                    return Err(KernelSourceError::Read(
+                        "eBPF map threads: batch lookup made no progress".into(),
+                    ));
+                }
+                Batch::More(n) => (n, false),
+                Batch::Done(n) => (n, true),
+                Batch::TooSmall => {
+                    let len = self.keys.len().saturating_mul(2).max(READ_BATCH);
+                    self.keys.resize(len, 0);
+                    self.values.resize(len, WmThread::ZERO);
+                    continue;
+                }
+                Batch::Unsupported if cursor.is_none() => {
+                    return self.for_each_by_key(each);
+                }
+                Batch::Unsupported => {
+                    return Err(KernelSourceError::Read(
+                        "eBPF map threads: batch lookup refused mid-walk".into(),
+                    ));
+                }
+            };
+            for (tid, raw) in self.keys.iter().zip(&self.values).take(n) {
+                each(*tid, raw);
+            }
+            fetched = fetched.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+            if done {
+                return Ok(fetched);
+            }
+        }
+    }
+
+    /// The key-by-key walk. A key deleted under it makes the kernel start
+    /// over from the first key, so duplicates are skipped, and the walk
+    /// stops after twice the map's capacity.
+    fn for_each_by_key(
+        &self,
+        mut each: impl FnMut(u32, &WmThread),
+    ) -> Result<u32, KernelSourceError> {
+        let map: HashMap<&MapData, u32, WmThread> =
+            HashMap::try_from(&self.map).map_err(read_error("threads"))?;
+        let budget = self.max_threads.max(1).saturating_mul(2);
+        let mut seen = HashSet::new();
+        let mut fetched = 0u32;
+        for item in map.iter().take(budget) {
+            let (tid, raw) = item.map_err(read_error("threads"))?;
+            fetched = fetched.saturating_add(1);
+            if seen.insert(tid) {
+                each(tid, &raw);
+            }
+        }
+        Ok(fetched)
+    }
+
+    /// Calls `each` with the entry of every thread in `tids` that has one:
+    /// one lookup per thread, whatever else the map holds.
+    fn for_each_listed(
+        &self,
+        tids: &[u32],
+        mut each: impl FnMut(u32, &WmThread),
+    ) -> Result<u32, KernelSourceError> {
+        let map: HashMap<&MapData, u32, WmThread> =
+            HashMap::try_from(&self.map).map_err(read_error("threads"))?;
+        let mut fetched = 0u32;
+        for &tid in tids {
+            match map.get(&tid, 0) {
+                Ok(raw) => {
+                    fetched = fetched.saturating_add(1);
+                    each(tid, &raw);
+                }
+                // Not seen by the programs yet, or exited since the listing.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(read_error("threads")(e)),
+            }
+        }
+        Ok(fetched)
+    }
+}
