@@ -5,7 +5,8 @@
 # of wakemeter-perfetto and of the CLI with WAKEMETER_PERFETTO_PYTHON set,
 # so that tests/check_trace.py checks every trace (tracks, counter values
 # against the sampler's own intervals, findings with their text). As root
-# the full-disk test (a 64 KiB tmpfs) runs too.
+# the full-disk test (a 64 KiB tmpfs) runs too. The track events of the
+# track-events feature are read the same way, from a session of the test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,4 +27,7 @@ export WAKEMETER_PERFETTO_PYTHON="$venv/bin/python"
 ignored=()
 if [ "$(id -u)" -eq 0 ]; then ignored=(-- --include-ignored); fi
 cargo test -p wakemeter-perfetto --test trace "${ignored[@]}"
+# Track events into an in-process Perfetto session (feature track-events:
+# the SDK's vendored C library, about 20 s of C++ compile when cold).
+cargo test -p wakemeter-perfetto --features track-events --test track_events
 cargo test -p wakemeter-cli --test perfetto

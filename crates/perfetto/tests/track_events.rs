@@ -1,0 +1,268 @@
+//! Track events into a Perfetto session of this process (the SDK's
+//! in-process backend: everything but the IPC to `traced`), read back
+//! with Perfetto's own schema by `check_trace.py --sdk` (PyPI `perfetto`):
+//! the tracks under this process and its threads, the counter values
+//! against the sampler's own intervals, the findings with their text.
+//!
+//! As in `trace.rs`, the Python check runs when
+//! `WAKEMETER_PERFETTO_PYTHON` names a Python with the `perfetto` package
+//! (`scripts/perfetto-test.sh` makes one); without it the test says
+//! MISSING and checks only what Rust can.
+#![cfg(all(target_os = "linux", feature = "track-events"))]
+
+mod support;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{schema_check_with, whole_records};
+use wakemeter::{Finding, Interval, Sampler, SamplerBuilder, Subject, Thresholds};
+use wakemeter_perfetto::perfetto_sdk::heap_buffer::HeapBuffer;
+use wakemeter_perfetto::perfetto_sdk::pb_msg::{PbMsg, PbMsgWriter};
+use wakemeter_perfetto::perfetto_sdk::protos::config::data_source_config::DataSourceConfig;
+use wakemeter_perfetto::perfetto_sdk::protos::config::trace_config::{
+    TraceConfig, TraceConfigBufferConfig, TraceConfigDataSource,
+};
+use wakemeter_perfetto::perfetto_sdk::protos::config::track_event::track_event_config::TrackEventConfig;
+use wakemeter_perfetto::perfetto_sdk::tracing_session::TracingSession;
+use wakemeter_perfetto::{Backend, CATEGORY, TrackEvents, recording};
+
+struct Worker {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    tid: u64,
+}
+
+impl Worker {
+    fn spawn(name: &str, f: impl FnMut() + Send + 'static) -> Worker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, mut f) = (stop.clone(), f);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let _ = tx.send(unsafe { libc::gettid() } as u64);
+                while !flag.load(Ordering::Relaxed) {
+                    f();
+                }
+            })
+            .expect("spawn");
+        let tid = rx.recv().expect("tid");
+        Worker {
+            stop,
+            handle: Some(handle),
+            tid,
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn interval_json(i: &Interval) -> Value {
+    json!({
+        "start_ns": i.end_monotonic_ns - i.duration_ns,
+        "end_ns": i.end_monotonic_ns,
+        "process_cpu_percent": i.process.cpu_percent,
+        "rss_bytes": i.process.rss_bytes as f64,
+        "threads": i.threads.iter().map(|t| json!({
+            "tid": t.tid,
+            "name": t.name,
+            "cpu_percent": t.cpu_percent,
+            "voluntary_switches_per_sec": t.voluntary_switches_per_sec,
+            "involuntary_switches_per_sec": t.involuntary_switches_per_sec,
+            "run_queue_wait_percent": t.run_queue_wait_percent,
+        })).collect::<Vec<_>>(),
+        "loops": i.loops.iter().map(|l| json!({
+            "name": l.name,
+            "values": [l.wakeups_per_sec, l.idle_wakeup_ratio, l.utilization, l.mean_poll_delay_ns as f64],
+        })).collect::<Vec<_>>(),
+        "sleeps": i.sleeps.iter().map(|s| json!({
+            "name": s.name,
+            "values": [s.sleeps_per_sec, s.mean_oversleep_ns as f64, s.cpu_percent],
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn finding_json(f: &Finding) -> Value {
+    let (kind, name) = match &f.subject {
+        Subject::Thread { name, .. } => ("thread", Some(name.clone())),
+        Subject::Loop { name, .. } => ("loop", Some(name.clone())),
+        Subject::SleepSite { name, .. } => ("sleep_site", Some(name.clone())),
+        Subject::Process { .. } => ("process", None),
+        _ => ("threads", None),
+    };
+    json!({
+        "summary": f.summary,
+        "kind": f.kind.as_str(),
+        "severity": f.severity.as_str(),
+        "subject": f.subject.label(),
+        "subject_kind": kind,
+        "subject_name": name,
+        "subject_tid": f.subject.tid(),
+        "advice": f.advice,
+        "evidence": f.evidence.iter().map(|e| json!({"name": e.name, "unit": e.unit})).collect::<Vec<_>>(),
+    })
+}
+
+fn key(f: &Finding) -> String {
+    format!("{}/{}", f.kind.as_str(), f.subject.label())
+}
+
+/// A trace config that records the `wakemeter` category, and only it,
+/// in a 8 MiB buffer (the SDK's own protozero messages).
+fn trace_config() -> Vec<u8> {
+    let writer = PbMsgWriter::new();
+    let hb = HeapBuffer::new(writer.stream_writer());
+    let mut msg = PbMsg::new(&writer).expect("msg");
+    {
+        let mut cfg = TraceConfig { msg: &mut msg };
+        cfg.set_buffers(|b: &mut TraceConfigBufferConfig| {
+            b.set_size_kb(8 * 1024);
+        });
+        cfg.set_data_sources(|ds: &mut TraceConfigDataSource| {
+            ds.set_config(|c: &mut DataSourceConfig| {
+                c.set_name("track_event");
+                c.set_track_event_config(|te: &mut TrackEventConfig| {
+                    te.set_enabled_categories(CATEGORY);
+                    te.set_disabled_categories("*");
+                });
+            });
+        });
+    }
+    msg.finalize();
+    let mut cfg = vec![0u8; writer.stream_writer().get_written_size()];
+    hb.copy_into(&mut cfg);
+    cfg
+}
+
+/// Waits (generously) until `te` has emitted `n` intervals.
+fn wait_intervals(te: &TrackEvents, n: u64) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while te.status().intervals < n {
+        assert!(
+            Instant::now() < until,
+            "the emitter did not follow: {:?}",
+            te.status()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Samples by hand `n` times, waiting for the emitter after each; returns
+/// the intervals and the findings that began a slice, as the expectations
+/// of `check_trace.py` (as `trace.rs` does for a file).
+fn drive(s: &Sampler, te: &TrackEvents, n: u64, every: Duration) -> (Vec<Value>, Vec<Value>) {
+    let (mut intervals, mut findings) = (Vec::new(), Vec::new());
+    let mut prev = s.latest().map(|x| x.seq);
+    let mut open: HashSet<String> = HashSet::new();
+    for k in 1..=n {
+        std::thread::sleep(every);
+        let seq = s.sample().expect("sample");
+        wait_intervals(te, k);
+        let i = s
+            .interval_between(prev.expect("a first snapshot"), seq)
+            .expect("interval");
+        intervals.push(interval_json(&i));
+        let now: Vec<Finding> = s.findings();
+        let keys: HashSet<String> = now.iter().map(key).collect();
+        for f in &now {
+            if !open.contains(&key(f)) {
+                findings.push(finding_json(f));
+            }
+        }
+        open = keys;
+        prev = Some(seq);
+    }
+    (intervals, findings)
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wakemeter-te-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// One test only: the Perfetto client and its category are process-wide.
+#[test]
+fn track_events_in_a_session_match_the_report() {
+    let dir = out_dir("session");
+    let s = SamplerBuilder::new()
+        .with_thresholds(
+            Thresholds::default()
+                .with_window(Duration::from_secs(1))
+                .with_min_window(Duration::from_millis(500)),
+        )
+        .build()
+        .expect("sampler");
+    // A busy poller (a loop probe that never waits), a 1 ms sleep loop,
+    // and a thread whose name has control characters.
+    let mut spin = s.loop_probe("spin").expect("probe");
+    let _spin = Worker::spawn("spinner", move || {
+        spin.before_wait(Some(Duration::ZERO));
+        spin.after_wait(0);
+    });
+    let mut nap = s.sleep_probe("usleep-1ms").expect("probe");
+    let _nap = Worker::spawn("napper", move || nap.sleep(Duration::from_millis(1)));
+    let odd_name = "a\u{1}b\u{1b}[31m\t";
+    let odd = Worker::spawn(odd_name, || std::thread::sleep(Duration::from_millis(20)));
+    s.sample().expect("first sample");
+
+    let te = TrackEvents::start(&s, Backend::InProcess).expect("start");
+    // No session yet: snapshots cost the emitter one check, nothing is
+    // emitted.
+    assert!(!recording());
+    for _ in 0..3 {
+        s.sample().expect("sample");
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(te.status().intervals, 0, "{:?}", te.status());
+
+    let mut session = TracingSession::in_process().expect("in-process session");
+    session.setup(&trace_config());
+    session.start_blocking();
+    assert!(recording(), "the session does not record the category");
+    let (intervals, findings) = drive(&s, &te, 15, Duration::from_millis(100));
+    let status = te.finish();
+    session.stop_blocking();
+    assert!(!recording());
+    assert_eq!(status.intervals, 15, "{status:?}");
+    assert_eq!(status.streams, 1, "{status:?}");
+    assert!(
+        !findings.is_empty(),
+        "no finding to check: the workloads did not trigger any"
+    );
+
+    let read = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = read.clone();
+    session
+        .read_trace_blocking(move |data, _end| sink.lock().expect("lock").extend_from_slice(data));
+    let bytes = std::mem::take(&mut *read.lock().expect("lock"));
+    assert!(whole_records(&bytes) as u64 > status.packets, "{status:?}");
+    let path = dir.join("session.perfetto-trace");
+    std::fs::write(&path, &bytes).expect("write trace");
+    let target = s.target_identity();
+    let expected = json!({
+        "pid": target.pid,
+        "name": target.name,
+        "intervals": intervals,
+        "findings": findings,
+        "thread_names": [[odd.tid, odd_name]],
+    });
+    let exp_path = dir.join("expected.json");
+    std::fs::write(&exp_path, expected.to_string()).expect("write expected");
+    schema_check_with(&path, Some(&exp_path), &["--sdk"]);
+}
