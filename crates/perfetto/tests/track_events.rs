@@ -13,9 +13,9 @@
 mod support;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use wakemeter_perfetto::perfetto_sdk::heap_buffer::HeapBuffer;
 use wakemeter_perfetto::perfetto_sdk::pb_msg::{PbMsg, PbMsgWriter};
 use wakemeter_perfetto::perfetto_sdk::protos::config::data_source_config::DataSourceConfig;
 use wakemeter_perfetto::perfetto_sdk::protos::config::trace_config::{
-    TraceConfig, TraceConfigBufferConfig, TraceConfigDataSource,
+    TraceConfig, TraceConfigBufferConfig, TraceConfigDataSource, TraceConfigIncrementalStateConfig,
 };
 use wakemeter_perfetto::perfetto_sdk::protos::config::track_event::track_event_config::TrackEventConfig;
 use wakemeter_perfetto::perfetto_sdk::tracing_session::TracingSession;
@@ -122,8 +122,9 @@ fn key(f: &Finding) -> String {
 }
 
 /// A trace config that records the `wakemeter` category, and only it,
-/// in a 8 MiB buffer (the SDK's own protozero messages).
-fn trace_config() -> Vec<u8> {
+/// in a 8 MiB buffer (the SDK's own protozero messages); with
+/// `clear_period_ms`, the service clears the incremental state that often.
+fn trace_config(clear_period_ms: Option<u32>) -> Vec<u8> {
     let writer = PbMsgWriter::new();
     let hb = HeapBuffer::new(writer.stream_writer());
     let mut msg = PbMsg::new(&writer).expect("msg");
@@ -132,6 +133,11 @@ fn trace_config() -> Vec<u8> {
         cfg.set_buffers(|b: &mut TraceConfigBufferConfig| {
             b.set_size_kb(8 * 1024);
         });
+        if let Some(ms) = clear_period_ms {
+            cfg.set_incremental_state_config(|c: &mut TraceConfigIncrementalStateConfig| {
+                c.set_clear_period_ms(ms);
+            });
+        }
         cfg.set_data_sources(|ds: &mut TraceConfigDataSource| {
             ds.set_config(|c: &mut DataSourceConfig| {
                 c.set_name("track_event");
@@ -161,17 +167,18 @@ fn wait_intervals(te: &TrackEvents, n: u64) {
     }
 }
 
-/// Samples by hand `n` times, waiting for the emitter after each; returns
+/// Samples by hand `n` more times, waiting for the emitter after each; returns
 /// the intervals and the findings that began a slice, as the expectations
 /// of `check_trace.py` (as `trace.rs` does for a file).
 fn drive(s: &Sampler, te: &TrackEvents, n: u64, every: Duration) -> (Vec<Value>, Vec<Value>) {
     let (mut intervals, mut findings) = (Vec::new(), Vec::new());
     let mut prev = s.latest().map(|x| x.seq);
     let mut open: HashSet<String> = HashSet::new();
+    let before = te.status().intervals;
     for k in 1..=n {
         std::thread::sleep(every);
         let seq = s.sample().expect("sample");
-        wait_intervals(te, k);
+        wait_intervals(te, before + k);
         let i = s
             .interval_between(prev.expect("a first snapshot"), seq)
             .expect("interval");
@@ -196,10 +203,14 @@ fn out_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// One test only: the Perfetto client and its category are process-wide.
-#[test]
-fn track_events_in_a_session_match_the_report() {
-    let dir = out_dir("session");
+/// The Perfetto client, its category and `recording()` are process-wide:
+/// one test at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A sampler with the workloads of `trace.rs`: a busy poller (a loop probe
+/// that never waits), a 1 ms sleep loop, and a thread whose name has
+/// control characters (its tid and name returned); one snapshot taken.
+fn sampler_with_workloads() -> (Sampler, Vec<Worker>, (u64, &'static str)) {
     let s = SamplerBuilder::new()
         .with_thresholds(
             Thresholds::default()
@@ -208,19 +219,67 @@ fn track_events_in_a_session_match_the_report() {
         )
         .build()
         .expect("sampler");
-    // A busy poller (a loop probe that never waits), a 1 ms sleep loop,
-    // and a thread whose name has control characters.
     let mut spin = s.loop_probe("spin").expect("probe");
-    let _spin = Worker::spawn("spinner", move || {
+    let spinner = Worker::spawn("spinner", move || {
         spin.before_wait(Some(Duration::ZERO));
         spin.after_wait(0);
     });
     let mut nap = s.sleep_probe("usleep-1ms").expect("probe");
-    let _nap = Worker::spawn("napper", move || nap.sleep(Duration::from_millis(1)));
+    let napper = Worker::spawn("napper", move || nap.sleep(Duration::from_millis(1)));
     let odd_name = "a\u{1}b\u{1b}[31m\t";
     let odd = Worker::spawn(odd_name, || std::thread::sleep(Duration::from_millis(20)));
+    let odd_tid = odd.tid;
     s.sample().expect("first sample");
+    (s, vec![spinner, napper, odd], (odd_tid, odd_name))
+}
 
+/// An in-process session recording the category, started.
+fn start_session(clear_period_ms: Option<u32>) -> TracingSession {
+    let mut session = TracingSession::in_process().expect("in-process session");
+    session.setup(&trace_config(clear_period_ms));
+    session.start_blocking();
+    assert!(recording(), "the session does not record the category");
+    session
+}
+
+/// Stops `session` and writes what it recorded to `path`; returns it.
+fn stop_and_read(mut session: TracingSession, path: &Path) -> Vec<u8> {
+    session.stop_blocking();
+    let read = Arc::new(Mutex::new(Vec::new()));
+    let sink = read.clone();
+    session
+        .read_trace_blocking(move |data, _end| sink.lock().expect("lock").extend_from_slice(data));
+    let bytes = std::mem::take(&mut *read.lock().expect("lock"));
+    std::fs::write(path, &bytes).expect("write trace");
+    bytes
+}
+
+/// Writes the expectations of `check_trace.py` next to the trace.
+fn expected(
+    dir: &Path,
+    s: &Sampler,
+    intervals: Vec<Value>,
+    findings: Vec<Value>,
+    odd: (u64, &str),
+) -> PathBuf {
+    let target = s.target_identity();
+    let expected = json!({
+        "pid": target.pid,
+        "name": target.name,
+        "intervals": intervals,
+        "findings": findings,
+        "thread_names": [[odd.0, odd.1]],
+    });
+    let path = dir.join("expected.json");
+    std::fs::write(&path, expected.to_string()).expect("write expected");
+    path
+}
+
+#[test]
+fn track_events_in_a_session_match_the_report() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = out_dir("session");
+    let (s, _workers, odd) = sampler_with_workloads();
     let te = TrackEvents::start(&s, Backend::InProcess).expect("start");
     // No session yet: snapshots cost the emitter one check, nothing is
     // emitted.
@@ -231,13 +290,11 @@ fn track_events_in_a_session_match_the_report() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(te.status().intervals, 0, "{:?}", te.status());
 
-    let mut session = TracingSession::in_process().expect("in-process session");
-    session.setup(&trace_config());
-    session.start_blocking();
-    assert!(recording(), "the session does not record the category");
+    let session = start_session(None);
     let (intervals, findings) = drive(&s, &te, 15, Duration::from_millis(100));
     let status = te.finish();
-    session.stop_blocking();
+    let path = dir.join("session.perfetto-trace");
+    let bytes = stop_and_read(session, &path);
     assert!(!recording());
     assert_eq!(status.intervals, 15, "{status:?}");
     assert_eq!(status.streams, 1, "{status:?}");
@@ -245,24 +302,44 @@ fn track_events_in_a_session_match_the_report() {
         !findings.is_empty(),
         "no finding to check: the workloads did not trigger any"
     );
-
-    let read = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = read.clone();
-    session
-        .read_trace_blocking(move |data, _end| sink.lock().expect("lock").extend_from_slice(data));
-    let bytes = std::mem::take(&mut *read.lock().expect("lock"));
     assert!(whole_records(&bytes) as u64 > status.packets, "{status:?}");
-    let path = dir.join("session.perfetto-trace");
-    std::fs::write(&path, &bytes).expect("write trace");
-    let target = s.target_identity();
-    let expected = json!({
-        "pid": target.pid,
-        "name": target.name,
-        "intervals": intervals,
-        "findings": findings,
-        "thread_names": [[odd.tid, odd_name]],
-    });
-    let exp_path = dir.join("expected.json");
-    std::fs::write(&exp_path, expected.to_string()).expect("write expected");
-    schema_check_with(&path, Some(&exp_path), &["--sdk"]);
+    let exp = expected(&dir, &s, intervals, findings, odd);
+    schema_check_with(&path, Some(&exp), &["--sdk"]);
+}
+
+/// A session whose incremental state is cleared gets its tracks described
+/// again (a new stream each time), and a later session gets a stream of
+/// its own: no slice of the earlier one ends in it.
+#[test]
+fn cleared_state_and_a_second_session_start_new_streams() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = out_dir("again");
+    let (s, _workers, odd) = sampler_with_workloads();
+    let te = TrackEvents::start(&s, Backend::InProcess).expect("start");
+
+    let first = start_session(Some(250));
+    let (_, begun) = drive(&s, &te, 12, Duration::from_millis(100));
+    let cleared = te.status();
+    let path = dir.join("cleared.perfetto-trace");
+    stop_and_read(first, &path);
+    assert!(
+        cleared.streams >= 2,
+        "the state was never cleared: {cleared:?}"
+    );
+    assert!(
+        !begun.is_empty(),
+        "no finding open when the session stopped"
+    );
+    schema_check_with(&path, None, &["--sdk"]);
+
+    // The emitter still holds the first session's open slices.
+    let second = start_session(None);
+    let (intervals, findings) = drive(&s, &te, 8, Duration::from_millis(100));
+    let status = te.finish();
+    let path = dir.join("second.perfetto-trace");
+    stop_and_read(second, &path);
+    assert_eq!(status.intervals, cleared.intervals + 8, "{status:?}");
+    assert_eq!(status.streams, cleared.streams + 1, "{status:?}");
+    let exp = expected(&dir, &s, intervals, findings, odd);
+    schema_check_with(&path, Some(&exp), &["--sdk"]);
 }
