@@ -13,8 +13,9 @@
 //! buffer that wraps: the tracks are described again).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::thread::Thread;
 use std::time::Duration;
 
 use perfetto_sdk::producer::{Backends, Producer, ProducerInitArgsBuilder};
@@ -47,15 +48,20 @@ const STOP_CHECK_EVERY: Duration = Duration::from_millis(200);
 /// `kMaxDataSourceInstances`).
 const MAX_INSTANCES: usize = 8;
 
-/// Per data-source instance, how many times a session started on it
-/// (bumped by the category's callback): an emitter that finds it changed
-/// knows its encoder for that instance wrote into a session that is gone.
+/// Per data-source instance, how many times a session started or stopped
+/// on it (bumped by the category's callback): an emitter that finds it
+/// changed knows its encoder for that instance wrote into a session that
+/// is gone.
 static SESSION_STARTS: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
 
 /// The next writer sequence of an encoder (the high 32 bits of its track
 /// uuids), from a salt of this process: uuids stay apart from those of
 /// other processes in one system trace, and from earlier encoders'.
 static NEXT_SEQUENCE: AtomicU32 = AtomicU32::new(0);
+
+/// The emitter threads parked while no session records the category:
+/// the category's callback wakes them when one starts.
+static PARKED: Mutex<Vec<Thread>> = Mutex::new(Vec::new());
 
 /// Which Perfetto tracing backends the track events go to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,16 +103,24 @@ fn init(backend: Backend) {
         TrackEvent::init();
         // Registered once, here: the only error is "already registered".
         let _ = perfetto_te_ns::register();
+        // Called after the SDK set the category's enabled flag.
         perfetto_sdk::track_event_set_category_callback!("wakemeter", |inst, enabled, _| {
-            if let Some(starts) = SESSION_STARTS.get(inst as usize)
-                && enabled
-            {
+            if let Some(starts) = SESSION_STARTS.get(inst as usize) {
                 starts.fetch_add(1, Ordering::AcqRel);
+            }
+            if enabled {
+                for t in lock(&PARKED).iter() {
+                    t.unpark();
+                }
             }
         });
         let salt = TrackEventTrack::process_track_uuid();
         NEXT_SEQUENCE.store((salt ^ (salt >> 32)) as u32, Ordering::Relaxed);
     });
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether a Perfetto session records the `wakemeter` category now (one
@@ -129,6 +143,9 @@ fn next_sequence() -> u32 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct TrackEventStatus {
+    /// Whether the emitter follows the sampler now: a session records the
+    /// category (from the first snapshot stored once it began).
+    pub recording: bool,
     /// Sampling intervals emitted (into one session or more).
     pub intervals: u64,
     /// Encoders started: one per session, and one more each time a
@@ -140,6 +157,7 @@ pub struct TrackEventStatus {
 
 #[derive(Debug, Default)]
 struct Counts {
+    recording: AtomicBool,
     intervals: AtomicU64,
     streams: AtomicU64,
     packets: AtomicU64,
@@ -151,9 +169,11 @@ struct Counts {
 /// thread (under its real PID and TID), per loop probe and sleep site, the
 /// process's, and each finding as a slice with its text as arguments.
 ///
-/// A thread of its own follows the sampler ([`Sampler::wait_for_sample`]);
-/// while no session records the category it only checks that (one atomic
-/// load per snapshot) and computes nothing. Its work while recording is
+/// A thread of its own follows the sampler ([`Sampler::wait_for_sample`])
+/// while a session records the category; while none does, it sleeps
+/// (parked: no wake-up per snapshot) until the SDK says one began. Its
+/// first interval then ends at the first snapshot stored after it woke.
+/// Its work while recording is
 /// counted as the sampler's overhead ([`Sampler::account`]). Dropping it
 /// (or [`TrackEvents::finish`]) emits the snapshots stored so far and
 /// ends the open finding slices.
@@ -193,7 +213,12 @@ impl TrackEvents {
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("wakemeter-te".to_string())
-            .spawn(move || emitter.run(&flag))
+            .spawn(move || {
+                lock(&PARKED).push(std::thread::current());
+                emitter.run(&flag);
+                let me = std::thread::current().id();
+                lock(&PARKED).retain(|t| t.id() != me);
+            })
             .map_err(Error::Spawn)?;
         Ok(TrackEvents {
             stop,
@@ -206,6 +231,7 @@ impl TrackEvents {
     pub fn status(&self) -> TrackEventStatus {
         let c = &self.counts;
         TrackEventStatus {
+            recording: c.recording.load(Ordering::Acquire),
             intervals: c.intervals.load(Ordering::Acquire),
             streams: c.streams.load(Ordering::Acquire),
             packets: c.packets.load(Ordering::Acquire),
@@ -222,6 +248,7 @@ impl TrackEvents {
     fn stop_thread(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.handle.take() {
+            h.thread().unpark();
             let _ = h.join();
         }
     }
@@ -256,8 +283,26 @@ struct Emitter {
 impl Emitter {
     fn run(&mut self, stop: &AtomicBool) {
         let s = self.sampler.clone();
-        let mut last = s.latest().map(|x| x.seq);
+        let counts = self.counts.clone();
+        let recording_now = &counts.recording;
+        let mut last = None;
         while !stop.load(Ordering::Acquire) {
+            if !recording() {
+                // Parked until the category's callback (or the stop)
+                // unparks it; a wake-up that finds no session parks again.
+                recording_now.store(false, Ordering::Release);
+                last = None;
+                std::thread::park();
+                continue;
+            }
+            if last.is_none() {
+                // From the newest snapshot on (its seq, without a copy).
+                last = match s.wait_for_sample(None, Duration::ZERO) {
+                    SampleWait::Stored { seq } => Some(seq),
+                    _ => None,
+                };
+                recording_now.store(true, Ordering::Release);
+            }
             if let SampleWait::Stored { seq } = s.wait_for_sample(last, STOP_CHECK_EVERY) {
                 let from = last.replace(seq);
                 if let Some(from) = from {
@@ -345,15 +390,13 @@ impl Emitter {
         } = self;
         perfetto_sdk::trace_for_category!("wakemeter", |ctx: &mut TraceContext| {
             let inst = ctx.instance_index() as usize;
-            let session = SESSION_STARTS
-                .get(inst)
-                .map_or(0, |s| s.load(Ordering::Acquire));
-            // An instance whose state is new never saw these slices begin.
+            // An instance whose state is new never saw these slices begin;
+            // one that saw the marker has its stream from that state.
             let seen = ctx.track_seen(*marker);
             let Some(Some(stream)) = streams.get_mut(inst) else {
                 return;
             };
-            if !seen || stream.session != session {
+            if !seen {
                 return;
             }
             buf.clear();

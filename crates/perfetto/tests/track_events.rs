@@ -233,12 +233,18 @@ fn sampler_with_workloads() -> (Sampler, Vec<Worker>, (u64, &'static str)) {
     (s, vec![spinner, napper, odd], (odd_tid, odd_name))
 }
 
-/// An in-process session recording the category, started.
-fn start_session(clear_period_ms: Option<u32>) -> TracingSession {
+/// An in-process session recording the category, started, with `te`
+/// following the sampler (woken by the SDK).
+fn start_session(te: &TrackEvents, clear_period_ms: Option<u32>) -> TracingSession {
     let mut session = TracingSession::in_process().expect("in-process session");
     session.setup(&trace_config(clear_period_ms));
     session.start_blocking();
     assert!(recording(), "the session does not record the category");
+    let until = Instant::now() + Duration::from_secs(30);
+    while !te.status().recording {
+        assert!(Instant::now() < until, "the emitter was not woken");
+        std::thread::sleep(Duration::from_millis(2));
+    }
     session
 }
 
@@ -281,16 +287,16 @@ fn track_events_in_a_session_match_the_report() {
     let dir = out_dir("session");
     let (s, _workers, odd) = sampler_with_workloads();
     let te = TrackEvents::start(&s, Backend::InProcess).expect("start");
-    // No session yet: snapshots cost the emitter one check, nothing is
-    // emitted.
+    // No session yet: the emitter sleeps, nothing is emitted.
     assert!(!recording());
     for _ in 0..3 {
         s.sample().expect("sample");
     }
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(te.status().intervals, 0, "{:?}", te.status());
+    let idle = te.status();
+    assert!(!idle.recording && idle.intervals == 0, "{idle:?}");
 
-    let session = start_session(None);
+    let session = start_session(&te, None);
     let (intervals, findings) = drive(&s, &te, 15, Duration::from_millis(100));
     let status = te.finish();
     let path = dir.join("session.perfetto-trace");
@@ -317,7 +323,7 @@ fn cleared_state_and_a_second_session_start_new_streams() {
     let (s, _workers, odd) = sampler_with_workloads();
     let te = TrackEvents::start(&s, Backend::InProcess).expect("start");
 
-    let first = start_session(Some(250));
+    let first = start_session(&te, Some(250));
     let (_, begun) = drive(&s, &te, 12, Duration::from_millis(100));
     let cleared = te.status();
     let path = dir.join("cleared.perfetto-trace");
@@ -333,7 +339,7 @@ fn cleared_state_and_a_second_session_start_new_streams() {
     schema_check_with(&path, None, &["--sdk"]);
 
     // The emitter still holds the first session's open slices.
-    let second = start_session(None);
+    let second = start_session(&te, None);
     let (intervals, findings) = drive(&s, &te, 8, Duration::from_millis(100));
     let status = te.finish();
     let path = dir.join("second.perfetto-trace");
