@@ -14,7 +14,7 @@ pub use trace::{
     TraceEnd, TraceStatus,
 };
 #[cfg(feature = "track-events-prebuilt")]
-pub use track_events::{Backend, CATEGORY, TrackEventStatus, TrackEvents, recording};
+pub use track_events::{Backend, CATEGORY, TrackEventStatus, TrackEvents};
 
 /// The Perfetto SDK this crate emits track events with (the same version,
 /// for starting sessions in process or building a trace config).

@@ -123,9 +123,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether a Perfetto session records the `wakemeter` category now (one
-/// atomic load).
-pub fn recording() -> bool {
+/// Whether a Perfetto session records the category now (one atomic load).
+fn recording() -> bool {
     perfetto_sdk::track_event_category_enabled!("wakemeter")
 }
 
@@ -225,6 +224,13 @@ impl TrackEvents {
             counts,
             handle: Some(handle),
         })
+    }
+
+    /// Whether a Perfetto session records the `wakemeter` category now, in
+    /// this process's view (one atomic load; false before the first
+    /// [`TrackEvents::start`]).
+    pub fn recording() -> bool {
+        recording()
     }
 
     /// What was emitted so far.

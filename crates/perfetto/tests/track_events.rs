@@ -29,7 +29,7 @@ use wakemeter_perfetto::perfetto_sdk::protos::config::trace_config::{
 };
 use wakemeter_perfetto::perfetto_sdk::protos::config::track_event::track_event_config::TrackEventConfig;
 use wakemeter_perfetto::perfetto_sdk::tracing_session::TracingSession;
-use wakemeter_perfetto::{Backend, CATEGORY, TrackEvents, recording};
+use wakemeter_perfetto::{Backend, CATEGORY, TrackEvents};
 use workload::Worker;
 
 /// Waits (generously) until `te` has emitted `n` intervals.
@@ -92,7 +92,7 @@ fn out_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The Perfetto client, its category and `recording()` are process-wide:
+/// The Perfetto client, its category and `TrackEvents::recording()` are process-wide:
 /// one test at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -128,7 +128,10 @@ fn start_session(te: &TrackEvents, clear_period_ms: Option<u32>) -> TracingSessi
     let mut session = TracingSession::in_process().expect("in-process session");
     session.setup(&trace_config(clear_period_ms));
     session.start_blocking();
-    assert!(recording(), "the session does not record the category");
+    assert!(
+        TrackEvents::recording(),
+        "the session does not record the category"
+    );
     let until = Instant::now() + Duration::from_secs(30);
     while !te.status().recording {
         assert!(Instant::now() < until, "the emitter was not woken");
@@ -179,7 +182,7 @@ fn track_events_in_a_session_match_the_report() {
     // nothing.
     let te = TrackEvents::start(&s, Backend::SystemAndInProcess).expect("start");
     // No session yet: the emitter sleeps, nothing is emitted.
-    assert!(!recording());
+    assert!(!TrackEvents::recording());
     for _ in 0..3 {
         s.sample().expect("sample");
     }
@@ -192,7 +195,7 @@ fn track_events_in_a_session_match_the_report() {
     let status = te.finish();
     let path = dir.join("session.perfetto-trace");
     let bytes = stop_and_read(session, &path);
-    assert!(!recording());
+    assert!(!TrackEvents::recording());
     assert_eq!(status.intervals, 15, "{status:?}");
     assert_eq!(status.streams, 1, "{status:?}");
     assert!(
