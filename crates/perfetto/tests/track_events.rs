@@ -4,6 +4,11 @@
 //! the tracks under this process and its threads, the counter values
 //! against the sampler's own intervals, the findings with their text.
 //!
+//! With `WAKEMETER_PERFETTO_SYSTEM` set, the same tests go through a
+//! tracing service of another process instead: the system backend, whose
+//! sockets `PERFETTO_PRODUCER_SOCK_NAME` and `PERFETTO_CONSUMER_SOCK_NAME`
+//! name (`scripts/perfetto-test.sh` runs them so against `mini_traced.cc`).
+//!
 //! As in `trace.rs`, the Python check runs when
 //! `WAKEMETER_PERFETTO_PYTHON` names a Python with the `perfetto` package
 //! (`scripts/perfetto-test.sh` makes one); without it the test says
@@ -122,10 +127,30 @@ fn sampler_with_workloads() -> (Sampler, Vec<Worker>, (u64, &'static str)) {
     (s, vec![spinner, napper, odd], (odd_tid, odd_name))
 }
 
-/// An in-process session recording the category, started, with `te`
-/// following the sampler (woken by the SDK).
+/// Whether the tests go through a tracing service of another process.
+fn system() -> bool {
+    std::env::var_os("WAKEMETER_PERFETTO_SYSTEM").is_some()
+}
+
+/// The backend `TrackEvents` uses: the system one, or the in-process one
+/// (with the system one too when `with_system`: no service runs, which
+/// must change nothing).
+fn backend(with_system: bool) -> Backend {
+    match (system(), with_system) {
+        (true, _) => Backend::System,
+        (false, true) => Backend::SystemAndInProcess,
+        (false, false) => Backend::InProcess,
+    }
+}
+
+/// A session recording the category (of the service, or in process),
+/// started, with `te` following the sampler (woken by the SDK).
 fn start_session(te: &TrackEvents, clear_period_ms: Option<u32>) -> TracingSession {
-    let mut session = TracingSession::in_process().expect("in-process session");
+    let mut session = if system() {
+        TracingSession::system().expect("system session")
+    } else {
+        TracingSession::in_process().expect("in-process session")
+    };
     session.setup(&trace_config(clear_period_ms));
     session.start_blocking();
     assert!(
@@ -178,9 +203,7 @@ fn track_events_in_a_session_match_the_report() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = out_dir("session");
     let (s, _workers, odd) = sampler_with_workloads();
-    // The system backend too: no traced runs here, which must change
-    // nothing.
-    let te = TrackEvents::start(&s, Backend::SystemAndInProcess).expect("start");
+    let te = TrackEvents::start(&s, backend(true)).expect("start");
     // No session yet: the emitter sleeps, nothing is emitted.
     assert!(!TrackEvents::recording());
     for _ in 0..3 {
@@ -215,7 +238,7 @@ fn cleared_state_and_a_second_session_start_new_streams() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = out_dir("again");
     let (s, _workers, odd) = sampler_with_workloads();
-    let te = TrackEvents::start(&s, Backend::InProcess).expect("start");
+    let te = TrackEvents::start(&s, backend(false)).expect("start");
 
     let first = start_session(&te, Some(250));
     let (_, begun) = drive(&s, &te, 12, Duration::from_millis(100));
