@@ -14,8 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
-use std::thread::Thread;
+use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
 use perfetto_sdk::producer::{Backends, Producer, ProducerInitArgsBuilder};
@@ -29,7 +28,8 @@ use crate::proto;
 
 /// The track-event category the tracks are emitted under: a trace config
 /// enables it in its `track_event` data source
-/// (`enabled_categories: "wakemeter"`).
+/// (`enabled_categories: "wakemeter"`). The SDK's macros below take it as
+/// a literal.
 pub const CATEGORY: &str = "wakemeter";
 
 perfetto_sdk::track_event_categories! {
@@ -52,7 +52,7 @@ const MAX_INSTANCES: usize = 8;
 /// on it (bumped by the category's callback): an emitter that finds it
 /// changed knows its encoder for that instance wrote into a session that
 /// is gone.
-static SESSION_STARTS: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
+static SESSION_CHANGES: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
 
 /// The next writer sequence of an encoder (the high 32 bits of its track
 /// uuids), from a salt of this process: uuids stay apart from those of
@@ -105,7 +105,7 @@ fn init(backend: Backend) {
         let _ = perfetto_te_ns::register();
         // Called after the SDK set the category's enabled flag.
         perfetto_sdk::track_event_set_category_callback!("wakemeter", |inst, enabled, _| {
-            if let Some(starts) = SESSION_STARTS.get(inst as usize) {
+            if let Some(starts) = SESSION_CHANGES.get(inst as usize) {
                 starts.fetch_add(1, Ordering::AcqRel);
             }
             if enabled {
@@ -172,8 +172,8 @@ struct Counts {
 /// while a session records the category; while none does, it sleeps
 /// (parked: no wake-up per snapshot) until the SDK says one began. Its
 /// first interval then ends at the first snapshot stored after it woke.
-/// Its work while recording is
-/// counted as the sampler's overhead ([`Sampler::account`]). Dropping it
+/// Its work while recording is counted as the sampler's overhead
+/// ([`Sampler::account`]). Dropping it
 /// (or [`TrackEvents::finish`]) emits the snapshots stored so far and
 /// ends the open finding slices.
 pub struct TrackEvents {
@@ -269,7 +269,7 @@ impl Drop for TrackEvents {
 /// One session's encoder.
 struct Stream {
     encoder: TraceEncoder,
-    /// [`SESSION_STARTS`] of its instance when it began.
+    /// [`SESSION_CHANGES`] of its instance when it began.
     session: u64,
 }
 
@@ -354,7 +354,7 @@ impl Emitter {
             if streams.len() <= inst {
                 streams.resize_with(inst + 1, || None);
             }
-            let session = SESSION_STARTS
+            let session = SESSION_CHANGES
                 .get(inst)
                 .map_or(0, |s| s.load(Ordering::Acquire));
             buf.clear();
