@@ -5,7 +5,9 @@
 # of wakemeter-perfetto and of the CLI with WAKEMETER_PERFETTO_PYTHON set,
 # so that tests/check_trace.py checks every trace (tracks, counter values
 # against the sampler's own intervals, findings with their text). As root
-# the full-disk test (a 64 KiB tmpfs) runs too.
+# the full-disk test (a 64 KiB tmpfs) runs too. The track events of the
+# track-events feature are read the same way, from sessions of the test:
+# in process, then through a tracing service of another process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,4 +28,30 @@ export WAKEMETER_PERFETTO_PYTHON="$venv/bin/python"
 ignored=()
 if [ "$(id -u)" -eq 0 ]; then ignored=(-- --include-ignored); fi
 cargo test -p wakemeter-perfetto --test trace "${ignored[@]}"
+# Track events into an in-process Perfetto session (feature track-events:
+# the SDK's vendored C library, about 20 s of C++ compile when cold).
+cargo test -p wakemeter-perfetto --features track-events --test track_events
+# The same tests through a tracing service of another process: the system
+# backend over UNIX sockets, against mini_traced (the IPC host of the SDK's
+# vendored sources, as traced has it: about 25 s of C++ the first time,
+# kept under the target directory).
+sdk_sys="$(cargo metadata --format-version 1 --all-features |
+  "$venv/bin/python" -c 'import json, sys
+print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "perfetto-sdk-sys"))')"
+sdk_src="$(dirname "$sdk_sys")/libperfetto_c"
+mini_src=crates/perfetto/tests/mini_traced.cc
+mini="$target_dir/perfetto-mini-traced/$(basename "$(dirname "$sdk_sys")")/mini_traced"
+if [ ! -x "$mini" ] || [ "$mini_src" -nt "$mini" ]; then
+  mkdir -p "$(dirname "$mini")"
+  "${CXX:-clang++}" -std=c++17 -O0 -DNDEBUG -w -I"$sdk_src" -o "$mini" "$mini_src" -lpthread
+fi
+sockets="$(mktemp -d)"
+"$mini" "$sockets/producer" "$sockets/consumer" 2>"$sockets/log" &
+traced_pid=$!
+trap 'kill "$traced_pid" 2>/dev/null || true; rm -rf "$sockets"' EXIT
+for _ in $(seq 100); do [ -S "$sockets/consumer" ] && break; sleep 0.1; done
+WAKEMETER_PERFETTO_SYSTEM=1 PERFETTO_PRODUCER_SOCK_NAME="$sockets/producer" \
+  PERFETTO_CONSUMER_SOCK_NAME="$sockets/consumer" \
+  cargo test -p wakemeter-perfetto --features track-events --test track_events
+kill "$traced_pid"
 cargo test -p wakemeter-cli --test perfetto

@@ -2,7 +2,7 @@
 """Reads a wakemeter Perfetto trace with Perfetto's own schema (PyPI
 `perfetto`, perfetto_trace_pb2) and checks it.
 
-    check_trace.py TRACE [EXPECTED.json]
+    check_trace.py [--sdk] TRACE [EXPECTED.json]
 
 Always: the file parses as a `Trace` with no field unknown to the schema;
 each process (a process descriptor with its PID) writes on a sequence of
@@ -17,6 +17,13 @@ and findings): the process and thread names (control characters
 included), and for every interval, the value each counter holds at the
 interval's start equals the interval's number; every finding appears as
 a slice with its text, under its subject's track.
+
+With --sdk, the trace was recorded by a Perfetto session from the track
+events of the `track-events` feature: the packets that the SDK and the
+tracing service write themselves (those with sequence flags, trace
+config and stats, clock snapshots) are left out and the rest is checked
+as above; each of those carries the sequence and PID the service
+stamped, and the service's stats count no packet it refused.
 
 Prints a summary line (packets, tracks, counter values, slices) and exits
 non-zero with the reason on the first failure.
@@ -54,7 +61,26 @@ def close(a, b):
     return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
 
 
+def ours(p):
+    """A packet of the track-event emitter (--sdk): a track descriptor or
+    event without sequence flags (the SDK's own packets have them)."""
+    return (p.HasField("track_descriptor") or p.HasField("track_event")) \
+        and not p.HasField("sequence_flags")
+
+
+def check_session(trace):
+    """--sdk: the service refused no packet, and stamped each of ours."""
+    for p in trace.packet:
+        if p.HasField("trace_stats") and p.trace_stats.invalid_packets:
+            fail(f"the tracing service refused {p.trace_stats.invalid_packets} packets")
+        if ours(p) and (not p.trusted_packet_sequence_id or not p.HasField("trusted_pid")):
+            fail(f"packet without the service's sequence and PID: {p}")
+
+
 def main():
+    sdk = "--sdk" in sys.argv
+    if sdk:
+        sys.argv.remove("--sdk")
     path = sys.argv[1]
     data = open(path, "rb").read()
     trace = pb.Trace()
@@ -62,6 +88,8 @@ def main():
     unknown = unknown_fields(trace)
     if unknown:
         fail(f"{path}: fields unknown to Perfetto's schema: {unknown}")
+    if sdk:
+        check_session(trace)
     tracks = {}
     processes = {}
     # Per counter track: [(ts, value)] in file order.
@@ -70,6 +98,8 @@ def main():
     open_slices = {}
     seqs = set()
     for p in trace.packet:
+        if sdk and not ours(p):
+            continue
         seqs.add(p.trusted_packet_sequence_id)
         if p.HasField("track_descriptor"):
             d = p.track_descriptor

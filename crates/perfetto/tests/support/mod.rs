@@ -10,6 +10,16 @@ use std::process::Command;
 /// its output, or None after saying MISSING when no Python with
 /// `perfetto` is set.
 pub fn schema_check(trace: &Path, expected: Option<&Path>) -> Option<String> {
+    schema_check_with(trace, expected, &[])
+}
+
+/// [`schema_check`] with options of `check_trace.py` (`--sdk`: a trace
+/// recorded by a Perfetto session).
+pub fn schema_check_with(
+    trace: &Path,
+    expected: Option<&Path>,
+    options: &[&str],
+) -> Option<String> {
     let Some(python) = std::env::var_os("WAKEMETER_PERFETTO_PYTHON") else {
         eprintln!(
             "MISSING: WAKEMETER_PERFETTO_PYTHON is not set (scripts/perfetto-test.sh sets it): \
@@ -28,7 +38,7 @@ pub fn schema_check(trace: &Path, expected: Option<&Path>) -> Option<String> {
         .join("..")
         .join(script);
     let mut cmd = Command::new(python);
-    cmd.arg(script).arg(trace);
+    cmd.arg(script).args(options).arg(trace);
     if let Some(e) = expected {
         cmd.arg(e);
     }
