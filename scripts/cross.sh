@@ -110,6 +110,20 @@ for t in "${TARGETS[@]}"; do
     fi
   fi
 
+  if [ -z "$bad" ] && [ "$t" = aarch64-linux-android ]; then
+    # The Perfetto track events for Android's traced: the Rust side only.
+    # The vendored C++ of perfetto-sdk-sys needs the NDK's sysroot, which
+    # is not needed here: the prebuilt feature links a libperfetto_c that
+    # nothing links in a type check.
+    step "cargo clippy -p wakemeter-perfetto --features track-events-prebuilt --target $t -- -D warnings"
+    if PERFETTO_SYS_LIB_DIR=/nonexistent cargo clippy -p wakemeter-perfetto \
+      --features track-events-prebuilt --target "$t" -- -D warnings; then
+      done_steps+=("clippy wakemeter-perfetto track events")
+    else
+      bad="clippy wakemeter-perfetto --features track-events-prebuilt"
+    fi
+  fi
+
   if [ -n "$bad" ]; then
     summary+=("$(printf '%-24s FAILED: %s' "$t" "$bad")")
     failed=$((failed + 1))
