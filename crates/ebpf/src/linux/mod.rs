@@ -456,7 +456,7 @@ impl ProgramSet {
             entries.push((tid, entry));
         }
         let Live { ebpf, store, .. } = &mut self.live;
-        store.seed(ebpf, tgid, &entries);
+        store.seed(ebpf, (tgid, pid), &entries);
     }
 
     /// One session of `tgid` leaves; with the last one, the process leaves
@@ -813,11 +813,11 @@ impl Session {
         // The task iterator writes out this process's entries only.
         let Live { ebpf, store, .. } = &mut set.live;
         let fetched = if store.is_task() {
-            store.for_each_of(ebpf, tgid, &[], &mut each)?
+            store.for_each_of(ebpf, (tgid, pid), &[], &mut each)?
         } else if alone || in_namespace || !sys::list_tids(pid, &mut self.tids) {
             store.for_each(ebpf, &mut each)?
         } else {
-            store.for_each_of(ebpf, tgid, &self.tids, &mut each)?
+            store.for_each_of(ebpf, (tgid, pid), &self.tids, &mut each)?
         };
         threads.sort_by_key(|t| t.tid);
         let record = set.target(tgid)?;

@@ -57,6 +57,9 @@ pub(super) struct TaskStore {
     seeds: Map,
     /// The iterator's output, kept from one read to the next.
     buf: Vec<u8>,
+    /// Whether the kernel refused a walk of one process's threads (before
+    /// Linux 6.1): walks then cover every task.
+    whole_walks_only: bool,
 }
 
 fn read_error(what: &'static str) -> impl Fn(MapError) -> KernelSourceError {
@@ -83,6 +86,7 @@ impl Store {
             ctl: Array::try_from(ctl)?,
             seeds,
             buf: Vec::new(),
+            whole_walks_only: false,
         }))
     }
 
@@ -100,30 +104,37 @@ impl Store {
     ) -> Result<u32, KernelSourceError> {
         match self {
             Store::Hash(h) => h.for_each(each),
-            Store::Task(t) => t.walk(ebpf, WmIterCtl::default(), each),
+            Store::Task(t) => t.walk(ebpf, WmIterCtl::default(), None, each),
         }
     }
 
     /// Calls `each` with the entry of every thread of process `tgid`
-    /// (initial-namespace id), whose thread ids are `tids` (as listed from
-    /// `/proc`): the hash map looks each up, whatever else it holds; the
-    /// iterator writes out that process's entries only.
+    /// (initial-namespace id; `pid` in this process's PID namespace), whose
+    /// thread ids are `tids` (as listed from `/proc`): the hash map looks
+    /// each up, whatever else it holds; the iterator walks that process's
+    /// threads only.
     pub(super) fn for_each_of(
         &mut self,
         ebpf: &mut Ebpf,
-        tgid: u32,
+        (tgid, pid): (u32, u32),
         tids: &[u32],
         each: impl FnMut(u32, &WmThread),
     ) -> Result<u32, KernelSourceError> {
         match self {
             Store::Hash(h) => h.for_each_listed(tids, each),
-            Store::Task(t) => t.walk(ebpf, WmIterCtl { tgid, seed: 0 }, each),
+            Store::Task(t) => t.walk(ebpf, WmIterCtl { tgid, seed: 0 }, Some(pid), each),
         }
     }
 
-    /// Gives threads of process `tgid` the `entries` (thread id, entry) as
-    /// their first, unless the programs made one first. Best effort.
-    pub(super) fn seed(&mut self, ebpf: &mut Ebpf, tgid: u32, entries: &[(u32, WmThread)]) {
+    /// Gives threads of process `tgid` (`pid` here) the `entries` (thread
+    /// id, entry) as their first, unless the programs made one first. Best
+    /// effort.
+    pub(super) fn seed(
+        &mut self,
+        ebpf: &mut Ebpf,
+        (tgid, pid): (u32, u32),
+        entries: &[(u32, WmThread)],
+    ) {
         if entries.is_empty() {
             return;
         }
@@ -148,7 +159,7 @@ impl Store {
                 }
                 // The walk moves each seed into its thread's storage,
                 // unless the programs made one first.
-                let _ = t.walk(ebpf, WmIterCtl { tgid, seed: 1 }, |_, _| {});
+                let _ = t.walk(ebpf, WmIterCtl { tgid, seed: 1 }, Some(pid), |_, _| {});
                 if let Ok(mut seeds) =
                     HashMap::<&mut MapData, u32, WmThread>::try_from(&mut t.seeds)
                 {
@@ -183,19 +194,21 @@ impl Store {
                     tgid: NO_PROCESS,
                     seed: 0,
                 };
-                let _ = t.walk(ebpf, ctl, |_, _| {});
+                let _ = t.walk(ebpf, ctl, None, |_, _| {});
             }
         }
     }
 }
 
 impl TaskStore {
-    /// Runs the task iterator once with `ctl` and calls `each` with every
-    /// entry it writes out; returns how many.
+    /// Runs the task iterator once with `ctl`, over the threads of process
+    /// `pid` (of this process's PID namespace) or of every process, and
+    /// calls `each` with every entry it writes out; returns how many.
     fn walk(
         &mut self,
         ebpf: &mut Ebpf,
         ctl: WmIterCtl,
+        pid: Option<u32>,
         mut each: impl FnMut(u32, &WmThread),
     ) -> Result<u32, KernelSourceError> {
         let fail = |what: String| KernelSourceError::Read(format!("task iterator: {what}"));
@@ -205,9 +218,26 @@ impl TaskStore {
             .ok_or_else(|| fail("not in the object".into()))?
             .try_into()
             .map_err(|e: aya::programs::ProgramError| fail(e.to_string()))?;
-        let link = program.attach().map_err(|e| fail(e.to_string()))?;
-        let link = program.take_link(link).map_err(|e| fail(e.to_string()))?;
-        let mut file = link.into_file().map_err(|e| fail(e.to_string()))?;
+        let mut one_process = None;
+        if let Some(pid) = pid
+            && !self.whole_walks_only
+        {
+            let prog = program.fd().map_err(|e| fail(e.to_string()))?;
+            match sys::task_iter_of_process(prog.as_fd(), pid) {
+                Ok(file) => one_process = Some(file),
+                // Before 6.1 the kernel refuses the parameter.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.whole_walks_only = true,
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        }
+        let mut file = match one_process {
+            Some(file) => file,
+            None => {
+                let link = program.attach().map_err(|e| fail(e.to_string()))?;
+                let link = program.take_link(link).map_err(|e| fail(e.to_string()))?;
+                link.into_file().map_err(|e| fail(e.to_string()))?
+            }
+        };
         self.buf.clear();
         file.read_to_end(&mut self.buf)
             .map_err(|e| fail(e.to_string()))?;
