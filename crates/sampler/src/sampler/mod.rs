@@ -225,15 +225,24 @@ impl Sampler {
     }
 
     /// The interval between the two newest snapshots.
+    ///
+    /// Computed once per pair of snapshots and shared with every reader
+    /// of it ([`Sampler::latest_interval_shared`],
+    /// [`Sampler::interval_between`]): a later call gets a copy.
     pub fn latest_interval(&self) -> Option<Interval> {
+        self.latest_interval_shared().map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Sampler::latest_interval`] without a copy: the interval the
+    /// sampler keeps for every consumer that follows each snapshot (a
+    /// trace writer, a metrics exporter, a listener), computed by the
+    /// first of them to ask and kept until a reader computes the next
+    /// pair's. Two readers that ask at the same instant may both compute
+    /// it; they get equal intervals.
+    pub fn latest_interval_shared(&self) -> Option<Arc<Interval>> {
         self.account(|| {
-            let h = self.history();
-            let n = h.len();
-            Some(between_in_history(
-                &h,
-                h.get(n.checked_sub(2)?)?,
-                h.get(n - 1)?,
-            ))
+            let to = self.newest_key()?.seq;
+            self.between_shared(to.checked_sub(1)?, to)
         })
     }
 
@@ -248,16 +257,40 @@ impl Sampler {
     /// still in history (`from_seq < to_seq`); `None` otherwise. For
     /// consumers that add up consecutive intervals (an exporter's
     /// counters, a recording), so that no stored snapshot is skipped.
+    ///
+    /// The interval between the two newest snapshots is shared, as by
+    /// [`Sampler::latest_interval`]; any other pair is computed at each
+    /// call.
     pub fn interval_between(&self, from_seq: u64, to_seq: u64) -> Option<Interval> {
+        self.interval_between_shared(from_seq, to_seq)
+            .map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Sampler::interval_between`] without a copy: when `to_seq` is the
+    /// newest snapshot and `from_seq` the one before, the interval every
+    /// follower of the snapshots shares ([`Sampler::latest_interval_shared`]).
+    pub fn interval_between_shared(&self, from_seq: u64, to_seq: u64) -> Option<Arc<Interval>> {
         if from_seq >= to_seq {
             return None;
         }
-        self.account(|| {
-            let h = self.history();
-            let from = h.iter().find(|s| s.header.seq == from_seq)?;
-            let to = h.iter().rev().find(|s| s.header.seq == to_seq)?;
-            Some(between_in_history(&h, from, to))
-        })
+        self.account(|| self.between_shared(from_seq, to_seq))
+    }
+
+    /// The interval `from_seq`..`to_seq`: the one kept, or computed now
+    /// (and kept when it is the newest pair).
+    fn between_shared(&self, from_seq: u64, to_seq: u64) -> Option<Arc<Interval>> {
+        let readings = &self.inner.readings;
+        if let Some(kept) = readings.interval(from_seq, to_seq) {
+            return Some(kept);
+        }
+        let h = self.history();
+        let from = h.iter().find(|s| s.header.seq == from_seq)?;
+        let to = h.iter().rev().find(|s| s.header.seq == to_seq)?;
+        let interval = Arc::new(between_in_history(&h, from, to));
+        if let Some(newest) = h.latest() {
+            readings.keep_interval(&interval, newest.header.seq);
+        }
+        Some(interval)
     }
 
     /// Facts about the machine, read once at build.
@@ -683,6 +716,46 @@ mod tests {
             a.process.cpu_time_ns + b.process.cpu_time_ns,
             whole.process.cpu_time_ns
         );
+    }
+
+    /// The interval between the two newest snapshots is computed once and
+    /// shared by every follower (the owned calls get a copy of it); it is
+    /// what a fresh computation gives, also when an end did not read the
+    /// switch split, and a newer snapshot is never answered from it.
+    #[test]
+    fn followers_share_the_newest_interval_and_it_equals_a_fresh_one() {
+        let s = SamplerBuilder::new()
+            .with_switch_split_every(3)
+            .build()
+            .unwrap();
+        let fresh = |from: u64, to: u64| {
+            let h = s.history();
+            let find = |seq| h.iter().find(|x| x.header.seq == seq).unwrap();
+            between_in_history(&h, find(from), find(to))
+        };
+        s.sample().unwrap();
+        for _ in 0..4 {
+            let to = s.sample().unwrap();
+            let first = s.latest_interval_shared().unwrap();
+            assert_eq!((first.from_seq, first.to_seq), (to - 1, to));
+            let again = s.interval_between_shared(to - 1, to).unwrap();
+            assert!(Arc::ptr_eq(&first, &again), "computed once");
+            assert_eq!(*first, fresh(to - 1, to));
+            assert_eq!(s.latest_interval().unwrap(), *first);
+            assert_eq!(s.interval_between(to - 1, to).unwrap(), *first);
+        }
+        let newest = s.latest_interval_shared().unwrap();
+        let to = s.sample().unwrap();
+        let next = s.latest_interval_shared().unwrap();
+        assert_eq!((next.from_seq, next.to_seq), (to - 1, to));
+        assert!(!Arc::ptr_eq(&newest, &next));
+        // A follower behind the others gets its own pair, computed now,
+        // and the shared one stays.
+        let behind = s.interval_between_shared(to - 2, to - 1).unwrap();
+        assert_eq!(*behind, fresh(to - 2, to - 1));
+        let span = s.interval_between_shared(to - 3, to).unwrap();
+        assert_eq!(*span, fresh(to - 3, to));
+        assert!(Arc::ptr_eq(&s.latest_interval_shared().unwrap(), &next));
     }
 
     /// Findings and a report's body are computed once per stored snapshot
