@@ -78,6 +78,16 @@ struct Inner {
     severities: Mutex<diagnose::SeverityMemory>,
 }
 
+/// Whether a computed interval is kept for the other followers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// When it is the interval between the two newest snapshots.
+    Newest,
+    /// Never: the caller takes it whole (an owned copy), and keeping it
+    /// would cost that caller a copy.
+    No,
+}
+
 /// What [`Sampler::wait_for_sample`] saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -226,11 +236,17 @@ impl Sampler {
 
     /// The interval between the two newest snapshots.
     ///
-    /// Computed once per pair of snapshots and shared with every reader
-    /// of it ([`Sampler::latest_interval_shared`],
-    /// [`Sampler::interval_between`]): a later call gets a copy.
+    /// When another follower of the snapshots has computed it
+    /// ([`Sampler::latest_interval_shared`]), a copy of that one (a copy
+    /// costs about 40% of computing it); else computed now and not kept,
+    /// since keeping it would cost this call a copy. Followers that share
+    /// it call [`Sampler::latest_interval_shared`].
     pub fn latest_interval(&self) -> Option<Interval> {
-        self.latest_interval_shared().map(Arc::unwrap_or_clone)
+        self.account(|| {
+            let to = self.newest_key()?.seq;
+            self.between_shared(to.checked_sub(1)?, to, Keep::No)
+        })
+        .map(Arc::unwrap_or_clone)
     }
 
     /// [`Sampler::latest_interval`] without a copy: the interval the
@@ -242,7 +258,7 @@ impl Sampler {
     pub fn latest_interval_shared(&self) -> Option<Arc<Interval>> {
         self.account(|| {
             let to = self.newest_key()?.seq;
-            self.between_shared(to.checked_sub(1)?, to)
+            self.between_shared(to.checked_sub(1)?, to, Keep::Newest)
         })
     }
 
@@ -258,27 +274,33 @@ impl Sampler {
     /// consumers that add up consecutive intervals (an exporter's
     /// counters, a recording), so that no stored snapshot is skipped.
     ///
-    /// The interval between the two newest snapshots is shared, as by
-    /// [`Sampler::latest_interval`]; any other pair is computed at each
-    /// call.
+    /// The interval between the two newest snapshots is served from the
+    /// one the sampler keeps for every follower when there is one, as by
+    /// [`Sampler::latest_interval`] (a copy, and none is kept by this
+    /// call); [`Sampler::interval_between_shared`] shares it.
     pub fn interval_between(&self, from_seq: u64, to_seq: u64) -> Option<Interval> {
-        self.interval_between_shared(from_seq, to_seq)
+        if from_seq >= to_seq {
+            return None;
+        }
+        self.account(|| self.between_shared(from_seq, to_seq, Keep::No))
             .map(Arc::unwrap_or_clone)
     }
 
     /// [`Sampler::interval_between`] without a copy: when `to_seq` is the
     /// newest snapshot and `from_seq` the one before, the interval every
-    /// follower of the snapshots shares ([`Sampler::latest_interval_shared`]).
+    /// follower of the snapshots shares ([`Sampler::latest_interval_shared`]),
+    /// computed here if no follower has yet; any other pair is computed
+    /// at each call.
     pub fn interval_between_shared(&self, from_seq: u64, to_seq: u64) -> Option<Arc<Interval>> {
         if from_seq >= to_seq {
             return None;
         }
-        self.account(|| self.between_shared(from_seq, to_seq))
+        self.account(|| self.between_shared(from_seq, to_seq, Keep::Newest))
     }
 
     /// The interval `from_seq`..`to_seq`: the one kept, or computed now
-    /// (and kept when it is the newest pair).
-    fn between_shared(&self, from_seq: u64, to_seq: u64) -> Option<Arc<Interval>> {
+    /// (and kept, with [`Keep::Newest`], when it is the newest pair).
+    fn between_shared(&self, from_seq: u64, to_seq: u64, keep: Keep) -> Option<Arc<Interval>> {
         let readings = &self.inner.readings;
         if let Some(kept) = readings.interval(from_seq, to_seq) {
             return Some(kept);
@@ -287,7 +309,7 @@ impl Sampler {
         let from = h.iter().find(|s| s.header.seq == from_seq)?;
         let to = h.iter().rev().find(|s| s.header.seq == to_seq)?;
         let interval = Arc::new(between_in_history(&h, from, to));
-        if let Some(newest) = h.latest() {
+        if let (Keep::Newest, Some(newest)) = (keep, h.latest()) {
             readings.keep_interval(&interval, newest.header.seq);
         }
         Some(interval)
@@ -719,7 +741,8 @@ mod tests {
     }
 
     /// The interval between the two newest snapshots is computed once and
-    /// shared by every follower (the owned calls get a copy of it); it is
+    /// shared by every follower (the owned calls get a copy of it, and
+    /// keep none of theirs); it is
     /// what a fresh computation gives, also when an end did not read the
     /// switch split, and a newer snapshot is never answered from it.
     #[test]
@@ -736,6 +759,12 @@ mod tests {
         s.sample().unwrap();
         for _ in 0..4 {
             let to = s.sample().unwrap();
+            let owned = s.latest_interval().unwrap();
+            assert_eq!(owned, fresh(to - 1, to));
+            assert!(
+                s.inner.readings.interval(to - 1, to).is_none(),
+                "an owned call keeps none"
+            );
             let first = s.latest_interval_shared().unwrap();
             assert_eq!((first.from_seq, first.to_seq), (to - 1, to));
             let again = s.interval_between_shared(to - 1, to).unwrap();
