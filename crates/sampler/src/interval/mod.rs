@@ -10,7 +10,9 @@ use crate::model::Snapshot;
 mod compute;
 pub(crate) mod groups;
 
-pub(crate) use compute::{between_in_history, between_stored, per_sec, percent};
+pub(crate) use compute::{
+    between_in_history, between_in_history_reusing, between_stored, per_sec, percent,
+};
 
 /// Rates of one thread over an interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -287,7 +289,14 @@ impl Interval {
     /// The interval from snapshot `from` to snapshot `to` (`to` taken later).
     /// Threads are matched by serial, never by TID.
     pub fn between(from: &Snapshot, to: &Snapshot) -> Interval {
-        compute::compute(from.into(), &from.threads, to.into(), &to.threads, None)
+        compute::compute(
+            from.into(),
+            &from.threads,
+            to.into(),
+            &to.threads,
+            None,
+            Vec::new(),
+        )
     }
 
     /// The thread with this serial, if it was alive at the end.

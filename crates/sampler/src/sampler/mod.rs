@@ -11,7 +11,7 @@ use crate::diagnose::{self, Finding, Thresholds};
 use crate::error::Error;
 use crate::error::Result;
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
-use crate::interval::{Interval, between_in_history, percent};
+use crate::interval::{Interval, between_in_history, between_in_history_reusing, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo, Target, TargetIdentity, ThreadRow};
 use crate::platform::{self, Backend, SampleRequest, clock, ticks};
@@ -308,7 +308,15 @@ impl Sampler {
         let h = self.history();
         let from = h.iter().find(|s| s.header.seq == from_seq)?;
         let to = h.iter().rev().find(|s| s.header.seq == to_seq)?;
-        let interval = Arc::new(between_in_history(&h, from, to));
+        let interval = match keep {
+            // The interval it replaces is written over, not freed.
+            Keep::Newest => {
+                let spare = readings.take_spare(to_seq);
+                between_in_history_reusing(&h, from, to, spare)
+            }
+            Keep::No => between_in_history(&h, from, to),
+        };
+        let interval = Arc::new(interval);
         if let (Keep::Newest, Some(newest)) = (keep, h.latest()) {
             readings.keep_interval(&interval, newest.header.seq);
         }
@@ -785,6 +793,47 @@ mod tests {
         let span = s.interval_between_shared(to - 3, to).unwrap();
         assert_eq!(*span, fresh(to - 3, to));
         assert!(Arc::ptr_eq(&s.latest_interval_shared().unwrap(), &next));
+    }
+
+    /// The shared interval is written over the one it replaces (its
+    /// records and names reused): as threads come and go, with names of
+    /// every length, it still equals a fresh computation.
+    #[test]
+    fn an_interval_written_over_the_one_it_replaces_equals_a_fresh_one() {
+        let s = SamplerBuilder::new().build().unwrap();
+        let fresh = |from: u64, to: u64| {
+            let h = s.history();
+            let find = |seq| h.iter().find(|x| x.header.seq == seq).unwrap();
+            between_in_history(&h, find(from), find(to))
+        };
+        let mut parked: Vec<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)> =
+            Vec::new();
+        s.sample().unwrap();
+        for n in 0..8usize {
+            if n % 3 == 2 {
+                // Ends the oldest: its sender dropped, its recv fails.
+                if let Some((tx, h)) = parked.pop() {
+                    drop(tx);
+                    h.join().unwrap();
+                }
+            } else {
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                let h = std::thread::Builder::new()
+                    .name("n".repeat(1 + n * 2))
+                    .spawn(move || {
+                        let _ = rx.recv();
+                    })
+                    .unwrap();
+                parked.insert(0, (tx, h));
+            }
+            let to = s.sample().unwrap();
+            let shared = s.latest_interval_shared().unwrap();
+            assert_eq!(*shared, fresh(to - 1, to), "round {n}");
+        }
+        for (tx, h) in parked {
+            drop(tx);
+            h.join().unwrap();
+        }
     }
 
     /// Findings and a report's body are computed once per stored snapshot

@@ -27,8 +27,8 @@
 use std::sync::{Arc, Mutex};
 
 use crate::diagnose::Finding;
-use crate::interval::Interval;
 use crate::interval::groups::ThreadGroupInterval;
+use crate::interval::{Interval, ThreadInterval};
 use crate::model::SampleWarning;
 use crate::sync::lock;
 
@@ -124,6 +124,25 @@ impl Readings {
             .cloned()
     }
 
+    /// The thread records of the kept interval, taken out, when it ends
+    /// before `to_seq` (a newer pair is being computed, which replaces it)
+    /// and no reader holds it any more: the new interval is written into
+    /// them ([`crate::interval::between_in_history_reusing`]). Empty
+    /// otherwise.
+    pub fn take_spare(&self, to_seq: u64) -> Vec<ThreadInterval> {
+        let older = {
+            let mut kept = lock(&self.interval);
+            match kept.as_ref() {
+                Some(k) if k.to_seq < to_seq => kept.take(),
+                _ => None,
+            }
+        };
+        older
+            .and_then(|i| Arc::try_unwrap(i).ok())
+            .map(|i| i.threads)
+            .unwrap_or_default()
+    }
+
     /// Keeps `interval` when it is the one between the two newest
     /// snapshots (`newest_seq` is the newest stored) and newer than the
     /// one kept: a reader that is behind (catching up one interval at a
@@ -140,7 +159,8 @@ impl Readings {
             }
             kept.replace(interval.clone())
         };
-        // Freed outside the lock: every thread of the target.
+        // Freed outside the lock (every thread of the target), when a
+        // reader held it while the new one was computed.
         drop(replaced);
     }
 
@@ -258,6 +278,25 @@ mod tests {
             r.interval(2, 3).is_some(),
             "an older pair never replaces it"
         );
+    }
+
+    #[test]
+    fn a_spare_is_only_an_older_interval_no_reader_holds() {
+        let s = super::super::SamplerBuilder::new().build().unwrap();
+        for _ in 0..3 {
+            s.sample().unwrap();
+        }
+        let r = Readings::default();
+        let kept = Arc::new(s.interval_between(0, 1).unwrap());
+        r.keep_interval(&kept, 1);
+        assert!(r.take_spare(1).is_empty(), "not older than the pair asked");
+        assert!(r.take_spare(2).is_empty(), "a reader still holds it");
+        assert!(r.interval(0, 1).is_none(), "taken out all the same");
+        let threads = kept.threads.len();
+        r.keep_interval(&kept, 1);
+        drop(kept);
+        assert_eq!(r.take_spare(2).len(), threads);
+        assert!(r.interval(0, 1).is_none());
     }
 
     #[test]
