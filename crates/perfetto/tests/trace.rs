@@ -352,6 +352,24 @@ fn full_disk_leaves_a_readable_trace() {
 
 /// A trace whose buffer is never due on its own (no size or age reached):
 /// nothing but the first records is in the file until it ends.
+/// A sampler of this process with a busy poller (so that findings are
+/// open when a trace ends) and 32 threads (so that every interval has
+/// several KB of tracks), sampled once.
+fn busy_sampler() -> (Sampler, Vec<Worker>) {
+    let s = SamplerBuilder::new()
+        .with_thresholds(thresholds())
+        .build()
+        .expect("sampler");
+    let mut workers = vec![spinner(&s)];
+    workers.extend((0..32).map(|n| {
+        Worker::spawn(&format!("w{n}"), || {
+            std::thread::sleep(Duration::from_millis(1))
+        })
+    }));
+    s.sample().expect("first sample");
+    (s, workers)
+}
+
 fn held_back() -> TraceConfig {
     TraceConfig::default()
         .with_flush_bytes(u64::MAX)
@@ -441,19 +459,7 @@ fn buffered_intervals_reach_the_file_on_finish_drop_and_flush() {
 #[test]
 fn size_cap_holds_with_buffered_records() {
     let dir = out_dir("cap-buffered");
-    let s = SamplerBuilder::new()
-        .with_thresholds(thresholds())
-        .build()
-        .expect("sampler");
-    let _spin = spinner(&s);
-    let _busy: Vec<Worker> = (0..32)
-        .map(|n| {
-            Worker::spawn(&format!("w{n}"), || {
-                std::thread::sleep(Duration::from_millis(1))
-            })
-        })
-        .collect();
-    s.sample().expect("first sample");
+    let (s, _workers) = busy_sampler();
     let path = dir.join("cap.perfetto-trace");
     let cap = wakemeter_perfetto::MIN_MAX_BYTES + 48 * 1024;
     let file = PerfettoFile::create(&path, held_back().with_max_bytes(cap)).expect("create");
@@ -526,19 +532,7 @@ fn failed_write_of_a_buffer_leaves_a_readable_trace() {
         };
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
     }
-    let s = SamplerBuilder::new()
-        .with_thresholds(thresholds())
-        .build()
-        .expect("sampler");
-    let _spin = spinner(&s);
-    let _busy: Vec<Worker> = (0..32)
-        .map(|n| {
-            Worker::spawn(&format!("w{n}"), || {
-                std::thread::sleep(Duration::from_millis(1))
-            })
-        })
-        .collect();
-    s.sample().expect("first sample");
+    let (s, _workers) = busy_sampler();
     // Buffers of about 16 KiB: several intervals in each write.
     let config = TraceConfig::default().with_flush_bytes(16 * 1024);
     let trace = PerfettoTrace::start(&s, &path, config).expect("start");

@@ -330,10 +330,20 @@ pub(crate) struct Split<'a, T> {
 
 /// Computes an interval from the two ends and their threads; with `split`,
 /// the voluntary/involuntary switch figures of the threads alive at its
-/// end come from there. Its thread records are written into `spare`, the
-/// records of an interval no longer needed (empty for none), whose names
-/// keep their allocations.
+/// end come from there.
 pub(crate) fn compute<T: ThreadCounters>(
+    from: Ends<'_>,
+    from_threads: &[T],
+    to: Ends<'_>,
+    to_threads: &[T],
+    split: Option<Split<'_, T>>,
+) -> Interval {
+    compute_reusing(from, from_threads, to, to_threads, split, Vec::new())
+}
+
+/// [`compute`], its thread records written into `spare`, the records of
+/// an interval no longer needed, whose names keep their allocations.
+fn compute_reusing<T: ThreadCounters>(
     from: Ends<'_>,
     from_threads: &[T],
     to: Ends<'_>,
@@ -604,14 +614,7 @@ fn split_rates<T: ThreadCounters>(
 
 /// Interval between two stored snapshots (no materialization of threads).
 pub(crate) fn between_stored(from: &Stored, to: &Stored) -> Interval {
-    compute(
-        from.into(),
-        &from.threads,
-        to.into(),
-        &to.threads,
-        None,
-        Vec::new(),
-    )
+    compute(from.into(), &from.threads, to.into(), &to.threads, None)
 }
 
 /// Interval between two stored snapshots of `history`; when an end did not
@@ -644,7 +647,7 @@ pub(crate) fn between_in_history_reusing(
                 duration_ns: b.header.monotonic_ns.saturating_sub(a.header.monotonic_ns),
             })
     };
-    compute(
+    compute_reusing(
         from.into(),
         &from.threads,
         to.into(),

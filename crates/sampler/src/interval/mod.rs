@@ -289,14 +289,7 @@ impl Interval {
     /// The interval from snapshot `from` to snapshot `to` (`to` taken later).
     /// Threads are matched by serial, never by TID.
     pub fn between(from: &Snapshot, to: &Snapshot) -> Interval {
-        compute::compute(
-            from.into(),
-            &from.threads,
-            to.into(),
-            &to.threads,
-            None,
-            Vec::new(),
-        )
+        compute::compute(from.into(), &from.threads, to.into(), &to.threads, None)
     }
 
     /// The thread with this serial, if it was alive at the end.
