@@ -5,25 +5,36 @@
 //!
 //! Each round: one snapshot (`Sampler::sample`), then the findings of
 //! that snapshot (`Sampler::findings`: computed once per snapshot and
-//! kept for every reader, so timed on their own, before both consumers),
-//! then the writer's poll (its interval + encoding + one write to a
-//! file), then the JSON report (`serde_json` of `Sampler::report`), each
-//! timed with the calling thread's CPU clock. The encoding alone is timed
-//! too, on an encoder of its own fed the same interval. Every other round
-//! times the interval as the poll computes it, cold (the first reader of
-//! a new snapshot), before an untimed poll: the poll's largest part,
-//! which a warm second computation understates. Prints the medians, the
-//! ratios to the sampler's own cost, and the trace's bytes per interval
-//! with what an hour at 1 Hz makes.
+//! kept for every reader, so timed on their own, before the consumers),
+//! then the writer's poll, then the JSON report (`serde_json` of
+//! `Sampler::report`), each timed with the calling thread's CPU clock.
+//! The poll is timed in two settings, in alternate rounds:
+//!
+//! - the only follower: the poll is the first to ask for the interval
+//!   between the two newest snapshots, and computes it;
+//! - beside another follower (a metrics exporter, a recording, a
+//!   listener): that one asks first (`Sampler::latest_interval_shared`,
+//!   timed: the interval cold), and the poll takes the interval the
+//!   sampler keeps for every follower.
+//!
+//! The writer buffers its records and writes them every 64 KiB or 5 s
+//! (`TraceConfig`), so most polls write nothing and some write several
+//! intervals at once: the mean poll is its cost per interval, the median
+//! a poll that did not write. A second trace, writing at every poll (the
+//! writer before buffering), is polled after each round's timed poll,
+//! with the interval shared, for its write's cost. The encoding alone is
+//! timed too, on an encoder of its own fed the same interval. Prints the
+//! medians (and the polls' means), the ratios to the snapshot, and the
+//! trace's bytes per interval with what an hour at 1 Hz makes.
 //!
 //! Until 2026-11-27 the poll ran first and paid for the findings, which
-//! the JSON report then found computed: the poll's ratio mixed the
-//! writer's own cost with a diagnosis every reader of that snapshot
-//! shares, and the report's left it out; and the interval was timed only
-//! warm (computed again after the poll).
+//! the JSON report then found computed, and the interval was timed only
+//! warm; until the interval was shared and the writes buffered (the same
+//! day), the poll computed its own interval and wrote every interval
+//! with a `pwrite` of its own.
 //!
 //! `cargo bench -p wakemeter-benches --bench perfetto` (`-- --rounds N`,
-//! default 20; `--hz H`, default 1).
+//! default 30; `--hz H`, default 1).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +66,10 @@ fn median(v: &mut [u64]) -> u64 {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
+fn mean(v: &[u64]) -> u64 {
+    v.iter().sum::<u64>() / v.len().max(1) as u64
+}
+
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
@@ -64,8 +79,17 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Prints one line: the figure in µs and its ratio to the snapshot.
+fn line(what: &str, ns: u64, snapshot: u64) {
+    println!(
+        "  {what:<58} {:>8.1} us   ratio to sampler {:.3}",
+        ns as f64 / 1e3,
+        ns as f64 / snapshot as f64
+    );
+}
+
 fn main() {
-    let rounds = arg("--rounds", 20).max(3);
+    let rounds = arg("--rounds", 30).max(4);
     let hz = arg("--hz", 1).clamp(1, 100);
     let stop = Arc::new(AtomicBool::new(false));
     // 256 threads that each wake every 20 ms and spin a little, so that
@@ -96,32 +120,53 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("dir");
     let path = dir.join("bench.perfetto-trace");
     let file = PerfettoFile::create(&path, TraceConfig::default()).expect("trace");
+    // The writer as it was before buffering: a write at every poll.
+    let unbuffered = PerfettoFile::create(
+        dir.join("unbuffered.perfetto-trace"),
+        TraceConfig::default()
+            .with_flush_bytes(0)
+            .with_flush_every(Duration::ZERO),
+    )
+    .expect("trace");
     sampler.sample().expect("first sample");
     let mut trace = file.add(&sampler).expect("add");
+    let mut trace_unbuffered = unbuffered.add(&sampler).expect("add");
     let mut encoder = TraceEncoder::new(sampler.target_identity(), 99);
     let mut scratch = Vec::new();
     encoder.header(&mut scratch);
-    let (mut sample, mut poll, mut encode, mut json) = (vec![], vec![], vec![], vec![]);
-    let (mut interval, mut diagnose, mut encode_findings) = (vec![], vec![], vec![]);
-    let (mut findings_cached, mut interval_cold) = (vec![], vec![]);
+    let (mut sample, mut findings_cached, mut json) = (vec![], vec![], vec![]);
+    let (mut poll_alone, mut poll_beside, mut poll_wrote) = (vec![], vec![], vec![]);
+    let (mut interval_cold, mut poll_unbuffered) = (vec![], vec![]);
+    let (mut encode, mut encode_findings, mut diagnose) = (vec![], vec![], vec![]);
     let mut bytes = vec![];
-    let mut prev = sampler.latest().map(|s| s.seq).unwrap_or(0);
     let mut threads_seen = 0;
     for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(1000 / hz));
-        let before = file.status().bytes_written;
-        let (seq, t) = timed(|| sampler.sample().expect("sample"));
-        sample.push(t);
+        let before = file.status();
+        sample.push(timed(|| sampler.sample().expect("sample")).1);
         let (findings, t) = timed(|| sampler.findings());
         findings_cached.push(t);
-        if round % 2 == 1 {
-            let t = timed(|| sampler.interval_between(prev, seq).expect("interval")).1;
-            interval_cold.push(t);
-            trace.poll();
+        let t = if round % 2 == 0 {
+            let t = timed(|| trace.poll()).1;
+            poll_alone.push(t);
+            t
         } else {
-            poll.push(timed(|| trace.poll()).1);
+            let (other, t) = timed(|| sampler.latest_interval_shared().expect("interval"));
+            interval_cold.push(t);
+            let t = timed(|| trace.poll()).1;
+            poll_beside.push(t);
+            drop(other);
+            t
+        };
+        let after = file.status();
+        if after.bytes_written > before.bytes_written {
+            poll_wrote.push(t);
         }
-        bytes.push(file.status().bytes_written - before);
+        bytes.push(
+            (after.bytes_written + after.bytes_buffered)
+                - (before.bytes_written + before.bytes_buffered),
+        );
+        poll_unbuffered.push(timed(|| trace_unbuffered.poll()).1);
         json.push(
             timed(|| {
                 let r = sampler.report();
@@ -129,8 +174,7 @@ fn main() {
             })
             .1,
         );
-        let (i, t) = timed(|| sampler.interval_between(prev, seq).expect("interval"));
-        interval.push(t);
+        let i = sampler.latest_interval_shared().expect("interval");
         // As before 2026-11-27, so that the encoding is timed after the
         // same work as then: the findings again, uncached.
         diagnose.push(timed(|| sampler.findings_with(sampler.thresholds())).1);
@@ -140,69 +184,70 @@ fn main() {
         let slices = timed(|| encoder.findings(i.end_monotonic_ns, &findings, &mut scratch)).1;
         encode.push(counters + slices);
         encode_findings.push(slices);
-        prev = seq;
     }
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         let _ = w.join();
     }
     drop(trace);
-    let (s, p, e, j) = (
-        median(&mut sample),
-        median(&mut poll),
-        median(&mut encode),
-        median(&mut json),
-    );
+    drop(trace_unbuffered);
+    let writes = poll_wrote.len();
+    let (alone_mean, beside_mean) = (mean(&poll_alone), mean(&poll_beside));
+    let s = median(&mut sample);
     // The first interval describes every track: leave it out of the
     // steady-state size.
     let steady: Vec<u64> = bytes.iter().skip(1).copied().collect();
     let per_interval = steady.iter().sum::<u64>() / steady.len().max(1) as u64;
     println!(
-        "perfetto writer, {threads_seen} threads, {hz} Hz, {rounds} rounds (medians of thread CPU time per interval):"
+        "perfetto writer, {threads_seen} threads, {hz} Hz, {rounds} rounds (medians of thread CPU time per interval, unless said):"
     );
-    println!(
-        "  sampler (one snapshot)         {:>9.1} us",
-        s as f64 / 1e3
+    println!("  sampler (one snapshot)  {:>8.1} us", s as f64 / 1e3);
+    line(
+        "findings (once per snapshot, shared by every reader)",
+        median(&mut findings_cached),
+        s,
     );
-    let f = median(&mut findings_cached);
-    println!(
-        "  findings (once per snapshot, shared by every reader) {:>9.1} us   ratio to sampler {:.3}",
-        f as f64 / 1e3,
-        f as f64 / s as f64
+    line("JSON report (report + serde)", median(&mut json), s);
+    line(
+        "trace poll, the only follower: MEAN (per interval)",
+        alone_mean,
+        s,
     );
-    println!(
-        "  JSON report (report + serde)   {:>9.1} us   ratio to sampler {:.3}",
-        j as f64 / 1e3,
-        j as f64 / s as f64
+    line(
+        "  … median (a poll that did not write)",
+        median(&mut poll_alone),
+        s,
     );
-    println!(
-        "  trace poll (interval+encode+write) {:>9.1} us   ratio to sampler {:.3}",
-        p as f64 / 1e3,
-        p as f64 / s as f64
+    line(
+        "trace poll beside another follower: MEAN (per interval)",
+        beside_mean,
+        s,
     );
-    let (ic, iv, dg) = (
+    line(
+        "  … median (a poll that did not write)",
+        median(&mut poll_beside),
+        s,
+    );
+    line(
+        "the shared interval, cold (paid by the first follower)",
         median(&mut interval_cold),
-        median(&mut interval),
-        median(&mut diagnose),
+        s,
     );
-    println!(
-        "  … of which its interval (interval_between, cold) {:>9.1} us   ratio to sampler {:.3}",
-        ic as f64 / 1e3,
-        ic as f64 / s as f64
+    line(
+        &format!("polls that wrote the buffer ({writes} of {rounds}): median"),
+        median(&mut poll_wrote),
+        s,
     );
-    println!(
-        "  (again warm: the interval {:.1} us; the findings uncached, findings_with, {:.1} us)",
-        iv as f64 / 1e3,
-        dg as f64 / 1e3
+    line(
+        "unbuffered poll (a pwrite each), interval shared",
+        median(&mut poll_unbuffered),
+        s,
     );
+    line("trace encoding alone", median(&mut encode), s);
     println!(
-        "  trace encoding alone           {:>9.1} us   ratio to sampler {:.3}",
-        e as f64 / 1e3,
-        e as f64 / s as f64
-    );
-    println!(
-        "  … of which the finding slices    {:>9.1} us",
-        median(&mut encode_findings) as f64 / 1e3
+        "  … of which the finding slices  {:>8.1} us  (the findings uncached, findings_with, {:.1} us)",
+        median(&mut encode_findings) as f64 / 1e3,
+        median(&mut diagnose) as f64 / 1e3
     );
     println!(
         "  trace size: {per_interval} bytes per interval (first interval, with the track descriptors: {} bytes); an hour at {hz} Hz: {:.1} MB",

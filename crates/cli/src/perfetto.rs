@@ -24,9 +24,10 @@ use crate::print;
 pub struct PerfettoArgs {
     /// Also write a Perfetto trace (open it at https://ui.perfetto.dev or
     /// in Android Studio): per-thread CPU, switches, run-queue wait and
-    /// wakes, loop and sleep probes, RSS and findings on a timeline. The
-    /// file is a complete trace after every sample, and at the end when
-    /// stopped by Ctrl-C.
+    /// wakes, loop and sleep probes, RSS and findings on a timeline.
+    /// Samples are buffered and written every 5 s (or 64 KiB); the file
+    /// is a complete trace after every write, and at the end, also when
+    /// stopped by Ctrl-C or SIGTERM (a SIGKILL loses 5 s at most).
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
     /// Size cap of the --perfetto file in MiB: the trace ends there,

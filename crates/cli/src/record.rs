@@ -317,7 +317,9 @@ impl Section {
         let mut n = 0;
         while from < newest {
             let to = from + 1;
-            if let Some(i) = self.sampler.interval_between(from, to) {
+            // The shared call: a `--perfetto` trace polled next takes
+            // this interval rather than computing it again.
+            if let Some(i) = self.sampler.interval_between_shared(from, to) {
                 let line = self.sampler.account(|| {
                     print::json(&RecordLine::Interval(
                         IntervalSummary::of(&i, DEFAULT_MAX_GROUPS).for_pid(self.target.pid),

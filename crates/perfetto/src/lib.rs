@@ -10,8 +10,8 @@ mod track_events;
 pub use encode::{CLOSE_BYTES_PER_FINDING, MAX_OPEN_FINDINGS, TraceEncoder};
 pub use error::Error;
 pub use trace::{
-    DEFAULT_MAX_BYTES, MIN_MAX_BYTES, PerfettoFile, PerfettoTrace, ProcessTrace, TraceConfig,
-    TraceEnd, TraceStatus,
+    DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_EVERY, DEFAULT_MAX_BYTES, MIN_MAX_BYTES, PerfettoFile,
+    PerfettoTrace, ProcessTrace, TraceConfig, TraceEnd, TraceStatus,
 };
 #[cfg(feature = "track-events-prebuilt")]
 pub use track_events::{Backend, CATEGORY, TrackEventStatus, TrackEvents};

@@ -21,7 +21,7 @@ use workload::Worker;
 
 use serde_json::{Value, json};
 use wakemeter::{Sampler, SamplerBuilder, Thresholds};
-use wakemeter_perfetto::{Error, PerfettoTrace, TraceConfig, TraceEnd};
+use wakemeter_perfetto::{Error, PerfettoFile, PerfettoTrace, TraceConfig, TraceEnd};
 
 fn out_dir(name: &str) -> PathBuf {
     let dir =
@@ -237,4 +237,204 @@ fn full_disk_leaves_a_readable_trace() {
     std::fs::write(&copy, &bytes).expect("copy");
     schema_check(&copy, None);
     let _ = std::fs::remove_file(copy);
+}
+
+/// A trace whose buffer is never due on its own (no size or age reached):
+/// nothing but the first records is in the file until it ends.
+/// A sampler of this process with a busy poller (so that findings are
+/// open when a trace ends) and 32 threads (so that every interval has
+/// several KB of tracks), sampled once.
+fn busy_sampler() -> (Sampler, Vec<Worker>) {
+    let s = SamplerBuilder::new()
+        .with_thresholds(thresholds())
+        .build()
+        .expect("sampler");
+    let mut workers = vec![spinner(&s)];
+    workers.extend((0..32).map(|n| {
+        Worker::spawn(&format!("w{n}"), || {
+            std::thread::sleep(Duration::from_millis(1))
+        })
+    }));
+    s.sample().expect("first sample");
+    (s, workers)
+}
+
+fn held_back() -> TraceConfig {
+    TraceConfig::default()
+        .with_flush_bytes(u64::MAX)
+        .with_flush_every(Duration::from_secs(3600))
+}
+
+/// Intervals are buffered, counted as taken, and reach the file, whole
+/// and readable, when the trace is finished, when a process's part is
+/// dropped, and on `flush`.
+#[test]
+fn buffered_intervals_reach_the_file_on_finish_drop_and_flush() {
+    let dir = out_dir("buffered");
+    let s = SamplerBuilder::new()
+        .with_thresholds(thresholds())
+        .build()
+        .expect("sampler");
+    let _spin = spinner(&s);
+    s.sample().expect("first sample");
+
+    // finish
+    let path = dir.join("finish.perfetto-trace");
+    let trace = PerfettoTrace::start(&s, &path, held_back()).expect("start");
+    let header = trace.status().bytes_written;
+    assert!(header > 0, "the first records are written at once");
+    let (intervals, _) = drive(&s, &trace, 4, Duration::from_millis(60));
+    let held = trace.status();
+    assert_eq!(held.intervals, 4);
+    assert_eq!(held.bytes_written, header, "nothing written yet: {held:?}");
+    assert!(held.bytes_buffered > 0, "{held:?}");
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), header);
+    let status = trace.finish();
+    assert_eq!(status.intervals, 4);
+    assert_eq!(status.bytes_buffered, 0);
+    assert!(status.bytes_written > header + held.bytes_buffered - 1);
+    let bytes = std::fs::read(&path).expect("read");
+    assert_eq!(bytes.len() as u64, status.bytes_written);
+    whole_records(&bytes);
+    let target = s.target_identity();
+    let expected = json!({
+        "pid": target.pid,
+        "name": target.name,
+        "intervals": intervals,
+        "findings": [],
+        "thread_names": [],
+    });
+    let exp_path = dir.join("expected.json");
+    std::fs::write(&exp_path, expected.to_string()).expect("write expected");
+    schema_check(&path, Some(&exp_path));
+
+    // drop, and flush, on a file polled by hand
+    let path = dir.join("drop.perfetto-trace");
+    let file = PerfettoFile::create(&path, held_back()).expect("create");
+    let mut part = file.add(&s).expect("add");
+    for _ in 0..3 {
+        s.sample().expect("sample");
+        assert!(part.poll());
+    }
+    let held = file.status();
+    assert_eq!(held.intervals, 3);
+    assert!(held.bytes_buffered > 0, "{held:?}");
+    file.flush().expect("flush");
+    let flushed = file.status();
+    assert_eq!(flushed.bytes_buffered, 0);
+    assert_eq!(
+        flushed.bytes_written,
+        held.bytes_written + held.bytes_buffered
+    );
+    assert_eq!(
+        std::fs::metadata(&path).expect("stat").len(),
+        flushed.bytes_written
+    );
+    s.sample().expect("sample");
+    assert!(part.poll());
+    assert!(file.status().bytes_buffered > 0);
+    drop(part);
+    let status = file.status();
+    assert_eq!(status.intervals, 4);
+    assert_eq!(status.bytes_buffered, 0);
+    let bytes = std::fs::read(&path).expect("read");
+    assert_eq!(bytes.len() as u64, status.bytes_written);
+    whole_records(&bytes);
+    schema_check(&path, None);
+}
+
+/// Records buffered but not yet written count toward the cap: a trace
+/// that writes nothing until it ends still ends under its cap, complete.
+#[test]
+fn size_cap_holds_with_buffered_records() {
+    let dir = out_dir("cap-buffered");
+    let (s, _workers) = busy_sampler();
+    let path = dir.join("cap.perfetto-trace");
+    let cap = wakemeter_perfetto::MIN_MAX_BYTES + 48 * 1024;
+    let file = PerfettoFile::create(&path, held_back().with_max_bytes(cap)).expect("create");
+    let mut part = file.add(&s).expect("add");
+    let header = file.status().bytes_written;
+    let until = Instant::now() + Duration::from_secs(60);
+    while part.poll() {
+        assert!(Instant::now() < until, "never ended: {:?}", file.status());
+        let status = file.status();
+        assert_eq!(status.bytes_written, header, "written early: {status:?}");
+        assert!(status.bytes_written + status.bytes_buffered <= cap);
+        std::thread::sleep(Duration::from_millis(40));
+        s.sample().expect("sample");
+    }
+    let at_end = file.status();
+    assert_eq!(at_end.ended, Some(TraceEnd::SizeCap { max_bytes: cap }));
+    assert_eq!(at_end.bytes_buffered, 0, "the buffer went out at the cap");
+    assert!(at_end.findings > 0, "no finding was open: {at_end:?}");
+    drop(part);
+    let status = file.status();
+    let bytes = std::fs::read(&path).expect("read");
+    assert!(bytes.len() as u64 <= cap, "{} > {cap}", bytes.len());
+    assert_eq!(bytes.len() as u64, status.bytes_written);
+    assert_eq!(status.intervals, at_end.intervals);
+    whole_records(&bytes);
+    schema_check(&path, None);
+}
+
+/// A write that fails (here: past the process's file size limit,
+/// `RLIMIT_FSIZE`, `EFBIG`; the full-disk test above needs root) while
+/// several intervals are buffered: the trace ends saying why, the file is
+/// cut back to its whole records, the status counts only what it holds,
+/// and the finding slices it holds open are closed. Runs in a child
+/// process of this test binary, since the limit is process-wide.
+#[test]
+fn failed_write_of_a_buffer_leaves_a_readable_trace() {
+    const CHILD: &str = "WAKEMETER_PERFETTO_FSIZE_CHILD";
+    let dir = out_dir("fsize");
+    let path = dir.join("fsize.perfetto-trace");
+    if std::env::var_os(CHILD).is_none() {
+        let out = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "failed_write_of_a_buffer_leaves_a_readable_trace",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, &path)
+            .output()
+            .expect("run the child");
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "child failed: {said}");
+        assert!(said.contains("1 passed"), "the child ran nothing: {said}");
+        // Read back here, without the child's limit.
+        let bytes = std::fs::read(&path).expect("read");
+        assert!(whole_records(&bytes) > 3);
+        schema_check(&path, None);
+        return;
+    }
+    let path = PathBuf::from(std::env::var_os(CHILD).expect("child path"));
+    let limit: u64 = 40 * 1024;
+    // SAFETY: setting a signal disposition and a resource limit of this
+    // process (a child that runs this test alone) with valid arguments.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let lim = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+    }
+    let (s, _workers) = busy_sampler();
+    // Buffers of about 16 KiB: several intervals in each write.
+    let config = TraceConfig::default().with_flush_bytes(16 * 1024);
+    let trace = PerfettoTrace::start(&s, &path, config).expect("start");
+    sample_until_ended(&s, &trace, Duration::from_millis(40));
+    let status = trace.finish();
+    let Some(TraceEnd::WriteFailed { message }) = &status.ended else {
+        panic!("expected a failed write: {status:?}");
+    };
+    assert!(message.contains("File too large"), "{message}");
+    assert!(status.findings > 0, "no finding was open: {status:?}");
+    assert_eq!(status.bytes_buffered, 0);
+    let bytes = std::fs::read(&path).expect("read");
+    assert!(bytes.len() as u64 <= limit);
+    assert_eq!(bytes.len() as u64, status.bytes_written);
+    assert!(whole_records(&bytes) > 3);
 }

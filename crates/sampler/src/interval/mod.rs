@@ -10,7 +10,9 @@ use crate::model::Snapshot;
 mod compute;
 pub(crate) mod groups;
 
-pub(crate) use compute::{between_in_history, between_stored, per_sec, percent};
+pub(crate) use compute::{
+    between_in_history, between_in_history_reusing, between_stored, per_sec, percent,
+};
 
 /// Rates of one thread over an interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

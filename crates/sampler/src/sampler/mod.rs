@@ -11,7 +11,7 @@ use crate::diagnose::{self, Finding, Thresholds};
 use crate::error::Error;
 use crate::error::Result;
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
-use crate::interval::{Interval, between_in_history, percent};
+use crate::interval::{Interval, between_in_history, between_in_history_reusing, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{SampleWarning, Snapshot, SystemInfo, Target, TargetIdentity, ThreadRow};
 use crate::platform::{self, Backend, SampleRequest, clock, ticks};
@@ -76,6 +76,16 @@ struct Inner {
     /// Severities of the last findings of the configured thresholds, for
     /// their hysteresis.
     severities: Mutex<diagnose::SeverityMemory>,
+}
+
+/// Whether a computed interval is kept for the other followers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// When it is the interval between the two newest snapshots.
+    Newest,
+    /// Never: the caller takes it whole (an owned copy), and keeping it
+    /// would cost that caller a copy.
+    No,
 }
 
 /// What [`Sampler::wait_for_sample`] saw.
@@ -225,15 +235,30 @@ impl Sampler {
     }
 
     /// The interval between the two newest snapshots.
+    ///
+    /// When another follower of the snapshots has computed it
+    /// ([`Sampler::latest_interval_shared`]), a copy of that one (a copy
+    /// costs about 40% of computing it); else computed now and not kept,
+    /// since keeping it would cost this call a copy. Followers that share
+    /// it call [`Sampler::latest_interval_shared`].
     pub fn latest_interval(&self) -> Option<Interval> {
         self.account(|| {
-            let h = self.history();
-            let n = h.len();
-            Some(between_in_history(
-                &h,
-                h.get(n.checked_sub(2)?)?,
-                h.get(n - 1)?,
-            ))
+            let to = self.newest_key()?.seq;
+            self.between_shared(to.checked_sub(1)?, to, Keep::No)
+        })
+        .map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Sampler::latest_interval`] without a copy: the interval the
+    /// sampler keeps for every consumer that follows each snapshot (a
+    /// trace writer, a metrics exporter, a listener), computed by the
+    /// first of them to ask and kept until a reader computes the next
+    /// pair's. Two readers that ask at the same instant may both compute
+    /// it; they get equal intervals.
+    pub fn latest_interval_shared(&self) -> Option<Arc<Interval>> {
+        self.account(|| {
+            let to = self.newest_key()?.seq;
+            self.between_shared(to.checked_sub(1)?, to, Keep::Newest)
         })
     }
 
@@ -248,16 +273,54 @@ impl Sampler {
     /// still in history (`from_seq < to_seq`); `None` otherwise. For
     /// consumers that add up consecutive intervals (an exporter's
     /// counters, a recording), so that no stored snapshot is skipped.
+    ///
+    /// The interval between the two newest snapshots is served from the
+    /// one the sampler keeps for every follower when there is one, as by
+    /// [`Sampler::latest_interval`] (a copy, and none is kept by this
+    /// call); [`Sampler::interval_between_shared`] shares it.
     pub fn interval_between(&self, from_seq: u64, to_seq: u64) -> Option<Interval> {
         if from_seq >= to_seq {
             return None;
         }
-        self.account(|| {
-            let h = self.history();
-            let from = h.iter().find(|s| s.header.seq == from_seq)?;
-            let to = h.iter().rev().find(|s| s.header.seq == to_seq)?;
-            Some(between_in_history(&h, from, to))
-        })
+        self.account(|| self.between_shared(from_seq, to_seq, Keep::No))
+            .map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Sampler::interval_between`] without a copy: when `to_seq` is the
+    /// newest snapshot and `from_seq` the one before, the interval every
+    /// follower of the snapshots shares ([`Sampler::latest_interval_shared`]),
+    /// computed here if no follower has yet; any other pair is computed
+    /// at each call.
+    pub fn interval_between_shared(&self, from_seq: u64, to_seq: u64) -> Option<Arc<Interval>> {
+        if from_seq >= to_seq {
+            return None;
+        }
+        self.account(|| self.between_shared(from_seq, to_seq, Keep::Newest))
+    }
+
+    /// The interval `from_seq`..`to_seq`: the one kept, or computed now
+    /// (and kept, with [`Keep::Newest`], when it is the newest pair).
+    fn between_shared(&self, from_seq: u64, to_seq: u64, keep: Keep) -> Option<Arc<Interval>> {
+        let readings = &self.inner.readings;
+        if let Some(kept) = readings.interval(from_seq, to_seq) {
+            return Some(kept);
+        }
+        let h = self.history();
+        let from = h.iter().find(|s| s.header.seq == from_seq)?;
+        let to = h.iter().rev().find(|s| s.header.seq == to_seq)?;
+        let interval = match keep {
+            // The interval it replaces is written over, not freed.
+            Keep::Newest => {
+                let spare = readings.take_spare(to_seq);
+                between_in_history_reusing(&h, from, to, spare)
+            }
+            Keep::No => between_in_history(&h, from, to),
+        };
+        let interval = Arc::new(interval);
+        if let (Keep::Newest, Some(newest)) = (keep, h.latest()) {
+            readings.keep_interval(&interval, newest.header.seq);
+        }
+        Some(interval)
     }
 
     /// Facts about the machine, read once at build.
@@ -683,6 +746,94 @@ mod tests {
             a.process.cpu_time_ns + b.process.cpu_time_ns,
             whole.process.cpu_time_ns
         );
+    }
+
+    /// The interval between the two newest snapshots is computed once and
+    /// shared by every follower (the owned calls get a copy of it, and
+    /// keep none of theirs); it is
+    /// what a fresh computation gives, also when an end did not read the
+    /// switch split, and a newer snapshot is never answered from it.
+    #[test]
+    fn followers_share_the_newest_interval_and_it_equals_a_fresh_one() {
+        let s = SamplerBuilder::new()
+            .with_switch_split_every(3)
+            .build()
+            .unwrap();
+        let fresh = |from: u64, to: u64| {
+            let h = s.history();
+            let find = |seq| h.iter().find(|x| x.header.seq == seq).unwrap();
+            between_in_history(&h, find(from), find(to))
+        };
+        s.sample().unwrap();
+        for _ in 0..4 {
+            let to = s.sample().unwrap();
+            let owned = s.latest_interval().unwrap();
+            assert_eq!(owned, fresh(to - 1, to));
+            assert!(
+                s.inner.readings.interval(to - 1, to).is_none(),
+                "an owned call keeps none"
+            );
+            let first = s.latest_interval_shared().unwrap();
+            assert_eq!((first.from_seq, first.to_seq), (to - 1, to));
+            let again = s.interval_between_shared(to - 1, to).unwrap();
+            assert!(Arc::ptr_eq(&first, &again), "computed once");
+            assert_eq!(*first, fresh(to - 1, to));
+            assert_eq!(s.latest_interval().unwrap(), *first);
+            assert_eq!(s.interval_between(to - 1, to).unwrap(), *first);
+        }
+        let newest = s.latest_interval_shared().unwrap();
+        let to = s.sample().unwrap();
+        let next = s.latest_interval_shared().unwrap();
+        assert_eq!((next.from_seq, next.to_seq), (to - 1, to));
+        assert!(!Arc::ptr_eq(&newest, &next));
+        // A follower behind the others gets its own pair, computed now,
+        // and the shared one stays.
+        let behind = s.interval_between_shared(to - 2, to - 1).unwrap();
+        assert_eq!(*behind, fresh(to - 2, to - 1));
+        let span = s.interval_between_shared(to - 3, to).unwrap();
+        assert_eq!(*span, fresh(to - 3, to));
+        assert!(Arc::ptr_eq(&s.latest_interval_shared().unwrap(), &next));
+    }
+
+    /// The shared interval is written over the one it replaces (its
+    /// records and names reused): as threads come and go, with names of
+    /// every length, it still equals a fresh computation.
+    #[test]
+    fn an_interval_written_over_the_one_it_replaces_equals_a_fresh_one() {
+        let s = SamplerBuilder::new().build().unwrap();
+        let fresh = |from: u64, to: u64| {
+            let h = s.history();
+            let find = |seq| h.iter().find(|x| x.header.seq == seq).unwrap();
+            between_in_history(&h, find(from), find(to))
+        };
+        let mut parked: Vec<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)> =
+            Vec::new();
+        s.sample().unwrap();
+        for n in 0..8usize {
+            if n % 3 == 2 {
+                // Ends the oldest: its sender dropped, its recv fails.
+                if let Some((tx, h)) = parked.pop() {
+                    drop(tx);
+                    h.join().unwrap();
+                }
+            } else {
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                let h = std::thread::Builder::new()
+                    .name("n".repeat(1 + n * 2))
+                    .spawn(move || {
+                        let _ = rx.recv();
+                    })
+                    .unwrap();
+                parked.insert(0, (tx, h));
+            }
+            let to = s.sample().unwrap();
+            let shared = s.latest_interval_shared().unwrap();
+            assert_eq!(*shared, fresh(to - 1, to), "round {n}");
+        }
+        for (tx, h) in parked {
+            drop(tx);
+            h.join().unwrap();
+        }
     }
 
     /// Findings and a report's body are computed once per stored snapshot

@@ -16,12 +16,19 @@
 //! thread plus its name: about 2.2 MB at 5,000 threads, 0.1 MB at 250);
 //! after, one report's worth of records (at most `report_threads` threads
 //! listed). It is replaced at the next snapshot.
+//!
+//! Beside it, the interval between the two newest snapshots, which every
+//! consumer that follows each snapshot asks for (a trace writer, a metrics
+//! exporter, a recording, a listener): one interval, every thread, kept
+//! until a reader computes the next pair's. An interval depends only on
+//! the snapshots from its start to its end, which never change once
+//! stored, so the pair of sequence numbers identifies it exactly.
 
 use std::sync::{Arc, Mutex};
 
 use crate::diagnose::Finding;
-use crate::interval::Interval;
 use crate::interval::groups::ThreadGroupInterval;
+use crate::interval::{Interval, ThreadInterval};
 use crate::model::SampleWarning;
 use crate::sync::lock;
 
@@ -65,11 +72,12 @@ struct Entry {
     body: Option<Arc<ReportBody>>,
 }
 
-/// The one shared entry; its lock is held only to swap `Arc`s, never
-/// while anything is computed.
+/// The one shared entry and the newest interval; their locks are held
+/// only to swap `Arc`s, never while anything is computed.
 #[derive(Default)]
 pub(super) struct Readings {
     entry: Mutex<Entry>,
+    interval: Mutex<Option<Arc<Interval>>>,
 }
 
 impl Readings {
@@ -105,6 +113,55 @@ impl Readings {
             }
             e.body = Some(body);
         });
+    }
+
+    /// The interval from snapshot `from_seq` to `to_seq`, if a reader
+    /// computed and kept it.
+    pub fn interval(&self, from_seq: u64, to_seq: u64) -> Option<Arc<Interval>> {
+        lock(&self.interval)
+            .as_ref()
+            .filter(|i| (i.from_seq, i.to_seq) == (from_seq, to_seq))
+            .cloned()
+    }
+
+    /// The thread records of the kept interval, taken out, when it ends
+    /// before `to_seq` (a newer pair is being computed, which replaces it)
+    /// and no reader holds it any more: the new interval is written into
+    /// them ([`crate::interval::between_in_history_reusing`]). Empty
+    /// otherwise.
+    pub fn take_spare(&self, to_seq: u64) -> Vec<ThreadInterval> {
+        let older = {
+            let mut kept = lock(&self.interval);
+            match kept.as_ref() {
+                Some(k) if k.to_seq < to_seq => kept.take(),
+                _ => None,
+            }
+        };
+        older
+            .and_then(|i| Arc::try_unwrap(i).ok())
+            .map(|i| i.threads)
+            .unwrap_or_default()
+    }
+
+    /// Keeps `interval` when it is the one between the two newest
+    /// snapshots (`newest_seq` is the newest stored) and newer than the
+    /// one kept: a reader that is behind (catching up one interval at a
+    /// time, or a span of several) never replaces what the others share.
+    pub fn keep_interval(&self, interval: &Arc<Interval>, newest_seq: u64) {
+        let (from, to) = (interval.from_seq, interval.to_seq);
+        if to != newest_seq || from.checked_add(1) != Some(to) {
+            return;
+        }
+        let replaced = {
+            let mut kept = lock(&self.interval);
+            if kept.as_ref().is_some_and(|k| k.to_seq >= to) {
+                return;
+            }
+            kept.replace(interval.clone())
+        };
+        // Freed outside the lock (every thread of the target), when a
+        // reader held it while the new one was computed.
+        drop(replaced);
     }
 
     /// Stores into the entry of `key`, starting a new entry when `key` is
@@ -194,6 +251,52 @@ mod tests {
         let d = r.diagnosis(key(1));
         assert!(d.is_some_and(|d| d.window.is_none() && d.key == Some(key(1))));
         assert!(r.body(key(1)).is_some());
+    }
+
+    #[test]
+    fn only_the_newest_pair_is_kept_and_an_older_one_never_replaces_it() {
+        let s = super::super::SamplerBuilder::new().build().unwrap();
+        for _ in 0..4 {
+            s.sample().unwrap();
+        }
+        let interval = |from, to| Arc::new(s.interval_between(from, to).unwrap());
+        let r = Readings::default();
+        r.keep_interval(&interval(1, 2), 3);
+        assert!(r.interval(1, 2).is_none(), "not the newest pair");
+        r.keep_interval(&interval(0, 2), 2);
+        assert!(r.interval(0, 2).is_none(), "not a pair of neighbours");
+        r.keep_interval(&interval(1, 2), 2);
+        assert!(r.interval(1, 2).is_some());
+        assert!(r.interval(0, 2).is_none());
+        r.keep_interval(&interval(1, 2), 3);
+        assert!(r.interval(1, 2).is_some(), "kept until a newer pair is");
+        r.keep_interval(&interval(2, 3), 3);
+        assert!(r.interval(1, 2).is_none());
+        assert!(r.interval(2, 3).is_some());
+        r.keep_interval(&interval(1, 2), 2);
+        assert!(
+            r.interval(2, 3).is_some(),
+            "an older pair never replaces it"
+        );
+    }
+
+    #[test]
+    fn a_spare_is_only_an_older_interval_no_reader_holds() {
+        let s = super::super::SamplerBuilder::new().build().unwrap();
+        for _ in 0..3 {
+            s.sample().unwrap();
+        }
+        let r = Readings::default();
+        let kept = Arc::new(s.interval_between(0, 1).unwrap());
+        r.keep_interval(&kept, 1);
+        assert!(r.take_spare(1).is_empty(), "not older than the pair asked");
+        assert!(r.take_spare(2).is_empty(), "a reader still holds it");
+        assert!(r.interval(0, 1).is_none(), "taken out all the same");
+        let threads = kept.threads.len();
+        r.keep_interval(&kept, 1);
+        drop(kept);
+        assert_eq!(r.take_spare(2).len(), threads);
+        assert!(r.interval(0, 1).is_none());
     }
 
     #[test]
