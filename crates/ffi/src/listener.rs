@@ -227,7 +227,9 @@ fn run(core: &wakemeter::Sampler, stop: &AtomicBool, listeners: &Listeners) {
                 }
                 // The interval and the findings count themselves as sampler
                 // overhead; so does the bookkeeping of what is new.
-                if let Some(iv) = core.latest_interval() {
+                // The interval every follower of the snapshots shares (a
+                // trace writer beside this listener computes it once).
+                if let Some(iv) = core.latest_interval_shared() {
                     listeners.deliver_interval(&iv);
                 }
                 let findings = core.findings();

@@ -38,8 +38,10 @@ impl From<wakemeter_perfetto::TraceStatus> for PerfettoTraceStatus {
 /// A Perfetto trace file being written from a sampler's snapshots (open it
 /// at ui.perfetto.dev or in Android Studio). Written by a wakemeter thread
 /// woken by each sample; `finish()` (or releasing the object) writes the
-/// last samples and closes the file, which is a complete trace after every
-/// sample.
+/// last samples and closes the file. Samples are written in batches (64 KiB
+/// or 5 s, whichever comes first), and the file is a complete trace after
+/// every batch: a process killed without finishing loses at most the last
+/// 5 s.
 #[derive(uniffi::Object)]
 pub struct PerfettoTrace {
     trace: Mutex<Option<wakemeter_perfetto::PerfettoTrace>>,

@@ -181,9 +181,11 @@ impl Exporter {
         };
         match state.last_seq {
             Some(last) if last >= newest => return false,
+            // Shared with every other follower of the snapshots (a trace
+            // writer, a listener) when it is the newest pair.
             Some(last) => match sampler
-                .interval_between(last, newest)
-                .or_else(|| sampler.latest_interval())
+                .interval_between_shared(last, newest)
+                .or_else(|| sampler.latest_interval_shared())
             {
                 Some(i) => state.add(&i),
                 None => return false,

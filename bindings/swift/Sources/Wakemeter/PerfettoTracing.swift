@@ -9,7 +9,9 @@ extension Sampler {
     /// Starts writing a Perfetto trace of this sampler's process to `url`
     /// (created or truncated now, at most `maxBytes`), one interval per
     /// sample. Call `finish()` (or release the trace) to write the last
-    /// samples; the file is a complete trace after every sample.
+    /// samples. Samples are written in batches (64 KiB or 5 s), and the file
+    /// is a complete trace after every batch: a process killed without
+    /// finishing loses at most the last 5 s.
     ///
     /// - Throws: `WakemeterError.Unwritable` when the file cannot be created.
     public func perfettoTrace(to url: URL, maxBytes: UInt64 = defaultPerfettoMaxBytes) throws -> PerfettoTrace {

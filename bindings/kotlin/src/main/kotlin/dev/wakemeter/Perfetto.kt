@@ -13,7 +13,9 @@ const val DEFAULT_PERFETTO_MAX_BYTES: Long = 256L * 1024 * 1024
  * Starts writing a Perfetto trace of this sampler's process to [file]
  * (created or truncated now, at most [maxBytes]), one interval per sample.
  * Close the returned trace (`use {}`) or call [PerfettoTrace.finish] to
- * write the last samples; the file is a complete trace after every sample.
+ * write the last samples. Samples are written in batches (64 KiB or 5 s),
+ * and the file is a complete trace after every batch: a process killed
+ * without finishing loses at most the last 5 s.
  *
  * @throws dev.wakemeter.ffi.WakemeterException.Unwritable when [file] cannot be created.
  */

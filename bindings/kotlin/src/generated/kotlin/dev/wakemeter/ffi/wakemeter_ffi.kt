@@ -2097,8 +2097,10 @@ public object FfiConverterTypeLoopProbe: FfiConverter<LoopProbe, Long> {
  * A Perfetto trace file being written from a sampler's snapshots (open it
  * at ui.perfetto.dev or in Android Studio). Written by a wakemeter thread
  * woken by each sample; `finish()` (or releasing the object) writes the
- * last samples and closes the file, which is a complete trace after every
- * sample.
+ * last samples and closes the file. Samples are written in batches (64 KiB
+ * or 5 s, whichever comes first), and the file is a complete trace after
+ * every batch: a process killed without finishing loses at most the last
+ * 5 s.
  */
 public interface PerfettoTraceInterface {
     
@@ -2120,8 +2122,10 @@ public interface PerfettoTraceInterface {
  * A Perfetto trace file being written from a sampler's snapshots (open it
  * at ui.perfetto.dev or in Android Studio). Written by a wakemeter thread
  * woken by each sample; `finish()` (or releasing the object) writes the
- * last samples and closes the file, which is a complete trace after every
- * sample.
+ * last samples and closes the file. Samples are written in batches (64 KiB
+ * or 5 s, whichever comes first), and the file is a complete trace after
+ * every batch: a process killed without finishing loses at most the last
+ * 5 s.
  */
 open class PerfettoTrace: Disposable, AutoCloseable, PerfettoTraceInterface
 {
