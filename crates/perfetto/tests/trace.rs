@@ -69,15 +69,12 @@ fn sample_until_ended(s: &Sampler, trace: &PerfettoTrace, pause: Duration) {
 
 /// Waits (generously) until the trace has written `n` intervals.
 fn wait_intervals(trace: &PerfettoTrace, n: u64) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while trace.status().intervals < n {
-        assert!(
-            Instant::now() < until,
-            "the writer did not follow: {:?}",
-            trace.status()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    workload::wait_until_written(
+        n,
+        "writer",
+        || trace.status().intervals,
+        || format!("{:?}", trace.status()),
+    );
 }
 
 /// Samples by hand `n` times, waiting for the writer after each, and

@@ -39,15 +39,12 @@ use workload::Worker;
 
 /// Waits (generously) until `te` has emitted `n` intervals.
 fn wait_intervals(te: &TrackEvents, n: u64) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while te.status().intervals < n {
-        assert!(
-            Instant::now() < until,
-            "the emitter did not follow: {:?}",
-            te.status()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    workload::wait_until_written(
+        n,
+        "emitter",
+        || te.status().intervals,
+        || format!("{:?}", te.status()),
+    );
 }
 
 /// Samples by hand `n` more times, waiting for the emitter after each

@@ -216,18 +216,20 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// `bpf(cmd, attr)` for a batch command: 0, or -1 with `errno` set.
+/// `bpf(cmd, attr)`: what the command returns (0, or a new descriptor),
+/// or -1 with `errno` set.
 ///
 /// # Safety
 ///
-/// The pointers in `attr` (`in_batch`, `out_batch`, `keys`, `values`, when
-/// not 0) must be valid for what `cmd` reads and writes: `count` keys of
-/// the map's key size and values of its value size, and a u32 cursor.
-unsafe fn batch_call(cmd: libc::c_long, attr: &mut BatchAttr) -> libc::c_long {
-    let size = libc::c_uint::try_from(size_of::<BatchAttr>()).unwrap_or(libc::c_uint::MAX);
-    // SAFETY: `attr` is a valid `batch` member of `bpf_attr` for `size`
-    // bytes; the memory its pointers name is the caller's promise (see
-    // above). The kernel keeps no pointer after it returns.
+/// `attr` must be a valid member of `union bpf_attr` for `cmd`, and the
+/// pointers in it (for a batch command `in_batch`, `out_batch`, `keys`,
+/// `values`, when not 0: `count` keys of the map's key size, values of its
+/// value size and a u32 cursor) valid for what `cmd` reads and writes.
+unsafe fn bpf_call<A>(cmd: libc::c_long, attr: &mut A) -> libc::c_long {
+    let size = libc::c_uint::try_from(size_of::<A>()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: `attr` is `size` bytes of a valid `bpf_attr` member; the
+    // memory its pointers name is the caller's promise (see above). The
+    // kernel keeps no pointer after it returns.
     unsafe { libc::syscall(libc::SYS_bpf, cmd, std::ptr::from_mut(attr), size) }
 }
 
@@ -274,10 +276,8 @@ struct IterCreateAttr {
 /// `attr` must be a valid member of `bpf_attr` for `cmd`, and any pointer
 /// in it valid for what `cmd` reads.
 unsafe fn fd_call<A>(cmd: libc::c_long, attr: &mut A) -> io::Result<OwnedFd> {
-    let size = libc::c_uint::try_from(size_of::<A>()).unwrap_or(libc::c_uint::MAX);
-    // SAFETY: the caller's promise (see above); the kernel keeps no
-    // pointer after it returns.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, std::ptr::from_mut(attr), size) };
+    // SAFETY: the caller's promise (see above).
+    let rc = unsafe { bpf_call(cmd, attr) };
     let fd = i32::try_from(rc).map_err(|_| io::Error::last_os_error())?;
     if fd < 0 {
         return Err(io::Error::last_os_error());
@@ -365,7 +365,7 @@ pub(crate) fn update_array_batch<V: aya::Pod>(
     // SAFETY: the kernel reads `count` u32 keys from `keys` and `count`
     // values of the map's value size (V's) from `values`, both exactly that
     // long, and writes back only `attr.count`. Both live across the call.
-    let rc = unsafe { batch_call(BPF_MAP_UPDATE_BATCH, &mut attr) };
+    let rc = unsafe { bpf_call(BPF_MAP_UPDATE_BATCH, &mut attr) };
     if rc == 0 {
         return Ok(true);
     }
@@ -409,7 +409,7 @@ pub(crate) fn lookup_batch<K: aya::Pod, V: aya::Pod>(
     // is at most the length of both slices, and K and V are the map's key
     // and value types, so every write is in bounds. All of them live
     // across the call.
-    let rc = unsafe { batch_call(BPF_MAP_LOOKUP_BATCH, &mut attr) };
+    let rc = unsafe { bpf_call(BPF_MAP_LOOKUP_BATCH, &mut attr) };
     let filled = usize::try_from(attr.count).unwrap_or(0).min(room);
     if rc == 0 {
         *cursor = Some(next);

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use wakemeter::{Finding, Interval, Sampler, Subject};
@@ -128,4 +128,23 @@ pub fn drive(s: &Sampler, n: u64, every: Duration, wait: impl Fn(u64)) -> (Vec<V
         prev = Some(seq);
     }
     (intervals, findings)
+}
+
+/// Waits (generously: 30 s) until `written()` reaches `n`; `what` and
+/// `status()` name the follower in the failure.
+pub fn wait_until_written(
+    n: u64,
+    what: &str,
+    written: impl Fn() -> u64,
+    status: impl Fn() -> String,
+) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while written() < n {
+        assert!(
+            Instant::now() < until,
+            "the {what} did not follow: {}",
+            status()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
