@@ -223,9 +223,13 @@ static __always_inline struct wm_thread *thread_entry(__u32 tid, __u32 tgid,
 		struct wm_target *target = bpf_map_lookup_elem(&targets, &tgid);
 		if (!target || target->dead)
 			return NULL;
-		/* Zeroed by the kernel. NULL when the allocation fails, or when
-		 * another CPU creates it at the same moment (one event lost). */
+		/* Zeroed by the kernel. NULL when another CPU created it at the
+		 * same moment (then the lookup finds that one), when the
+		 * allocation fails, or when this CPU is already inside a task
+		 * storage call (the kernel's recursion guard). */
 		ts = stored_entry(t, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!ts)
+			ts = stored_entry(t, 0);
 		if (!ts) {
 			count_drops(tgid, 1);
 			return NULL;
