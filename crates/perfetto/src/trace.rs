@@ -471,9 +471,9 @@ impl ProcessTrace {
         let Some(i) = interval else {
             return true;
         };
-        let findings = self.sampler.findings();
+        // The findings kept for every reader, read in place.
         let s = self.sampler.clone();
-        s.account(|| self.write(&i, &findings))
+        s.with_findings(|findings| s.account(|| self.write(&i, findings)))
     }
 
     /// Writes the buffer if its oldest record is past its age (when no

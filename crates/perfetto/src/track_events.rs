@@ -332,11 +332,14 @@ impl Emitter {
             return;
         }
         let s = self.sampler.clone();
-        let Some(i) = s.interval_between(from, to).or_else(|| s.latest_interval()) else {
+        // The interval and the findings every follower shares.
+        let Some(i) = s
+            .interval_between_shared(from, to)
+            .or_else(|| s.latest_interval_shared())
+        else {
             return;
         };
-        let findings = s.findings();
-        s.account(|| self.emit(&i, &findings));
+        s.with_findings(|findings| s.account(|| self.emit(&i, findings)));
     }
 
     fn emit(&mut self, i: &Interval, findings: &[Finding]) {

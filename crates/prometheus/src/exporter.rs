@@ -196,13 +196,15 @@ impl Exporter {
             },
         }
         let mut findings: Vec<((String, String), u64)> = Vec::new();
-        for f in sampler.findings() {
-            let key = (f.kind.as_str().to_string(), f.severity.as_str().to_string());
-            match findings.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, n)) => *n += 1,
-                None => findings.push((key, 1)),
+        sampler.with_findings(|all| {
+            for f in all {
+                let key = (f.kind.as_str().to_string(), f.severity.as_str().to_string());
+                match findings.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, n)) => *n += 1,
+                    None => findings.push((key, 1)),
+                }
             }
-        }
+        });
         state.findings = findings;
         state.sampler_cpu_ns = stats.total_sampler_cpu_time_ns;
         state.samples = stats.total_samples;

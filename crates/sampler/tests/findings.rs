@@ -31,6 +31,9 @@ fn busy_poller_flagged_efficient_loop_not() {
     });
     let (good, _client) = efficient_loop(&s, "efficient");
     let f = findings_after(&s, 2.5);
+    // Read in place (a trace writer's way), they are the very findings
+    // every reader gets a copy of.
+    assert_eq!(s.with_findings(<[Finding]>::to_vec), s.findings());
     let busy = about(&f, FindingKind::BusyPoller, spin.tid);
     assert_eq!(busy.len(), 1, "{f:#?}");
     let b = &busy[0];

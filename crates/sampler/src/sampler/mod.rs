@@ -415,6 +415,16 @@ impl Sampler {
         self.account(|| self.diagnosis().findings.clone())
     }
 
+    /// [`Sampler::findings`] without a copy: calls `f` with the findings
+    /// kept for the newest snapshot (computed now if no reader has yet)
+    /// and returns what it returns. For followers of every snapshot (a
+    /// trace writer, an exporter) that only read them; the time in `f` is
+    /// the caller's.
+    pub fn with_findings<R>(&self, f: impl FnOnce(&[Finding]) -> R) -> R {
+        let diagnosis = self.account(|| self.diagnosis());
+        f(&diagnosis.findings)
+    }
+
     /// Findings with the configured thresholds and the interval over the
     /// report's window they were computed with: those kept for the newest
     /// snapshot, or computed now and kept.
