@@ -34,16 +34,28 @@ cargo test -p wakemeter-perfetto --features track-events --test track_events
 # The same tests through a tracing service of another process: the system
 # backend over UNIX sockets, against mini_traced (the IPC host of the SDK's
 # vendored sources, as traced has it: about 25 s of C++ the first time,
-# kept under the target directory).
+# kept in the cache directory below).
 sdk_sys="$(cargo metadata --format-version 1 --all-features |
   "$venv/bin/python" -c 'import json, sys
 print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "perfetto-sdk-sys"))')"
 sdk_src="$(dirname "$sdk_sys")/libperfetto_c"
 mini_src=crates/perfetto/tests/mini_traced.cc
-mini="$target_dir/perfetto-mini-traced/$(basename "$(dirname "$sdk_sys")")/mini_traced"
-if [ ! -x "$mini" ] || [ "$mini_src" -nt "$mini" ]; then
+# Kept in the cache directory the Swift root uses (a fresh clone, as CI's,
+# then skips the 25 s of C++), named by the SDK's version and the source's
+# hash; under the target directory when that is not writable.
+cache_dir="${WAKEMETER_CACHE_DIR:-/var/cache/wakemeter}"
+mini_key="$(basename "$(dirname "$sdk_sys")")-$(sha256sum "$mini_src" | cut -c1-16)"
+if mkdir -p "$cache_dir/perfetto-mini-traced" 2>/dev/null && [ -w "$cache_dir/perfetto-mini-traced" ]; then
+  mini="$cache_dir/perfetto-mini-traced/$mini_key/mini_traced"
+else
+  mini="$target_dir/perfetto-mini-traced/$mini_key/mini_traced"
+fi
+if [ ! -x "$mini" ]; then
   mkdir -p "$(dirname "$mini")"
-  "${CXX:-clang++}" -std=c++17 -O0 -DNDEBUG -w -I"$sdk_src" -o "$mini" "$mini_src" -lpthread
+  # Built aside and moved in whole: an interrupted build leaves nothing
+  # that looks finished.
+  "${CXX:-clang++}" -std=c++17 -O0 -DNDEBUG -w -I"$sdk_src" -o "$mini.tmp.$$" "$mini_src" -lpthread
+  mv -f "$mini.tmp.$$" "$mini"
 fi
 sockets="$(mktemp -d)"
 "$mini" "$sockets/producer" "$sockets/consumer" 2>"$sockets/log" &

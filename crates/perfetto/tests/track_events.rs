@@ -150,11 +150,16 @@ fn start_session(te: &TrackEvents, clear_period_ms: Option<u32>) -> TracingSessi
     };
     session.setup(&trace_config(clear_period_ms));
     session.start_blocking();
-    assert!(
-        TrackEvents::recording(),
-        "the session does not record the category"
-    );
+    // Through a service of another process, the start reaches this
+    // process's data source over IPC after the consumer's call returns.
     let until = Instant::now() + Duration::from_secs(30);
+    while !TrackEvents::recording() {
+        assert!(
+            Instant::now() < until,
+            "the session does not record the category"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
     while !te.status().recording {
         assert!(Instant::now() < until, "the emitter was not woken");
         std::thread::sleep(Duration::from_millis(2));
