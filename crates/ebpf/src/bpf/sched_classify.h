@@ -82,29 +82,45 @@ static __always_inline struct pt_regs *current_user_regs(const bool btf)
 #endif
 }
 
-/* The number of the syscall the current task is in, -1 if it is in none
- * (an interrupt or an exception such as a page fault). On x86_64 orig_ax
- * also holds exception error codes; a SYSCALL entry is told apart by what
- * the instruction itself left in rcx (the return address) and r11 (the
- * flags): the test the kernel makes before returning with SYSRET. */
-static __always_inline long current_syscall(struct pt_regs *regs, const bool btf)
+/* The number in the saved registers' syscall slot (x86_64 orig_ax, arm64
+ * syscallno), -1 when there are none or it is negative (an interrupt).
+ * On x86_64 orig_ax also holds the error code of an exception: see
+ * entered_by_syscall(). */
+static __always_inline long saved_syscall_nr(struct pt_regs *regs, const bool btf)
 {
 	if (!regs)
 		return -1;
 	WM_SYSCALL_NR_T raw_nr = 0;
 	WM_READ(btf, raw_nr, WM_SYSCALL_NR(regs));
 	long nr = (long)raw_nr;
-	if (nr < 0)
-		return -1;
+	return nr < 0 ? -1 : nr;
+}
+
+/* Whether the task entered the kernel with a SYSCALL instruction, told by
+ * what the instruction itself left in rcx (the return address) and r11
+ * (the flags): the test the kernel makes before returning with SYSRET.
+ * Always true on arm64, where syscallno is NO_SYSCALL outside syscalls. */
+static __always_inline bool entered_by_syscall(struct pt_regs *regs, const bool btf)
+{
 #if defined(__TARGET_ARCH_x86)
 	unsigned long ip = 0, cx = 0, flags = 0, r11 = 0;
 	WM_READ(btf, ip, regs->ip);
 	WM_READ(btf, cx, regs->cx);
 	WM_READ(btf, flags, regs->flags);
 	WM_READ(btf, r11, regs->r11);
-	if (cx != ip || r11 != flags)
-		return -1;
+	return cx == ip && r11 == flags;
+#else
+	return true;
 #endif
+}
+
+/* The number of the syscall the current task is in, -1 if it is in none
+ * (an interrupt or an exception such as a page fault). */
+static __always_inline long current_syscall(struct pt_regs *regs, const bool btf)
+{
+	long nr = saved_syscall_nr(regs, btf);
+	if (nr < 0 || !entered_by_syscall(regs, btf))
+		return -1;
 	return nr;
 }
 
@@ -143,8 +159,9 @@ static __always_inline __u32 syscall_class(long nr)
 /* Why `prev` leaves the CPU at a sched_switch (a WM_OFF_* cause); the
  * caller runs in `prev`'s context (current == prev). `preempt` and
  * `prev_state` are the tracepoint's arguments. For a voluntary switch,
- * `*regs` and `*nr` receive the saved user registers and the syscall it
- * blocks in (-1 for none), for callers that want more of the call. */
+ * `*regs` receives the saved user registers, and `*nr` the syscall it
+ * blocks in when that is of the sleep, lock or poll families (-1 for any
+ * other), for callers that want more of the call. */
 static __always_inline __u32 off_cpu_cause(struct task_struct *prev, bool preempt,
 					   __u32 prev_state, const bool btf,
 					   struct pt_regs **regs, long *nr)
@@ -154,16 +171,27 @@ static __always_inline __u32 off_cpu_cause(struct task_struct *prev, bool preemp
 	if (preempt || prev_state == 0)
 		return WM_OFF_PREEMPTED;
 	*regs = btf ? bpf_task_pt_regs(prev) : current_user_regs(btf);
-	*nr = current_syscall(*regs, btf);
-	switch (syscall_class(*nr)) {
-	case WM_SC_SLEEP: return WM_OFF_SLEEP;
-	case WM_SC_LOCK: return WM_OFF_LOCK;
-	case WM_SC_POLL: return WM_OFF_POLL;
-	default:
-		if ((prev_state & TASK_UNINTERRUPTIBLE) && !(prev_state & TASK_NOLOAD))
-			return WM_OFF_IO;
-		return WM_OFF_OTHER;
+	long n = saved_syscall_nr(*regs, btf);
+	__u32 cls = syscall_class(n);
+	/* Only a number of the sleep, lock or poll families decides the cause,
+	 * so only then is it checked to be a syscall's (an exception's error
+	 * code in orig_ax may look like one): any other number, syscall or
+	 * not, leaves the cause to the task state. That keeps the four loads
+	 * of the check off most switches (a read or write that blocks). */
+	bool decides = cls == WM_SC_SLEEP || cls == WM_SC_LOCK || cls == WM_SC_POLL;
+	if (decides && !entered_by_syscall(*regs, btf))
+		decides = false;
+	if (decides) {
+		*nr = n;
+		if (cls == WM_SC_SLEEP)
+			return WM_OFF_SLEEP;
+		if (cls == WM_SC_LOCK)
+			return WM_OFF_LOCK;
+		return WM_OFF_POLL;
 	}
+	if ((prev_state & TASK_UNINTERRUPTIBLE) && !(prev_state & TASK_NOLOAD))
+		return WM_OFF_IO;
+	return WM_OFF_OTHER;
 }
 
 #endif
