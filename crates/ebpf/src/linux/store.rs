@@ -22,6 +22,7 @@ use aya::programs::Iter;
 use wakemeter::KernelSourceError;
 
 use super::abi::{ITER_ROW_HEAD, WmIterCtl, WmThread};
+use super::read_error;
 use super::sys::{self, Batch};
 
 /// Entries fetched per batch when reading the hash map (about 140 KiB of
@@ -62,8 +63,10 @@ pub(super) struct TaskStore {
     whole_walks_only: bool,
 }
 
-fn read_error(what: &'static str) -> impl Fn(MapError) -> KernelSourceError {
-    move |e| KernelSourceError::Read(format!("eBPF map {what}: {e}"))
+/// A map of thread id to [`WmThread`] (the hash store, the seeds), to
+/// write; `None` if it is not one (checked when the store was made).
+fn entries_mut(map: &mut Map) -> Option<HashMap<&mut MapData, u32, WmThread>> {
+    HashMap::try_from(map).ok()
 }
 
 impl Store {
@@ -140,8 +143,7 @@ impl Store {
         }
         match self {
             Store::Hash(h) => {
-                let Ok(mut map) = HashMap::<&mut MapData, u32, WmThread>::try_from(&mut h.map)
-                else {
+                let Some(mut map) = entries_mut(&mut h.map) else {
                     return;
                 };
                 for (tid, entry) in entries {
@@ -150,8 +152,7 @@ impl Store {
                 }
             }
             Store::Task(t) => {
-                let Ok(mut seeds) = HashMap::<&mut MapData, u32, WmThread>::try_from(&mut t.seeds)
-                else {
+                let Some(mut seeds) = entries_mut(&mut t.seeds) else {
                     return;
                 };
                 for (tid, entry) in entries {
@@ -160,9 +161,7 @@ impl Store {
                 // The walk moves each seed into its thread's storage,
                 // unless the programs made one first.
                 let _ = t.walk(ebpf, WmIterCtl { tgid, seed: 1 }, Some(pid), |_, _| {});
-                if let Ok(mut seeds) =
-                    HashMap::<&mut MapData, u32, WmThread>::try_from(&mut t.seeds)
-                {
+                if let Some(mut seeds) = entries_mut(&mut t.seeds) {
                     for (tid, _) in entries {
                         let _ = seeds.remove(tid);
                     }
@@ -182,7 +181,7 @@ impl Store {
                         stale.push(tid);
                     }
                 });
-                if let Ok(mut map) = HashMap::<&mut MapData, u32, WmThread>::try_from(&mut h.map) {
+                if let Some(mut map) = entries_mut(&mut h.map) {
                     for tid in stale {
                         let _ = map.remove(&tid);
                     }
