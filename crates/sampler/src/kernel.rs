@@ -241,7 +241,11 @@ pub struct KernelThreadStats {
     /// on a run queue that followed a wakeup (not those after a
     /// preemption), as the kernel's own accounting measures it: the waits
     /// it adds to the thread's run-queue total in
-    /// `/proc/<pid>/task/<tid>/schedstat`. Empty on kernels without
+    /// `/proc/<pid>/task/<tid>/schedstat`, on the run queue's clock from
+    /// enqueue to switch-in. A wakeup that preempts at once (as on an idle
+    /// CPU) counts 0 there, since the kernel skips that clock's update;
+    /// tools that time from the wakeup on the monotonic clock show a few
+    /// µs of idle exit for it. Empty on kernels without
     /// `CONFIG_SCHED_INFO`.
     pub run_queue_latency_histogram: Log2Histogram,
     /// Wakes: times this thread was made runnable by another thread or an
