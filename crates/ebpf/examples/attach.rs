@@ -1,6 +1,7 @@
 //! Attaches to a process (this one by default, or the PID given as the
 //! first argument), prints how long attaching took, waits, and prints what
-//! the kernel saw per thread.
+//! the kernel saw per thread (`rq_waits`: its waits for a CPU after a
+//! wakeup; `rq_p50_us`: the lower bound of the median one's log2 bucket).
 //!
 //! ```text
 //! cargo run --release -p wakemeter-ebpf --example attach -- [PID] [SECONDS]
@@ -45,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let sample = source.read()?;
     println!(
-        "{:>8} {:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}",
+        "{:>8} {:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7} {:>8} {:>9}",
         "tid",
         "name",
         "on_cpu_us",
@@ -56,11 +57,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "poll_us",
         "wakes",
         "polls",
-        "sleeps"
+        "sleeps",
+        "rq_waits",
+        "rq_p50_us"
     );
     for t in &sample.threads {
         println!(
-            "{:>8} {:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}",
+            "{:>8} {:<16} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7} {:>8} {:>9}",
             t.tid,
             t.name,
             t.total_on_cpu_ns / 1000,
@@ -71,7 +74,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             t.total_off_cpu.poll_ns / 1000,
             t.total_wakes,
             t.poll.total_calls,
-            t.sleep.total_calls
+            t.sleep.total_calls,
+            t.run_queue_latency_histogram.count(),
+            // The median wakeup-to-run wait's bucket, [p50, 2 * p50) µs.
+            t.run_queue_latency_histogram
+                .quantile_lower_bound(0.5)
+                .map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e3))
         );
         for w in &t.top_wakers {
             println!(

@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use wakemeter::KernelSource;
-use wakemeter::histogram::log2_bucket;
+use wakemeter::histogram::{log2_bucket, log2_bucket_lower};
 use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
 use wakemeter_ebpf::{
     AttachKind, DEFAULT_MAX_THREADS, EbpfError, EbpfSource, EbpfSourceBuilder, MAX_THREADS_LIMIT,
@@ -146,6 +146,44 @@ fn proc_switches(tid: u64) -> (char, u64, u64) {
     let vol = field("voluntary_ctxt_switches:").parse().unwrap();
     let invol = field("nonvoluntary_ctxt_switches:").parse().unwrap();
     (state, vol, invol)
+}
+
+/// The kernel's total run-queue wait of thread `tid` of this process, ns
+/// (the second field of its schedstat).
+fn schedstat_run_delay_ns(tid: u64) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+    text.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The wakeup-to-run waits of thread `t` (a histogram of its waits after
+/// each wakeup since the attach) against the growth of the kernel's own
+/// run-queue wait over the same span, `run_delay_ns`: every wakeup that
+/// blocked the thread gives one wait, the waits' lower bounds sum to no
+/// more than the kernel's total, and when the thread was never preempted
+/// (whose waits the histogram leaves out), their upper bounds to no less.
+fn run_queue_waits_agree_with_schedstat(t: &KernelThreadStats, run_delay_ns: u64) {
+    let h = &t.run_queue_latency_histogram;
+    assert!(h.count() > 0, "no wakeup-to-run wait: {t:?}");
+    assert!(h.count() <= t.total_voluntary_switches, "{h:?} {t:?}");
+    let bounds = |i: usize| {
+        let lower = log2_bucket_lower(i);
+        (lower, if i == 0 { 0 } else { lower * 2 })
+    };
+    let (mut lower, mut upper) = (0u64, 0u64);
+    for (i, n) in h.buckets.iter().enumerate() {
+        lower += n * bounds(i).0;
+        upper += n * bounds(i).1;
+    }
+    assert!(
+        lower <= run_delay_ns,
+        "histogram waits {lower} ns at least, schedstat {run_delay_ns} ns: {h:?}"
+    );
+    if t.total_involuntary_switches == 0 {
+        assert!(
+            run_delay_ns <= upper,
+            "histogram waits {upper} ns at most, schedstat {run_delay_ns} ns: {h:?}"
+        );
+    }
 }
 
 /// Reads the source while thread `tid` is blocked, so that the kernel's and
@@ -467,6 +505,7 @@ fn wakers_and_lock_waits_are_attributed(kind: AttachKind) {
         let _ = release_rx.recv();
     });
     let tid = tid_rx.recv().unwrap();
+    let run_delay_before = schedstat_run_delay_ns(tid);
     for i in 0..MESSAGES {
         // Give the receiver time to block, so each send is a wakeup.
         thread::sleep(Duration::from_millis(3));
@@ -490,7 +529,7 @@ fn wakers_and_lock_waits_are_attributed(kind: AttachKind) {
         "a blocked recv is a futex wait: {:?}",
         t.total_off_cpu
     );
-    assert!(t.run_queue_latency_histogram.count() > 0);
+    run_queue_waits_agree_with_schedstat(t, schedstat_run_delay_ns(tid) - run_delay_before);
     release_tx.send(()).unwrap();
     handle.join().unwrap();
 }

@@ -237,7 +237,16 @@ pub struct KernelThreadStats {
     pub total_off_cpu: OffCpuTime,
     /// Durations of off-CPU spans, in nanoseconds (log2 buckets).
     pub off_cpu_histogram: Log2Histogram,
-    /// Wakeup-to-run latencies, in nanoseconds (log2 buckets).
+    /// Wakeup-to-run latencies, in nanoseconds (log2 buckets): each wait
+    /// on a run queue that followed a wakeup (not those after a
+    /// preemption), as the kernel's own accounting measures it: the waits
+    /// it adds to the thread's run-queue total in
+    /// `/proc/<pid>/task/<tid>/schedstat`, on the run queue's clock from
+    /// enqueue to switch-in. A wakeup that preempts at once (as on an idle
+    /// CPU) counts 0 there, since the kernel skips that clock's update;
+    /// tools that time from the wakeup on the monotonic clock show a few
+    /// µs of idle exit for it. Empty on kernels without
+    /// `CONFIG_SCHED_INFO`.
     pub run_queue_latency_histogram: Log2Histogram,
     /// Wakes: times this thread was made runnable by another thread or an
     /// interrupt (`sched_waking`).

@@ -54,12 +54,14 @@ static __always_inline __u32 task_tid(struct task_struct *p, const bool btf)
  *   the kernel resolves a per-CPU ksym through kallsyms, which lists no
  *   variables on kernels built without CONFIG_KALLSYMS_ALL (seen:
  *   "failed to find the address for kernel symbol '__preempt_count'"). */
-static __always_inline bool in_interrupt(const void *ctx, const bool btf)
+/* `cur` is the current task (bpf_get_current_task_btf()) on the typed
+ * path, which callers also read the waker's ids from; unused otherwise. */
+static __always_inline bool in_interrupt(const void *ctx, const bool btf,
+					 struct task_struct *cur)
 {
 	__u64 fp;
 	asm volatile("%0 = %1" : "=r"(fp) : "r"(ctx));
 	if (btf) {
-		struct task_struct *cur = bpf_get_current_task_btf();
 		__u64 base = (__u64)cur->stack;
 		if (base && (fp < base || fp > base + WM_THREAD_SIZE))
 			return true;
@@ -69,9 +71,9 @@ static __always_inline bool in_interrupt(const void *ctx, const bool btf)
 		return false;
 #endif
 	}
-	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	__u64 base = 0;
-	bpf_probe_read_kernel(&base, sizeof(base), &cur->stack);
+	bpf_probe_read_kernel(&base, sizeof(base), &task->stack);
 	if (base && (fp < base || fp > base + WM_THREAD_SIZE))
 		return true;
 #if defined(__TARGET_ARCH_x86)
@@ -86,6 +88,22 @@ static __always_inline bool in_interrupt(const void *ctx, const bool btf)
 	}
 #endif
 	return false;
+}
+
+/* The current task as the typed path reads it, NULL on the untyped one. */
+static __always_inline struct task_struct *typed_current(const bool btf)
+{
+	return btf ? bpf_get_current_task_btf() : NULL;
+}
+
+/* bpf_get_current_pid_tgid() of the current task `cur` (from
+ * typed_current()): two loads from the task on the typed path, where the
+ * helper would be one more call on every wakeup. */
+static __always_inline __u64 current_pid_tgid(struct task_struct *cur, const bool btf)
+{
+	if (btf)
+		return (__u64)(__u32)cur->tgid << 32 | (__u32)cur->pid;
+	return bpf_get_current_pid_tgid();
 }
 
 /* The waker's name into `comm` (WM_COMM_LEN bytes): the current task's,

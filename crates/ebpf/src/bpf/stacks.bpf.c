@@ -528,7 +528,7 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	__u32 tid = task_tid(p, btf);
 	if (other_thread(tid))
 		return 0;
-	bool irq = in_interrupt(ctx, btf);
+	bool irq = in_interrupt(ctx, btf, typed_current(btf));
 	__u32 zero = 0;
 	struct wm_stack_key *key = bpf_map_lookup_elem(&waking_key, &zero);
 	if (!key)

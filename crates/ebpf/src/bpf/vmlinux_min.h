@@ -46,6 +46,13 @@ struct signal_struct {
 	atomic_t live;
 } __attribute__((preserve_access_index));
 
+/* The kernel's run-queue accounting of a task (CONFIG_SCHED_INFO, which
+ * /proc/<pid>/schedstat needs too): run_delay is the task's total wait on
+ * a run queue in ns, grown each time it gets a CPU (after sched_switch). */
+struct sched_info {
+	unsigned long long run_delay;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	void *stack; /* base of the task's kernel stack (THREAD_SIZE bytes) */
 	struct signal_struct *signal;
@@ -53,6 +60,7 @@ struct task_struct {
 	int tgid; /* process id, in the initial PID namespace */
 	char comm[16];
 	struct pid *thread_pid;
+	struct sched_info sched_info;
 } __attribute__((preserve_access_index));
 
 /* The context of a task iterator program (SEC("iter/task")). */

@@ -382,11 +382,40 @@ static __always_inline __u64 syscall_arg_ns(long nr, struct pt_regs *regs, const
 
 /* --- sched_switch(bool preempt, task *prev, task *next, unsigned prev_state) --- */
 
+/* Marks a run_delay as seen (the kernel's run_delay stays far below 2^63). */
+#define WM_RUN_DELAY_SEEN (1ULL << 63)
+
+/* At a switch-out of `prev` (whose entry is `st`, its off_cause still the
+ * previous switch-out's): the run-queue wait of the run that ends now, into
+ * runq_hist when that run began with a wakeup. The kernel adds each wait to
+ * the task's sched_info.run_delay when the task gets the CPU, measured on
+ * the run queue's clock from the moment it was queued (what schedstat
+ * reports), so the wait is the growth of run_delay since the last
+ * switch-out. A thread that was preempted waited too, but not for a
+ * wakeup: its wait is its preempted off-CPU time, and it is not counted
+ * here. Taking the wait from the kernel keeps sched_waking from reading a
+ * clock and from writing into the woken thread's entry on the waker's CPU
+ * (BENCHMARKS.md, "A 64-active-thread target"). Kernels without
+ * CONFIG_SCHED_INFO have no run_delay: the histogram stays empty. */
+static __always_inline void note_run_delay(struct wm_thread *st, struct task_struct *prev,
+					   const bool btf)
+{
+	if (!__builtin_preserve_field_info(prev->sched_info, 2 /* BPF_FIELD_EXISTS */))
+		return;
+	__u64 run_delay = 0;
+	WM_READ(btf, run_delay, prev->sched_info.run_delay);
+	__u64 mark = st->run_delay_mark;
+	__u64 before = mark & ~WM_RUN_DELAY_SEEN;
+	if (mark && st->off_cause != WM_OFF_PREEMPTED && run_delay >= before)
+		hist_add(st->runq_hist, run_delay - before);
+	st->run_delay_mark = run_delay | WM_RUN_DELAY_SEEN;
+}
+
 static __always_inline int on_switch(__u64 *ctx, const bool btf)
 {
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
-	__u64 cur = bpf_get_current_pid_tgid(); /* current == prev */
+	__u64 cur = current_pid_tgid(prev, btf); /* current == prev */
 	__u32 prev_tgid = (__u32)(cur >> 32);
 	__u32 next_tgid = task_tgid(next, btf);
 	bool prev_watched = is_watched(prev_tgid);
@@ -430,11 +459,9 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 						st->sc_arg_ns = syscall_arg_ns(nr, regs, btf, now);
 					}
 				}
+				note_run_delay(st, prev, btf);
 				st->off_cause = cause;
 				st->off_since_ns = now;
-				/* A wakeup seen before the switch-out (woken while still
-				 * running) is not a wait for the CPU. */
-				st->woken_at_ns = 0;
 			}
 		}
 	}
@@ -449,10 +476,6 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 				hist_add(st->off_hist, d);
 			}
 			st->off_since_ns = 0;
-			__u64 woken = st->woken_at_ns;
-			if (woken && now >= woken)
-				hist_add(st->runq_hist, now - woken);
-			st->woken_at_ns = 0;
 			st->on_since_ns = now;
 		}
 	}
@@ -549,12 +572,12 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	struct wm_thread *st = thread_entry(task_tid(p, btf), tgid, p, btf);
 	if (!st)
 		return 0;
-	st->woken_at_ns = bpf_ktime_get_ns();
 
 	/* The wakeups are counted once, by source: their sum is the total
 	 * (one atomic add fewer per wake). */
-	__u64 id = bpf_get_current_pid_tgid();
-	bool irq = in_interrupt(ctx, btf);
+	struct task_struct *cur = typed_current(btf);
+	__u64 id = current_pid_tgid(cur, btf);
+	bool irq = in_interrupt(ctx, btf, cur);
 	bool of_target = !irq && (__u32)(id >> 32) == tgid;
 	__u32 source = irq ? WM_WAKE_INTERRUPT : of_target ? WM_WAKE_TARGET : WM_WAKE_OTHER;
 	if (source < WM_WAKE_SOURCES) /* always true; bounds the index for the verifier */
@@ -900,7 +923,7 @@ _Static_assert(sizeof(struct wm_target) == 24, "wm_target layout changed: update
 _Static_assert(sizeof(struct wm_iter_ctl) == 8, "wm_iter_ctl layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_iter_row) == 8, "wm_iter_row layout changed: update abi.rs");
 /* The same offsets are asserted in abi.rs. */
-_Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) == 24, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, run_delay_mark) == 24, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, wakeups) == 32, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, involuntary) == 56, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, sc_block_nr) == 112, "abi.rs");
@@ -919,4 +942,4 @@ _Static_assert(__builtin_offsetof(struct wm_thread, ns_tid) == 2432, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, tgid) == 2440, "abi.rs");
 /* on_exec's word ranges: counters, state, counters, then comm. */
 _Static_assert(__builtin_offsetof(struct wm_thread, sc_arg_ns) / 8 + 1 == WM_W_SYSCALL, "on_exec");
-_Static_assert(__builtin_offsetof(struct wm_thread, woken_at_ns) / 8 + 1 == WM_W_SCHED, "on_exec");
+_Static_assert(__builtin_offsetof(struct wm_thread, run_delay_mark) / 8 + 1 == WM_W_SCHED, "on_exec");

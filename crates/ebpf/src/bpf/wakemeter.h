@@ -56,17 +56,22 @@
 /* Per-thread state and counters, one entry per TID of the target.
  *
  * Field order matters for speed. The first eight fields are what the
- * scheduler programs touch: the thread's own CPU at every switch and its
- * waker's CPU (often another one) at every wakeup. Keeping them in one
- * 64-byte span means a wakeup from another CPU moves one or two cache
- * lines between the CPUs instead of three or four. The syscall fields are
- * touched only on the thread's own CPU and stay out of that span. */
+ * switch program touches at every switch, in one 64-byte span. The wake
+ * program writes none of them (the run-queue wait comes from the kernel's
+ * own accounting at switch-out, not from a time stamp at the wakeup), so a
+ * wakeup from another CPU does not pull that line away from the thread's
+ * CPU; it writes only `wakes_by` and the waker slots. The syscall fields
+ * are touched only on the thread's own CPU and stay out of that span. */
 struct wm_thread {
 	/* Scheduling state (0 = unknown / not set), CLOCK_MONOTONIC ns. */
 	__u64 on_since_ns;
 	__u64 off_since_ns;
 	__u64 off_cause;
-	__u64 woken_at_ns;
+	/* The kernel's run_delay of the thread at its last switch-out, with
+	 * WM_RUN_DELAY_SEEN set (0 = none seen yet): the next switch-out's
+	 * run_delay less this is the wait that ended the thread's off-CPU
+	 * span (see on_switch). */
+	__u64 run_delay_mark;
 	/* Scheduling counters, cumulative since the entry was created.
 	 * `wakeups` is no longer written (always 0): the total is the sum of
 	 * `wakes_by`; the word keeps the layout. */

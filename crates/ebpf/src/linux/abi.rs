@@ -37,7 +37,9 @@ pub(crate) struct WmThread {
     pub on_since_ns: u64,
     pub off_since_ns: u64,
     pub off_cause: u64,
-    pub woken_at_ns: u64,
+    /// The kernel's `run_delay` at the last switch-out, with bit 63 set
+    /// (0 = none seen); state of the programs, not a counter.
+    pub run_delay_mark: u64,
     /// Not written any more (0): the total is the sum of `wakes_by`.
     pub wakeups: u64,
     pub on_cpu_ns: u64,
@@ -87,7 +89,7 @@ impl WmThread {
         on_since_ns: 0,
         off_since_ns: 0,
         off_cause: 0,
-        woken_at_ns: 0,
+        run_delay_mark: 0,
         wakeups: 0,
         on_cpu_ns: 0,
         voluntary: 0,
@@ -133,7 +135,7 @@ impl WmThread {
 const _: () = assert!(size_of::<WmThread>() == 2448);
 // Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
 // side only fails the build instead of reading garbage.
-const _: () = assert!(std::mem::offset_of!(WmThread, woken_at_ns) == 24);
+const _: () = assert!(std::mem::offset_of!(WmThread, run_delay_mark) == 24);
 const _: () = assert!(std::mem::offset_of!(WmThread, wakeups) == 32);
 const _: () = assert!(std::mem::offset_of!(WmThread, involuntary) == 56);
 const _: () = assert!(std::mem::offset_of!(WmThread, sc_block_nr) == 112);
