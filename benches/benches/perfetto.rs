@@ -131,7 +131,9 @@ fn main() {
     sampler.sample().expect("first sample");
     let mut trace = file.add(&sampler).expect("add");
     let mut trace_unbuffered = unbuffered.add(&sampler).expect("add");
-    let mut encoder = TraceEncoder::new(sampler.target_identity(), 99);
+    // Sequence 1, as the file's first process: its track uuids are the
+    // file's (a sequence from 8 on would make them wider).
+    let mut encoder = TraceEncoder::new(sampler.target_identity(), 1);
     let mut scratch = Vec::new();
     encoder.header(&mut scratch);
     let (mut sample, mut findings_cached, mut json) = (vec![], vec![], vec![]);
