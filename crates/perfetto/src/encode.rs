@@ -691,7 +691,7 @@ impl TraceEncoder {
             batch,
             out,
         };
-        w.batch.begin(start);
+        w.batch.begin(start, w.out);
         w.put(
             puuid,
             &mut process[0],
@@ -780,8 +780,8 @@ impl TraceEncoder {
             }
         }
         sleeps.forget_gone(listed, g);
-        w.batch.end(seq, w.out);
-        w.batch.begin(i.end_monotonic_ns);
+        w.batch.end(w.out);
+        w.batch.begin(i.end_monotonic_ns, w.out);
         w.put(
             puuid,
             &mut process[1],
@@ -789,7 +789,7 @@ impl TraceEncoder {
             None,
             Some(i.process.rss_bytes as f64),
         );
-        w.batch.end(seq, w.out);
+        w.batch.end(w.out);
     }
 
     /// The track a finding's subject has in this trace: its thread's, its
@@ -1046,7 +1046,7 @@ impl Writer<'_> {
         }
         if c.last != value {
             c.last = value;
-            self.batch.push(self.seq, c.uuid, value);
+            self.batch.push(self.seq, c.uuid, value, self.out);
         }
     }
 
@@ -1065,7 +1065,7 @@ impl Writer<'_> {
         }
         if t.last[k] != value {
             t.last[k] = value;
-            self.batch.push(self.seq, uuid, value);
+            self.batch.push(self.seq, uuid, value, self.out);
         }
     }
 
@@ -1091,7 +1091,7 @@ impl Writer<'_> {
             None => kind.name.to_string(),
         };
         describe(
-            self.out,
+            &mut self.batch.descriptors,
             self.seq,
             TrackDescriptor {
                 uuid: Some(uuid),
@@ -1124,7 +1124,7 @@ fn thread(
         }
         tr.name = Name::new(&t.name);
         describe(
-            w.out,
+            &mut w.batch.descriptors,
             seq,
             TrackDescriptor {
                 uuid: Some(w.uuids.uuid(tr.number)),
@@ -1191,7 +1191,7 @@ fn probe<'m, const N: usize>(
     if tr.uuid == 0 {
         tr.uuid = w.uuids.take();
         describe(
-            w.out,
+            &mut w.batch.descriptors,
             w.seq,
             TrackDescriptor {
                 uuid: Some(tr.uuid),
@@ -1235,113 +1235,121 @@ const EXTRA_VALUE_KEY: [u8; 2] = key2(46, 1);
 /// this is the writer's hot path (a thousand values per interval at 256
 /// threads), and the derived message would copy every uuid and value into
 /// two vectors and walk them twice (length, then bytes). Here each value
-/// is encoded once, into two buffers kept from one interval to the next
-/// (the extra uuids and the extra values, which the packet holds one run
-/// after the other), and a packet is their two copies behind its header.
+/// is encoded once, straight into the output: its extra uuid (45) and its
+/// extra value (46) side by side (two repeated fields may interleave: a
+/// reader takes each field's records in order, Perfetto's protozero as
+/// any protobuf parser), behind a packet header whose two lengths are
+/// three-byte varints filled in when the packet ends (a varint may carry
+/// redundant bytes; Perfetto's own writer pads its nested lengths to four
+/// bytes). Track descriptors made meanwhile go to a buffer of their own
+/// and are put before the packets of their timestamp when it ends, so
+/// that every track is described before its first value.
 /// Same fields and numbers as [`TrackEvent`]; the tests read the result
 /// with Perfetto's schema.
 #[derive(Debug, Default)]
 struct Batch {
     /// The values' timestamp.
     ts: u64,
-    /// The first value of the packet being built (its event's own track
-    /// and value).
-    first: Option<(u64, f64)>,
-    /// The packet's extra uuids, encoded (field 45 records).
-    uuids: Vec<u8>,
-    /// The packet's extra values, encoded (field 46 records).
-    values: Vec<u8>,
+    /// Where this timestamp's packets begin in the output.
+    start: usize,
+    /// The packet being built: where its length and its event's length
+    /// are in the output (three bytes each, filled in when it ends).
+    open: Option<(usize, usize)>,
     /// Values in the packet being built.
     len: usize,
-    /// Whole packets of this timestamp: they follow every track
-    /// descriptor the interval writes, so they are appended at its end.
-    packets: Vec<u8>,
+    /// Track descriptors made while the packets are built (kept to reuse).
+    descriptors: Vec<u8>,
 }
 
+/// Bytes of a length filled in when its message ends (lengths up to
+/// 2 MiB; a packet holds at most [`MAX_VALUES_PER_PACKET`] values).
+const LENGTH_BYTES: usize = 3;
+
 impl Batch {
-    /// Starts the values stamped `ts`.
-    fn begin(&mut self, ts: u64) {
+    /// Starts the values stamped `ts`, at the end of `out`.
+    fn begin(&mut self, ts: u64, out: &[u8]) {
         self.ts = ts;
-        self.first = None;
-        self.uuids.clear();
-        self.values.clear();
+        self.start = out.len();
+        self.open = None;
         self.len = 0;
-        self.packets.clear();
+        self.descriptors.clear();
     }
 
     #[inline(always)]
-    fn push(&mut self, seq: u32, uuid: u64, value: f64) {
-        if self.first.is_none() {
-            self.first = Some((uuid, value));
+    fn push(&mut self, seq: u32, uuid: u64, value: f64, out: &mut Vec<u8>) {
+        if self.open.is_none() {
+            self.open_packet(seq, uuid, value, out);
         } else {
             // A fixed-size copy (a few moves, where a copy of the
-            // varint's own length would call memcpy), then cut to length.
-            let mut rec = [0u8; 12];
+            // record's own length would call memcpy), then cut to length.
+            let mut rec = [0u8; 22];
             rec[..2].copy_from_slice(&EXTRA_UUID_KEY);
             let n = 2 + varint(uuid, &mut rec[2..]);
-            let end = self.uuids.len() + n;
-            self.uuids.extend_from_slice(&rec);
-            self.uuids.truncate(end);
-            let mut rec = [0u8; 10];
-            rec[..2].copy_from_slice(&EXTRA_VALUE_KEY);
-            rec[2..].copy_from_slice(&value.to_le_bytes());
-            self.values.extend_from_slice(&rec);
+            rec[n..n + 2].copy_from_slice(&EXTRA_VALUE_KEY);
+            rec[n + 2..n + 10].copy_from_slice(&value.to_le_bytes());
+            let end = out.len() + n + 10;
+            out.extend_from_slice(&rec);
+            out.truncate(end);
         }
         self.len += 1;
         if self.len == MAX_VALUES_PER_PACKET {
-            self.packet(seq);
+            self.close(out);
         }
     }
 
-    /// Encodes the packet being built (if any) into `packets`.
-    fn packet(&mut self, seq: u32) {
-        use prost::encoding::{
-            double, encode_key, encode_varint, encoded_len_varint, uint32, uint64,
-        };
-        let Some((uuid, value)) = self.first.take() else {
-            return;
-        };
-        // TrackEvent: type (9), track_uuid (11), double_counter_value
-        // (44), then each extra uuid (45) and each extra value (46), not
-        // packed (the schema's repeated fields are not).
-        let event_len = uint32::encoded_len(9, &(event_type::COUNTER as u32))
-            + uint64::encoded_len(11, &uuid)
-            + 2
-            + 8
-            + self.uuids.len()
-            + self.values.len();
-        let ts = self.ts;
-        let packet_len = uint64::encoded_len(8, &ts)
-            + uint32::encoded_len(58, &clock::MONOTONIC)
-            + uint32::encoded_len(10, &seq)
-            + 1
-            + encoded_len_varint(event_len as u64)
-            + event_len;
-        let out = &mut self.packets;
-        out.reserve(1 + encoded_len_varint(packet_len as u64) + packet_len);
+    /// Begins a packet with its first value (its event's own track and
+    /// value).
+    fn open_packet(&mut self, seq: u32, uuid: u64, value: f64, out: &mut Vec<u8>) {
+        use prost::encoding::{double, encode_key, uint32, uint64};
+        // TracePacket: timestamp (8), its clock (58), the sequence (10),
+        // the event (11); TrackEvent: type (9), track_uuid (11),
+        // double_counter_value (44), then the extra uuids (45) and values
+        // (46), not packed (the schema's repeated fields are not).
         out.push(((proto::TRACE_PACKET_FIELD << 3) | 2) as u8);
-        encode_varint(packet_len as u64, out);
-        uint64::encode(8, &ts, out);
+        let packet_at = out.len();
+        out.extend_from_slice(&[0; LENGTH_BYTES]);
+        uint64::encode(8, &self.ts, out);
         uint32::encode(58, &clock::MONOTONIC, out);
         uint32::encode(10, &seq, out);
         encode_key(11, prost::encoding::WireType::LengthDelimited, out);
-        encode_varint(event_len as u64, out);
+        let event_at = out.len();
+        out.extend_from_slice(&[0; LENGTH_BYTES]);
         uint32::encode(9, &(event_type::COUNTER as u32), out);
         uint64::encode(11, &uuid, out);
         double::encode(44, &value, out);
-        out.extend_from_slice(&self.uuids);
-        out.extend_from_slice(&self.values);
-        self.uuids.clear();
-        self.values.clear();
+        self.open = Some((packet_at, event_at));
+    }
+
+    /// Ends the packet being built (if any): fills in its lengths.
+    fn close(&mut self, out: &mut [u8]) {
+        if let Some((packet_at, event_at)) = self.open.take() {
+            let end = out.len();
+            fill_length(out, packet_at, end);
+            fill_length(out, event_at, end);
+        }
         self.len = 0;
     }
 
-    /// Ends the values of this timestamp: appends their packets to `out`.
-    fn end(&mut self, seq: u32, out: &mut Vec<u8>) {
-        self.packet(seq);
-        out.extend_from_slice(&self.packets);
-        self.packets.clear();
+    /// Ends the values of this timestamp: their last packet, and the
+    /// track descriptors made meanwhile put before their packets (only
+    /// when a track was made: moves the packets once).
+    fn end(&mut self, out: &mut Vec<u8>) {
+        self.close(out);
+        if !self.descriptors.is_empty() {
+            let at = self.start;
+            out.splice(at..at, self.descriptors.drain(..));
+        }
     }
+}
+
+/// Fills in the length at `at` (of [`LENGTH_BYTES`]) of the message that
+/// runs from after it to `end`, as a varint with redundant bytes.
+fn fill_length(out: &mut [u8], at: usize, end: usize) {
+    let len = end - at - LENGTH_BYTES;
+    debug_assert!(len < 1 << (7 * LENGTH_BYTES));
+    out[at] = (len as u8 & 0x7f) | 0x80;
+    out[at + 1] = ((len >> 7) as u8 & 0x7f) | 0x80;
+    out[at + 2] = (len >> 14) as u8 & 0x7f;
 }
 
 /// Writes `v` as a varint at the start of `buf` (10 bytes at least);
