@@ -30,6 +30,13 @@ pub const DEFAULT_FLUSH_EVERY: Duration = Duration::from_secs(5);
 /// comes (it bounds how long dropping the guard waits, and how late a
 /// buffer past its age is written when sampling has stopped).
 const STOP_CHECK_EVERY: Duration = Duration::from_millis(200);
+/// Most of the write buffer allocated up front (a larger
+/// [`TraceConfig::flush_bytes`] grows it as records come).
+const PENDING_CAPACITY_MAX: u64 = 4 * 1024 * 1024;
+/// Room in the write buffer past [`TraceConfig::flush_bytes`]: the last
+/// interval's records before it is written (about 40 KB for the first of
+/// 256 threads, with every track's descriptor; 8 KB after).
+const PENDING_SLACK: u64 = 48 * 1024;
 /// The file's blocks are allocated ahead of its writes in steps of this
 /// many bytes (`fallocate`, the size kept: [`Sink::reserve_for`]).
 const RESERVE_STEP: u64 = 1024 * 1024;
@@ -191,15 +198,29 @@ impl Sink {
         intervals: u64,
         findings: u64,
     ) -> Result<(), TraceEnd> {
-        let len = buf.len() as u64;
+        let start = self.pending.len();
+        self.pending.extend_from_slice(buf);
+        self.take(start, limit, intervals, findings)
+    }
+
+    /// As [`Sink::push`], for records already appended to `pending` from
+    /// `start` on (encoded there, rather than copied from a buffer of
+    /// their own): taken, or cut off again on a refusal.
+    fn take(
+        &mut self,
+        start: usize,
+        limit: u64,
+        intervals: u64,
+        findings: u64,
+    ) -> Result<(), TraceEnd> {
         let held = self.status.bytes_written + self.pending.len() as u64;
-        if held.saturating_add(len) > limit {
+        if held > limit {
+            self.pending.truncate(start);
             self.flush()?;
             return Err(TraceEnd::SizeCap {
                 max_bytes: self.max_bytes,
             });
         }
-        self.pending.extend_from_slice(buf);
         let since = *self.pending_since.get_or_insert_with(Instant::now);
         self.pending_intervals += intervals;
         self.pending_findings += findings;
@@ -389,7 +410,14 @@ impl PerfettoFile {
                 flush_every: config.flush_every,
                 next_sequence: 1,
                 open_processes: 0,
-                pending: Vec::new(),
+                // Sized once for a full buffer and an interval past it:
+                // growing it by doubling over the first writes cost 13-23
+                // us a poll (copies, and pages the process touches for the
+                // first time), against 2 us for the same records once it
+                // has its size.
+                pending: Vec::with_capacity(
+                    (config.flush_bytes.min(PENDING_CAPACITY_MAX) + PENDING_SLACK) as usize,
+                ),
                 pending_since: None,
                 pending_intervals: 0,
                 pending_findings: 0,
@@ -559,19 +587,29 @@ impl ProcessTrace {
         sink.status.ended.is_none()
     }
 
-    /// Encodes one interval and its findings into the buffer.
+    /// Encodes one interval and its findings into the file's buffer
+    /// (straight after its records, under its lock: one copy of the
+    /// records fewer).
     fn write(&mut self, i: &Interval, findings: &[Finding]) -> bool {
         let findings_before = self.encoder.findings_written();
-        self.buf.clear();
-        self.encoder.interval(i, &mut self.buf);
-        self.encoder
-            .findings(i.end_monotonic_ns, findings, &mut self.buf);
-        let begun = self.encoder.findings_written() - findings_before;
-        let mut sink = lock(&self.sink);
-        settle(&mut self.buffered_open, &mut self.written_open, &sink);
+        let mut guard = lock(&self.sink);
+        let sink = &mut *guard;
+        settle(&mut self.buffered_open, &mut self.written_open, sink);
         let limit = sink.interval_limit();
         let writes = sink.writes;
-        match sink.push(&self.buf, limit, 1, begun) {
+        let start = sink.pending.len();
+        let mut taking = Taking {
+            pending: &mut sink.pending,
+            start,
+            done: false,
+        };
+        self.encoder.interval(i, taking.pending);
+        self.encoder
+            .findings(i.end_monotonic_ns, findings, taking.pending);
+        taking.done = true;
+        drop(taking);
+        let begun = self.encoder.findings_written() - findings_before;
+        match sink.take(start, limit, 1, begun) {
             Ok(()) => {
                 // No allocation while no finding is open.
                 let open = match self.encoder.open_findings() {
@@ -579,7 +617,7 @@ impl ProcessTrace {
                     _ => self.encoder.open_slices(),
                 };
                 self.buffered_open = Some((writes, open));
-                settle(&mut self.buffered_open, &mut self.written_open, &sink);
+                settle(&mut self.buffered_open, &mut self.written_open, sink);
                 true
             }
             Err(end) => {
@@ -636,6 +674,23 @@ impl ProcessTrace {
             sink.release();
         }
         let _ = sink.file.sync_data();
+    }
+}
+
+/// Records being encoded into the file's buffer: cut off again if the
+/// encoding unwinds before it is `done`, so that the buffer (written when
+/// the file is dropped) holds whole records only.
+struct Taking<'a> {
+    pending: &'a mut Vec<u8>,
+    start: usize,
+    done: bool,
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.pending.truncate(self.start);
+        }
     }
 }
 
