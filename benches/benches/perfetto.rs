@@ -20,12 +20,14 @@
 //! The writer buffers its records and writes them every 64 KiB or 5 s
 //! (`TraceConfig`), so most polls write nothing and some write several
 //! intervals at once: the mean poll is its cost per interval, the median
-//! a poll that did not write. Since a write carries the intervals of both
-//! settings and lands on the rounds of one (two or three of fifteen, which
-//! moves a setting's mean by a fifth), the writes are also spread over
-//! every interval: each write's excess over the median poll of its
-//! setting, summed over the run and divided by the intervals, on top of
-//! each setting's median. A second trace, writing at every poll (the
+//! a poll that did not write. A write carries the intervals of both
+//! settings but lands on the rounds of one: with one write every five or
+//! six rounds, all of them may fall in one setting (its mean then carries
+//! the writes of twice its intervals, the other's none). So each
+//! setting's MEAN is also printed with the writes spread over every
+//! interval: the mean of its polls that did not write, plus each write's
+//! excess over that mean (of its own setting), summed over the run and
+//! divided by the intervals. A second trace, writing at every poll (the
 //! writer before buffering), is polled after each round's timed poll,
 //! with the interval shared, for its write's cost. The encoding alone is
 //! timed too, on an encoder of its own fed the same interval. Prints the
@@ -207,20 +209,19 @@ fn main() {
     drop(trace_unbuffered);
     let writes = poll_wrote.len();
     // The writes spread over every interval: a write carries the records
-    // of the intervals of both settings, and which setting's rounds it
-    // lands on (two or three of fifteen) moves each setting's mean by a
-    // fifth. Each write's excess over the median poll of its setting that
+    // of the intervals of both settings, whichever setting's round it
+    // lands on. Each write's excess over the mean poll of its setting that
     // did not write, summed and divided by the intervals, on top of that
-    // median.
-    let no_write_median = |beside: bool| {
-        let mut v: Vec<u64> = polls
+    // mean.
+    let no_write_mean = |beside: bool| {
+        let v: Vec<u64> = polls
             .iter()
             .filter(|p| p.0 == beside && !p.2)
             .map(|p| p.1)
             .collect();
-        median(&mut v)
+        mean(&v)
     };
-    let (alone_base, beside_base) = (no_write_median(false), no_write_median(true));
+    let (alone_base, beside_base) = (no_write_mean(false), no_write_mean(true));
     let write_excess: u64 = polls
         .iter()
         .filter(|p| p.2)
@@ -271,12 +272,12 @@ fn main() {
         s,
     );
     line(
-        "trace poll beside another follower, writes spread over every interval",
+        "trace poll beside another follower: MEAN, writes spread over every interval",
         beside_base + write_share,
         s,
     );
     line(
-        "trace poll as the only follower, writes spread over every interval",
+        "trace poll, the only follower: MEAN, writes spread over every interval",
         alone_base + write_share,
         s,
     );
