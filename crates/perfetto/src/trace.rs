@@ -49,11 +49,14 @@ const RESERVE_STEP: u64 = 1024 * 1024;
 /// at each snapshot, and every 200 ms on [`PerfettoTrace`]'s thread), at
 /// [`PerfettoFile::flush`], and always when the trace is finished or
 /// dropped. A write of about 10 KB costs 25 to 40 µs on a loaded ext4,
-/// as much as encoding the interval: buffering takes it out of most
+/// more than encoding the interval: buffering takes it out of most
 /// snapshots. What a crash (`SIGKILL`, a power cut) loses is the buffer:
 /// at most the intervals of the last `flush_every`; the file is still a
 /// complete trace of everything before. Set both to zero to write each
-/// interval as it comes.
+/// interval as it comes. On Linux and Android the file's blocks are
+/// allocated 1 MiB ahead of its writes (its size unchanged, so a reader
+/// always finds it ending on a whole record): a killed process leaves up
+/// to that much allocated past the end, which a finished trace lets go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TraceConfig {
