@@ -201,29 +201,24 @@ trait Entity {
     }
 }
 
-impl<const N: usize> Entity for Tracks<N> {
-    fn key(&self) -> u64 {
-        self.key
-    }
-    fn set_key(&mut self, key: u64) {
-        self.key = key;
-    }
-    fn seen(&mut self) -> &mut u64 {
-        &mut self.seen
-    }
+/// [`Entity`] for entries with `key` and `seen` fields.
+macro_rules! entity {
+    ($([$($generics:tt)*] $t:ty),*) => {$(
+        impl<$($generics)*> Entity for $t {
+            fn key(&self) -> u64 {
+                self.key
+            }
+            fn set_key(&mut self, key: u64) {
+                self.key = key;
+            }
+            fn seen(&mut self) -> &mut u64 {
+                &mut self.seen
+            }
+        }
+    )*};
 }
 
-impl Entity for ThreadTracks {
-    fn key(&self) -> u64 {
-        self.key
-    }
-    fn set_key(&mut self, key: u64) {
-        self.key = key;
-    }
-    fn seen(&mut self) -> &mut u64 {
-        &mut self.seen
-    }
-}
+entity!([const N: usize] Tracks<N>, [] ThreadTracks);
 
 /// A thread's or probe's name, kept inline when short (a Linux thread
 /// name is 15 bytes at most), so that comparing it with the interval's
