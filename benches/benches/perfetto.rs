@@ -20,7 +20,14 @@
 //! The writer buffers its records and writes them every 64 KiB or 5 s
 //! (`TraceConfig`), so most polls write nothing and some write several
 //! intervals at once: the mean poll is its cost per interval, the median
-//! a poll that did not write. A second trace, writing at every poll (the
+//! a poll that did not write. A write carries the intervals of both
+//! settings but lands on the rounds of one: with one write every five or
+//! six rounds, all of them may fall in one setting (its mean then carries
+//! the writes of twice its intervals, the other's none). So each
+//! setting's MEAN is also printed with the writes spread over every
+//! interval: the mean of its polls that did not write, plus each write's
+//! excess over that mean (of its own setting), summed over the run and
+//! divided by the intervals. A second trace, writing at every poll (the
 //! writer before buffering), is polled after each round's timed poll,
 //! with the interval shared, for its write's cost. The encoding alone is
 //! timed too, on an encoder of its own fed the same interval. Prints the
@@ -31,7 +38,9 @@
 //! the JSON report then found computed, and the interval was timed only
 //! warm; until the interval was shared and the writes buffered (the same
 //! day), the poll computed its own interval and wrote every interval
-//! with a `pwrite` of its own.
+//! with a `pwrite` of its own. The encoding alone is timed on sequence 1
+//! (the file's first process, whose track uuids are short) since the
+//! uuids were shortened (the same day); it was sequence 99 before.
 //!
 //! `cargo bench -p wakemeter-benches --bench perfetto` (`-- --rounds N`,
 //! default 30; `--hz H`, default 1).
@@ -131,11 +140,16 @@ fn main() {
     sampler.sample().expect("first sample");
     let mut trace = file.add(&sampler).expect("add");
     let mut trace_unbuffered = unbuffered.add(&sampler).expect("add");
-    let mut encoder = TraceEncoder::new(sampler.target_identity(), 99);
+    // Sequence 1, as the file's first process: its track uuids are the
+    // file's (a sequence from 8 on would make them wider).
+    let mut encoder = TraceEncoder::new(sampler.target_identity(), 1);
     let mut scratch = Vec::new();
     encoder.header(&mut scratch);
     let (mut sample, mut findings_cached, mut json) = (vec![], vec![], vec![]);
     let (mut poll_alone, mut poll_beside, mut poll_wrote) = (vec![], vec![], vec![]);
+    // Per poll: its setting (beside another follower or not), its time,
+    // whether it wrote the buffer.
+    let mut polls: Vec<(bool, u64, bool)> = vec![];
     let (mut interval_cold, mut poll_unbuffered) = (vec![], vec![]);
     let (mut encode, mut encode_findings, mut diagnose) = (vec![], vec![], vec![]);
     let mut bytes = vec![];
@@ -159,9 +173,11 @@ fn main() {
             t
         };
         let after = file.status();
-        if after.bytes_written > before.bytes_written {
+        let wrote = after.bytes_written > before.bytes_written;
+        if wrote {
             poll_wrote.push(t);
         }
+        polls.push((round % 2 == 1, t, wrote));
         bytes.push(
             (after.bytes_written + after.bytes_buffered)
                 - (before.bytes_written + before.bytes_buffered),
@@ -192,6 +208,28 @@ fn main() {
     drop(trace);
     drop(trace_unbuffered);
     let writes = poll_wrote.len();
+    // The writes spread over every interval: a write carries the records
+    // of the intervals of both settings, whichever setting's round it
+    // lands on. Each write's excess over the mean poll of its setting that
+    // did not write, summed and divided by the intervals, on top of that
+    // mean.
+    let no_write_mean = |beside: bool| {
+        let v: Vec<u64> = polls
+            .iter()
+            .filter(|p| p.0 == beside && !p.2)
+            .map(|p| p.1)
+            .collect();
+        mean(&v)
+    };
+    let (alone_base, beside_base) = (no_write_mean(false), no_write_mean(true));
+    let write_excess: u64 = polls
+        .iter()
+        .filter(|p| p.2)
+        .map(|p| {
+            p.1.saturating_sub(if p.0 { beside_base } else { alone_base })
+        })
+        .sum();
+    let write_share = write_excess / polls.len().max(1) as u64;
     let (alone_mean, beside_mean) = (mean(&poll_alone), mean(&poll_beside));
     let s = median(&mut sample);
     // The first interval describes every track: leave it out of the
@@ -234,7 +272,20 @@ fn main() {
         s,
     );
     line(
-        &format!("polls that wrote the buffer ({writes} of {rounds}): median"),
+        "trace poll beside another follower: MEAN, writes spread over every interval",
+        beside_base + write_share,
+        s,
+    );
+    line(
+        "trace poll, the only follower: MEAN, writes spread over every interval",
+        alone_base + write_share,
+        s,
+    );
+    line(
+        &format!(
+            "polls that wrote the buffer ({writes} of {rounds}; {} beside another follower): median",
+            polls.iter().filter(|p| p.0 && p.2).count()
+        ),
         median(&mut poll_wrote),
         s,
     );

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use prost::Message;
-use wakemeter::{Finding, Interval, Subject, TargetIdentity};
+use wakemeter::{Finding, Interval, Subject, TargetIdentity, ThreadInterval};
 
 use crate::proto::{
     self, Clock, ClockSnapshot, CounterDescriptor, DebugAnnotation, ProcessDescriptor,
@@ -35,8 +35,8 @@ const OFF_CPU_CAUSES: [&str; 6] = ["sleep", "lock", "poll", "io", "preempted", "
 /// the next one), which keeps idle threads almost free.
 #[derive(Debug, Clone, Copy)]
 struct Counter {
-    /// The track's uuid; 0 while it is not described (uuids carry the
-    /// sequence in their high 32 bits, so none is 0).
+    /// The track's uuid; 0 while it is not described (no uuid is 0:
+    /// [`Uuids`]).
     uuid: u64,
     /// The last value written; NaN before the first (values written are
     /// finite, and NaN differs from every value).
@@ -112,10 +112,10 @@ const PROCESS_COUNTERS: [CounterKind; 2] = [
     CounterKind::new("RSS", Unit::Bytes),
 ];
 
-/// A track with counters under it: a thread, a loop or a sleep site.
+/// A track with counters under it: a loop or a sleep site.
 #[derive(Debug)]
 struct Tracks<const N: usize> {
-    /// Its key in [`Entities`] (a thread's serial, a probe's id).
+    /// Its key in [`Entities`]: the probe's id.
     key: u64,
     /// 0 until described.
     uuid: u64,
@@ -123,34 +123,102 @@ struct Tracks<const N: usize> {
     seen: u64,
     name: Name,
     counters: [Counter; N],
-    /// OS thread id (threads only).
-    tid: u64,
-    /// Off-CPU time by cause (threads with eBPF only), made on first use
-    /// (boxed: most threads never have it, and the map stays compact).
-    off_cpu: Option<Box<[Counter; 6]>>,
 }
 
 impl<const N: usize> Tracks<N> {
-    fn new(tid: u64, name: &str) -> Self {
+    fn new(name: &str) -> Self {
         Tracks {
             key: 0,
             uuid: 0,
             seen: 0,
             name: Name::new(name),
             counters: [UNDESCRIBED; N],
+        }
+    }
+}
+
+/// A thread's tracks: its own and its [`THREAD_COUNTERS`], whose uuids
+/// are the next numbers after its track's ([`Uuids::block`]), so that
+/// only their last values are kept. The writer reads every thread's
+/// entry at every interval, a second after the last time (out of cache):
+/// it is kept small (112 bytes, where a [`Tracks`] of five counters takes
+/// 144) and read in order.
+#[derive(Debug)]
+struct ThreadTracks {
+    /// Its key in [`Entities`]: the thread's serial.
+    key: u64,
+    /// Generation of the last interval that listed it (to drop the gone).
+    seen: u64,
+    /// The number of its track ([`Uuids::uuid`]); counter `k` of
+    /// [`THREAD_COUNTERS`] is number `+ 1 + k`. 0 until described.
+    number: u64,
+    name: Name,
+    /// The last value written on each of [`THREAD_COUNTERS`]; NaN before
+    /// the first (values written are finite, and NaN differs from every
+    /// value).
+    last: [f64; 5],
+    /// Bit `k`: counter `k` of [`THREAD_COUNTERS`] is described.
+    described: u8,
+    /// OS thread id.
+    tid: u64,
+    /// Off-CPU time by cause (threads with eBPF only), made on first use
+    /// (boxed: most threads never have it, and the entry stays small).
+    off_cpu: Option<Box<[Counter; 6]>>,
+}
+
+impl ThreadTracks {
+    fn new(tid: u64) -> Self {
+        ThreadTracks {
+            key: 0,
+            seen: 0,
+            number: 0,
+            name: Name::new(""),
+            last: [f64::NAN; 5],
+            described: 0,
             tid,
             off_cpu: None,
         }
     }
+}
+
+/// In [`TraceEncoder`]'s `by_entry`: an entry no thread of the interval
+/// names.
+const NOT_LISTED: u32 = u32::MAX;
+
+/// What [`Entities`] needs of an entry.
+trait Entity {
+    fn key(&self) -> u64;
+    fn set_key(&mut self, key: u64);
+    fn seen(&mut self) -> &mut u64;
 
     /// Marks it listed in interval `generation`; true the first time in
     /// that interval.
     fn see(&mut self, generation: u64) -> bool {
-        let fresh = self.seen != generation;
-        self.seen = generation;
+        let seen = self.seen();
+        let fresh = *seen != generation;
+        *seen = generation;
         fresh
     }
 }
+
+/// [`Entity`] for entries with `key` and `seen` fields.
+macro_rules! entity {
+    ($([$($generics:tt)*] $t:ty),*) => {$(
+        impl<$($generics)*> Entity for $t {
+            fn key(&self) -> u64 {
+                self.key
+            }
+            fn set_key(&mut self, key: u64) {
+                self.key = key;
+            }
+            fn seen(&mut self) -> &mut u64 {
+                &mut self.seen
+            }
+        }
+    )*};
+}
+
+entity!([const N: usize] Tracks<N>, [] ThreadTracks);
 
 /// A thread's or probe's name, kept inline when short (a Linux thread
 /// name is 15 bytes at most), so that comparing it with the interval's
@@ -177,11 +245,43 @@ impl Name {
     }
 
     /// Whether it is `name`.
+    #[inline(always)]
     fn is(&self, name: &str) -> bool {
         match self {
-            Name::Inline { len, bytes } => &bytes[..usize::from(*len)] == name.as_bytes(),
+            Name::Inline { len, bytes } => {
+                let name = name.as_bytes();
+                name.len() == usize::from(*len) && same_short(&bytes[..name.len()], name)
+            }
             Name::Heap(s) => **s == *name,
         }
+    }
+}
+
+/// Whether `a` and `b`, of one length (at most 22 bytes, a [`Name`]
+/// inline), hold the same bytes: a few overlapping word compares, inline,
+/// where `==` on slices calls `memcmp` (a call per thread per interval on
+/// the writer's hot path).
+#[inline(always)]
+fn same_short(a: &[u8], b: &[u8]) -> bool {
+    fn word(s: &[u8], at: usize) -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_ne_bytes(w)
+    }
+    fn half(s: &[u8], at: usize) -> u32 {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&s[at..at + 4]);
+        u32::from_ne_bytes(w)
+    }
+    let n = a.len();
+    debug_assert_eq!(n, b.len());
+    match n {
+        16..=22 => {
+            word(a, 0) == word(b, 0) && word(a, 8) == word(b, 8) && word(a, n - 8) == word(b, n - 8)
+        }
+        8..=15 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        _ => a == b,
     }
 }
 
@@ -211,54 +311,113 @@ impl Hasher for IdHasher {
 /// Entities by serial or probe id.
 type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
-/// What the first pass over an interval's threads read of one thread.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    /// Where its tracks are in [`Entities::tracks`].
-    at: u32,
-    /// Its serial was listed before in this interval: what was read is
-    /// stale, read it again.
-    again: bool,
-    /// Its track is new or its name changed.
-    renamed: bool,
-    /// Its counters.
-    counters: [Counter; 5],
+/// Where each entity's entry is, by key: the sampler's thread serials and
+/// probe ids are small counters it assigns from 0, so the keys of the
+/// entities alive usually span not much more than their count, and a
+/// plain table indexed by `key - base` (four bytes per key, a few cache
+/// lines in all) finds an entry with no hashing and no second cold read;
+/// keys outside the table's span (many threads came and went, so that it
+/// would be mostly holes) go into a map.
+#[derive(Debug, Default)]
+struct Index {
+    /// The key at `dense[0]`.
+    base: u64,
+    /// Entry positions by `key - base`; [`Index::NONE`] for none.
+    dense: Vec<u32>,
+    /// The keys outside `dense`.
+    sparse: IdMap<u32>,
+}
+
+impl Index {
+    const NONE: u32 = u32::MAX;
+    /// Holes the table may hold beyond one per entity before keys go to
+    /// the map.
+    const SLACK: u64 = 64;
+
+    /// The position of `key`, if it has one.
+    #[inline(always)]
+    fn get(&self, key: u64) -> Option<u32> {
+        match self.dense.get(key.wrapping_sub(self.base) as usize) {
+            Some(&at) if at != Self::NONE => Some(at),
+            Some(_) => None,
+            None => self.sparse.get(&key).copied(),
+        }
+    }
+
+    /// Sets the position of a key that has none; `len` entities are
+    /// indexed.
+    fn insert(&mut self, key: u64, at: u32, len: usize) {
+        let off = key.wrapping_sub(self.base);
+        if self.dense.is_empty() && self.sparse.is_empty() {
+            self.base = key;
+            self.dense.push(at);
+        } else if let Some(slot) = self.dense.get_mut(off as usize) {
+            *slot = at;
+        } else if key >= self.base && off < 2 * len as u64 + Self::SLACK {
+            self.dense.resize(off as usize, Self::NONE);
+            self.dense.push(at);
+        } else {
+            self.sparse.insert(key, at);
+        }
+    }
+
+    /// Indexes `keys` (in entry order) anew.
+    fn rebuild(&mut self, keys: impl Iterator<Item = u64> + Clone) {
+        self.dense.clear();
+        self.sparse.clear();
+        let (len, low, high) = keys.clone().fold((0u64, u64::MAX, 0), |(n, lo, hi), k| {
+            (n + 1, lo.min(k), hi.max(k))
+        });
+        if len == 0 {
+            return;
+        }
+        self.base = low;
+        if high - low < 2 * len + Self::SLACK {
+            self.dense.resize((high - low + 1) as usize, Self::NONE);
+            for (at, k) in keys.enumerate() {
+                self.dense[(k - low) as usize] = at as u32;
+            }
+        } else {
+            self.sparse
+                .extend(keys.enumerate().map(|(at, k)| (k, at as u32)));
+        }
+    }
 }
 
 /// The threads, loops or sleep sites of a trace by key (serial or probe
 /// id): their tracks side by side in one vector, found through a compact
-/// index (a few bytes per entity, where the tracks take a few cache
-/// lines).
+/// [`Index`].
 #[derive(Debug)]
-struct Entities<const N: usize> {
-    index: IdMap<u32>,
-    tracks: Vec<Tracks<N>>,
+struct Entities<T> {
+    index: Index,
+    tracks: Vec<T>,
 }
 
-impl<const N: usize> Default for Entities<N> {
+impl<T> Default for Entities<T> {
     fn default() -> Self {
         Entities {
-            index: IdMap::default(),
+            index: Index::default(),
             tracks: Vec::new(),
         }
     }
 }
 
-impl<const N: usize> Entities<N> {
+impl<T: Entity> Entities<T> {
     /// Where `key`'s tracks are, made by `new` when it has none.
     #[inline]
-    fn slot(&mut self, key: u64, new: impl FnOnce() -> Tracks<N>) -> usize {
-        let end = self.tracks.len();
-        let at = *self.index.entry(key).or_insert(end as u32) as usize;
-        if at == end {
-            let mut t = new();
-            t.key = key;
-            self.tracks.push(t);
+    fn slot(&mut self, key: u64, new: impl FnOnce() -> T) -> usize {
+        if let Some(at) = self.index.get(key) {
+            return at as usize;
         }
+        let at = self.tracks.len();
+        self.index.insert(key, at as u32, at);
+        let mut t = new();
+        t.set_key(key);
+        self.tracks.push(t);
         at
     }
 
-    fn values(&self) -> std::slice::Iter<'_, Tracks<N>> {
+    fn values(&self) -> std::slice::Iter<'_, T> {
         self.tracks.iter()
     }
 
@@ -266,11 +425,67 @@ impl<const N: usize> Entities<N> {
     /// `listed` of them were (the usual case: no pass over them).
     fn forget_gone(&mut self, listed: usize, generation: u64) {
         if listed != self.tracks.len() {
-            self.tracks.retain(|t| t.seen == generation);
-            self.index.clear();
-            let index = self.tracks.iter().enumerate();
-            self.index.extend(index.map(|(at, t)| (t.key, at as u32)));
+            self.tracks.retain_mut(|t| *t.seen() == generation);
+            self.index.rebuild(self.tracks.iter().map(Entity::key));
         }
+    }
+}
+
+/// Track uuids of one writer sequence: track number `n` (1, 2, 3… in the
+/// order tracks are made) gets a uuid no other track of the file has.
+///
+/// Short (the default, [`TraceEncoder::new`]): for sequences 1 to 7,
+/// `n << 3 | sequence`, two bytes on the wire up to track 2047 (a trace of
+/// 256 threads) where a sequence in the high 32 bits takes five, and
+/// every counter value carries its track's uuid; from sequence 8 on,
+/// `sequence << 32 | n`. The two never meet (the first are below
+/// `2^35`, the second above, for fewer than `2^32` tracks per sequence,
+/// which no file holds), and each is one-to-one: unique in a file whose
+/// processes have sequences of their own. Wide
+/// ([`TraceEncoder::for_system_trace`]): always `sequence << 32 | n`, so
+/// that with a sequence salted per process the uuids stay apart from
+/// those of other processes in a system trace. No uuid is 0.
+#[derive(Debug, Clone, Copy)]
+struct Uuids {
+    sequence: u32,
+    short: bool,
+    /// The next track number.
+    next: u64,
+}
+
+impl Uuids {
+    /// Sequences whose uuids are short.
+    const SHORT_SEQUENCES: u32 = 8;
+
+    fn new(sequence: u32, short: bool) -> Self {
+        Uuids {
+            sequence,
+            short: short && sequence < Self::SHORT_SEQUENCES,
+            next: 1,
+        }
+    }
+
+    /// The uuid of track number `n`.
+    #[inline(always)]
+    fn uuid(&self, n: u64) -> u64 {
+        if self.short {
+            (n << 3) | u64::from(self.sequence)
+        } else {
+            (u64::from(self.sequence) << 32) | n
+        }
+    }
+
+    /// A new track's uuid.
+    fn take(&mut self) -> u64 {
+        let n = self.block(1);
+        self.uuid(n)
+    }
+
+    /// Numbers for `len` new tracks: the first of them.
+    fn block(&mut self, len: u64) -> u64 {
+        let n = self.next;
+        self.next += len;
+        n
     }
 }
 
@@ -308,15 +523,15 @@ struct FindingTrack {
 #[derive(Debug)]
 pub struct TraceEncoder {
     pid: u32,
-    /// Its writer sequence; also the high 32 bits of its track uuids, so
-    /// that several processes share one file.
+    /// Its writer sequence; also in its track uuids ([`Uuids`]), so that
+    /// several processes share one file.
     sequence: u32,
     process_uuid: u64,
-    next_uuid: u64,
+    uuids: Uuids,
     process: [Counter; 2],
-    threads: Entities<5>,
-    loops: Entities<4>,
-    sleeps: Entities<3>,
+    threads: Entities<ThreadTracks>,
+    loops: Entities<Tracks<4>>,
+    sleeps: Entities<Tracks<3>>,
     findings: HashMap<String, FindingTrack>,
     generation: u64,
     intervals: u64,
@@ -324,9 +539,12 @@ pub struct TraceEncoder {
     findings_dropped: u64,
     /// The counter values being encoded; kept to reuse its buffers.
     batch: Batch,
-    /// Per thread of the interval being encoded, what the first pass
-    /// read (kept to reuse).
-    slots: Vec<Slot>,
+    /// Per thread entry, the position in the interval being encoded of
+    /// the thread that names it, or [`NOT_LISTED`] (kept to reuse).
+    by_entry: Vec<u32>,
+    /// Positions of threads whose serial the interval lists again (kept
+    /// to reuse; the sampler lists none).
+    repeated: Vec<u32>,
     /// The process's name.
     name: String,
 }
@@ -334,15 +552,29 @@ pub struct TraceEncoder {
 impl TraceEncoder {
     /// An encoder for the process `target` (its PID and name go into the
     /// process descriptor), writing on sequence `sequence` (1 or more;
-    /// give each process of one file its own).
+    /// give each process of one file its own, 1, 2, 3…: the first seven
+    /// get track uuids of two or three bytes, where a sequence in their
+    /// high 32 bits would take five for every counter value).
     pub fn new(target: &TargetIdentity, sequence: u32) -> Self {
+        Self::with_uuids(target, sequence, true)
+    }
+
+    /// As [`TraceEncoder::new`], with `sequence` in the high 32 bits of
+    /// every track uuid: for records that go into a system trace, beside
+    /// other processes' tracks, where a sequence salted per process keeps
+    /// the uuids apart from theirs.
+    pub fn for_system_trace(target: &TargetIdentity, sequence: u32) -> Self {
+        Self::with_uuids(target, sequence, false)
+    }
+
+    fn with_uuids(target: &TargetIdentity, sequence: u32, short: bool) -> Self {
         let sequence = sequence.max(1);
-        let base = u64::from(sequence) << 32;
+        let mut uuids = Uuids::new(sequence, short);
         TraceEncoder {
             pid: target.pid,
             sequence,
-            process_uuid: base | 1,
-            next_uuid: base | 2,
+            process_uuid: uuids.take(),
+            uuids,
             process: [UNDESCRIBED; 2],
             threads: Entities::default(),
             loops: Entities::default(),
@@ -353,7 +585,8 @@ impl TraceEncoder {
             findings_written: 0,
             findings_dropped: 0,
             batch: Batch::default(),
-            slots: Vec::new(),
+            by_entry: Vec::new(),
+            repeated: Vec::new(),
             name: target.name.clone(),
         }
     }
@@ -409,7 +642,7 @@ impl TraceEncoder {
     }
 
     fn uuid(&mut self) -> u64 {
-        next(&mut self.next_uuid)
+        self.uuids.take()
     }
 
     fn describe(&self, out: &mut Vec<u8>, d: TrackDescriptor) {
@@ -428,30 +661,32 @@ impl TraceEncoder {
         }
         let start = i.end_monotonic_ns.saturating_sub(i.duration_ns);
         let secs = i.duration_ns as f64 / 1e9;
-        // Disjoint borrows of the fields: one map lookup per entity, not
-        // per value (this is the writer's whole per-interval cost).
+        // Disjoint borrows of the fields: one map lookup per entity at
+        // most, not per value (this is the writer's whole per-interval
+        // cost).
         let TraceEncoder {
             pid,
             sequence: seq,
             process_uuid,
-            next_uuid,
+            uuids,
             process,
             threads,
             loops,
             sleeps,
             generation,
             batch,
-            slots,
+            by_entry,
+            repeated,
             ..
         } = self;
         let (pid, seq, puuid, g) = (*pid, *seq, *process_uuid, *generation);
         let mut w = Writer {
             seq,
-            next_uuid,
+            uuids,
             batch,
             out,
         };
-        w.batch.begin(start);
+        w.batch.begin(start, w.out);
         w.put(
             puuid,
             &mut process[0],
@@ -459,90 +694,44 @@ impl TraceEncoder {
             None,
             Some(i.process.cpu_percent),
         );
-        // First each thread's tracks, name and counters, read in a pass of
-        // their own: they are cold (last read an interval ago, and most
-        // of the writer's time was spent waiting for them), and these
-        // short, independent reads let the CPU wait for many at once,
-        // where the work below would wait for each in turn.
-        let mut listed = 0;
-        slots.clear();
-        for t in &i.threads {
-            let at = threads.slot(t.serial, || Tracks::new(t.tid, ""));
-            let tr = &mut threads.tracks[at];
-            let fresh = tr.see(g);
-            listed += usize::from(fresh);
-            slots.push(Slot {
-                at: at as u32,
-                // A serial listed twice reads its tracks again below.
-                again: !fresh,
-                renamed: tr.uuid == 0 || !tr.name.is(&t.name),
-                counters: tr.counters,
-            });
-        }
-        for (t, slot) in i.threads.iter().zip(slots.iter()) {
-            let tr = &mut threads.tracks[slot.at as usize];
-            let (renamed, mut counters) = if slot.again {
-                (tr.uuid == 0 || !tr.name.is(&t.name), tr.counters)
+        // The threads in the order of their entries, not the interval's
+        // (most CPU first, a new order at every interval): the entries are
+        // cold (last read an interval ago, and most of the writer's time
+        // was spent waiting for them), and read one after the other the
+        // CPU fetches them ahead, where in the interval's order it would
+        // wait for each in turn. The interval was just computed: its
+        // threads are in cache, in any order. First where each thread's
+        // entry is (through the index, a few cache lines), then the work.
+        by_entry.clear();
+        by_entry.resize(threads.tracks.len(), NOT_LISTED);
+        repeated.clear();
+        for (n, t) in i.threads.iter().enumerate() {
+            let at = threads.slot(t.serial, || ThreadTracks::new(t.tid));
+            if at >= by_entry.len() {
+                by_entry.resize(at + 1, NOT_LISTED);
+            }
+            if by_entry[at] == NOT_LISTED {
+                by_entry[at] = n as u32;
             } else {
-                (slot.renamed, slot.counters)
-            };
-            if renamed {
-                if tr.uuid == 0 {
-                    tr.uuid = next(w.next_uuid);
-                }
-                tr.name = Name::new(&t.name);
-                describe(
-                    w.out,
-                    seq,
-                    TrackDescriptor {
-                        uuid: Some(tr.uuid),
-                        parent_uuid: Some(puuid),
-                        thread: Some(ThreadDescriptor {
-                            pid: Some(pid as i32),
-                            tid: Some(t.tid as i32),
-                            thread_name: Some(t.name.clone()),
-                        }),
-                        ..Default::default()
-                    },
-                );
+                // A serial listed twice: its later listings after the
+                // others, in their order.
+                repeated.push(n as u32);
             }
-            let k = t.kernel.as_ref();
-            let vol = t
-                .voluntary_switches_per_sec
-                .or(k.map(|k| k.voluntary_switches_per_sec));
-            let invol = t
-                .involuntary_switches_per_sec
-                .or(k.map(|k| k.involuntary_switches_per_sec));
-            let values = [
-                Some(t.cpu_percent),
-                vol,
-                invol,
-                t.run_queue_wait_percent,
-                k.map(|k| k.wakes_per_sec),
-            ];
-            for (n, v) in values.into_iter().enumerate() {
-                w.put(tr.uuid, &mut counters[n], THREAD_COUNTERS[n], None, v);
+        }
+        let mut listed = 0;
+        for (at, &n) in by_entry.iter().enumerate() {
+            if n == NOT_LISTED {
+                continue;
             }
-            tr.counters = counters;
-            if let Some(k) = k
-                && secs > 0.0
-            {
-                for (n, ns) in k.off_cpu.by_cause().into_iter().enumerate() {
-                    // A cause never seen gets no track.
-                    if ns == 0 && tr.off_cpu.as_ref().is_none_or(|o| o[n].uuid == 0) {
-                        continue;
-                    }
-                    let pct = ns as f64 / (secs * 1e9) * 100.0;
-                    let off = tr.off_cpu.get_or_insert_with(|| Box::new([UNDESCRIBED; 6]));
-                    w.put(
-                        tr.uuid,
-                        &mut off[n],
-                        OFF_CPU,
-                        Some(OFF_CPU_CAUSES[n]),
-                        Some(pct),
-                    );
-                }
-            }
+            let tr = &mut threads.tracks[at];
+            tr.seen = g;
+            listed += 1;
+            thread(&mut w, tr, &i.threads[n as usize], pid, puuid, secs);
+        }
+        for &n in repeated.iter() {
+            let t = &i.threads[n as usize];
+            let at = threads.slot(t.serial, || ThreadTracks::new(t.tid));
+            thread(&mut w, &mut threads.tracks[at], t, pid, puuid, secs);
         }
         threads.forget_gone(listed, g);
         let mut listed = 0;
@@ -586,8 +775,8 @@ impl TraceEncoder {
             }
         }
         sleeps.forget_gone(listed, g);
-        w.batch.end(seq, w.out);
-        w.batch.begin(i.end_monotonic_ns);
+        w.batch.end(w.out);
+        w.batch.begin(i.end_monotonic_ns, w.out);
         w.put(
             puuid,
             &mut process[1],
@@ -595,7 +784,7 @@ impl TraceEncoder {
             None,
             Some(i.process.rss_bytes as f64),
         );
-        w.batch.end(seq, w.out);
+        w.batch.end(w.out);
     }
 
     /// The track a finding's subject has in this trace: its thread's, its
@@ -607,7 +796,7 @@ impl TraceEncoder {
                 .threads
                 .values()
                 .find(|t| t.tid == *tid)
-                .map(|t| t.uuid),
+                .map(|t| self.uuids.uuid(t.number)),
             Subject::Loop { name, .. } => self
                 .loops
                 .values()
@@ -622,7 +811,7 @@ impl TraceEncoder {
             Subject::Threads { tids, .. } => tids
                 .first()
                 .and_then(|tid| self.threads.tracks.iter().find(|t| t.tid == *tid))
-                .map(|t| t.uuid),
+                .map(|t| self.uuids.uuid(t.number)),
             _ => None,
         };
         found.unwrap_or(self.process_uuid)
@@ -810,13 +999,6 @@ fn slice_end(out: &mut Vec<u8>, seq: u32, ts: u64, track: u64) {
 /// Off-CPU time of one cause (the cause goes into the track's name).
 const OFF_CPU: CounterKind = CounterKind::new("off-CPU", Unit::Percent);
 
-/// Takes the next uuid.
-fn next(next_uuid: &mut u64) -> u64 {
-    let u = *next_uuid;
-    *next_uuid += 1;
-    u
-}
-
 /// Appends a track descriptor.
 fn describe(out: &mut Vec<u8>, seq: u32, d: TrackDescriptor) {
     push(
@@ -832,7 +1014,7 @@ fn describe(out: &mut Vec<u8>, seq: u32, d: TrackDescriptor) {
 /// The parts of the encoder one interval writes with.
 struct Writer<'a> {
     seq: u32,
-    next_uuid: &'a mut u64,
+    uuids: &'a mut Uuids,
     batch: &'a mut Batch,
     out: &'a mut Vec<u8>,
 }
@@ -859,20 +1041,52 @@ impl Writer<'_> {
         }
         if c.last != value {
             c.last = value;
-            self.batch.push(self.seq, c.uuid, value);
+            self.batch.push(self.seq, c.uuid, value, self.out);
+        }
+    }
+
+    /// Sets counter `k` of [`THREAD_COUNTERS`] of thread `t` to `value`,
+    /// as [`Writer::put`].
+    #[inline(always)]
+    fn put_thread(&mut self, t: &mut ThreadTracks, k: usize, value: Option<f64>) {
+        let Some(value) = value.filter(|v| v.is_finite()) else {
+            return;
+        };
+        let uuid = self.uuids.uuid(t.number + 1 + k as u64);
+        if t.described & (1 << k) == 0 {
+            t.described |= 1 << k;
+            let parent = self.uuids.uuid(t.number);
+            self.describe_counter_as(uuid, parent, THREAD_COUNTERS[k], None);
+        }
+        if t.last[k] != value {
+            t.last[k] = value;
+            self.batch.push(self.seq, uuid, value, self.out);
         }
     }
 
     /// Describes a new counter track; returns its uuid.
     #[cold]
     fn describe_counter(&mut self, parent: u64, kind: CounterKind, cause: Option<&str>) -> u64 {
-        let uuid = next(self.next_uuid);
+        let uuid = self.uuids.take();
+        self.describe_counter_as(uuid, parent, kind, cause);
+        uuid
+    }
+
+    /// Describes counter track `uuid`.
+    #[cold]
+    fn describe_counter_as(
+        &mut self,
+        uuid: u64,
+        parent: u64,
+        kind: CounterKind,
+        cause: Option<&str>,
+    ) {
         let name = match cause {
             Some(cause) => format!("off-CPU {cause} %"),
             None => kind.name.to_string(),
         };
         describe(
-            self.out,
+            &mut self.batch.descriptors,
             self.seq,
             TrackDescriptor {
                 uuid: Some(uuid),
@@ -882,25 +1096,97 @@ impl Writer<'_> {
                 ..Default::default()
             },
         );
-        uuid
+    }
+}
+
+/// Writes thread `t`'s records: its track if new or renamed, then every
+/// counter whose value changed.
+#[inline(always)]
+fn thread(
+    w: &mut Writer<'_>,
+    tr: &mut ThreadTracks,
+    t: &ThreadInterval,
+    pid: u32,
+    puuid: u64,
+    secs: f64,
+) {
+    let seq = w.seq;
+    let renamed = tr.number == 0 || !tr.name.is(&t.name);
+    if renamed {
+        if tr.number == 0 {
+            // Its track and one number per counter.
+            tr.number = w.uuids.block(1 + THREAD_COUNTERS.len() as u64);
+        }
+        tr.name = Name::new(&t.name);
+        describe(
+            &mut w.batch.descriptors,
+            seq,
+            TrackDescriptor {
+                uuid: Some(w.uuids.uuid(tr.number)),
+                parent_uuid: Some(puuid),
+                thread: Some(ThreadDescriptor {
+                    pid: Some(pid as i32),
+                    tid: Some(t.tid as i32),
+                    thread_name: Some(t.name.clone()),
+                }),
+                ..Default::default()
+            },
+        );
+    }
+    let k = t.kernel.as_ref();
+    let vol = t
+        .voluntary_switches_per_sec
+        .or(k.map(|k| k.voluntary_switches_per_sec));
+    let invol = t
+        .involuntary_switches_per_sec
+        .or(k.map(|k| k.involuntary_switches_per_sec));
+    let values = [
+        Some(t.cpu_percent),
+        vol,
+        invol,
+        t.run_queue_wait_percent,
+        k.map(|k| k.wakes_per_sec),
+    ];
+    for (n, v) in values.into_iter().enumerate() {
+        w.put_thread(tr, n, v);
+    }
+    if let Some(k) = k
+        && secs > 0.0
+    {
+        let parent = w.uuids.uuid(tr.number);
+        for (n, ns) in k.off_cpu.by_cause().into_iter().enumerate() {
+            // A cause never seen gets no track.
+            if ns == 0 && tr.off_cpu.as_ref().is_none_or(|o| o[n].uuid == 0) {
+                continue;
+            }
+            let pct = ns as f64 / (secs * 1e9) * 100.0;
+            let off = tr.off_cpu.get_or_insert_with(|| Box::new([UNDESCRIBED; 6]));
+            w.put(
+                parent,
+                &mut off[n],
+                OFF_CPU,
+                Some(OFF_CPU_CAUSES[n]),
+                Some(pct),
+            );
+        }
     }
 }
 
 /// A probe's track (`label name` under the process), described when new.
 fn probe<'m, const N: usize>(
     w: &mut Writer<'_>,
-    map: &'m mut Entities<N>,
+    map: &'m mut Entities<Tracks<N>>,
     id: u64,
     name: &str,
     label: &str,
     parent: u64,
 ) -> &'m mut Tracks<N> {
-    let at = map.slot(id, || Tracks::new(0, name));
+    let at = map.slot(id, || Tracks::new(name));
     let tr = &mut map.tracks[at];
     if tr.uuid == 0 {
-        tr.uuid = next(w.next_uuid);
+        tr.uuid = w.uuids.take();
         describe(
-            w.out,
+            &mut w.batch.descriptors,
             w.seq,
             TrackDescriptor {
                 uuid: Some(tr.uuid),
@@ -944,113 +1230,121 @@ const EXTRA_VALUE_KEY: [u8; 2] = key2(46, 1);
 /// this is the writer's hot path (a thousand values per interval at 256
 /// threads), and the derived message would copy every uuid and value into
 /// two vectors and walk them twice (length, then bytes). Here each value
-/// is encoded once, into two buffers kept from one interval to the next
-/// (the extra uuids and the extra values, which the packet holds one run
-/// after the other), and a packet is their two copies behind its header.
+/// is encoded once, straight into the output: its extra uuid (45) and its
+/// extra value (46) side by side (two repeated fields may interleave: a
+/// reader takes each field's records in order, Perfetto's protozero as
+/// any protobuf parser), behind a packet header whose two lengths are
+/// three-byte varints filled in when the packet ends (a varint may carry
+/// redundant bytes; Perfetto's own writer pads its nested lengths to four
+/// bytes). Track descriptors made meanwhile go to a buffer of their own
+/// and are put before the packets of their timestamp when it ends, so
+/// that every track is described before its first value.
 /// Same fields and numbers as [`TrackEvent`]; the tests read the result
 /// with Perfetto's schema.
 #[derive(Debug, Default)]
 struct Batch {
     /// The values' timestamp.
     ts: u64,
-    /// The first value of the packet being built (its event's own track
-    /// and value).
-    first: Option<(u64, f64)>,
-    /// The packet's extra uuids, encoded (field 45 records).
-    uuids: Vec<u8>,
-    /// The packet's extra values, encoded (field 46 records).
-    values: Vec<u8>,
+    /// Where this timestamp's packets begin in the output.
+    start: usize,
+    /// The packet being built: where its length and its event's length
+    /// are in the output (three bytes each, filled in when it ends).
+    open: Option<(usize, usize)>,
     /// Values in the packet being built.
     len: usize,
-    /// Whole packets of this timestamp: they follow every track
-    /// descriptor the interval writes, so they are appended at its end.
-    packets: Vec<u8>,
+    /// Track descriptors made while the packets are built (kept to reuse).
+    descriptors: Vec<u8>,
 }
 
+/// Bytes of a length filled in when its message ends (lengths up to
+/// 2 MiB; a packet holds at most [`MAX_VALUES_PER_PACKET`] values).
+const LENGTH_BYTES: usize = 3;
+
 impl Batch {
-    /// Starts the values stamped `ts`.
-    fn begin(&mut self, ts: u64) {
+    /// Starts the values stamped `ts`, at the end of `out`.
+    fn begin(&mut self, ts: u64, out: &[u8]) {
         self.ts = ts;
-        self.first = None;
-        self.uuids.clear();
-        self.values.clear();
+        self.start = out.len();
+        self.open = None;
         self.len = 0;
-        self.packets.clear();
+        self.descriptors.clear();
     }
 
     #[inline(always)]
-    fn push(&mut self, seq: u32, uuid: u64, value: f64) {
-        if self.first.is_none() {
-            self.first = Some((uuid, value));
+    fn push(&mut self, seq: u32, uuid: u64, value: f64, out: &mut Vec<u8>) {
+        if self.open.is_none() {
+            self.open_packet(seq, uuid, value, out);
         } else {
             // A fixed-size copy (a few moves, where a copy of the
-            // varint's own length would call memcpy), then cut to length.
-            let mut rec = [0u8; 12];
+            // record's own length would call memcpy), then cut to length.
+            let mut rec = [0u8; 22];
             rec[..2].copy_from_slice(&EXTRA_UUID_KEY);
             let n = 2 + varint(uuid, &mut rec[2..]);
-            let end = self.uuids.len() + n;
-            self.uuids.extend_from_slice(&rec);
-            self.uuids.truncate(end);
-            let mut rec = [0u8; 10];
-            rec[..2].copy_from_slice(&EXTRA_VALUE_KEY);
-            rec[2..].copy_from_slice(&value.to_le_bytes());
-            self.values.extend_from_slice(&rec);
+            rec[n..n + 2].copy_from_slice(&EXTRA_VALUE_KEY);
+            rec[n + 2..n + 10].copy_from_slice(&value.to_le_bytes());
+            let end = out.len() + n + 10;
+            out.extend_from_slice(&rec);
+            out.truncate(end);
         }
         self.len += 1;
         if self.len == MAX_VALUES_PER_PACKET {
-            self.packet(seq);
+            self.close(out);
         }
     }
 
-    /// Encodes the packet being built (if any) into `packets`.
-    fn packet(&mut self, seq: u32) {
-        use prost::encoding::{
-            double, encode_key, encode_varint, encoded_len_varint, uint32, uint64,
-        };
-        let Some((uuid, value)) = self.first.take() else {
-            return;
-        };
-        // TrackEvent: type (9), track_uuid (11), double_counter_value
-        // (44), then each extra uuid (45) and each extra value (46), not
-        // packed (the schema's repeated fields are not).
-        let event_len = uint32::encoded_len(9, &(event_type::COUNTER as u32))
-            + uint64::encoded_len(11, &uuid)
-            + 2
-            + 8
-            + self.uuids.len()
-            + self.values.len();
-        let ts = self.ts;
-        let packet_len = uint64::encoded_len(8, &ts)
-            + uint32::encoded_len(58, &clock::MONOTONIC)
-            + uint32::encoded_len(10, &seq)
-            + 1
-            + encoded_len_varint(event_len as u64)
-            + event_len;
-        let out = &mut self.packets;
-        out.reserve(1 + encoded_len_varint(packet_len as u64) + packet_len);
+    /// Begins a packet with its first value (its event's own track and
+    /// value).
+    fn open_packet(&mut self, seq: u32, uuid: u64, value: f64, out: &mut Vec<u8>) {
+        use prost::encoding::{double, encode_key, uint32, uint64};
+        // TracePacket: timestamp (8), its clock (58), the sequence (10),
+        // the event (11); TrackEvent: type (9), track_uuid (11),
+        // double_counter_value (44), then the extra uuids (45) and values
+        // (46), not packed (the schema's repeated fields are not).
         out.push(((proto::TRACE_PACKET_FIELD << 3) | 2) as u8);
-        encode_varint(packet_len as u64, out);
-        uint64::encode(8, &ts, out);
+        let packet_at = out.len();
+        out.extend_from_slice(&[0; LENGTH_BYTES]);
+        uint64::encode(8, &self.ts, out);
         uint32::encode(58, &clock::MONOTONIC, out);
         uint32::encode(10, &seq, out);
         encode_key(11, prost::encoding::WireType::LengthDelimited, out);
-        encode_varint(event_len as u64, out);
+        let event_at = out.len();
+        out.extend_from_slice(&[0; LENGTH_BYTES]);
         uint32::encode(9, &(event_type::COUNTER as u32), out);
         uint64::encode(11, &uuid, out);
         double::encode(44, &value, out);
-        out.extend_from_slice(&self.uuids);
-        out.extend_from_slice(&self.values);
-        self.uuids.clear();
-        self.values.clear();
+        self.open = Some((packet_at, event_at));
+    }
+
+    /// Ends the packet being built (if any): fills in its lengths.
+    fn close(&mut self, out: &mut [u8]) {
+        if let Some((packet_at, event_at)) = self.open.take() {
+            let end = out.len();
+            fill_length(out, packet_at, end);
+            fill_length(out, event_at, end);
+        }
         self.len = 0;
     }
 
-    /// Ends the values of this timestamp: appends their packets to `out`.
-    fn end(&mut self, seq: u32, out: &mut Vec<u8>) {
-        self.packet(seq);
-        out.extend_from_slice(&self.packets);
-        self.packets.clear();
+    /// Ends the values of this timestamp: their last packet, and the
+    /// track descriptors made meanwhile put before their packets (only
+    /// when a track was made: moves the packets once).
+    fn end(&mut self, out: &mut Vec<u8>) {
+        self.close(out);
+        if !self.descriptors.is_empty() {
+            let at = self.start;
+            out.splice(at..at, self.descriptors.drain(..));
+        }
     }
+}
+
+/// Fills in the length at `at` (of [`LENGTH_BYTES`]) of the message that
+/// runs from after it to `end`, as a varint with redundant bytes.
+fn fill_length(out: &mut [u8], at: usize, end: usize) {
+    let len = end - at - LENGTH_BYTES;
+    debug_assert!(len < 1 << (7 * LENGTH_BYTES));
+    out[at] = (len as u8 & 0x7f) | 0x80;
+    out[at + 1] = ((len >> 7) as u8 & 0x7f) | 0x80;
+    out[at + 2] = (len >> 14) as u8 & 0x7f;
 }
 
 /// Writes `v` as a varint at the start of `buf` (10 bytes at least);
@@ -1110,4 +1404,176 @@ fn read_clock(id: libc::clockid_t) -> Option<u64> {
         return None;
     }
     Some((ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+
+    use prost::Message;
+    use wakemeter::SamplerBuilder;
+
+    use super::*;
+
+    #[test]
+    fn uuids_are_unique_in_a_file_of_many_sequences() {
+        for short in [true, false] {
+            let mut seen = HashSet::new();
+            for sequence in 1..=20 {
+                let mut u = Uuids::new(sequence, short);
+                let first = u.block(6);
+                for n in first..first + 6 {
+                    assert!(seen.insert(u.uuid(n)), "{sequence} {n}");
+                }
+                for _ in 0..3000 {
+                    let uuid = u.take();
+                    assert_ne!(uuid, 0);
+                    assert!(seen.insert(uuid), "{sequence} {uuid}");
+                }
+            }
+        }
+        // Short: two bytes on the wire up to track 2047.
+        assert!(Uuids::new(7, true).uuid(2047) < 1 << 14);
+        assert_eq!(Uuids::new(8, true).uuid(5), (8 << 32) | 5);
+        assert_eq!(Uuids::new(1, false).uuid(5), (1 << 32) | 5);
+    }
+
+    #[test]
+    fn index_finds_dense_and_scattered_keys() {
+        let mut index = Index::default();
+        let keys: Vec<u64> = (0..300).chain([100_000, 7, 5_000_000]).collect();
+        let mut added = Vec::new();
+        for &k in &keys {
+            if index.get(k).is_none() {
+                index.insert(k, added.len() as u32, added.len());
+                added.push(k);
+            }
+        }
+        for (at, &k) in added.iter().enumerate() {
+            assert_eq!(index.get(k), Some(at as u32), "{k}");
+        }
+        assert_eq!(index.get(300), None);
+        assert_eq!(index.get(99_999), None);
+        // Dense after a rebuild of close keys, a map for scattered ones.
+        for kept in [vec![250u64, 260, 299, 280], vec![3, 1_000_000, 40]] {
+            index.rebuild(kept.iter().copied());
+            for (at, &k) in kept.iter().enumerate() {
+                assert_eq!(index.get(k), Some(at as u32), "{k}");
+            }
+            assert_eq!(index.get(0), None);
+            assert_eq!(index.get(270), None);
+        }
+        index.rebuild(std::iter::empty());
+        assert_eq!(index.get(3), None);
+        index.insert(12, 0, 0);
+        assert_eq!(index.get(12), Some(0));
+    }
+
+    #[test]
+    fn short_names_compare_by_words() {
+        for len in 0..=22usize {
+            let a: Vec<u8> = (0..len as u8).map(|b| b'a' + b).collect();
+            assert!(same_short(&a, &a.clone()));
+            for at in 0..len {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!same_short(&a, &b), "{len} {at}");
+            }
+            let name = std::str::from_utf8(&a).expect("ascii");
+            assert!(Name::new(name).is(name));
+            assert!(!Name::new(name).is(&format!("{name}x")));
+        }
+    }
+
+    /// Reads records back: track names by uuid, and the last value of each
+    /// counter track.
+    fn read(bytes: &[u8]) -> (HashMap<u64, TrackDescriptor>, HashMap<u64, f64>) {
+        let (mut tracks, mut values) = (HashMap::new(), HashMap::new());
+        let mut buf = bytes;
+        while !buf.is_empty() {
+            assert_eq!(buf[0], 0x0a);
+            buf = &buf[1..];
+            let p = TracePacket::decode_length_delimited(&mut buf).expect("packet");
+            if let Some(d) = p.track_descriptor {
+                tracks.insert(d.uuid.expect("uuid"), d);
+            }
+            if let Some(e) = p.track_event {
+                values.insert(
+                    e.track_uuid.expect("track"),
+                    e.double_counter_value.expect("v"),
+                );
+                for (u, v) in e
+                    .extra_double_counter_track_uuids
+                    .iter()
+                    .zip(&e.extra_double_counter_values)
+                {
+                    values.insert(*u, *v);
+                }
+            }
+        }
+        (tracks, values)
+    }
+
+    /// Threads in any order, with scattered serials and a serial listed
+    /// twice: each thread's CPU % is its last listing's.
+    #[test]
+    fn threads_in_any_order_with_scattered_and_repeated_serials() {
+        let _workers: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_secs(2))))
+            .collect();
+        let s = SamplerBuilder::new().build().expect("sampler");
+        s.sample().expect("sample");
+        s.sample().expect("sample");
+        let base = s.latest_interval().expect("interval");
+        assert!(base.threads.len() >= 5);
+        let mut e = TraceEncoder::new(s.target_identity(), 2);
+        let mut out = Vec::new();
+        e.header(&mut out);
+        for round in 0..4u64 {
+            let mut i = base.clone();
+            for (n, t) in i.threads.iter_mut().enumerate() {
+                // From round 2 on, other serials (new threads with the
+                // same TIDs, as reused TIDs), scattered: a map, not a table.
+                t.serial = if round >= 2 {
+                    n as u64 * 1_000_003 + 1_000
+                } else {
+                    n as u64
+                };
+                t.cpu_percent = (round * 100 + n as u64) as f64;
+            }
+            i.threads.reverse();
+            if round % 2 == 1 {
+                // Round 1 and 3: the first thread again, later, with
+                // another value.
+                let mut again = i.threads[0].clone();
+                again.cpu_percent = 0.5 + round as f64;
+                i.threads.push(again);
+            }
+            e.interval(&i, &mut out);
+            let (tracks, values) = read(&out);
+            // A reused TID's newest track (uuids grow).
+            let mut by_tid: HashMap<u64, u64> = HashMap::new();
+            for (u, d) in &tracks {
+                if let Some(tid) = d.thread.as_ref().and_then(|t| t.tid) {
+                    let newest = by_tid.entry(tid as u64).or_insert(*u);
+                    *newest = (*newest).max(*u);
+                }
+            }
+            let mut want: HashMap<u64, f64> = HashMap::new();
+            for t in &i.threads {
+                want.insert(t.tid, t.cpu_percent);
+            }
+            for (tid, v) in want {
+                let thread = by_tid[&tid];
+                let cpu = tracks
+                    .iter()
+                    .find(|(_, d)| {
+                        d.parent_uuid == Some(thread) && d.name.as_deref() == Some("CPU %")
+                    })
+                    .map(|(u, _)| *u)
+                    .expect("CPU % track");
+                assert_eq!(values[&cpu], v, "round {round} tid {tid}");
+            }
+        }
+    }
 }

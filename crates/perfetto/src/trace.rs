@@ -30,6 +30,16 @@ pub const DEFAULT_FLUSH_EVERY: Duration = Duration::from_secs(5);
 /// comes (it bounds how long dropping the guard waits, and how late a
 /// buffer past its age is written when sampling has stopped).
 const STOP_CHECK_EVERY: Duration = Duration::from_millis(200);
+/// Most of the write buffer allocated up front (a larger
+/// [`TraceConfig::flush_bytes`] grows it as records come).
+const PENDING_CAPACITY_MAX: u64 = 4 * 1024 * 1024;
+/// Room in the write buffer past [`TraceConfig::flush_bytes`]: the last
+/// interval's records before it is written (about 40 KB for the first of
+/// 256 threads, with every track's descriptor; 8 KB after).
+const PENDING_SLACK: u64 = 48 * 1024;
+/// The file's blocks are allocated ahead of its writes in steps of this
+/// many bytes (`fallocate`, the size kept: [`Sink::reserve_for`]).
+const RESERVE_STEP: u64 = 1024 * 1024;
 
 /// How a trace is written.
 ///
@@ -39,11 +49,14 @@ const STOP_CHECK_EVERY: Duration = Duration::from_millis(200);
 /// at each snapshot, and every 200 ms on [`PerfettoTrace`]'s thread), at
 /// [`PerfettoFile::flush`], and always when the trace is finished or
 /// dropped. A write of about 10 KB costs 25 to 40 µs on a loaded ext4,
-/// as much as encoding the interval: buffering takes it out of most
+/// more than encoding the interval: buffering takes it out of most
 /// snapshots. What a crash (`SIGKILL`, a power cut) loses is the buffer:
 /// at most the intervals of the last `flush_every`; the file is still a
 /// complete trace of everything before. Set both to zero to write each
-/// interval as it comes.
+/// interval as it comes. On Linux and Android the file's blocks are
+/// allocated 1 MiB ahead of its writes (its size unchanged, so a reader
+/// always finds it ending on a whole record): a killed process leaves up
+/// to that much allocated past the end, which a finished trace lets go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TraceConfig {
@@ -168,6 +181,11 @@ struct Sink {
     /// Successful writes so far: records taken before the count moved
     /// are in the file.
     writes: u64,
+    /// The file has blocks allocated up to here, past its end (its size
+    /// is `status.bytes_written`): a write below it finds its blocks.
+    reserved: u64,
+    /// Whether to allocate ahead (cleared when the file system refuses).
+    reserve: bool,
 }
 
 impl Sink {
@@ -183,15 +201,29 @@ impl Sink {
         intervals: u64,
         findings: u64,
     ) -> Result<(), TraceEnd> {
-        let len = buf.len() as u64;
+        let start = self.pending.len();
+        self.pending.extend_from_slice(buf);
+        self.take(start, limit, intervals, findings)
+    }
+
+    /// As [`Sink::push`], for records already appended to `pending` from
+    /// `start` on (encoded there, rather than copied from a buffer of
+    /// their own): taken, or cut off again on a refusal.
+    fn take(
+        &mut self,
+        start: usize,
+        limit: u64,
+        intervals: u64,
+        findings: u64,
+    ) -> Result<(), TraceEnd> {
         let held = self.status.bytes_written + self.pending.len() as u64;
-        if held.saturating_add(len) > limit {
+        if held > limit {
+            self.pending.truncate(start);
             self.flush()?;
             return Err(TraceEnd::SizeCap {
                 max_bytes: self.max_bytes,
             });
         }
-        self.pending.extend_from_slice(buf);
         let since = *self.pending_since.get_or_insert_with(Instant::now);
         self.pending_intervals += intervals;
         self.pending_findings += findings;
@@ -219,8 +251,9 @@ impl Sink {
             return Ok(());
         }
         let at = self.status.bytes_written;
-        let written = self.file.write_all_at(&self.pending, at);
         let len = self.pending.len() as u64;
+        self.reserve_for(at + len);
+        let written = self.file.write_all_at(&self.pending, at);
         self.pending.clear();
         self.pending_since = None;
         self.status.bytes_buffered = 0;
@@ -234,8 +267,10 @@ impl Sink {
             }
             Err(e) => {
                 // What was written of these records is cut off, so the
-                // file ends on a whole record.
+                // file ends on a whole record (and what was allocated
+                // ahead is let go).
                 let _ = self.file.set_len(at);
+                (self.reserved, self.reserve) = (0, false);
                 self.status.intervals -= intervals;
                 self.status.findings -= findings;
                 Err(TraceEnd::WriteFailed {
@@ -243,6 +278,41 @@ impl Sink {
                 })
             }
         }
+    }
+
+    /// Allocates the file's blocks ahead of a write that ends at `end`,
+    /// when the last allocation does not reach it: up to a
+    /// [`RESERVE_STEP`] past it (within the cap), without changing the
+    /// file's size, so that a reader (and a process killed at any point)
+    /// still finds a file that ends on its last whole record. An append
+    /// then finds its blocks allocated: on ext4 the write no longer
+    /// reserves and maps each block of a delayed allocation, a fifth of
+    /// a 40 KB write's CPU time (BENCHMARKS.md, "Perfetto trace writer").
+    /// Where the file system refuses (or the disk is full), it is not
+    /// asked again, and writes go on as before. The blocks past the end
+    /// are let go when the last process's part ends ([`Sink::release`]);
+    /// a killed process leaves them (at most a step) to the file.
+    fn reserve_for(&mut self, end: u64) {
+        if !self.reserve || end <= self.reserved {
+            return;
+        }
+        let to = end
+            .saturating_add(RESERVE_STEP)
+            .min(self.max_bytes.max(end));
+        let from = self.status.bytes_written.max(self.reserved);
+        self.reserve = allocate(&self.file, from, to - from);
+        if self.reserve {
+            self.reserved = to;
+        }
+    }
+
+    /// Lets go of the blocks allocated past the file's end (the size is
+    /// unchanged).
+    fn release(&mut self) {
+        if self.reserved > self.status.bytes_written {
+            let _ = self.file.set_len(self.status.bytes_written);
+        }
+        self.reserved = 0;
     }
 
     /// Records why the trace ended, unless it already had.
@@ -263,7 +333,28 @@ impl Drop for Sink {
     /// records left by a part that could not (a panic while writing).
     fn drop(&mut self) {
         let _ = self.flush();
+        self.release();
     }
+}
+
+/// Allocates `len` bytes of `file` from `at` without changing its size
+/// (`fallocate` with `FALLOC_FL_KEEP_SIZE`); false when refused.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn allocate(file: &File, at: u64, len: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    let (Ok(at), Ok(len)) = (libc::off_t::try_from(at), libc::off_t::try_from(len)) else {
+        return false;
+    };
+    // SAFETY: the descriptor is open for the life of `file`; fallocate
+    // reads no memory of ours.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, at, len) };
+    rc == 0
+}
+
+/// Elsewhere the file grows with its writes.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn allocate(_file: &File, _at: u64, _len: u64) -> bool {
+    false
 }
 
 fn lock(m: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
@@ -322,11 +413,20 @@ impl PerfettoFile {
                 flush_every: config.flush_every,
                 next_sequence: 1,
                 open_processes: 0,
-                pending: Vec::new(),
+                // Sized once for a full buffer and an interval past it:
+                // growing it by doubling over the first writes cost 13-23
+                // us a poll (copies, and pages the process touches for the
+                // first time), against 2 us for the same records once it
+                // has its size.
+                pending: Vec::with_capacity(
+                    (config.flush_bytes.min(PENDING_CAPACITY_MAX) + PENDING_SLACK) as usize,
+                ),
                 pending_since: None,
                 pending_intervals: 0,
                 pending_findings: 0,
                 writes: 0,
+                reserved: 0,
+                reserve: true,
             })),
         })
     }
@@ -490,19 +590,29 @@ impl ProcessTrace {
         sink.status.ended.is_none()
     }
 
-    /// Encodes one interval and its findings into the buffer.
+    /// Encodes one interval and its findings into the file's buffer
+    /// (straight after its records, under its lock: one copy of the
+    /// records fewer).
     fn write(&mut self, i: &Interval, findings: &[Finding]) -> bool {
         let findings_before = self.encoder.findings_written();
-        self.buf.clear();
-        self.encoder.interval(i, &mut self.buf);
-        self.encoder
-            .findings(i.end_monotonic_ns, findings, &mut self.buf);
-        let begun = self.encoder.findings_written() - findings_before;
-        let mut sink = lock(&self.sink);
-        settle(&mut self.buffered_open, &mut self.written_open, &sink);
+        let mut guard = lock(&self.sink);
+        let sink = &mut *guard;
+        settle(&mut self.buffered_open, &mut self.written_open, sink);
         let limit = sink.interval_limit();
         let writes = sink.writes;
-        match sink.push(&self.buf, limit, 1, begun) {
+        let start = sink.pending.len();
+        let mut taking = Taking {
+            pending: &mut sink.pending,
+            start,
+            done: false,
+        };
+        self.encoder.interval(i, taking.pending);
+        self.encoder
+            .findings(i.end_monotonic_ns, findings, taking.pending);
+        taking.done = true;
+        drop(taking);
+        let begun = self.encoder.findings_written() - findings_before;
+        match sink.take(start, limit, 1, begun) {
             Ok(()) => {
                 // No allocation while no finding is open.
                 let open = match self.encoder.open_findings() {
@@ -510,7 +620,7 @@ impl ProcessTrace {
                     _ => self.encoder.open_slices(),
                 };
                 self.buffered_open = Some((writes, open));
-                settle(&mut self.buffered_open, &mut self.written_open, &sink);
+                settle(&mut self.buffered_open, &mut self.written_open, sink);
                 true
             }
             Err(end) => {
@@ -563,7 +673,27 @@ impl ProcessTrace {
                 sink.end(end);
             }
         }
+        if sink.open_processes == 0 {
+            sink.release();
+        }
         let _ = sink.file.sync_data();
+    }
+}
+
+/// Records being encoded into the file's buffer: cut off again if the
+/// encoding unwinds before it is `done`, so that the buffer (written when
+/// the file is dropped) holds whole records only.
+struct Taking<'a> {
+    pending: &'a mut Vec<u8>,
+    start: usize,
+    done: bool,
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.pending.truncate(self.start);
+        }
     }
 }
 

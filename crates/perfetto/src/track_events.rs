@@ -370,7 +370,8 @@ impl Emitter {
                 {
                     old.encoder.finish(buf);
                 }
-                let mut encoder = TraceEncoder::new(sampler.target_identity(), next_sequence());
+                let mut encoder =
+                    TraceEncoder::for_system_trace(sampler.target_identity(), next_sequence());
                 encoder.header(buf);
                 *slot = Some(Stream { encoder, session });
                 counts.streams.fetch_add(1, Ordering::AcqRel);

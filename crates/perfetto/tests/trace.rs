@@ -435,3 +435,87 @@ fn failed_write_of_a_buffer_leaves_a_readable_trace() {
     assert_eq!(bytes.len() as u64, status.bytes_written);
     assert!(whole_records(&bytes) > 3);
 }
+
+/// Set in the child of `killed_writer_leaves_a_complete_trace`: the path
+/// it writes.
+const KILL_CHILD: &str = "WAKEMETER_PERFETTO_KILL_CHILD";
+
+/// The file's allocated bytes (its blocks), and its size.
+fn allocated(path: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).expect("metadata");
+    (m.blocks() * 512, m.len())
+}
+
+/// A process writing a trace (a write at every interval, its blocks
+/// allocated ahead of the writes) is killed with SIGKILL: the file ends
+/// on its last whole record, with no zeros past it for a parser to choke
+/// on, and reads with Perfetto's schema. A trace that is finished lets
+/// go of the blocks allocated ahead.
+#[test]
+fn killed_writer_leaves_a_complete_trace() {
+    if let Some(path) = std::env::var_os(KILL_CHILD) {
+        // The child: writes until killed (or for a minute at most).
+        let s = SamplerBuilder::new().build().expect("sampler");
+        let _spin = spinner(&s);
+        s.sample().expect("first sample");
+        let every = TraceConfig::default()
+            .with_flush_bytes(0)
+            .with_flush_every(Duration::ZERO);
+        let trace = PerfettoTrace::start(&s, &path, every).expect("start");
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+            s.sample().expect("sample");
+        }
+        drop(trace);
+        return;
+    }
+    let dir = out_dir("killed");
+    let path = dir.join("killed.perfetto-trace");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "killed_writer_leaves_a_complete_trace",
+            "--test-threads=1",
+        ])
+        .env(KILL_CHILD, &path)
+        .spawn()
+        .expect("spawn the writer");
+    let until = Instant::now() + Duration::from_secs(30);
+    // Many writes, then the kill lands wherever the writer is.
+    while std::fs::metadata(&path).map_or(0, |m| m.len()) < 64 * 1024 {
+        assert!(Instant::now() < until, "the writer wrote too little");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (blocks, size) = allocated(&path);
+    // SAFETY: kill reads no memory; the pid is our child's, not reaped.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+    assert_eq!(rc, 0, "kill");
+    let _ = child.wait();
+    let bytes = std::fs::read(&path).expect("read trace");
+    eprintln!(
+        "killed writer: {} bytes, {} allocated while writing ({size} bytes then)",
+        bytes.len(),
+        blocks
+    );
+    assert!(whole_records(&bytes) > 10);
+    schema_check(&path, None);
+
+    // A finished trace keeps no block past its end.
+    let path = dir.join("finished.perfetto-trace");
+    let s = SamplerBuilder::new().build().expect("sampler");
+    s.sample().expect("first sample");
+    let trace = PerfettoTrace::start(&s, &path, TraceConfig::default()).expect("start");
+    drive(&s, &trace, 3, Duration::from_millis(20));
+    trace.flush().expect("flush");
+    let (ahead, _) = allocated(&path);
+    let status = trace.finish();
+    let (after, size) = allocated(&path);
+    assert_eq!(size, status.bytes_written);
+    eprintln!("finished trace: {size} bytes, {ahead} allocated while open, {after} after");
+    assert!(
+        after < size + 64 * 1024,
+        "{after} bytes allocated for {size}"
+    );
+}

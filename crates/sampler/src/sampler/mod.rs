@@ -192,6 +192,12 @@ impl Sampler {
     /// behalf outside it, such as a listener dispatcher's bookkeeping;
     /// the sampler's own readers (intervals, findings, reports) count
     /// themselves.
+    ///
+    /// Taking a reading another reader already computed and kept (the
+    /// shared interval, the findings) is not timed: it is a lock and a
+    /// reference count, under a microsecond, where timing it would read
+    /// the thread's CPU clock twice (about 0.4 µs each on the machine
+    /// this was measured on: BENCHMARKS.md, "Perfetto trace writer").
     pub fn account<T>(&self, work: impl FnOnce() -> T) -> T {
         let before = clock::current_thread_cpu_ns();
         let out = work();
@@ -256,10 +262,12 @@ impl Sampler {
     /// pair's. Two readers that ask at the same instant may both compute
     /// it; they get equal intervals.
     pub fn latest_interval_shared(&self) -> Option<Arc<Interval>> {
-        self.account(|| {
-            let to = self.newest_key()?.seq;
-            self.between_shared(to.checked_sub(1)?, to, Keep::Newest)
-        })
+        let to = self.newest_key()?.seq;
+        let from = to.checked_sub(1)?;
+        if let Some(kept) = self.inner.readings.interval(from, to) {
+            return Some(kept); // kept: not timed (see `account`)
+        }
+        self.account(|| self.between_shared(from, to, Keep::Newest))
     }
 
     /// The interval from the snapshot taken nearest to `window` before the
@@ -294,6 +302,9 @@ impl Sampler {
     pub fn interval_between_shared(&self, from_seq: u64, to_seq: u64) -> Option<Arc<Interval>> {
         if from_seq >= to_seq {
             return None;
+        }
+        if let Some(kept) = self.inner.readings.interval(from_seq, to_seq) {
+            return Some(kept); // kept: not timed (see `account`)
         }
         self.account(|| self.between_shared(from_seq, to_seq, Keep::Newest))
     }
@@ -421,7 +432,11 @@ impl Sampler {
     /// trace writer, an exporter) that only read them; the time in `f` is
     /// the caller's.
     pub fn with_findings<R>(&self, f: impl FnOnce(&[Finding]) -> R) -> R {
-        let diagnosis = self.account(|| self.diagnosis());
+        let kept = self
+            .newest_key()
+            .and_then(|k| self.inner.readings.diagnosis(k));
+        // Kept: not timed (see `account`).
+        let diagnosis = kept.unwrap_or_else(|| self.account(|| self.diagnosis()));
         f(&diagnosis.findings)
     }
 
