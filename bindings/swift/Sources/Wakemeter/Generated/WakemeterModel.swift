@@ -1453,7 +1453,16 @@ public struct KernelThreadStats: Equatable, Hashable {
      */
     public var offCpuHistogram: Log2Histogram
     /**
-     * Wakeup-to-run latencies, in nanoseconds (log2 buckets).
+     * Wakeup-to-run latencies, in nanoseconds (log2 buckets): each wait
+     * on a run queue that followed a wakeup (not those after a
+     * preemption), as the kernel's own accounting measures it: the waits
+     * it adds to the thread's run-queue total in
+     * `/proc/<pid>/task/<tid>/schedstat`, on the run queue's clock from
+     * enqueue to switch-in. A wakeup that preempts at once (as on an idle
+     * CPU) counts 0 there, since the kernel skips that clock's update;
+     * tools that time from the wakeup on the monotonic clock show a few
+     * µs of idle exit for it. Empty on kernels without
+     * `CONFIG_SCHED_INFO`.
      */
     public var runQueueLatencyHistogram: Log2Histogram
     /**
@@ -1517,7 +1526,16 @@ public struct KernelThreadStats: Equatable, Hashable {
          * Durations of off-CPU spans, in nanoseconds (log2 buckets).
          */offCpuHistogram: Log2Histogram, 
         /**
-         * Wakeup-to-run latencies, in nanoseconds (log2 buckets).
+         * Wakeup-to-run latencies, in nanoseconds (log2 buckets): each wait
+         * on a run queue that followed a wakeup (not those after a
+         * preemption), as the kernel's own accounting measures it: the waits
+         * it adds to the thread's run-queue total in
+         * `/proc/<pid>/task/<tid>/schedstat`, on the run queue's clock from
+         * enqueue to switch-in. A wakeup that preempts at once (as on an idle
+         * CPU) counts 0 there, since the kernel skips that clock's update;
+         * tools that time from the wakeup on the monotonic clock show a few
+         * µs of idle exit for it. Empty on kernels without
+         * `CONFIG_SCHED_INFO`.
          */runQueueLatencyHistogram: Log2Histogram, 
         /**
          * Wakes: times this thread was made runnable by another thread or an

@@ -1747,7 +1747,16 @@ data class KernelThreadStats (
     val `offCpuHistogram`: Log2Histogram
     , 
     /**
-     * Wakeup-to-run latencies, in nanoseconds (log2 buckets).
+     * Wakeup-to-run latencies, in nanoseconds (log2 buckets): each wait
+     * on a run queue that followed a wakeup (not those after a
+     * preemption), as the kernel's own accounting measures it: the waits
+     * it adds to the thread's run-queue total in
+     * `/proc/<pid>/task/<tid>/schedstat`, on the run queue's clock from
+     * enqueue to switch-in. A wakeup that preempts at once (as on an idle
+     * CPU) counts 0 there, since the kernel skips that clock's update;
+     * tools that time from the wakeup on the monotonic clock show a few
+     * µs of idle exit for it. Empty on kernels without
+     * `CONFIG_SCHED_INFO`.
      */
     val `runQueueLatencyHistogram`: Log2Histogram
     , 
