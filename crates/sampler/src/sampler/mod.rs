@@ -263,11 +263,7 @@ impl Sampler {
     /// it; they get equal intervals.
     pub fn latest_interval_shared(&self) -> Option<Arc<Interval>> {
         let to = self.newest_key()?.seq;
-        let from = to.checked_sub(1)?;
-        if let Some(kept) = self.inner.readings.interval(from, to) {
-            return Some(kept); // kept: not timed (see `account`)
-        }
-        self.account(|| self.between_shared(from, to, Keep::Newest))
+        self.interval_between_shared(to.checked_sub(1)?, to)
     }
 
     /// The interval from the snapshot taken nearest to `window` before the
@@ -432,11 +428,10 @@ impl Sampler {
     /// trace writer, an exporter) that only read them; the time in `f` is
     /// the caller's.
     pub fn with_findings<R>(&self, f: impl FnOnce(&[Finding]) -> R) -> R {
-        let kept = self
-            .newest_key()
-            .and_then(|k| self.inner.readings.diagnosis(k));
         // Kept: not timed (see `account`).
-        let diagnosis = kept.unwrap_or_else(|| self.account(|| self.diagnosis()));
+        let diagnosis = self
+            .kept_diagnosis()
+            .unwrap_or_else(|| self.account(|| self.diagnosis()));
         f(&diagnosis.findings)
     }
 
@@ -444,15 +439,21 @@ impl Sampler {
     /// report's window they were computed with: those kept for the newest
     /// snapshot, or computed now and kept.
     fn diagnosis(&self) -> Arc<Diagnosis> {
-        let readings = &self.inner.readings;
-        if let Some(kept) = self.newest_key().and_then(|k| readings.diagnosis(k)) {
+        if let Some(kept) = self.kept_diagnosis() {
             return kept;
         }
         let diagnosis = Arc::new(self.diagnose_history(&self.history()));
         if let Some(k) = diagnosis.key {
-            readings.keep_diagnosis(k, diagnosis.clone());
+            self.inner.readings.keep_diagnosis(k, diagnosis.clone());
         }
         diagnosis
+    }
+
+    /// The findings kept for the newest snapshot, if a reader computed
+    /// them.
+    fn kept_diagnosis(&self) -> Option<Arc<Diagnosis>> {
+        self.newest_key()
+            .and_then(|k| self.inner.readings.diagnosis(k))
     }
 
     /// Findings over `h` with the configured thresholds, with the interval
