@@ -152,7 +152,7 @@ fn start_session(te: &TrackEvents, clear_period_ms: Option<u32>) -> TracingSessi
     session.start_blocking();
     // Through a service of another process, the start reaches this
     // process's data source over IPC after the consumer's call returns.
-    let until = Instant::now() + Duration::from_secs(30);
+    let until = Instant::now() + Duration::from_secs(120);
     while !TrackEvents::recording() {
         assert!(
             Instant::now() < until,

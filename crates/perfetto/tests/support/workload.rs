@@ -130,7 +130,7 @@ pub fn drive(s: &Sampler, n: u64, every: Duration, wait: impl Fn(u64)) -> (Vec<V
     (intervals, findings)
 }
 
-/// Waits (generously: 30 s) until `written()` reaches `n`; `what` and
+/// Waits (generously: 120 s) until `written()` reaches `n`; `what` and
 /// `status()` name the follower in the failure.
 pub fn wait_until_written(
     n: u64,
@@ -138,7 +138,7 @@ pub fn wait_until_written(
     written: impl Fn() -> u64,
     status: impl Fn() -> String,
 ) {
-    let until = Instant::now() + Duration::from_secs(30);
+    let until = Instant::now() + Duration::from_secs(120);
     while written() < n {
         assert!(
             Instant::now() < until,
