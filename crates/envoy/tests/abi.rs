@@ -1,0 +1,78 @@
+//! The module's declarations against the facts: the hooks the built
+//! `libwakemeter_envoy.so` exports, and (given an Envoy binary) the
+//! callbacks that Envoy exports.
+#![cfg(target_os = "linux")]
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use object::{Object, ObjectSymbol};
+use wakemeter_envoy::abi::{CALLBACK_NAMES, HOOK_NAMES, SCHEDULER_DELETE};
+
+/// Defined dynamic symbols of the ELF file at `path`.
+fn dynamic_exports(path: &PathBuf) -> HashSet<String> {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let file =
+        object::File::parse(&*data).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
+    file.dynamic_symbols()
+        .filter(|s| !s.is_undefined())
+        .filter_map(|s| s.name().ok().map(str::to_owned))
+        .collect()
+}
+
+/// The cdylib cargo built beside this test (target/<profile>/).
+fn built_module() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps/<test>");
+    profile_dir.join("libwakemeter_envoy.so")
+}
+
+#[test]
+fn the_module_exports_every_hook_envoy_demands() {
+    let lib = built_module();
+    assert!(lib.exists(), "{} not built", lib.display());
+    let exports = dynamic_exports(&lib);
+    for hook in HOOK_NAMES {
+        assert!(
+            exports.contains(hook),
+            "{} does not export {hook}",
+            lib.display()
+        );
+    }
+    // And no callback is defined by the module itself: they are Envoy's.
+    assert!(
+        !exports
+            .iter()
+            .any(|s| s.starts_with("envoy_dynamic_module_callback_")),
+        "the module must not define Envoy's callbacks"
+    );
+}
+
+#[test]
+fn envoy_exports_every_callback_the_module_calls() {
+    let Some(bin) = std::env::var_os("WAKEMETER_ENVOY_BIN").map(PathBuf::from) else {
+        // scripts/envoy-test.sh sets it after installing Envoy; without
+        // it there is nothing to check against (counted there, not here).
+        eprintln!("SKIPPED: WAKEMETER_ENVOY_BIN not set (scripts/envoy-test.sh sets it)");
+        return;
+    };
+    let exports = dynamic_exports(&bin);
+    for name in CALLBACK_NAMES.iter().chain([&SCHEDULER_DELETE]) {
+        assert!(
+            exports.contains(*name),
+            "{} does not export {name}",
+            bin.display()
+        );
+    }
+}
+
+#[test]
+fn outside_envoy_the_callbacks_do_not_resolve() {
+    // This test process is not Envoy: resolving must fail with a name,
+    // never crash, so a module loaded elsewhere refuses cleanly.
+    let err = wakemeter_envoy::abi::Callbacks::get().expect_err("no Envoy here");
+    assert!(err.contains("envoy_dynamic_module_callback_"), "{err}");
+}
