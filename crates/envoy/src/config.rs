@@ -24,7 +24,7 @@ pub struct ModuleConfig {
     /// Sampling interval (`"interval_ms"`, milliseconds). Default 1000.
     pub interval: Duration,
     /// Snapshots kept (`"history"`). Default: the core's
-    /// ([`wakemeter::DEFAULT_HISTORY`]).
+    /// ([`wakemeter::config::DEFAULT_HISTORY`]).
     pub history: Option<u32>,
     /// The module's own eBPF view (`"ebpf"`): per-thread wakes and poll
     /// syscalls (`epoll_wait` calls per dispatcher). Needs root and the

@@ -314,6 +314,12 @@ impl Module {
         }
         module.register_admin();
         module.define_fixed_stats();
+        if lock(&module.stats).refused {
+            cb.log(
+                LogLevel::Warn,
+                "wakemeter: Envoy refused some of the module's stats; they are left out",
+            );
+        }
         Ok(module)
     }
 
