@@ -76,3 +76,42 @@ fn outside_envoy_the_callbacks_do_not_resolve() {
     let err = wakemeter_envoy::abi::Callbacks::get().expect_err("no Envoy here");
     assert!(err.contains("envoy_dynamic_module_callback_"), "{err}");
 }
+
+#[test]
+fn envoy_looks_up_no_bootstrap_hook_the_module_lacks() {
+    let Some(bin) = std::env::var_os("WAKEMETER_ENVOY_BIN").map(PathBuf::from) else {
+        eprintln!("SKIPPED: WAKEMETER_ENVOY_BIN not set (scripts/envoy-test.sh sets it)");
+        return;
+    };
+    // Envoy finds each hook with dlsym by a name held in its binary (the
+    // literals sit back to back, without separators): every occurrence of
+    // the bootstrap prefix must begin one of the module's hook names, and
+    // each of those must occur.
+    let data = std::fs::read(&bin).unwrap_or_else(|e| panic!("read {}: {e}", bin.display()));
+    let prefix = b"envoy_dynamic_module_on_bootstrap_extension_";
+    let mut named: HashSet<&str> = HashSet::new();
+    for at in data
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == prefix[0])
+        .map(|(i, _)| i)
+    {
+        let rest = &data[at..];
+        if !rest.starts_with(prefix) {
+            continue;
+        }
+        let hook = HOOK_NAMES.iter().find(|h| rest.starts_with(h.as_bytes()));
+        assert!(
+            hook.is_some(),
+            "Envoy names a bootstrap hook the module lacks: {}",
+            String::from_utf8_lossy(&rest[..rest.len().min(100)])
+        );
+        named.extend(hook.copied());
+    }
+    for hook in HOOK_NAMES
+        .iter()
+        .filter(|h| h.starts_with("envoy_dynamic_module_on_bootstrap_"))
+    {
+        assert!(named.contains(hook), "Envoy never names {hook}");
+    }
+}
