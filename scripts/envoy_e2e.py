@@ -19,8 +19,9 @@ Every port is ephemeral (port 0, read back from Envoy's admin). Steps:
     loop count (histogram count of listener_manager.worker_N.dispatcher.
     loop_duration_us) within 5% over the load window;
  5. SIGTERM: Envoy exits 0;
- 6. a panic injected in the admin hook (test-only config) gives 503 on the
-    admin path, one error line in Envoy's log, and Envoy keeps proxying.
+ 6. a panic injected in the admin hook, then in the main-thread stats hook
+    (test-only config) gives 503 on the admin path, one error line in
+    Envoy's log, and Envoy keeps proxying.
 Prints one `envoy-e2e: ok` line with the figures, or fails with the reason.
 """
 
@@ -371,26 +372,36 @@ def main():
     if "wakemeter: internal error" in envoy.log_text():
         fail("the module reported an internal error")
 
-    # 6. A panic in the admin hook: 503, one log line, Envoy keeps serving.
-    config = {"interval_ms": 500, "test_panic": "admin_request"}
-    envoy = Envoy(binary, module_dir, work, "panic", bootstrap(up_port, json.dumps(config)))
-    for _ in range(2):
-        status, body = envoy.get("/wakemeter")
-        if status != 503 or "disabled" not in body:
-            fail(f"after the injected panic /wakemeter answered {status}: {body}")
-    if drive_load(envoy.listener_port, 1) < 1 or envoy.get("/ready")[0] != 200:
-        fail("envoy stopped serving after the module's panic")
-    rc = envoy.stop()
-    lines = [l for l in envoy.log_text().splitlines() if "wakemeter: internal error" in l]
-    if rc != 0 or len(lines) != 1 or "panicked" in envoy.log_text():
-        fail(f"after the injected panic: rc {rc}, {len(lines)} error lines:\n{envoy.log_text()[-2000:]}")
+    # 6. A panic in the admin hook, then in the main-thread stats hook:
+    # 503, one log line, Envoy keeps serving.
+    panic_lines = []
+    for site in ("admin_request", "publish"):
+        config = {"interval_ms": 500, "test_panic": site}
+        envoy = Envoy(binary, module_dir, work, f"panic-{site}", bootstrap(up_port, json.dumps(config)))
+        deadline = time.monotonic() + HANG_GUARD_S
+        while site == "publish" and "wakemeter: internal error" not in envoy.log_text():
+            if time.monotonic() > deadline:
+                fail("the injected publish panic never happened")
+            time.sleep(0.1)
+        for _ in range(2):
+            status, body = envoy.get("/wakemeter")
+            if status != 503 or "disabled" not in body:
+                fail(f"after the injected {site} panic /wakemeter answered {status}: {body}")
+        if drive_load(envoy.listener_port, 1) < 1 or envoy.get("/ready")[0] != 200:
+            fail(f"envoy stopped serving after the module's {site} panic")
+        rc = envoy.stop()
+        lines = [l for l in envoy.log_text().splitlines() if "wakemeter: internal error" in l]
+        if rc != 0 or len(lines) != 1 or "panicked" in envoy.log_text():
+            fail(f"after the injected {site} panic: rc {rc}, {len(lines)} error lines:\n{envoy.log_text()[-2000:]}")
+        panic_lines.append(lines[0])
     upstream.shutdown()
 
     print(f"envoy-e2e: ok: {requests} requests proxied; dispatchers named; per-thread CPU of 3 dispatchers "
           f"within {worst * 100:.2f}% of /proc schedstat over a {iv['duration_ns'] / 1e9:.1f} s window; "
           f"{agreement}; {cost.group(0) if cost else ''}")
     print(f"envoy-e2e: bad config refused: {refusal.strip()[-160:]}")
-    print(f"envoy-e2e: injected panic: 503 on /wakemeter, Envoy kept serving, one log line: {lines[0].strip()[-160:]}")
+    for line in panic_lines:
+        print(f"envoy-e2e: injected panic: 503 on /wakemeter, Envoy kept serving, one log line: {line.strip()[-150:]}")
     os._exit(0)
 
 

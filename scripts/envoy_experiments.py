@@ -135,8 +135,10 @@ def wrk(seconds, port):
     out = subprocess.run(WRK.format(d=seconds, p=port), shell=True, capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     lat = {}
-    for pct, val, unit in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", out, re.M):
-        lat[pct] = float(val) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    for pct, val, unit in re.findall(r"^\s*(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M):
+        lat[pct] = float(val) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
+    if "50" not in lat or "99" not in lat:
+        sys.exit(f"no latency percentiles in wrk's output:\n{out}")
     return rps, lat.get("50"), lat.get("99"), out
 
 
@@ -173,32 +175,58 @@ def module_polls():
     return out
 
 
+CGROUP = "wakemeter-envoy-experiment"
+
+
+def cgroup2_root():
+    for line in open("/proc/self/mounts"):
+        dev, mnt, fstype = line.split()[:3]
+        if fstype == "cgroup2":
+            return mnt
+    sys.exit("no cgroup2 filesystem mounted: the sidecar experiment selects nginx and Envoy by cgroup")
+
+
 def sidecar(envoy, module_dir, wakemeter, out):
-    nginx = subprocess.Popen(["nginx", "-c", nginx_conf(out)], start_new_session=True)
+    # nginx and Envoy in one cgroup, which `ab --cgroup` records: the
+    # control is nginx alone, the variant nginx behind Envoy.
+    cg = os.path.join(cgroup2_root(), CGROUP)
+    os.makedirs(cg, exist_ok=True)
+    procs = os.path.join(cg, "cgroup.procs")
+
+    def join_cgroup():
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    nginx = subprocess.Popen(["nginx", "-c", nginx_conf(out)], start_new_session=True, preexec_fn=join_cgroup)
     time.sleep(1)
     try:
         plain = envoy_yaml(out, "sidecar")
         results = {}
-        for label, extra in (("sidecar", []), ("concurrency", [])):
+        for label in ("sidecar", "concurrency"):
             if label == "sidecar":
-                args = ["--name", "nginx", "--name", "envoy",
+                args = ["--cgroup", cg,
                         "--control-load", WRK.format(d=10, p=NGINX_PORT),
                         "--variant-load", WRK.format(d=10, p=ENVOY_PORT),
-                        "--variant", f"exec {envoy} -c {plain} --use-dynamic-base-id --concurrency 2"]
+                        "--variant", f"echo $$ > {procs}; exec {envoy} -c {plain} --use-dynamic-base-id --concurrency 2"]
             else:
-                args = ["--name", "envoy", "--load", WRK.format(d=10, p=ENVOY_PORT),
+                args = ["--name", "envoy", "--match", "name", "--load", WRK.format(d=10, p=ENVOY_PORT),
                         "--control", f"exec {envoy} -c {plain} --use-dynamic-base-id --concurrency 1",
                         "--variant", f"exec {envoy} -c {plain} --use-dynamic-base-id --concurrency 2"]
-            cmd = [wakemeter, "ab", "--runs", "3", "--dir", os.path.join(out, f"ab-{label}")] + args + extra
-            print(f"$ {' '.join(cmd)}", flush=True)
+            cmd = [wakemeter, "ab", "--runs", "3", "--dir", os.path.join(out, f"ab-{label}")] + args
+            print("$ " + " ".join(f"'{a}'" if " " in a else a for a in cmd), flush=True)
             r = subprocess.run(cmd, capture_output=True, text=True)
             results[label] = r.stdout
-            print(r.stdout)
+            print(r.stdout, flush=True)
             if r.returncode != 0:
                 print(r.stderr[-3000:])
         return results
     finally:
         stop(nginx)
+        time.sleep(0.5)
+        try:
+            os.rmdir(cg)
+        except OSError:
+            pass
 
 
 def loops(envoy, module_dir, wakemeter, out, seconds=30):
@@ -314,6 +342,7 @@ def main():
     which = sys.argv[5:] or ["sidecar", "loops", "module"]
     os.makedirs(out, exist_ok=True)
     for w in which:
+        print(f"== {w} (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)", flush=True)
         {"sidecar": sidecar, "loops": loops, "module": module}[w](envoy, module_dir, wakemeter, out)
 
 

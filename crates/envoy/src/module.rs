@@ -403,8 +403,8 @@ impl Module {
         }
     }
 
-    /// Defines the gauges and the counter of dispatcher `role`. Envoy
-    /// refuses new stats once the server runs ("frozen"), so every
+    /// Defines the gauges and the counter of dispatcher `role`. Stats
+    /// defined once the server runs do not appear in Envoy's `/stats`, so every
     /// dispatcher's are defined in `config_new`: the main thread's and
     /// those of workers 0 to `--concurrency` - 1.
     fn define_dispatcher_stats(cb: &Callbacks, c: ConfigEnvoyPtr, s: &mut Stats, role: &str) {

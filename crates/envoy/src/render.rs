@@ -66,6 +66,7 @@ fn subject(s: &Subject) -> String {
         Subject::Thread { tid, name } => format!("thread {name} ({tid})"),
         Subject::Loop { name, .. } => format!("loop {name}"),
         Subject::SleepSite { name, .. } => format!("sleep site {name}"),
+        Subject::Threads { name, tids } => format!("{} threads {name}", tids.len()),
         other => format!("{other:?}"),
     }
 }
