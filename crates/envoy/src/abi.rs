@@ -119,12 +119,13 @@ type UpdateMetricFn = unsafe extern "C" fn(
     value: u64,
 ) -> u32;
 type ConcurrencyFn = unsafe extern "C" fn() -> u32;
+type ValidationModeFn = unsafe extern "C" fn() -> bool;
 type SchedulerNewFn = unsafe extern "C" fn(config: ConfigEnvoyPtr) -> SchedulerPtr;
 type SchedulerCommitFn = unsafe extern "C" fn(scheduler: SchedulerPtr, event_id: u64);
 type SchedulerDeleteFn = unsafe extern "C" fn(scheduler: SchedulerPtr);
 
 /// Every callback this module calls, by its symbol name in the Envoy binary.
-pub const CALLBACK_NAMES: [&str; 11] = [
+pub const CALLBACK_NAMES: [&str; 12] = [
     "envoy_dynamic_module_callback_log",
     "envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete",
     "envoy_dynamic_module_callback_bootstrap_extension_register_admin_handler",
@@ -136,6 +137,7 @@ pub const CALLBACK_NAMES: [&str; 11] = [
     "envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new",
     "envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit",
     "envoy_dynamic_module_callback_get_concurrency",
+    "envoy_dynamic_module_callback_is_validation_mode",
 ];
 
 /// The scheduler's delete callback (listed apart: it is only called at shutdown).
@@ -181,6 +183,7 @@ pub struct Callbacks {
     scheduler_commit: SchedulerCommitFn,
     scheduler_delete: SchedulerDeleteFn,
     concurrency: ConcurrencyFn,
+    validation_mode: ValidationModeFn,
 }
 
 /// Looks `name` up in the running process's global symbols.
@@ -226,6 +229,7 @@ impl Callbacks {
             scheduler_commit: resolve!(CALLBACK_NAMES[9], SchedulerCommitFn),
             scheduler_delete: resolve!(SCHEDULER_DELETE, SchedulerDeleteFn),
             concurrency: resolve!(CALLBACK_NAMES[10], ConcurrencyFn),
+            validation_mode: resolve!(CALLBACK_NAMES[11], ValidationModeFn),
         })
     }
 
@@ -372,6 +376,12 @@ impl Callbacks {
     pub unsafe fn concurrency(&self) -> u32 {
         // SAFETY: per the caller's contract.
         unsafe { (self.concurrency)() }
+    }
+
+    /// Whether Envoy only validates its config (`--mode validate`).
+    pub fn validation_mode(&self) -> bool {
+        // SAFETY: no arguments; Envoy answers from its options.
+        unsafe { (self.validation_mode)() }
     }
 
     /// Frees a scheduler.

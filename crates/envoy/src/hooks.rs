@@ -74,12 +74,23 @@ fn guarded<R>(site: &str, fallback: R, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// What `config_new` returns under `envoy --mode validate`: the config was
+/// checked, and nothing is started (no sampler, no threads, no eBPF).
+static VALIDATED_ONLY: u8 = 0;
+
+fn validated_only() -> ConfigModulePtr {
+    std::ptr::from_ref(&VALIDATED_ONLY).cast::<c_void>()
+}
+
 /// The module behind Envoy's config pointer.
 ///
 /// # Safety
-/// `ptr` must be null or a pointer `config_new` returned and
-/// `config_destroy` has not freed.
+/// `ptr` must be null, [`validated_only`], or a pointer `config_new`
+/// returned and `config_destroy` has not freed.
 unsafe fn module<'a>(ptr: ConfigModulePtr) -> Option<&'a Module> {
+    if ptr == validated_only() {
+        return None;
+    }
     // SAFETY: per the caller's contract, a live `Box<Module>` or null.
     unsafe { ptr.cast::<Module>().as_ref() }
 }
@@ -116,6 +127,11 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
                 return std::ptr::null();
             }
         };
+        if cb.validation_mode() {
+            // SAFETY: Envoy's live config pointer, on its main thread.
+            unsafe { cb.signal_init_complete(config_envoy) };
+            return validated_only();
+        }
         // SAFETY: Envoy's live config pointer, on its main thread.
         match unsafe { Module::new(cb, config_envoy, parsed) } {
             Ok(m) => {
@@ -152,7 +168,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
 pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(
     config_module: ConfigModulePtr,
 ) {
-    if config_module.is_null() {
+    if config_module.is_null() || config_module == validated_only() {
         return;
     }
     // Not `guarded`: the memory is freed even when the module is disabled.
