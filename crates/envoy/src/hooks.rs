@@ -379,6 +379,7 @@ fn admin_page(m: &Module, config_envoy: ConfigEnvoyPtr, path: &str) -> u32 {
                 dispatchers: m.dispatcher_figures(),
                 publish_cost: m.publish_cost.read(),
                 publisher_cpu_ns: m.publisher_cpu_ns(),
+                admin_cost: m.admin_cost.read(),
             };
             (200, render::text(&report, &ctx))
         }

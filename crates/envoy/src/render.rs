@@ -22,6 +22,9 @@ pub struct PageContext {
     pub publish_cost: (u64, u64, u64, u64),
     /// The publisher thread's CPU, nanoseconds.
     pub publisher_cpu_ns: u64,
+    /// The admin hook (report and page) on Envoy's main thread, as
+    /// `publish_cost`, over the previous requests.
+    pub admin_cost: (u64, u64, u64, u64),
 }
 
 /// The output format a query asks for.
@@ -178,6 +181,7 @@ pub fn text(report: &Report, ctx: &PageContext) -> String {
         }
     }
     let (last, max, mean, calls) = ctx.publish_cost;
+    let (admin_last, admin_max, admin_mean, admin_calls) = ctx.admin_cost;
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -189,6 +193,15 @@ pub fn text(report: &Report, ctx: &PageContext) -> String {
         mean as f64 / 1e3,
         max as f64 / 1e3,
     );
+    if admin_calls > 0 {
+        let _ = writeln!(
+            o,
+            "Admin pages before this one (report and page, on Envoy's main thread): last {:.0} us, mean {:.0} us, max {:.0} us over {admin_calls}.",
+            admin_last as f64 / 1e3,
+            admin_mean as f64 / 1e3,
+            admin_max as f64 / 1e3,
+        );
+    }
     o
 }
 
