@@ -1,7 +1,8 @@
 //! A trace file that follows a sampler: the consumer thread, the write
 //! buffer, the size cap and what happens when the disk is full.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,9 +38,13 @@ const PENDING_CAPACITY_MAX: u64 = 4 * 1024 * 1024;
 /// interval's records before it is written (about 40 KB for the first of
 /// 256 threads, with every track's descriptor; 8 KB after).
 const PENDING_SLACK: u64 = 48 * 1024;
-/// The file's blocks are allocated ahead of its writes in steps of this
-/// many bytes (`fallocate`, the size kept: [`Sink::reserve_for`]).
-const RESERVE_STEP: u64 = 1024 * 1024;
+/// The file's blocks are allocated ahead of its writes by this many times
+/// the bytes of the write that needed them (`fallocate`, the size kept:
+/// [`Sink::reserve_for`]): one allocation every few writes, and never
+/// more held than a few writes' worth (at most [`RESERVE_MAX`]).
+const RESERVE_WRITES: u64 = 4;
+/// Most bytes allocated ahead of the file's end.
+const RESERVE_MAX: u64 = 1024 * 1024;
 
 /// How a trace is written.
 ///
@@ -54,9 +59,11 @@ const RESERVE_STEP: u64 = 1024 * 1024;
 /// at most the intervals of the last `flush_every`; the file is still a
 /// complete trace of everything before. Set both to zero to write each
 /// interval as it comes. On Linux and Android the file's blocks are
-/// allocated 1 MiB ahead of its writes (its size unchanged, so a reader
-/// always finds it ending on a whole record): a killed process leaves up
-/// to that much allocated past the end, which a finished trace lets go.
+/// allocated ahead of its writes, four writes' worth (at most 1 MiB; its
+/// size unchanged, so a reader always finds it ending on a whole record):
+/// a killed process leaves that much allocated past the end, which a
+/// finished trace lets go, as does [`PerfettoFile::give_back`] (for a
+/// sibling output that finds the disk full).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TraceConfig {
@@ -161,6 +168,9 @@ pub struct TraceStatus {
 /// process written to it.
 struct Sink {
     file: File,
+    /// A regular file, written at offsets; false for a device or FIFO
+    /// (written in sequence, nothing allocated ahead or cut back).
+    regular: bool,
     status: TraceStatus,
     max_bytes: u64,
     flush_bytes: u64,
@@ -252,8 +262,12 @@ impl Sink {
         }
         let at = self.status.bytes_written;
         let len = self.pending.len() as u64;
-        self.reserve_for(at + len);
-        let written = self.file.write_all_at(&self.pending, at);
+        let written = if self.regular {
+            self.reserve_for(at, len);
+            self.file.write_all_at(&self.pending, at)
+        } else {
+            (&self.file).write_all(&self.pending)
+        };
         self.pending.clear();
         self.pending_since = None;
         self.status.bytes_buffered = 0;
@@ -269,7 +283,9 @@ impl Sink {
                 // What was written of these records is cut off, so the
                 // file ends on a whole record (and what was allocated
                 // ahead is let go).
-                let _ = self.file.set_len(at);
+                if self.regular {
+                    let _ = self.file.set_len(at);
+                }
                 (self.reserved, self.reserve) = (0, false);
                 self.status.intervals -= intervals;
                 self.status.findings -= findings;
@@ -280,9 +296,10 @@ impl Sink {
         }
     }
 
-    /// Allocates the file's blocks ahead of a write that ends at `end`,
-    /// when the last allocation does not reach it: up to a
-    /// [`RESERVE_STEP`] past it (within the cap), without changing the
+    /// Allocates the file's blocks ahead of a write of `len` bytes at
+    /// `at`, when the last allocation does not reach its end: up to
+    /// [`RESERVE_WRITES`] times `len` past `at` (at most [`RESERVE_MAX`],
+    /// within the cap), without changing the
     /// file's size, so that a reader (and a process killed at any point)
     /// still finds a file that ends on its last whole record. An append
     /// then finds its blocks allocated: on ext4 the write no longer
@@ -290,15 +307,18 @@ impl Sink {
     /// a 40 KB write's CPU time (BENCHMARKS.md, "Perfetto trace writer").
     /// Where the file system refuses (or the disk is full), it is not
     /// asked again, and writes go on as before. The blocks past the end
-    /// are let go when the last process's part ends ([`Sink::release`]);
-    /// a killed process leaves them (at most a step) to the file.
-    fn reserve_for(&mut self, end: u64) {
+    /// are let go when the last process's part ends ([`Sink::release`])
+    /// or a sibling output finds the disk full ([`PerfettoFile::give_back`]);
+    /// a killed process leaves them to the file.
+    fn reserve_for(&mut self, at: u64, len: u64) {
+        let end = at.saturating_add(len);
         if !self.reserve || end <= self.reserved {
             return;
         }
-        let to = end
-            .saturating_add(RESERVE_STEP)
-            .min(self.max_bytes.max(end));
+        let ahead = len
+            .saturating_mul(RESERVE_WRITES)
+            .clamp(len, RESERVE_MAX.max(len));
+        let to = at.saturating_add(ahead).min(self.max_bytes.max(end));
         let from = self.status.bytes_written.max(self.reserved);
         self.reserve = allocate(&self.file, from, to - from);
         if self.reserve {
@@ -307,12 +327,14 @@ impl Sink {
     }
 
     /// Lets go of the blocks allocated past the file's end (the size is
-    /// unchanged).
-    fn release(&mut self) {
-        if self.reserved > self.status.bytes_written {
+    /// unchanged); whether there were any.
+    fn release(&mut self) -> bool {
+        let held = self.reserved > self.status.bytes_written;
+        if held {
             let _ = self.file.set_len(self.status.bytes_written);
         }
         self.reserved = 0;
+        held
     }
 
     /// Records why the trace ended, unless it already had.
@@ -333,7 +355,7 @@ impl Drop for Sink {
     /// records left by a part that could not (a panic while writing).
     fn drop(&mut self) {
         let _ = self.flush();
-        self.release();
+        let _ = self.release();
     }
 }
 
@@ -378,13 +400,32 @@ impl std::fmt::Debug for PerfettoFile {
 }
 
 impl PerfettoFile {
-    /// Creates (or truncates) the file at `path`.
+    /// Creates the file at `path`, the one safe way of
+    /// [`wakemeter_outfile`]: a new file made beside the name (no link
+    /// followed, in a directory other users cannot change) and renamed
+    /// over it at once, so the name shows a complete trace from the first
+    /// write on, also after a `SIGKILL`; a device or FIFO only when the
+    /// name itself is one (written in sequence); never through a link.
     ///
     /// # Errors
     /// [`Error::Create`] when the file cannot be created or written (call
-    /// it before sampling starts, so a bad path stops everything first);
+    /// it before sampling starts, so a bad path stops everything first):
+    /// a link at the name, a directory other users can change, ...;
     /// [`Error::CapTooSmall`] under [`MIN_MAX_BYTES`].
     pub fn create(path: impl AsRef<Path>, config: TraceConfig) -> Result<PerfettoFile, Error> {
+        PerfettoFile::create_until(path, config, None)
+    }
+
+    /// As [`PerfettoFile::create`]; a wait for a FIFO's reader gives up
+    /// once `stop` is set (looked at every 50 ms).
+    ///
+    /// # Errors
+    /// As [`PerfettoFile::create`].
+    pub fn create_until(
+        path: impl AsRef<Path>,
+        config: TraceConfig,
+        stop: Option<&AtomicBool>,
+    ) -> Result<PerfettoFile, Error> {
         if config.max_bytes < MIN_MAX_BYTES {
             return Err(Error::CapTooSmall {
                 max_bytes: config.max_bytes,
@@ -392,18 +433,30 @@ impl PerfettoFile {
             });
         }
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(|source| Error::Create {
+        let mut options = wakemeter_outfile::Options::new(wakemeter_outfile::Publish::Now);
+        options.stop = stop;
+        let out = wakemeter_outfile::OutFile::create(&path, options).map_err(|e| {
+            let source = match e {
+                wakemeter_outfile::Error::Io { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            };
+            Error::Create {
                 path: path.clone(),
                 source,
-            })?;
+            }
+        })?;
+        let regular = out.is_regular();
+        // Published at once: the file is under its name already, and a
+        // finish has nothing more to do than the syncs the trace makes.
+        let file = out.file().try_clone().map_err(|source| Error::Create {
+            path: path.clone(),
+            source,
+        })?;
+        drop(out);
         Ok(PerfettoFile {
             sink: Arc::new(Mutex::new(Sink {
                 file,
+                regular,
                 status: TraceStatus {
                     path,
                     ..Default::default()
@@ -426,7 +479,7 @@ impl PerfettoFile {
                 pending_findings: 0,
                 writes: 0,
                 reserved: 0,
-                reserve: true,
+                reserve: regular,
             })),
         })
     }
@@ -478,6 +531,16 @@ impl PerfettoFile {
     /// What the file holds so far, with what is buffered for it.
     pub fn status(&self) -> TraceStatus {
         lock(&self.sink).status.clone()
+    }
+
+    /// Lets go of the blocks allocated ahead of the file's writes, and
+    /// allocates none from now on: for a sibling output (a recording
+    /// beside the trace) that finds the disk full. Returns whether blocks
+    /// were given back (worth trying that write again).
+    pub fn give_back(&self) -> bool {
+        let mut sink = lock(&self.sink);
+        sink.reserve = false;
+        sink.release()
     }
 
     /// Writes the buffered records now, so that the file holds every
@@ -674,7 +737,7 @@ impl ProcessTrace {
             }
         }
         if sink.open_processes == 0 {
-            sink.release();
+            let _ = sink.release();
         }
         let _ = sink.file.sync_data();
     }
@@ -744,7 +807,7 @@ impl std::fmt::Debug for PerfettoTrace {
 }
 
 impl PerfettoTrace {
-    /// Creates (or truncates) the file at `path`, writes the trace's first
+    /// Creates the file at `path` ([`PerfettoFile::create`]), writes the trace's first
     /// records and starts following `sampler`: one interval per stored
     /// snapshot, from the next one on. Start sampling
     /// ([`Sampler::start`]) before or after.
