@@ -83,7 +83,7 @@ pub const LOAD_GRACE: Duration = Duration::from_secs(2);
 /// second of the signal.
 pub const INTERRUPT_GRACE: Duration = Duration::from_millis(500);
 /// Longest sleep of any wait: the stop flag is looked at this often.
-const POLL: Duration = Duration::from_millis(100);
+const POLL: Duration = crate::signals::STOP_POLL;
 
 /// Signals process group `pgid`.
 fn signal_group(pgid: i32, sig: libc::c_int) -> bool {
@@ -290,7 +290,7 @@ fn run_side(
     let deadline = began
         .checked_add(o.load_timeout)
         .ok_or("--load-timeout is too large")?;
-    let step = (o.interval / 2).clamp(Duration::from_millis(5), Duration::from_millis(200));
+    let step = (o.interval / 2).clamp(Duration::from_millis(5), crate::signals::STOP_POLL);
     let mut dropped = Vec::new();
     let mut next_resolve = began + Duration::from_secs(1);
     let (status, reason) = loop {

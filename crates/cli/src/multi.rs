@@ -293,7 +293,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         // whichever comes first.
         let now = Instant::now();
         let until = deadline.map_or(next, |d| d.min(next));
-        std::thread::sleep(until.saturating_duration_since(now).min(SAMPLE_EVERY));
+        let most = match &interrupted {
+            Some(_) => crate::signals::STOP_POLL,
+            None => SAMPLE_EVERY,
+        };
+        std::thread::sleep(until.saturating_duration_since(now).min(most));
     }
     for mut w in std::mem::take(&mut set).into_values() {
         drop(w.guard.take());

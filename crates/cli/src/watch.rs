@@ -154,7 +154,13 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         let now = Instant::now();
         let until_deadline = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
         // A timeout or a stopped run: `check` below says what happened.
-        let stored = match sampler.wait_for_sample(last, until_deadline.min(2 * SAMPLE_EVERY)) {
+        // With a stop flag (a trace to finish), it is looked at every
+        // STOP_POLL: Ctrl-C ends the watch within that.
+        let most = match &interrupted {
+            Some(_) => crate::signals::STOP_POLL,
+            None => 2 * SAMPLE_EVERY,
+        };
+        let stored = match sampler.wait_for_sample(last, until_deadline.min(most)) {
             SampleWait::Stored { seq } => {
                 last = Some(seq);
                 Some(seq)

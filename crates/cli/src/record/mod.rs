@@ -96,8 +96,9 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
     let deadline = Instant::now()
         .checked_add(o.duration)
         .ok_or("--seconds is too large")?;
-    // Looks at the samplers twice an interval (within 5 ms to 200 ms).
-    let step = (o.interval / 2).clamp(Duration::from_millis(5), Duration::from_millis(200));
+    // Looks at the samplers twice an interval (within 5 ms to 100 ms: the
+    // stop flag is looked at as often).
+    let step = (o.interval / 2).clamp(Duration::from_millis(5), crate::signals::STOP_POLL);
     let resolve_every = o.interval.max(Duration::from_secs(1));
     let mut next_resolve = Instant::now() + resolve_every;
     let reason = loop {
