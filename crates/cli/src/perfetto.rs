@@ -7,8 +7,10 @@
 #[cfg(feature = "perfetto")]
 use std::path::Path;
 use std::path::PathBuf;
+#[cfg(feature = "perfetto")]
 use std::sync::atomic::AtomicBool;
 
+#[cfg(feature = "perfetto")]
 use crate::record::output::OnFull;
 
 #[cfg(feature = "perfetto")]
@@ -44,6 +46,9 @@ pub struct PerfettoArgs {
 pub struct Trace {
     pub file: PerfettoFile,
     end_said: bool,
+    /// The summary was said; if not, dropping the trace says it (an error
+    /// that ends the command early still names what the file holds).
+    summarized: bool,
 }
 
 #[cfg(feature = "perfetto")]
@@ -67,6 +72,7 @@ impl PerfettoArgs {
         Ok(Some(Trace {
             file,
             end_said: false,
+            summarized: false,
         }))
     }
 }
@@ -93,6 +99,7 @@ impl Trace {
     /// False when the trace was asked for but not written: nothing
     /// reached the file, or a write failed (a full disk, `/dev/full`).
     pub fn summary(&mut self) -> bool {
+        self.summarized = true;
         self.note_end();
         let s = self.file.status();
         print::note(&format!(
@@ -126,6 +133,16 @@ impl Trace {
     pub fn give_back(&self) -> OnFull {
         let file = self.file.clone();
         Box::new(move || file.give_back())
+    }
+}
+
+/// Every way out says what the trace holds.
+#[cfg(feature = "perfetto")]
+impl Drop for Trace {
+    fn drop(&mut self) {
+        if !self.summarized {
+            self.summary();
+        }
     }
 }
 
