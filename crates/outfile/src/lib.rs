@@ -38,14 +38,19 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-use std::ffi::{CStr, CString, OsStr, OsString};
+mod dir;
+mod sys;
+
+pub use dir::Dir;
+use sys::{fstat, fstatat_nofollow, fsync};
+
+use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
 
 /// Why an output file cannot be written.
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +119,10 @@ impl Error {
     }
 }
 
-fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Error + 'a {
+pub(crate) fn io_error<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> Error + 'a {
     move |source| Error::Io {
         what,
         path: path.to_path_buf(),
@@ -192,421 +200,9 @@ pub fn is_stdout(path: &Path) -> bool {
     )
 }
 
-/// A directory opened once to create output files in, checked against
-/// other users' changes ([`Dir::open`]).
-#[derive(Debug)]
-pub struct Dir {
-    fd: OwnedFd,
-    path: PathBuf,
-}
-
-fn cstring(s: &OsStr, path: &Path) -> Result<CString, Error> {
-    CString::new(s.as_bytes()).map_err(|_| Error::Io {
-        what: "use",
-        path: path.to_path_buf(),
-        source: io::Error::from_raw_os_error(libc::EINVAL),
-    })
-}
-
-fn fstat(fd: &impl AsRawFd) -> io::Result<libc::stat> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `st` is a writable stat buffer; fstat fills it on success.
-    let rc = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstat returned 0, so it wrote the whole structure.
-    Ok(unsafe { st.assume_init() })
-}
-
-fn fstatat_nofollow(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `name` is NUL-terminated, `st` is a writable stat buffer,
-    // and `dir` is an open descriptor.
-    let rc = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstatat returned 0, so it wrote the whole structure.
-    Ok(unsafe { st.assume_init() })
-}
-
-fn openat(dir: libc::c_int, name: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; the mode is passed as the
-    // variadic third argument openat expects with O_CREAT.
-    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail and touches no memory.
-    unsafe { libc::geteuid() }
-}
-
-fn egid() -> u32 {
-    // SAFETY: getegid cannot fail and touches no memory.
-    unsafe { libc::getegid() }
-}
-
-fn file_type(st: &libc::stat) -> libc::mode_t {
-    st.st_mode & libc::S_IFMT
-}
-
-/// Why other users could change entries of a directory with `st`, if
-/// they could.
-fn unsafe_dir(st: &libc::stat) -> Option<String> {
-    let me = euid();
-    if st.st_uid != me && st.st_uid != 0 {
-        return Some(format!("owned by user {}, not by you or root", st.st_uid));
-    }
-    if st.st_mode & libc::S_ISVTX != 0 {
-        return None;
-    }
-    if st.st_mode & libc::S_IWOTH != 0 {
-        return Some("writable by every user, without the sticky bit".to_string());
-    }
-    if st.st_mode & libc::S_IWGRP != 0 && st.st_gid != egid() && st.st_gid != 0 {
-        return Some(format!(
-            "writable by group {}, without the sticky bit",
-            st.st_gid
-        ));
-    }
-    None
-}
-
-/// The error of opening directory `path` with `O_DIRECTORY|O_NOFOLLOW`:
-/// a link there answers `ENOTDIR` (or `ELOOP`), said as [`Error::Link`].
-fn dir_error(path: &Path, e: io::Error) -> Error {
-    let linked = matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR))
-        && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-    if linked {
-        Error::Link {
-            path: path.to_path_buf(),
-        }
-    } else {
-        io_error("open the directory", path)(e)
-    }
-}
-
-impl Dir {
-    /// Opens the directory `path` (`""` is the working directory): no link
-    /// in its last component, and refused when other users could change
-    /// its entries (see [`Error::UnsafeDir`]).
-    ///
-    /// # Errors
-    /// [`Error::Link`], [`Error::UnsafeDir`], [`Error::Io`].
-    pub fn open(path: &Path) -> Result<Dir, Error> {
-        let shown = if path.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            path
-        };
-        let c = cstring(shown.as_os_str(), shown)?;
-        let fd = openat(
-            libc::AT_FDCWD,
-            &c,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-            0,
-        )
-        .map_err(|e| dir_error(shown, e))?;
-        let st = fstat(&fd).map_err(io_error("open the directory", shown))?;
-        if let Some(why) = unsafe_dir(&st) {
-            return Err(Error::UnsafeDir {
-                dir: shown.to_path_buf(),
-                why,
-            });
-        }
-        Ok(Dir {
-            fd,
-            path: shown.to_path_buf(),
-        })
-    }
-
-    /// A directory of the caller's own: created with `mkdir` (mode
-    /// `0o755` less the umask; missing parents the same way), or, if it
-    /// exists, opened and accepted only when the caller owns it and no
-    /// one else can write to it. An existing directory of another user is
-    /// never taken over.
-    ///
-    /// # Errors
-    /// [`Error::UnsafeDir`] for a directory of another user or one others
-    /// can write to; as [`Dir::open`] for its parent.
-    pub fn create_own(path: &Path) -> Result<Dir, Error> {
-        let (parent, name) = split(path)?;
-        let parent_dir = match Dir::open(parent) {
-            Ok(d) => d,
-            Err(Error::Io { source, .. })
-                if source.kind() == io::ErrorKind::NotFound && !parent.as_os_str().is_empty() =>
-            {
-                Dir::create_own(parent)?
-            }
-            Err(e) => return Err(e),
-        };
-        let c = cstring(name, path)?;
-        // SAFETY: `c` is NUL-terminated and the descriptor is open.
-        let rc = unsafe { libc::mkdirat(parent_dir.fd.as_raw_fd(), c.as_ptr(), 0o755) };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(io_error("create the directory", path)(e));
-            }
-        }
-        let fd = openat(
-            parent_dir.fd.as_raw_fd(),
-            &c,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-            0,
-        )
-        .map_err(|e| dir_error(path, e))?;
-        let st = fstat(&fd).map_err(io_error("open the directory", path))?;
-        if st.st_uid != euid() {
-            return Err(Error::UnsafeDir {
-                dir: path.to_path_buf(),
-                why: format!("it exists and belongs to user {}, not to you", st.st_uid),
-            });
-        }
-        if st.st_mode & (libc::S_IWGRP | libc::S_IWOTH) != 0 {
-            return Err(Error::UnsafeDir {
-                dir: path.to_path_buf(),
-                why: "it exists and other users can write to it".to_string(),
-            });
-        }
-        Ok(Dir {
-            fd,
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// The path the directory was opened by.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Opens `name` (one path component) in this directory for writing:
-    /// see [`OutFile::create`].
-    ///
-    /// # Errors
-    /// As [`OutFile::create`].
-    pub fn create(&self, name: &OsStr, options: Options<'_>) -> Result<OutFile, Error> {
-        let path = self.path.join(name);
-        let cname = cstring(name, &path)?;
-        match fstatat_nofollow(&self.fd, &cname) {
-            Ok(st) => match file_type(&st) {
-                libc::S_IFREG => {}
-                libc::S_IFLNK => return Err(Error::Link { path }),
-                libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO => {
-                    return self.direct(&cname, path, options);
-                }
-                libc::S_IFDIR => {
-                    return Err(Error::NotWritable {
-                        path,
-                        what: "a directory",
-                    });
-                }
-                libc::S_IFSOCK => {
-                    return Err(Error::NotWritable {
-                        path,
-                        what: "a socket",
-                    });
-                }
-                _ => {
-                    return Err(Error::NotWritable {
-                        path,
-                        what: "not a regular file",
-                    });
-                }
-            },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error("look at", &path)(e)),
-        }
-        let (tmp, file) = self.create_temp(name, &path, options.mode)?;
-        let mut out = OutFile {
-            file,
-            kind: Kind::Renamed {
-                dir: self.fd.try_clone().map_err(io_error("create", &path))?,
-                tmp: Some(tmp),
-                name: cname,
-                replace: options.replace,
-            },
-            path,
-        };
-        if options.publish == Publish::Now {
-            out.rename_into_place()?;
-        }
-        Ok(out)
-    }
-
-    /// Opens `name` in this directory for reading (a file written there
-    /// before, e.g. a child's output): a regular file only, no link
-    /// followed.
-    ///
-    /// # Errors
-    /// [`Error::Link`], [`Error::NotWritable`] (not a regular file),
-    /// [`Error::Io`].
-    pub fn open_read(&self, name: &OsStr) -> Result<File, Error> {
-        let path = self.path.join(name);
-        let c = cstring(name, &path)?;
-        let fd = openat(
-            self.fd.as_raw_fd(),
-            &c,
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            0,
-        )
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => Error::Link { path: path.clone() },
-            _ => io_error("read", &path)(e),
-        })?;
-        let st = fstat(&fd).map_err(io_error("read", &path))?;
-        if file_type(&st) != libc::S_IFREG {
-            return Err(Error::NotWritable {
-                path,
-                what: "not a regular file",
-            });
-        }
-        Ok(File::from(fd))
-    }
-
-    /// Removes `name` from this directory (a link is removed, not
-    /// followed).
-    ///
-    /// # Errors
-    /// [`Error::Io`] (`ENOENT` when it is not there).
-    pub fn remove(&self, name: &OsStr) -> Result<(), Error> {
-        let path = self.path.join(name);
-        let c = cstring(name, &path)?;
-        // SAFETY: `c` is NUL-terminated and the descriptor is open.
-        if unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) } != 0 {
-            return Err(io_error("remove", &path)(io::Error::last_os_error()));
-        }
-        Ok(())
-    }
-
-    /// Opens the directory `path` when it exists ([`Dir::open`]), else
-    /// creates it as [`Dir::create_own`] does.
-    ///
-    /// # Errors
-    /// As [`Dir::open`] and [`Dir::create_own`].
-    pub fn open_or_create(path: &Path) -> Result<Dir, Error> {
-        match Dir::open(path) {
-            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                Dir::create_own(path)
-            }
-            r => r,
-        }
-    }
-
-    /// Creates `NAME.partial-PID` (then `-1`, `-2`, ... when taken) new,
-    /// following no link.
-    fn create_temp(&self, name: &OsStr, path: &Path, mode: u32) -> Result<(CString, File), Error> {
-        let pid = std::process::id();
-        let mut last = None;
-        for attempt in 0..64u32 {
-            let mut tmp: OsString = name.to_os_string();
-            tmp.push(format!(".partial-{pid}"));
-            if attempt > 0 {
-                tmp.push(format!("-{attempt}"));
-            }
-            let c = cstring(&tmp, path)?;
-            match openat(
-                self.fd.as_raw_fd(),
-                &c,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                mode,
-            ) {
-                Ok(fd) => return Ok((c, File::from(fd))),
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last = Some(e),
-                Err(e) => {
-                    return Err(Error::Io {
-                        what: "create",
-                        path: self.path.join(tmp),
-                        source: e,
-                    });
-                }
-            }
-        }
-        Err(Error::Io {
-            what: "create a new file beside",
-            path: path.to_path_buf(),
-            source: last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EEXIST)),
-        })
-    }
-
-    /// A device or FIFO named directly: opened without following a link,
-    /// its type and owner checked on the descriptor.
-    fn direct(&self, name: &CStr, path: PathBuf, options: Options<'_>) -> Result<OutFile, Error> {
-        let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NOCTTY;
-        let fd = match options.stop {
-            None => openat(self.fd.as_raw_fd(), name, flags, 0),
-            Some(stop) => loop {
-                // A FIFO without a reader answers ENXIO at once.
-                match openat(self.fd.as_raw_fd(), name, flags | libc::O_NONBLOCK, 0) {
-                    Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-                        if stop.load(Ordering::Relaxed) {
-                            return Err(Error::Interrupted { path });
-                        }
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    r => break r.and_then(|fd| clear_nonblock(&fd).map(|()| fd)),
-                }
-            },
-        }
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => Error::Link { path: path.clone() },
-            _ => io_error("write", &path)(e),
-        })?;
-        let st = fstat(&fd).map_err(io_error("write", &path))?;
-        match file_type(&st) {
-            libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO => {}
-            // Swapped between the look and the open: nothing written.
-            _ => {
-                return Err(Error::NotWritable {
-                    path,
-                    what: "no longer a device or FIFO (it changed while being opened)",
-                });
-            }
-        }
-        if st.st_uid != euid() && st.st_uid != 0 {
-            return Err(Error::NotWritable {
-                path,
-                what: "a device or FIFO of another user",
-            });
-        }
-        Ok(OutFile {
-            file: File::from(fd),
-            kind: Kind::Direct,
-            path,
-        })
-    }
-}
-
-fn clear_nonblock(fd: &OwnedFd) -> io::Result<()> {
-    // SAFETY: fcntl on an open descriptor, no memory involved.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// The directory and the file name of `path`; refused when `path` ends in
 /// something that cannot be a file's name (`/`, `.`, `..`).
-fn split(path: &Path) -> Result<(&Path, &OsStr), Error> {
+pub(crate) fn split(path: &Path) -> Result<(&Path, &OsStr), Error> {
     let bad = || Error::NotWritable {
         path: path.to_path_buf(),
         what: "a directory",
@@ -625,7 +221,7 @@ fn split(path: &Path) -> Result<(&Path, &OsStr), Error> {
 
 /// Where an [`OutFile`] writes.
 #[derive(Debug)]
-enum Kind {
+pub(crate) enum Kind {
     /// A new file in `dir`: `tmp` until it is renamed over `name`.
     Renamed {
         dir: OwnedFd,
@@ -804,14 +400,6 @@ impl OutFile {
         out.write_all(bytes).map_err(io_error("write", path))?;
         out.finish()
     }
-}
-
-fn fsync(fd: &OwnedFd) -> io::Result<()> {
-    // SAFETY: fsync on an open descriptor, no memory involved.
-    if unsafe { libc::fsync(fd.as_raw_fd()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 impl Write for OutFile {

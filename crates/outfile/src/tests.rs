@@ -3,6 +3,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 
 use super::*;
+use crate::sys::euid;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("wakemeter-outfile-{}-{name}", std::process::id()));
