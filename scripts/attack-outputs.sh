@@ -200,6 +200,22 @@ for n in 6 10 16; do
     failures=$((failures + 1))
   fi
 done
+lowfd() { # what, command... (under ulimit -n 10)
+  local what=$1 rc=0
+  shift
+  (ulimit -n 10 && "$@") >/dev/null 2>"$work/err" || rc=$?
+  check_victims "$what under ulimit -n 10"
+  result "$what under ulimit -n 10" "rc $rc: $(tail -1 "$work/err" | cut -c1-70)"
+  if [ "$rc" -ge 128 ]; then
+    echo "FAIL: $what killed by a signal under ulimit -n 10" >&2
+    failures=$((failures + 1))
+  fi
+}
+lowfd "watch --perfetto" "$bin" watch --pid "$target" --no-ebpf --seconds 1 --perfetto "$shared/lw.pftrace"
+lowfd "ab" "$bin" ab --pid "$target" --no-ebpf --load "sleep 0.3" --settle 0s --interval 0.1 --dir "$shared/lowab"
+lowfd "profile --svg --folded --pprof" "$bin" profile --pid "$target" --off-cpu --seconds 1 \
+  --svg "$shared/l.svg" --folded "$shared/l.folded" --pprof "$shared/l.pb.gz"
+lowfd "demo --report" "$bin" demo --seconds 5 --no-ebpf --report "$shared/l.json"
 leftover=$(find "$shared" -name '*.partial-*' ! -type l | wc -l)
 result "temporary files left behind (not links)" "$leftover"
 
