@@ -67,7 +67,13 @@ impl Dir {
     /// [`Error::UnsafeDir`] for a directory of another user or one others
     /// can write to; as [`Dir::open`] for its parent.
     pub fn create_own(path: &Path) -> Result<Dir, Error> {
-        let (parent, name) = split(path)?;
+        let Ok((parent, name)) = split(path) else {
+            // `.`, `..`, `/`: an existing directory, taken only when own.
+            let c = cstring(path.as_os_str(), path)?;
+            let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+            let fd = openat(libc::AT_FDCWD, &c, flags, 0).map_err(|e| dir_error(path, e))?;
+            return own_dir(fd, path, false);
+        };
         let parent_dir = match Dir::open(parent) {
             Ok(d) => d,
             Err(Error::Io { source, .. })
@@ -80,7 +86,8 @@ impl Dir {
         let c = cstring(name, path)?;
         // SAFETY: `c` is NUL-terminated and the descriptor is open.
         let rc = unsafe { libc::mkdirat(parent_dir.fd.as_raw_fd(), c.as_ptr(), 0o755) };
-        if rc != 0 {
+        let created = rc == 0;
+        if !created {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EEXIST) {
                 return Err(io_error("create the directory", path)(e));
@@ -93,23 +100,7 @@ impl Dir {
             0,
         )
         .map_err(|e| dir_error(path, e))?;
-        let st = fstat(&fd).map_err(io_error("open the directory", path))?;
-        if st.st_uid != euid() {
-            return Err(Error::UnsafeDir {
-                dir: path.to_path_buf(),
-                why: format!("it exists and belongs to user {}, not to you", st.st_uid),
-            });
-        }
-        if st.st_mode & (libc::S_IWGRP | libc::S_IWOTH) != 0 {
-            return Err(Error::UnsafeDir {
-                dir: path.to_path_buf(),
-                why: "it exists and other users can write to it".to_string(),
-            });
-        }
-        Ok(Dir {
-            fd,
-            path: path.to_path_buf(),
-        })
+        own_dir(fd, path, created)
     }
 
     /// The path the directory was opened by.
@@ -312,4 +303,37 @@ impl Dir {
             path,
         })
     }
+}
+
+/// `fd` as a directory of the caller's own: owned by the caller, and
+/// writable by nobody else (one just `created` loses the group and other
+/// write bits a umask such as 002 left it).
+fn own_dir(fd: OwnedFd, path: &Path, created: bool) -> Result<Dir, Error> {
+    let st = fstat(&fd).map_err(io_error("open the directory", path))?;
+    if st.st_uid != euid() {
+        return Err(Error::UnsafeDir {
+            dir: path.to_path_buf(),
+            why: format!("it exists and belongs to user {}, not to you", st.st_uid),
+        });
+    }
+    let open_to_others = st.st_mode & (libc::S_IWGRP | libc::S_IWOTH);
+    if open_to_others != 0 {
+        if !created {
+            return Err(Error::UnsafeDir {
+                dir: path.to_path_buf(),
+                why: "it exists and other users can write to it".to_string(),
+            });
+        }
+        let mode = st.st_mode & 0o7777 & !open_to_others;
+        // SAFETY: fchmod on an open descriptor, no memory involved.
+        if unsafe { libc::fchmod(fd.as_raw_fd(), mode) } != 0 {
+            return Err(io_error("create the directory", path)(
+                io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(Dir {
+        fd,
+        path: path.to_path_buf(),
+    })
 }

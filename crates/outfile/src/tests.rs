@@ -213,6 +213,21 @@ fn create_own_makes_the_directory_and_refuses_one_others_can_write() {
         let e = Dir::create_own(&theirs).unwrap_err();
         assert!(matches!(e, Error::UnsafeDir { .. }), "{e}");
     }
+    // Made under a umask that leaves group write: closed to others.
+    // SAFETY: umask only swaps the process's mask.
+    let old = unsafe { libc::umask(0o002) };
+    let grouped = Dir::create_own(&d.join("grouped"));
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    grouped.unwrap();
+    let mode = std::fs::metadata(d.join("grouped")).unwrap().mode() & 0o777;
+    assert_eq!(mode & 0o022, 0, "{mode:o}");
+    // `.` is taken when it is one's own.
+    let here = std::env::current_dir().unwrap();
+    std::env::set_current_dir(&mine).unwrap();
+    let dot = Dir::create_own(Path::new("."));
+    std::env::set_current_dir(here).unwrap();
+    dot.unwrap();
     // A link at the directory's name is not followed.
     symlink(&mine, d.join("via")).unwrap();
     let e = Dir::create_own(&d.join("via")).unwrap_err();
