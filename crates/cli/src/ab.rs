@@ -139,6 +139,8 @@ fn terminate(
 struct Started {
     child: Child,
     stop: std::sync::Arc<AtomicBool>,
+    /// Stopped and reaped: its group id may name another group now.
+    stopped: bool,
 }
 
 impl Started {
@@ -163,12 +165,19 @@ impl Started {
             .process_group(0)
             .spawn()
             .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
-        Ok(Started { child, stop })
+        Ok(Started {
+            child,
+            stop,
+            stopped: false,
+        })
     }
 
     /// SIGTERM to the group, then SIGKILL after [`SIDE_GRACE`] (or
     /// [`INTERRUPT_GRACE`] once interrupted); reaps the child.
     fn stop(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
         let stop = self.stop.clone();
         terminate(&mut self.child, SIDE_GRACE, &stop, || {}, POLL);
     }
