@@ -67,6 +67,11 @@ if [ "$(id -u)" -eq 0 ] && [ -x scripts/memory-ceiling.sh ]; then
   scripts/memory-ceiling.sh 10
 fi
 
+if [ "$(id -u)" -eq 0 ] && [ -x scripts/attack-outputs.sh ]; then
+  step "attacks on every output as a second user in a shared directory (links, flips, full disk, fd limit; ~1 min)"
+  scripts/attack-outputs.sh
+fi
+
 if [ -x scripts/swift-test.sh ]; then
   step "Swift package: swift build and swift test (Swift 6.0.3 in a Debian 13 chroot)"
   scripts/swift-test.sh

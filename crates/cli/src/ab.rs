@@ -9,22 +9,35 @@
 //! runs. The load tool's output goes into the recording
 //! ([`LoadRecord`]), with requests per second and latency percentiles
 //! parsed from `wrk`, `hey`, `redis-benchmark` and `ab`. The side's
-//! command is then stopped (SIGTERM to its group, SIGKILL after 10 s).
-//! Each run is a normal recording (`DIR/control-1.ndjson`, …) that `diff`
-//! reads; at the end the comparison is printed, tested over runs when
-//! there are two or more per side.
+//! command is then stopped (SIGTERM to its group, SIGKILL after
+//! [`SIDE_GRACE`]). A load that outlives `--load-timeout` gets SIGTERM,
+//! then SIGKILL after [`LOAD_GRACE`], sampled all the while. Each run is
+//! a normal recording (`DIR/control-1.ndjson`, …) that `diff` reads; at
+//! the end the comparison is printed, tested over runs when there are two
+//! or more per side.
+//!
+//! SIGINT and SIGTERM stop `ab` in every phase within a second: every
+//! wait (for the selected processes, for the load, for a child to go)
+//! looks at the flag at least every 100 ms, and once it is set the
+//! children get SIGTERM, then SIGKILL after [`INTERRUPT_GRACE`].
+//!
+//! `DIR` (`--dir`, default `wakemeter-ab`) is made with `mkdir`, or taken
+//! only when it exists, belongs to the caller and nobody else can write
+//! to it; every file in it is created through that one directory
+//! descriptor (`wakemeter_outfile`), never through a link.
 
 use std::collections::BTreeSet;
 use std::error::Error;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use wakemeter::compare::{Experiment, IdentityRule, LoadRecord, Side};
+use wakemeter_outfile::{Dir, Options as OutOptions, Publish};
 
 use crate::record::{self, EndReason, Output, Recorder};
 use crate::selection::{LeftOut, MAX_PROCESSES_LIMIT, Selection};
@@ -59,14 +72,90 @@ pub struct Options {
 /// Most runs per side.
 pub const MAX_RUNS: u32 = 100;
 
+/// How long a side's command has to exit after SIGTERM at the end of its
+/// run, before SIGKILL.
+pub const SIDE_GRACE: Duration = Duration::from_secs(10);
+/// How long a load that outlived `--load-timeout` has to exit after
+/// SIGTERM, before SIGKILL.
+pub const LOAD_GRACE: Duration = Duration::from_secs(2);
+/// How long any child has to exit after SIGTERM once `ab` itself was
+/// interrupted (SIGINT, SIGTERM), before SIGKILL: `ab` ends within a
+/// second of the signal.
+pub const INTERRUPT_GRACE: Duration = Duration::from_millis(500);
+/// Longest sleep of any wait: the stop flag is looked at this often.
+const POLL: Duration = crate::signals::STOP_POLL;
+
+/// Signals process group `pgid`.
+fn signal_group(pgid: i32, sig: libc::c_int) -> bool {
+    // SAFETY: kill(2) with a negative pid signals the process group we
+    // created for a child (`process_group(0)`); no memory is involved.
+    unsafe { libc::kill(-pgid, sig) == 0 }
+}
+
+/// SIGTERM to `child`'s process group, then SIGKILL once `grace` has
+/// passed (or [`INTERRUPT_GRACE`] after `stop` is set); `meanwhile` runs
+/// every few milliseconds up to [`POLL`] (sampling goes on). Reaps the
+/// child; returns its status.
+fn terminate(
+    child: &mut Child,
+    grace: Duration,
+    stop: &AtomicBool,
+    mut meanwhile: impl FnMut(),
+    step: Duration,
+) -> Option<std::process::ExitStatus> {
+    let Ok(pgid) = i32::try_from(child.id()) else {
+        return child.wait().ok();
+    };
+    signal_group(pgid, libc::SIGTERM);
+    let began = Instant::now();
+    let mut status = None;
+    loop {
+        if status.is_none() {
+            status = child.try_wait().ok().flatten();
+        }
+        // The group may outlive its leader (a daemon's workers).
+        if status.is_some() && !signal_group(pgid, 0) {
+            return status;
+        }
+        let limit = if stop.load(Ordering::Relaxed) {
+            grace.min(INTERRUPT_GRACE)
+        } else {
+            grace
+        };
+        if began.elapsed() >= limit {
+            break;
+        }
+        meanwhile();
+        std::thread::sleep(step.min(POLL));
+    }
+    signal_group(pgid, libc::SIGKILL);
+    match status {
+        Some(s) => Some(s),
+        None => child.wait().ok(),
+    }
+}
+
 /// A side's command, stopped (its whole process group) on drop.
 struct Started {
     child: Child,
+    stop: std::sync::Arc<AtomicBool>,
+    /// Stopped and reaped: its group id may name another group now.
+    stopped: bool,
 }
 
 impl Started {
-    fn spawn(cmd: &str, log: &Path) -> Result<Started, String> {
-        let out = File::create(log).map_err(|e| format!("cannot write {}: {e}", log.display()))?;
+    fn spawn(
+        cmd: &str,
+        dir: &Dir,
+        log: &str,
+        stop: std::sync::Arc<AtomicBool>,
+    ) -> Result<Started, String> {
+        let out = dir
+            .create(log.as_ref(), OutOptions::new(Publish::Now))
+            .map_err(|e| print::safe(&e.to_string()).into_owned())?
+            .file()
+            .try_clone()
+            .map_err(|e| e.to_string())?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
         let child = Command::new("sh")
             .args(["-c", cmd])
@@ -76,32 +165,21 @@ impl Started {
             .process_group(0)
             .spawn()
             .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
-        Ok(Started { child })
+        Ok(Started {
+            child,
+            stop,
+            stopped: false,
+        })
     }
 
-    /// SIGTERM to the group, then SIGKILL after 10 s; reaps the child.
+    /// SIGTERM to the group, then SIGKILL after [`SIDE_GRACE`] (or
+    /// [`INTERRUPT_GRACE`] once interrupted); reaps the child.
     fn stop(&mut self) {
-        let Ok(pgid) = i32::try_from(self.child.id()) else {
+        if std::mem::replace(&mut self.stopped, true) {
             return;
-        };
-        // SAFETY: kill(2) with a negative pid signals the process group
-        // we created for the child (`process_group(0)`); no memory is
-        // involved.
-        unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                // The group may outlive its leader (a daemon's workers).
-                // SAFETY: as above.
-                if unsafe { libc::kill(-pgid, 0) } != 0 {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
-        // SAFETY: as above.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = self.child.wait();
+        let stop = self.stop.clone();
+        terminate(&mut self.child, SIDE_GRACE, &stop, || {}, POLL);
     }
 }
 
@@ -113,13 +191,23 @@ impl Drop for Started {
 
 /// Waits until the selection names at least one process and has not
 /// changed for `settle`; returns those processes.
-fn wait_ready(o: &Options, started: &mut Option<Started>) -> Result<BTreeSet<u32>, String> {
+fn wait_ready(
+    o: &Options,
+    started: &mut Option<Started>,
+    stop: &AtomicBool,
+) -> Result<BTreeSet<u32>, String> {
     let until = Instant::now()
         .checked_add(o.ready_timeout)
         .ok_or("--ready-timeout is too large")?;
     let mut last: Option<(BTreeSet<u32>, Instant)> = None;
     let mut dropped = Vec::new();
     loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(format!(
+                "interrupted while waiting for {}",
+                o.selection.describe()
+            ));
+        }
         let now = Instant::now();
         let pids = o.selection.resolve_capped("recording", &mut dropped)?;
         match &last {
@@ -146,14 +234,14 @@ fn wait_ready(o: &Options, started: &mut Option<Started>) -> Result<BTreeSet<u32
                 o.ready_timeout.as_secs_f64()
             ));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(POLL);
     }
 }
 
 /// The end of the load's output (its summary is at the end), at most
 /// twice what a [`LoadRecord`] keeps; bytes that are not UTF-8 replaced.
-fn tail_of(path: &Path) -> io::Result<String> {
-    let mut f = File::open(path)?;
+fn tail_of(mut f: File) -> io::Result<String> {
+    f.seek(SeekFrom::Start(0))?;
     let keep = wakemeter::compare::MAX_LOAD_OUTPUT as u64 * 2;
     let len = f.metadata()?.len();
     if len > keep {
@@ -167,9 +255,10 @@ fn tail_of(path: &Path) -> io::Result<String> {
 /// One run of one side: its recording's path.
 fn run_side(
     o: &Options,
+    dir: &Dir,
     side: Side,
     run: u32,
-    stop: &std::sync::atomic::AtomicBool,
+    stop: &std::sync::Arc<AtomicBool>,
 ) -> Result<PathBuf, Box<dyn Error>> {
     let (name, cmd, load) = match side {
         Side::Control => ("control", &o.control, &o.control_load),
@@ -179,17 +268,24 @@ fn run_side(
     let mut started = match cmd {
         Some(c) => Some(Started::spawn(
             c,
-            &o.dir.join(format!("{name}-{run}.cmd.log")),
+            dir,
+            &format!("{name}-{run}.cmd.log"),
+            stop.clone(),
         )?),
         None => None,
     };
-    let pids = wait_ready(o, &mut started)?;
+    let pids = wait_ready(o, &mut started, stop)?;
     let mut left_out = LeftOut::default();
-    let sections = record::prepare_all(pids, o.interval, o.kernel, |_| None, &mut left_out);
-    let path = o.dir.join(format!("{name}-{run}.ndjson"));
-    let out = Output::open(&path)?;
-    let load_log = o.dir.join(format!("{name}-{run}.load.txt"));
-    let log = File::create(&load_log)?;
+    let sections = record::prepare_all(pids, o.interval, o.kernel, |_| None, &mut left_out, stop);
+    let file_name = format!("{name}-{run}.ndjson");
+    let path = o.dir.join(&file_name);
+    let out = Output::open_in(dir, &file_name)?;
+    let log_name = format!("{name}-{run}.load.txt");
+    let log = dir
+        .create(log_name.as_ref(), OutOptions::new(Publish::Now))
+        .map_err(|e| print::safe(&e.to_string()).into_owned())?
+        .file()
+        .try_clone()?;
     let mut rec = Recorder::start(out, sections);
     let began = Instant::now();
     let mut child = Command::new("sh")
@@ -203,7 +299,7 @@ fn run_side(
     let deadline = began
         .checked_add(o.load_timeout)
         .ok_or("--load-timeout is too large")?;
-    let step = (o.interval / 2).clamp(Duration::from_millis(5), Duration::from_millis(200));
+    let step = (o.interval / 2).clamp(Duration::from_millis(5), crate::signals::STOP_POLL);
     let mut dropped = Vec::new();
     let mut next_resolve = began + Duration::from_secs(1);
     let (status, reason) = loop {
@@ -211,11 +307,17 @@ fn run_side(
             break (Some(st), EndReason::LoadDone);
         }
         if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
-            if let Ok(pgid) = i32::try_from(child.id()) {
-                // SAFETY: signals the load's own process group.
-                unsafe { libc::kill(-pgid, libc::SIGTERM) };
-            }
-            let st = child.wait().ok();
+            // SIGTERM, SIGKILL after the grace; the processes are
+            // sampled while the load goes.
+            let st = terminate(
+                &mut child,
+                LOAD_GRACE,
+                stop,
+                || {
+                    let _ = rec.poll();
+                },
+                step,
+            );
             let why = if stop.load(Ordering::Relaxed) {
                 EndReason::Interrupted
             } else {
@@ -227,7 +329,7 @@ fn run_side(
             next_resolve += Duration::from_secs(1);
             let now = o.selection.resolve_capped("recording", &mut dropped)?;
             let new: Vec<u32> = now.into_iter().filter(|p| !rec.has(*p)).collect();
-            for s in record::prepare_all(new, o.interval, o.kernel, |_| None, &mut left_out) {
+            for s in record::prepare_all(new, o.interval, o.kernel, |_| None, &mut left_out, stop) {
                 rec.add(s);
             }
         }
@@ -238,7 +340,10 @@ fn run_side(
         std::thread::sleep(step);
     };
     let took = began.elapsed();
-    let output = tail_of(&load_log)?;
+    let output = tail_of(
+        dir.open_read(log_name.as_ref())
+            .map_err(|e| print::safe(&e.to_string()).into_owned())?,
+    )?;
     let parsed = loadgen::parse(&output);
     let mut l = LoadRecord::new(
         load.clone(),
@@ -298,8 +403,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if o.selection.pids.is_empty() && o.selection.name.is_none() && o.selection.cgroup.is_none() {
         return Err("give the processes to record: --name, --pid or --cgroup".into());
     }
-    std::fs::create_dir_all(&o.dir)
-        .map_err(|e| format!("cannot create {}: {e}", o.dir.display()))?;
+    let dir = Dir::create_own(&o.dir).map_err(|e| print::safe(&e.to_string()).into_owned())?;
     let stop = crate::signals::stop_on_signals()?;
     let mut files: Vec<(Side, PathBuf)> = Vec::new();
     for run in 1..=o.runs {
@@ -309,12 +413,12 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             [Side::Variant, Side::Control]
         };
         for side in order {
-            files.push((side, run_side(o, side, run, &stop)?));
+            files.push((side, run_side(o, &dir, side, run, &stop)?));
         }
     }
     let mut exp = Experiment::new(o.rule);
     for (side, path) in &files {
-        record::read_run(&mut exp, *side, path)?;
+        crate::diff::read_run(&mut exp, *side, path)?;
     }
     let cmp = exp.compare();
     let mut out = io::stdout().lock();
@@ -326,7 +430,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             "recordings in {}",
             print::safe(&o.dir.to_string_lossy())
         )?;
-        record::table(&mut out, &cmp)?;
+        crate::diff::table(&mut out, &cmp)?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -172,7 +172,7 @@ pub fn run(
             checks,
         };
         let json = print::json_pretty(&doc)?;
-        std::fs::write(report_path, json)?;
+        wakemeter_outfile::OutFile::write_whole(report_path, json.as_bytes())?;
         writeln!(
             out,
             "\nfull report: {}",

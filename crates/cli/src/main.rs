@@ -4,6 +4,7 @@ mod ab;
 mod autoprofile;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod demo;
+mod diff;
 mod duration;
 mod kernel;
 mod loadgen;
@@ -483,7 +484,7 @@ fn main() -> ExitCode {
             variant,
             json,
             match_by,
-        } => record::diff(&control, &variant, json, identity_rule(&match_by)),
+        } => diff::diff(&control, &variant, json, identity_rule(&match_by)),
         Command::Ab(a) => {
             let both = a.load.clone().unwrap_or_default();
             ab::run(&ab::Options {

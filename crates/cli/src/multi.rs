@@ -130,11 +130,12 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         )?),
         None => None,
     };
-    let mut trace = o.perfetto.create()?;
-    let interrupted = match &trace {
+    // (Signals first: a wait for a FIFO's reader ends on Ctrl-C.)
+    let interrupted = match &o.perfetto.perfetto {
         Some(_) => Some(crate::signals::stop_on_signals()?),
         None => None,
     };
+    let mut trace = o.perfetto.create(interrupted.as_deref())?;
     let traced = |w: &mut Watched, trace: &Option<crate::perfetto::Trace>| {
         if let Some(t) = trace {
             match t.file.add(&w.sampler) {
@@ -292,19 +293,24 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         // whichever comes first.
         let now = Instant::now();
         let until = deadline.map_or(next, |d| d.min(next));
-        std::thread::sleep(until.saturating_duration_since(now).min(SAMPLE_EVERY));
+        let most = match &interrupted {
+            Some(_) => crate::signals::STOP_POLL,
+            None => SAMPLE_EVERY,
+        };
+        std::thread::sleep(until.saturating_duration_since(now).min(most));
     }
     for mut w in std::mem::take(&mut set).into_values() {
         drop(w.guard.take());
         drop(w.trace.take());
     }
-    if let Some(t) = &mut trace {
-        t.summary();
-    }
-    if measured {
+    // False when the asked-for trace was never written: exit 1.
+    let trace_ok = trace.as_mut().is_none_or(crate::perfetto::Trace::summary);
+    if measured && trace_ok {
         Ok(ExitCode::SUCCESS)
     } else {
-        print::note("wakemeter: nothing was measured");
+        if !measured {
+            print::note("wakemeter: nothing was measured");
+        }
         Ok(ExitCode::FAILURE)
     }
 }

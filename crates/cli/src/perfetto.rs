@@ -7,6 +7,11 @@
 #[cfg(feature = "perfetto")]
 use std::path::Path;
 use std::path::PathBuf;
+#[cfg(feature = "perfetto")]
+use std::sync::atomic::AtomicBool;
+
+#[cfg(feature = "perfetto")]
+use crate::record::output::OnFull;
 
 #[cfg(feature = "perfetto")]
 pub use wakemeter_perfetto::ProcessTrace;
@@ -41,21 +46,33 @@ pub struct PerfettoArgs {
 pub struct Trace {
     pub file: PerfettoFile,
     end_said: bool,
+    /// The summary was said; if not, dropping the trace says it (an error
+    /// that ends the command early still names what the file holds).
+    summarized: bool,
 }
 
 #[cfg(feature = "perfetto")]
 impl PerfettoArgs {
-    /// Creates the file (before any sampling).
-    pub fn create(&self) -> Result<Option<Trace>, String> {
+    /// Creates the file (before any sampling); a wait for a FIFO's
+    /// reader ends when `stop` is set.
+    pub fn create(&self, stop: Option<&AtomicBool>) -> Result<Option<Trace>, String> {
         let Some(path) = &self.perfetto else {
             return Ok(None);
         };
         let max = self.perfetto_max_mib.saturating_mul(1024 * 1024);
-        let file = PerfettoFile::create(path, TraceConfig::default().with_max_bytes(max))
-            .map_err(|e| format!("--perfetto: {}", print::safe(&e.to_string())))?;
+        if max < wakemeter_perfetto::MIN_MAX_BYTES {
+            return Err(format!(
+                "--perfetto-max-mib must be at least 1 (MiB); {} MiB is too small",
+                self.perfetto_max_mib
+            ));
+        }
+        let file =
+            PerfettoFile::create_until(path, TraceConfig::default().with_max_bytes(max), stop)
+                .map_err(|e| format!("--perfetto: {}", print::safe(&e.to_string())))?;
         Ok(Some(Trace {
             file,
             end_said: false,
+            summarized: false,
         }))
     }
 }
@@ -78,8 +95,11 @@ impl Trace {
         }
     }
 
-    /// What the file holds, said at the end.
-    pub fn summary(&mut self) {
+    /// What the file holds, said at the end (also on a failed run).
+    /// False when the trace was asked for but not written: nothing
+    /// reached the file, or a write failed (a full disk, `/dev/full`).
+    pub fn summary(&mut self) -> bool {
+        self.summarized = true;
         self.note_end();
         let s = self.file.status();
         print::note(&format!(
@@ -89,6 +109,40 @@ impl Trace {
             s.findings,
             s.bytes_written
         ));
+        let failed = matches!(
+            s.ended,
+            Some(wakemeter_perfetto::TraceEnd::WriteFailed { .. })
+        );
+        if s.bytes_written == 0 || failed {
+            print::note(&format!(
+                "wakemeter: error: the Perfetto trace {} was {}",
+                shown(&s.path),
+                if s.bytes_written == 0 {
+                    "never written"
+                } else {
+                    "cut short by a failed write"
+                }
+            ));
+            return false;
+        }
+        true
+    }
+
+    /// For a sibling output that finds the disk full: gives back the
+    /// trace's blocks allocated ahead of its writes ([`OnFull`]).
+    pub fn give_back(&self) -> OnFull {
+        let file = self.file.clone();
+        Box::new(move || file.give_back())
+    }
+}
+
+/// Every way out says what the trace holds.
+#[cfg(feature = "perfetto")]
+impl Drop for Trace {
+    fn drop(&mut self) {
+        if !self.summarized {
+            self.summary();
+        }
     }
 }
 
@@ -132,7 +186,10 @@ mod off {
 
     impl PerfettoArgs {
         /// `Ok(None)` without `--perfetto`; refuses it otherwise.
-        pub fn create(&self) -> Result<Option<Trace>, String> {
+        pub fn create(
+            &self,
+            _stop: Option<&std::sync::atomic::AtomicBool>,
+        ) -> Result<Option<Trace>, String> {
             match &self.perfetto {
                 None => Ok(None),
                 Some(_) => Err(
@@ -147,7 +204,11 @@ mod off {
             match self.file {}
         }
 
-        pub fn summary(&mut self) {
+        pub fn summary(&mut self) -> bool {
+            match self.file {}
+        }
+
+        pub fn give_back(&self) -> crate::record::output::OnFull {
             match self.file {}
         }
     }

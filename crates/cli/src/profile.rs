@@ -2,11 +2,11 @@
 //! code a process burns CPU, waits, or is woken from.
 
 use std::error::Error;
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
+use wakemeter_outfile::{Options as OutOptions, OutFile, Publish};
 
 use wakemeter_profile::{Profile, ProfileOptions, Profiler, StackKind, Target};
 
@@ -105,11 +105,18 @@ fn write_to(
     if path == Path::new("-") {
         write(&mut io::stdout().lock())?;
     } else {
-        let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // The one safe way: a new file renamed over the name once whole.
+        let file = OutFile::create(path, OutOptions::new(Publish::AtFinish))
+            .map_err(|e| print::safe(&e.to_string()).into_owned())?;
         let mut out = BufWriter::new(file);
         write(&mut out)?;
-        out.flush()?;
-        print::note(&format!("wakemeter: wrote {}", path.display()));
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.finish()
+            .map_err(|e| print::safe(&e.to_string()).into_owned())?;
+        print::note(&format!(
+            "wakemeter: wrote {}",
+            print::safe(&path.to_string_lossy())
+        ));
     }
     Ok(())
 }

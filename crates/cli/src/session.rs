@@ -113,6 +113,11 @@ pub fn check(
         // The sampler stops by itself only on a fatal error; the target
         // may have gone between the two reads above.
         return Some(match target::liveness(pid) {
+            // The PID names another process now: ours exited (what was
+            // measured stands, as for any exit).
+            Liveness::Alive if stats.last_error.as_deref().is_some_and(pid_reused) => {
+                End::TargetGone(Liveness::Gone)
+            }
             Liveness::Alive => End::SamplerStopped(
                 stats
                     .last_error
@@ -128,4 +133,24 @@ pub fn check(
         *reported = stats.last_error;
     }
     None
+}
+
+/// Whether a sampler's error says its process exited and its PID was
+/// reused ([`wakemeter::Error::PidReused`], as the sampler's stats carry
+/// it: text).
+fn pid_reused(error: &str) -> bool {
+    error.ends_with("(pid reused)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pid_reuse_error_is_recognized() {
+        let e = wakemeter::Error::PidReused { pid: 42 }.to_string();
+        assert!(pid_reused(&e), "{e}");
+        let other = wakemeter::Error::NoSuchProcess { pid: 42 }.to_string();
+        assert!(!pid_reused(&other), "{other}");
+    }
 }

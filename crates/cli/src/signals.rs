@@ -3,6 +3,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// Longest a wait goes without looking at the stop flag: a command ends
+/// within about this long of SIGINT or SIGTERM.
+pub const STOP_POLL: Duration = Duration::from_millis(100);
 
 /// SIGINT and SIGTERM set the returned flag instead of ending the process.
 pub fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {

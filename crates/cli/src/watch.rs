@@ -87,11 +87,12 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     };
     // Created before anything is sampled, like the endpoint; with a
     // trace, Ctrl-C ends the watch normally so the file is finished.
-    let mut trace = o.perfetto.create()?;
-    let interrupted = match &trace {
+    // (Signals first: a wait for a FIFO's reader ends on Ctrl-C.)
+    let interrupted = match &o.perfetto.perfetto {
         Some(_) => Some(crate::signals::stop_on_signals()?),
         None => None,
     };
+    let mut trace = o.perfetto.create(interrupted.as_deref())?;
     let kernel = match kernel::attach(Target::Pid(pid), o.kernel) {
         Ok(src) => Some(src),
         // Profiles need what the kernel source needs: say so now, not at
@@ -153,7 +154,13 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         let now = Instant::now();
         let until_deadline = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
         // A timeout or a stopped run: `check` below says what happened.
-        let stored = match sampler.wait_for_sample(last, until_deadline.min(2 * SAMPLE_EVERY)) {
+        // With a stop flag (a trace to finish), it is looked at every
+        // STOP_POLL: Ctrl-C ends the watch within that.
+        let most = match &interrupted {
+            Some(_) => crate::signals::STOP_POLL,
+            None => 2 * SAMPLE_EVERY,
+        };
+        let stored = match sampler.wait_for_sample(last, until_deadline.min(most)) {
             SampleWait::Stored { seq } => {
                 last = Some(seq);
                 Some(seq)
@@ -198,10 +205,9 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     drop(guard);
     // The trace takes the last snapshots and ends its finding slices.
     drop(traced);
-    if let Some(t) = &mut trace {
-        t.summary();
-    }
-    match end {
+    // False when the asked-for trace was never written: exit 1.
+    let trace_ok = trace.as_mut().is_none_or(crate::perfetto::Trace::summary);
+    let code = match end {
         End::Deadline => Ok(ExitCode::SUCCESS),
         End::TargetGone(how) => {
             measured |= write_report(
@@ -227,6 +233,11 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             print::note(&format!("wakemeter: sampling stopped: {why}"));
             Ok(ExitCode::FAILURE)
         }
+    };
+    if trace_ok {
+        code
+    } else {
+        Ok(ExitCode::FAILURE)
     }
 }
 

@@ -526,3 +526,78 @@ fn killed_writer_leaves_a_complete_trace() {
         "{after} bytes allocated for {size}"
     );
 }
+
+/// The blocks allocated ahead are a few writes' worth, not a fixed MiB,
+/// and `give_back` lets them go (a sibling output found the disk full).
+#[test]
+fn the_reserve_is_a_few_writes_and_is_given_back() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = out_dir("reserve");
+    let (s, _workers) = busy_sampler();
+    let path = dir.join("reserve.perfetto-trace");
+    let file = PerfettoFile::create(&path, held_back()).expect("create");
+    let mut part = file.add(&s).expect("add");
+    s.sample().expect("sample");
+    assert!(part.poll());
+    file.flush().expect("flush");
+    let written = file.status().bytes_written;
+    let allocated = std::fs::metadata(&path).expect("stat").blocks() * 512;
+    // Where the file system allocates ahead at all (tmpfs and ext4 do):
+    // at most four of this write past the end, plus a block of rounding.
+    assert!(
+        allocated <= written * 5 + 8192,
+        "{allocated} bytes allocated for {written} written"
+    );
+    file.give_back();
+    let after = std::fs::metadata(&path).expect("stat").blocks() * 512;
+    assert!(
+        after <= written + 8192,
+        "{after} bytes still allocated for {written}"
+    );
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), written);
+    // Nothing allocated ahead from now on; the trace goes on.
+    s.sample().expect("sample");
+    assert!(part.poll());
+    drop(part);
+    let bytes = std::fs::read(&path).expect("read");
+    whole_records(&bytes);
+}
+
+/// A FIFO named as the trace is written in sequence (it cannot be written
+/// at offsets), and a link at the trace's name is refused.
+#[test]
+fn a_fifo_is_written_and_a_link_is_refused() {
+    let dir = out_dir("fifo");
+    let fifo = dir.join("pipe");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).expect("read the FIFO"))
+    };
+    let (s, _workers) = busy_sampler();
+    let file = PerfettoFile::create(&fifo, TraceConfig::default()).expect("create");
+    let mut part = file.add(&s).expect("add");
+    for _ in 0..3 {
+        s.sample().expect("sample");
+        assert!(part.poll());
+    }
+    drop(part);
+    let status = file.status();
+    assert!(status.ended.is_none(), "{status:?}");
+    drop(file);
+    let bytes = reader.join().expect("reader");
+    assert_eq!(bytes.len() as u64, status.bytes_written);
+    whole_records(&bytes);
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious").expect("victim");
+    let link = dir.join("link.perfetto-trace");
+    std::os::unix::fs::symlink(&victim, &link).expect("link");
+    let e = PerfettoFile::create(&link, TraceConfig::default()).expect_err("a link");
+    assert!(matches!(e, Error::Create { .. }), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious"
+    );
+}

@@ -495,12 +495,17 @@ impl Conn {
                         self.request
                             .extend_from_slice(chunk.get(..n).unwrap_or_default());
                         let tail = self.request.get(from..).unwrap_or_default();
-                        if let Some(end) = head_end(tail) {
-                            let head = self.request.get(..from + end).unwrap_or_default();
+                        let end = head_end(tail).map(|end| from + end);
+                        // The head with its blank line, or what was read
+                        // without one: over the limit either way, also
+                        // when the blank line came in the same read.
+                        let head_len = end.map_or(self.request.len(), |end| end + 4);
+                        if let Some(end) = end.filter(|_| head_len <= MAX_REQUEST_BYTES) {
+                            let head = self.request.get(..end).unwrap_or_default();
                             self.reply = Some(answer(head, exporter, cache));
                             break;
                         }
-                        if self.request.len() > MAX_REQUEST_BYTES {
+                        if head_len > MAX_REQUEST_BYTES {
                             self.reply = Some(Reply::plain(
                                 "431 Request Header Fields Too Large",
                                 "",

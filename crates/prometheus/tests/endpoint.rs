@@ -270,6 +270,22 @@ fn every_answer_has_its_status() {
         head.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
         "{head}"
     );
+    // A 9 KiB head whose blank line is in the same write as the rest (it
+    // may arrive in the read that passes the limit).
+    let mut whole = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+    whole.resize(9 * 1024, b'a');
+    whole.extend_from_slice(b"\r\n\r\n");
+    let (head, _) = status(&whole);
+    assert!(
+        head.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        "{head}"
+    );
+    // Exactly at the limit, blank line included: answered.
+    let mut at_limit = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+    at_limit.resize(MAX_REQUEST_BYTES - 4, b'a');
+    at_limit.extend_from_slice(b"\r\n\r\n");
+    let (head, _) = status(&at_limit);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
     let (head, _) = status(b"POST /metrics HTTP/1.1\r\n\r\n");
     assert!(
         head.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),

@@ -1,18 +1,20 @@
 //! A trace file that follows a sampler: the consumer thread, the write
 //! buffer, the size cap and what happens when the disk is full.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wakemeter::{Finding, Interval, SampleWait, Sampler};
 
 use crate::encode::{CLOSE_BYTES_PER_FINDING, MAX_OPEN_FINDINGS, TraceEncoder};
 use crate::error::Error;
+
+mod sink;
+
+use sink::{Sink, lock};
 
 /// Default size cap of a trace file: 256 MiB (several hours at 1 Hz of 256
 /// busy threads: BENCHMARKS.md, "Perfetto trace writer").
@@ -37,9 +39,6 @@ const PENDING_CAPACITY_MAX: u64 = 4 * 1024 * 1024;
 /// interval's records before it is written (about 40 KB for the first of
 /// 256 threads, with every track's descriptor; 8 KB after).
 const PENDING_SLACK: u64 = 48 * 1024;
-/// The file's blocks are allocated ahead of its writes in steps of this
-/// many bytes (`fallocate`, the size kept: [`Sink::reserve_for`]).
-const RESERVE_STEP: u64 = 1024 * 1024;
 
 /// How a trace is written.
 ///
@@ -54,9 +53,11 @@ const RESERVE_STEP: u64 = 1024 * 1024;
 /// at most the intervals of the last `flush_every`; the file is still a
 /// complete trace of everything before. Set both to zero to write each
 /// interval as it comes. On Linux and Android the file's blocks are
-/// allocated 1 MiB ahead of its writes (its size unchanged, so a reader
-/// always finds it ending on a whole record): a killed process leaves up
-/// to that much allocated past the end, which a finished trace lets go.
+/// allocated ahead of its writes, four writes' worth (at most 1 MiB; its
+/// size unchanged, so a reader always finds it ending on a whole record):
+/// a killed process leaves that much allocated past the end, which a
+/// finished trace lets go, as does [`PerfettoFile::give_back`] (for a
+/// sibling output that finds the disk full).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TraceConfig {
@@ -157,210 +158,6 @@ pub struct TraceStatus {
     pub ended: Option<TraceEnd>,
 }
 
-/// The file and its write buffer, behind one lock shared by every
-/// process written to it.
-struct Sink {
-    file: File,
-    status: TraceStatus,
-    max_bytes: u64,
-    flush_bytes: u64,
-    flush_every: Duration,
-    /// The next writer sequence (one per process).
-    next_sequence: u32,
-    /// Processes whose finding slices may still need closing.
-    open_processes: u64,
-    /// Whole records taken and not yet written: they go after the file's
-    /// `status.bytes_written` bytes with the next write.
-    pending: Vec<u8>,
-    /// When the oldest pending record was taken.
-    pending_since: Option<Instant>,
-    /// Intervals and finding slices counted in `status` whose records are
-    /// pending, taken back if their write fails.
-    pending_intervals: u64,
-    pending_findings: u64,
-    /// Successful writes so far: records taken before the count moved
-    /// are in the file.
-    writes: u64,
-    /// The file has blocks allocated up to here, past its end (its size
-    /// is `status.bytes_written`): a write below it finds its blocks.
-    reserved: u64,
-    /// Whether to allocate ahead (cleared when the file system refuses).
-    reserve: bool,
-}
-
-impl Sink {
-    /// Takes whole records `buf` (with the intervals and finding slices
-    /// they hold) to be written after the file's bytes, unless the file
-    /// and the buffer would then pass `limit`; writes the buffer once it
-    /// passes its size or age. On a refusal, what was taken before is
-    /// written, so the file ends complete under the cap.
-    fn push(
-        &mut self,
-        buf: &[u8],
-        limit: u64,
-        intervals: u64,
-        findings: u64,
-    ) -> Result<(), TraceEnd> {
-        let start = self.pending.len();
-        self.pending.extend_from_slice(buf);
-        self.take(start, limit, intervals, findings)
-    }
-
-    /// As [`Sink::push`], for records already appended to `pending` from
-    /// `start` on (encoded there, rather than copied from a buffer of
-    /// their own): taken, or cut off again on a refusal.
-    fn take(
-        &mut self,
-        start: usize,
-        limit: u64,
-        intervals: u64,
-        findings: u64,
-    ) -> Result<(), TraceEnd> {
-        let held = self.status.bytes_written + self.pending.len() as u64;
-        if held > limit {
-            self.pending.truncate(start);
-            self.flush()?;
-            return Err(TraceEnd::SizeCap {
-                max_bytes: self.max_bytes,
-            });
-        }
-        let since = *self.pending_since.get_or_insert_with(Instant::now);
-        self.pending_intervals += intervals;
-        self.pending_findings += findings;
-        self.status.intervals += intervals;
-        self.status.findings += findings;
-        self.status.bytes_buffered = self.pending.len() as u64;
-        if self.pending.len() as u64 >= self.flush_bytes || since.elapsed() >= self.flush_every {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    /// Whether the oldest pending record is older than the buffer's age.
-    fn due(&self) -> bool {
-        self.pending_since
-            .is_some_and(|since| since.elapsed() >= self.flush_every)
-    }
-
-    /// Writes the pending records after the last whole record, in one
-    /// `pwrite` when it takes them all (a process killed by a signal never
-    /// leaves half a record). On failure the file is cut back to its
-    /// whole records and the pending ones are dropped, uncounted.
-    fn flush(&mut self) -> Result<(), TraceEnd> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let at = self.status.bytes_written;
-        let len = self.pending.len() as u64;
-        self.reserve_for(at + len);
-        let written = self.file.write_all_at(&self.pending, at);
-        self.pending.clear();
-        self.pending_since = None;
-        self.status.bytes_buffered = 0;
-        let (intervals, findings) = (self.pending_intervals, self.pending_findings);
-        (self.pending_intervals, self.pending_findings) = (0, 0);
-        match written {
-            Ok(()) => {
-                self.status.bytes_written += len;
-                self.writes += 1;
-                Ok(())
-            }
-            Err(e) => {
-                // What was written of these records is cut off, so the
-                // file ends on a whole record (and what was allocated
-                // ahead is let go).
-                let _ = self.file.set_len(at);
-                (self.reserved, self.reserve) = (0, false);
-                self.status.intervals -= intervals;
-                self.status.findings -= findings;
-                Err(TraceEnd::WriteFailed {
-                    message: e.to_string(),
-                })
-            }
-        }
-    }
-
-    /// Allocates the file's blocks ahead of a write that ends at `end`,
-    /// when the last allocation does not reach it: up to a
-    /// [`RESERVE_STEP`] past it (within the cap), without changing the
-    /// file's size, so that a reader (and a process killed at any point)
-    /// still finds a file that ends on its last whole record. An append
-    /// then finds its blocks allocated: on ext4 the write no longer
-    /// reserves and maps each block of a delayed allocation, a fifth of
-    /// a 40 KB write's CPU time (BENCHMARKS.md, "Perfetto trace writer").
-    /// Where the file system refuses (or the disk is full), it is not
-    /// asked again, and writes go on as before. The blocks past the end
-    /// are let go when the last process's part ends ([`Sink::release`]);
-    /// a killed process leaves them (at most a step) to the file.
-    fn reserve_for(&mut self, end: u64) {
-        if !self.reserve || end <= self.reserved {
-            return;
-        }
-        let to = end
-            .saturating_add(RESERVE_STEP)
-            .min(self.max_bytes.max(end));
-        let from = self.status.bytes_written.max(self.reserved);
-        self.reserve = allocate(&self.file, from, to - from);
-        if self.reserve {
-            self.reserved = to;
-        }
-    }
-
-    /// Lets go of the blocks allocated past the file's end (the size is
-    /// unchanged).
-    fn release(&mut self) {
-        if self.reserved > self.status.bytes_written {
-            let _ = self.file.set_len(self.status.bytes_written);
-        }
-        self.reserved = 0;
-    }
-
-    /// Records why the trace ended, unless it already had.
-    fn end(&mut self, end: TraceEnd) {
-        self.status.ended.get_or_insert(end);
-    }
-
-    /// The limit for intervals: the cap less the room kept to close the
-    /// findings of every process written.
-    fn interval_limit(&self) -> u64 {
-        self.max_bytes
-            .saturating_sub(CLOSE_RESERVE.saturating_mul(self.open_processes))
-    }
-}
-
-impl Drop for Sink {
-    /// Every process's part writes its records when it ends; this is for
-    /// records left by a part that could not (a panic while writing).
-    fn drop(&mut self) {
-        let _ = self.flush();
-        self.release();
-    }
-}
-
-/// Allocates `len` bytes of `file` from `at` without changing its size
-/// (`fallocate` with `FALLOC_FL_KEEP_SIZE`); false when refused.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn allocate(file: &File, at: u64, len: u64) -> bool {
-    use std::os::fd::AsRawFd;
-    let (Ok(at), Ok(len)) = (libc::off_t::try_from(at), libc::off_t::try_from(len)) else {
-        return false;
-    };
-    // SAFETY: the descriptor is open for the life of `file`; fallocate
-    // reads no memory of ours.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, at, len) };
-    rc == 0
-}
-
-/// Elsewhere the file grows with its writes.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn allocate(_file: &File, _at: u64, _len: u64) -> bool {
-    false
-}
-
-fn lock(m: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A Perfetto trace file of one or more processes: each added
 /// [`Sampler`] becomes a [`ProcessTrace`] writing on its own sequence,
 /// with its own tracks, into the one file. Cheap to clone.
@@ -378,13 +175,32 @@ impl std::fmt::Debug for PerfettoFile {
 }
 
 impl PerfettoFile {
-    /// Creates (or truncates) the file at `path`.
+    /// Creates the file at `path`, the one safe way of
+    /// [`wakemeter_outfile`]: a new file made beside the name (no link
+    /// followed, in a directory other users cannot change) and renamed
+    /// over it at once, so the name shows a complete trace from the first
+    /// write on, also after a `SIGKILL`; a device or FIFO only when the
+    /// name itself is one (written in sequence); never through a link.
     ///
     /// # Errors
     /// [`Error::Create`] when the file cannot be created or written (call
-    /// it before sampling starts, so a bad path stops everything first);
+    /// it before sampling starts, so a bad path stops everything first):
+    /// a link at the name, a directory other users can change, ...;
     /// [`Error::CapTooSmall`] under [`MIN_MAX_BYTES`].
     pub fn create(path: impl AsRef<Path>, config: TraceConfig) -> Result<PerfettoFile, Error> {
+        PerfettoFile::create_until(path, config, None)
+    }
+
+    /// As [`PerfettoFile::create`]; a wait for a FIFO's reader gives up
+    /// once `stop` is set (looked at every 50 ms).
+    ///
+    /// # Errors
+    /// As [`PerfettoFile::create`].
+    pub fn create_until(
+        path: impl AsRef<Path>,
+        config: TraceConfig,
+        stop: Option<&AtomicBool>,
+    ) -> Result<PerfettoFile, Error> {
         if config.max_bytes < MIN_MAX_BYTES {
             return Err(Error::CapTooSmall {
                 max_bytes: config.max_bytes,
@@ -392,18 +208,30 @@ impl PerfettoFile {
             });
         }
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(|source| Error::Create {
+        let mut options = wakemeter_outfile::Options::new(wakemeter_outfile::Publish::Now);
+        options.stop = stop;
+        let out = wakemeter_outfile::OutFile::create(&path, options).map_err(|e| {
+            let source = match e {
+                wakemeter_outfile::Error::Io { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            };
+            Error::Create {
                 path: path.clone(),
                 source,
-            })?;
+            }
+        })?;
+        let regular = out.is_regular();
+        // Published at once: the file is under its name already, and a
+        // finish has nothing more to do than the syncs the trace makes.
+        let file = out.file().try_clone().map_err(|source| Error::Create {
+            path: path.clone(),
+            source,
+        })?;
+        drop(out);
         Ok(PerfettoFile {
             sink: Arc::new(Mutex::new(Sink {
                 file,
+                regular,
                 status: TraceStatus {
                     path,
                     ..Default::default()
@@ -426,7 +254,7 @@ impl PerfettoFile {
                 pending_findings: 0,
                 writes: 0,
                 reserved: 0,
-                reserve: true,
+                reserve: regular,
             })),
         })
     }
@@ -478,6 +306,16 @@ impl PerfettoFile {
     /// What the file holds so far, with what is buffered for it.
     pub fn status(&self) -> TraceStatus {
         lock(&self.sink).status.clone()
+    }
+
+    /// Lets go of the blocks allocated ahead of the file's writes, and
+    /// allocates none from now on: for a sibling output (a recording
+    /// beside the trace) that finds the disk full. Returns whether blocks
+    /// were given back (worth trying that write again).
+    pub fn give_back(&self) -> bool {
+        let mut sink = lock(&self.sink);
+        sink.reserve = false;
+        sink.release()
     }
 
     /// Writes the buffered records now, so that the file holds every
@@ -674,7 +512,7 @@ impl ProcessTrace {
             }
         }
         if sink.open_processes == 0 {
-            sink.release();
+            let _ = sink.release();
         }
         let _ = sink.file.sync_data();
     }
@@ -744,7 +582,7 @@ impl std::fmt::Debug for PerfettoTrace {
 }
 
 impl PerfettoTrace {
-    /// Creates (or truncates) the file at `path`, writes the trace's first
+    /// Creates the file at `path` ([`PerfettoFile::create`]), writes the trace's first
     /// records and starts following `sampler`: one interval per stored
     /// snapshot, from the next one on. Start sampling
     /// ([`Sampler::start`]) before or after.
