@@ -54,7 +54,15 @@ pub(super) fn periodic_threads(
                         name: th.name.clone(),
                     },
                 )
-            }) && th.cpu_percent <= t.periodic_max_cpu_percent
+            }) && cx.under(
+                FindingKind::PeriodicWakeups,
+                th.cpu_percent,
+                t.periodic_max_cpu_percent,
+                || Subject::Thread {
+                    tid: th.tid,
+                    name: th.name.clone(),
+                },
+            )
         })
         .enumerate()
         .map(|(k, th)| (th.serial, k))
@@ -135,7 +143,17 @@ pub(super) fn periodic_threads(
             _ if n % 2 == 1 => peers[n / 2],
             _ => (peers[n / 2 - 1] + peers[n / 2]) / 2.0,
         };
-        if median > t.periodic_max_variation {
+        // Steady enough, with the margin for a thread shown before: its
+        // presence, like its rate, does not flip at the line.
+        if !cx.under(
+            FindingKind::PeriodicWakeups,
+            median,
+            t.periodic_max_variation,
+            || Subject::Thread {
+                tid: th.tid,
+                name: th.name.clone(),
+            },
+        ) {
             continue;
         }
         let period_ms = 1e3 / wakes;
@@ -148,7 +166,7 @@ pub(super) fn periodic_threads(
             .map(|r| format!("; its {r:.0} preemptions/s are not counted"))
             .unwrap_or_default();
         let source = WakeSource::of(th.kernel.as_ref(), t);
-        let advice = source.advice();
+        let advice = source.advice(cx.os);
         let mut evidence = vec![
             number("wakeups_per_sec", wakes, "1/s"),
             number("period_ms", period_ms, "ms"),
