@@ -24,7 +24,7 @@ use crate::probe::duration_ns as ns;
 use cpu::{cpu_hogs, run_queue};
 use grouping::Grouper;
 use kernel::kernel_threads;
-use loops::{busy_poller_loops, periodic_loops};
+use loops::{busy_poller_loops, periodic_loops, spinning_workers};
 use memory::memory_growth;
 use sleep::sleep_sites;
 use wakeups::{periodic_threads, wakeups_budget};
@@ -355,6 +355,7 @@ pub(super) fn run(
     {
         cx.window_ns = i.duration_ns;
         busy_poller_loops(&mut cx, i);
+        spinning_workers(&mut cx, i);
         sleep_sites(&mut cx, i);
         kernel_threads(&mut cx, i);
         periodic_loops(&mut cx, i);
