@@ -6,15 +6,21 @@
  * (the loop runs one second at a time). Built with -levent. */
 #include <event2/event.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include "common.h"
+
+/* Callbacks run: one per poll(2) that returned the eventfd, the program's
+ * own count to hold wakemeter's poll rate against. */
+static unsigned long callbacks;
 
 static void on_ready(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
 	(void)arg;
+	callbacks++;
 }
 
 int main(int argc, char **argv)
@@ -36,6 +42,7 @@ int main(int argc, char **argv)
 		event_base_loopexit(base, &second);
 		event_base_dispatch(base);
 	}
+	printf("callbacks %lu\n", callbacks);
 	event_free(ready);
 	event_base_free(base);
 	close(efd);
