@@ -265,6 +265,27 @@ fn a_periodic_thread_on_the_line_stays_named() {
     assert!(report(19).is_empty(), "not named before: the line itself");
 }
 
+/// `watch --interval 1` judges a 2 s window over 1 s samples: 2 or 3
+/// per-sample rates, as the sampler's jitter falls (999 or 1001 ms), so
+/// a ticker at exactly 100/s came and went 19 times in 47 reports. A
+/// thread shown before keeps its finding with 2 rates; one not shown
+/// before still needs `periodic_min_samples` (3).
+#[test]
+fn a_periodic_thread_shown_before_needs_fewer_samples() {
+    let t = Thresholds::default()
+        .with_window(Duration::from_secs(2))
+        .with_min_window(Duration::from_secs(2));
+    let h = steady(10, &[thread("ticker", 100, 0)]);
+    assert!(findings(&h, &t, &Severities::new()).is_empty(), "2 rates");
+    let mut shown = Severities::new();
+    shown.insert(
+        (FindingKind::PeriodicWakeups, "ticker".to_string()),
+        Severity::Info,
+    );
+    let kinds: Vec<FindingKind> = findings(&h, &t, &shown).iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, vec![FindingKind::PeriodicWakeups]);
+}
+
 /// 256 threads at 0.5% CPU each, each waiting for a CPU almost all the
 /// time, on 2 cores: none is a per-thread finding (too little CPU
 /// each), the process is; 4 threads at 50% CPU and 50% wait are
