@@ -32,8 +32,8 @@ fn competitors(runnable: f64, cpus: f64, cpu_count: u32) -> (String, &'static st
     } else {
         (
             format!(
-                "the competition is outside this process: its threads want only {runnable:.1} CPUs of the machine's \
-                 {cpu_count}, so other processes, a CPU quota or an affinity to fewer cores take the rest"
+                "the competition is outside this process: its threads want only {runnable:.1} CPUs of its \
+                 {cpu_count} cores, so other processes, a CPU quota or an affinity to fewer cores take the rest"
             ),
             RUN_QUEUE_OUTSIDE_ADVICE,
         )

@@ -681,7 +681,7 @@ fn contention_says_who_competes() {
     assert!(
         rq.summary
             .contains("the competition is outside this process")
-            && rq.summary.contains("want only 1.0 CPUs of the machine's 2"),
+            && rq.summary.contains("want only 1.0 CPUs of its 2 cores"),
         "{}",
         rq.summary
     );
