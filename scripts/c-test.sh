@@ -54,13 +54,16 @@ run api_errors "$out/api_errors"
 step "C++ compiles the header"
 clang++ -std=c++17 -Wall -Wextra -Werror -Iinclude -x c++ -fsyntax-only include/wakemeter.h
 
-step "libevent adapter: spinning and healthy loops, poll and epoll (ASan/LSan/UBSan)"
+step "libevent adapter: spinning, healthy and EV_ET loops, poll and epoll (ASan/LSan/UBSan)"
 $CC "${SAN[@]}" "${CFLAGS[@]}" crates/capi/c/tests/libevent_loop.c crates/capi/c/wakemeter_libevent.c \
   -o "$out/libevent_loop" "${LINK[@]}" -levent
 run spin-poll env EVENT_NOEPOLL=1 "$out/libevent_loop" spin poll
 run healthy-poll env EVENT_NOEPOLL=1 "$out/libevent_loop" healthy poll
 run spin-epoll "$out/libevent_loop" spin epoll
 run healthy-epoll "$out/libevent_loop" healthy epoll
+# EV_ET on a backend without edge triggering: the loop never blocks; on epoll (the control) it is quiet.
+run ready-poll env EVENT_NOEPOLL=1 "$out/libevent_loop" ready poll
+run ready-epoll "$out/libevent_loop" ready epoll
 
 step "pkg-config: cc app.c \$(pkg-config --cflags --libs wakemeter)"
 PROFILE=debug scripts/c-install.sh >/dev/null

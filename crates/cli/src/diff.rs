@@ -159,6 +159,7 @@ fn verdict(v: Verdict) -> &'static str {
     match v {
         Verdict::Changed => "CHANGED",
         Verdict::WithinNoise => "within noise",
+        Verdict::NoChange => "no change",
         Verdict::NotEnoughData => "not enough data",
         Verdict::OnlyInControl => "control only",
         Verdict::OnlyInVariant => "variant only",

@@ -11,7 +11,14 @@
 //!   (voluntary switches, or the kernel view's wakes): tokio's stable hooks
 //!   do not say whether a park ended on the timer, so the worker's loop
 //!   probe does not claim timeouts it cannot see.
-//! - [`runtime_stats`] reads tokio's stable runtime metrics.
+//! - A task that never waits (a loop on `yield_now`) keeps one worker from
+//!   ever parking while the runtime wakes another thousands of times a
+//!   second: `busy_poller` names the worker that never waits, from the
+//!   workers' probes and threads (a worker that never parked has no probe;
+//!   it is found by its thread name).
+//! - [`runtime_stats`] reads tokio's stable runtime metrics: per-worker
+//!   parks and busy time; polls, steals and schedule counts, and which
+//!   thread a worker is, need `tokio_unstable` and are not read.
 //! - [`watch`] yields a [`Report`] after each stored snapshot.
 
 use std::cell::RefCell;

@@ -258,3 +258,176 @@ fn memory_growth_flagged() {
     );
     drop(blocks);
 }
+
+/// The findings at each new snapshot of a running sampler until `done`
+/// says so; a hang guard of minutes, never a window that a busy machine
+/// could miss.
+fn findings_until(
+    s: &wakemeter::Sampler,
+    mut done: impl FnMut(&[Finding]) -> bool,
+) -> Vec<Finding> {
+    let _g = s.start().expect("start");
+    let guard = std::time::Instant::now() + Duration::from_secs(180);
+    let mut seq = None;
+    loop {
+        match s.wait_for_sample(seq, Duration::from_secs(60)) {
+            wakemeter::SampleWait::Stored { seq: n } => seq = Some(n),
+            other => panic!("no snapshot: {other:?}"),
+        }
+        let f = s.findings();
+        if done(&f) || std::time::Instant::now() > guard {
+            return f;
+        }
+    }
+}
+
+/// An eventfd that stays readable (never drained) in a poll loop whose
+/// every wait has a 1 s timeout: the wait returns ready at once, hundreds
+/// of thousands of times a second, the thread never blocks. Neither its
+/// timeouts (none zero) nor its wakeups (every one finds an event) make
+/// it a zero-timeout or idle busy poller, yet it burns a core: named as a
+/// loop that never blocks, with the cause. The efficient loop beside it
+/// (blocking in poll until its pipe is written) is not.
+#[test]
+fn a_loop_whose_waits_return_ready_at_once_is_a_busy_poller() {
+    let _one = one_at_a_time();
+    let s = sampler(short_thresholds());
+    // SAFETY: eventfd has no memory preconditions.
+    let efd = unsafe { libc::eventfd(1, libc::EFD_NONBLOCK) };
+    assert!(efd >= 0);
+    let mut probe = s.loop_probe("level").unwrap();
+    let spin = Worker::spawn("level", move |stop| {
+        while !stopped(&stop) {
+            probe.before_wait(Some(Duration::from_secs(1)));
+            let n = poll_in(efd, 1000);
+            probe.after_wait(n);
+        }
+    });
+    let (good, _client) = efficient_loop(&s, "efficient");
+    let f = findings_until(&s, |f| {
+        !about(f, FindingKind::BusyPoller, spin.tid).is_empty()
+    });
+    let busy = about(&f, FindingKind::BusyPoller, spin.tid);
+    assert_eq!(busy.len(), 1, "{f:#?}");
+    let b = &busy[0];
+    assert!(matches!(&b.subject, Subject::Loop { name, .. } if name == "level"));
+    assert!(b.evidence("ready_at_once_ratio").unwrap() >= 0.9, "{b:#?}");
+    assert!(b.evidence("zero_timeout_ratio").unwrap() < 0.01, "{b:#?}");
+    assert!(b.evidence("wakeups_per_sec").unwrap() >= 10_000.0, "{b:#?}");
+    assert!(b.summary.contains("return ready at once"), "{}", b.summary);
+    assert!(b.summary.contains("never blocks"), "{}", b.summary);
+    assert!(b.advice.contains("epoll, kqueue"), "{}", b.advice);
+    assert!(
+        f.iter().all(|x| x.subject.tid() != Some(good.tid)),
+        "efficient loop flagged: {f:#?}"
+    );
+    drop(spin);
+    // SAFETY: the fd is ours and no longer used.
+    unsafe { libc::close(efd) };
+}
+
+/// The kind said about a thread in one report: its sleep site's
+/// `sleep_overhead` or its own `periodic_wakeups`, or nothing.
+fn said(f: &[Finding], tid: u64) -> Option<FindingKind> {
+    [FindingKind::SleepOverhead, FindingKind::PeriodicWakeups]
+        .into_iter()
+        .find(|&k| !about(f, k, tid).is_empty())
+}
+
+/// A ticker at exactly the sleep-overhead line (absolute deadlines, so
+/// its rate is the line, give or take the window's edges) is a sleep loop
+/// and a periodic waker at once. Report after report it must be one of
+/// them, not both in turn: the issue saw a 100/s ticker switch 17 times
+/// in 37 one-second reports. Scaled five times faster (500/s against a
+/// 500/s line, 200 ms windows, a snapshot every 20 ms and a report at
+/// each), 60 reports after the first full window: at most one change of
+/// kind or presence.
+#[test]
+fn a_ticker_at_the_sleep_line_keeps_one_kind() {
+    let _one = one_at_a_time();
+    const RATE: f64 = 500.0;
+    let t = wakemeter::Thresholds::default()
+        .with_window(Duration::from_millis(200))
+        .with_min_window(Duration::from_millis(200))
+        .with_sleep_calls_per_sec(RATE);
+    let s = wakemeter::SamplerBuilder::new()
+        .with_interval(Duration::from_millis(20))
+        .with_switch_split_every(1)
+        .with_thresholds(t)
+        .build()
+        .unwrap();
+    let mut probe = s.sleep_probe("tick").unwrap();
+    let ticker = Worker::spawn("ticker", move |stop| {
+        let period = (1e9 / RATE) as i64;
+        let now = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: valid out-pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+            ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+        };
+        let mut next = now();
+        while !stopped(&stop) {
+            next += period;
+            probe.begin(Duration::from_nanos(
+                next.saturating_sub(now()).max(0) as u64
+            ));
+            let ts = libc::timespec {
+                tv_sec: next / 1_000_000_000,
+                tv_nsec: next % 1_000_000_000,
+            };
+            // SAFETY: valid timespec; no remainder with TIMER_ABSTIME.
+            unsafe {
+                libc::clock_nanosleep(
+                    libc::CLOCK_MONOTONIC,
+                    libc::TIMER_ABSTIME,
+                    &ts,
+                    std::ptr::null_mut(),
+                )
+            };
+            probe.end();
+        }
+    });
+    let warm_up = 12; // snapshots before a window covers 200 ms
+    let mut reports: Vec<(Option<FindingKind>, f64)> = Vec::new();
+    let mut snapshots = 0;
+    findings_until(&s, |f| {
+        snapshots += 1;
+        if snapshots > warm_up {
+            let rate = f
+                .iter()
+                .filter(|x| x.subject.tids().contains(&ticker.tid))
+                .find_map(|x| {
+                    x.evidence("sleeps_per_sec")
+                        .or(x.evidence("wakeups_per_sec"))
+                })
+                .unwrap_or(f64::NAN);
+            reports.push((said(f, ticker.tid), rate));
+        }
+        reports.len() >= 60
+    });
+    assert_eq!(reports.len(), 60, "hang guard hit: {reports:?}");
+    let changes = reports.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    assert!(
+        changes <= 1,
+        "{changes} changes of kind in 60 reports: {reports:?}"
+    );
+    let named = reports.iter().filter(|r| r.0.is_some()).count();
+    assert!(
+        named >= 30,
+        "the ticker is named in {named} of 60 reports: {reports:?}"
+    );
+    // It sits at the line: the test is about the line.
+    let rates: Vec<f64> = reports
+        .iter()
+        .map(|r| r.1)
+        .filter(|r| r.is_finite())
+        .collect();
+    let mean = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    assert!(
+        (mean - RATE).abs() <= 0.05 * RATE,
+        "mean rate {mean}/s: {reports:?}"
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use wakemeter::runtime::{instrument, runtime_stats, watch};
+use wakemeter::runtime::{RuntimeStats, instrument, runtime_stats, watch};
 use wakemeter::{FindingKind, SamplerBuilder};
 
 #[test]
@@ -218,5 +218,117 @@ fn the_applications_hooks_are_chained_not_replaced() {
     assert!(
         stops.load(Ordering::Relaxed) >= 2,
         "every worker's stop hook ran"
+    );
+}
+
+/// A runtime of two workers running `task` (and an `interval(1 ms)` task
+/// beside it) until `done` says so at a new snapshot, at most 3 minutes:
+/// the findings then, and tokio's own counters over the same time.
+fn run_tokio(
+    spin: bool,
+    mut done: impl FnMut(&[wakemeter::Finding]) -> bool,
+) -> (Vec<wakemeter::Finding>, RuntimeStats, RuntimeStats, f64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    // One at a time: each samples the whole test process, and the other's
+    // spinning worker would be in it.
+    static ONE: Mutex<()> = Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let sampler = SamplerBuilder::new()
+        .with_interval(Duration::from_millis(100))
+        .with_switch_split_every(1)
+        .with_thresholds(
+            wakemeter::Thresholds::default()
+                .with_window(Duration::from_secs(2))
+                .with_min_window(Duration::from_secs(1)),
+        )
+        .build()
+        .expect("sampler");
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(2).enable_time();
+    let rt = instrument(&mut b, &sampler, "tokio-worker")
+        .build()
+        .expect("runtime");
+    let stop = Arc::new(AtomicBool::new(false));
+    if spin {
+        let s = stop.clone();
+        rt.spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    let s = stop.clone();
+    rt.spawn(async move {
+        let mut iv = tokio::time::interval(Duration::from_millis(1));
+        while !s.load(Ordering::Relaxed) {
+            iv.tick().await;
+        }
+    });
+    let before = runtime_stats(rt.handle());
+    let start = std::time::Instant::now();
+    let guard = sampler.start().expect("start");
+    let mut seq = None;
+    let mut samples = 0;
+    let found = loop {
+        match sampler.wait_for_sample(seq, Duration::from_secs(60)) {
+            wakemeter::SampleWait::Stored { seq: n } => seq = Some(n),
+            other => panic!("no snapshot: {other:?}"),
+        }
+        samples += 1;
+        let f = sampler.findings();
+        if (samples >= 30 && done(&f)) || start.elapsed() > Duration::from_secs(180) {
+            break f;
+        }
+    };
+    let after = runtime_stats(rt.handle());
+    let secs = start.elapsed().as_secs_f64();
+    drop(guard);
+    stop.store(true, Ordering::Relaxed);
+    drop(rt);
+    (found, before, after, secs)
+}
+
+/// A task looping on `yield_now` beside an `interval(1 ms)`: one worker
+/// never parks and the other is unparked thousands of times a second (the
+/// issue measured 9k-23k futex wakes/s, named only as run-queue
+/// contention). The finding names the worker that never waits and the
+/// pattern; tokio's own counters agree: a worker whose park count did not
+/// move, and the other's unparks at least the probe's wakeups.
+#[test]
+fn a_worker_spinning_on_yield_now_is_named() {
+    let spinner = |f: &[wakemeter::Finding]| {
+        f.iter()
+            .find(|x| x.kind == FindingKind::BusyPoller && x.summary.contains("never waits"))
+            .cloned()
+    };
+    let (f, before, after, secs) = run_tokio(true, |f| spinner(f).is_some());
+    let s = spinner(&f).unwrap_or_else(|| panic!("no spinning worker: {f:#?}"));
+    assert!(s.summary.contains("yield_now"), "{}", s.summary);
+    assert!(s.advice.contains("yield_now"), "{}", s.advice);
+    let parks: Vec<u64> = (0..2)
+        .map(|w| after.worker_parks[w] - before.worker_parks[w])
+        .collect();
+    assert!(parks.iter().any(|&p| p <= 1), "tokio parks {parks:?}");
+    let woken = s.evidence("sibling_wakeups_per_sec").unwrap();
+    let unparks_per_sec = (0..2)
+        .map(|w| (after.worker_park_unparks[w] - before.worker_park_unparks[w]) as f64 / 2.0 / secs)
+        .fold(0.0, f64::max);
+    assert!(woken >= 1000.0, "{s:#?}");
+    // The probe counts unparks that ran the hook: at most tokio's (its
+    // window is the last 2 s, tokio's the whole run: a little slack).
+    assert!(
+        woken <= unparks_per_sec * 1.25,
+        "probe {woken}/s vs tokio {unparks_per_sec}/s"
+    );
+}
+
+/// The timer alone: no spinning worker, no busy poller.
+#[test]
+fn a_timer_alone_is_not_a_spinning_worker() {
+    let (f, ..) = run_tokio(false, |_| true);
+    assert!(
+        f.iter().all(|x| x.kind != FindingKind::BusyPoller),
+        "{f:#?}"
     );
 }

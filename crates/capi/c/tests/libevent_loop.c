@@ -3,10 +3,20 @@
  *                                     (the Envoy Mobile failure mode): must be
  *                                     flagged busy_poller, naming BACKEND
  *   libevent_loop healthy BACKEND  - a 100 ms timer, blocking: no busy_poller
+ *   libevent_loop ready   BACKEND  - an eventfd written once and added with
+ *                                     EV_READ|EV_PERSIST|EV_ET, blocking
+ *                                     dispatch: the poll backend cannot do
+ *                                     edge triggering, so every poll returns it
+ *                                     ready at once and the loop never blocks
+ *                                     (busy_poller "ready at once", naming
+ *                                     BACKEND); epoll fires it once (quiet)
  * BACKEND is what event_base_get_method must say (set EVENT_NOEPOLL=1 for
  * "poll"). Runs ~2.5 s under a background sampler with short windows. */
 #include <event2/event.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 #include "check.h"
 #include "wakemeter_libevent.h"
 
@@ -21,6 +31,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what; (void)arg;
     ticks++;
 }
+static long readies = 0;
+static void on_ready(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg;
+    readies++; /* never drained: the eventfd stays readable */
+}
 static void on_end(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what;
     event_base_loopbreak((struct event_base *)arg);
@@ -28,23 +43,26 @@ static void on_end(evutil_socket_t fd, short what, void *arg) {
 
 int main(int argc, char **argv) {
     const double run_s = 2.5;
-    int spin;
+    int spin, ready;
+    int efd = -1;
+    struct event *readable = NULL;
     const char *backend;
     wm_config cfg;
     wm_sampler *s = NULL;
     wm_libevent *a = NULL;
     wm_findings *fs = NULL;
     size_t n = 0;
-    int busy = 0, busy_names_backend = 0;
+    int busy = 0, busy_names_backend = 0, busy_ready = 0;
     struct event_base *base;
     struct event *tick, *end;
     struct timeval every = {0, 100 * 1000}, total = {2, 500 * 1000};
 
     if (argc != 3) {
-        fprintf(stderr, "usage: %s spin|healthy BACKEND\n", argv[0]);
+        fprintf(stderr, "usage: %s spin|healthy|ready BACKEND\n", argv[0]);
         return 2;
     }
     spin = strcmp(argv[1], "spin") == 0;
+    ready = strcmp(argv[1], "ready") == 0;
     backend = argv[2];
 
     /* Short windows so the findings rules answer within the run. */
@@ -68,6 +86,15 @@ int main(int argc, char **argv) {
     end = event_new(base, -1, 0, on_end, base);
     event_add(end, &total);
 
+    if (ready) {
+        uint64_t one = 1;
+        efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        CHECK(efd >= 0);
+        CHECK(write(efd, &one, sizeof one) == (ssize_t)sizeof one);
+        readable = event_new(base, efd, EV_READ | EV_PERSIST | EV_ET, on_ready, NULL);
+        CHECK(readable != NULL);
+        CHECK(event_add(readable, NULL) == 0);
+    }
     if (spin) {
         double stop = now_s() + run_s;
         while (now_s() < stop)
@@ -76,6 +103,7 @@ int main(int argc, char **argv) {
         CHECK_STATUS(wm_libevent_dispatch(a, NULL), WM_OK);
     }
     CHECK(ticks > 0);
+    if (ready) printf("EV_ET callback ran %ld times\n", readies);
 
     CHECK_STATUS(wm_sampler_stop(s), WM_OK);
     CHECK_STATUS(wm_sampler_sample(s), WM_OK);
@@ -94,17 +122,31 @@ int main(int argc, char **argv) {
             if (strstr(f.summary, backend) && strstr(f.subject_name, backend) &&
                 strstr(f.advice, quoted))
                 busy_names_backend = 1;
+            /* The cause: waits with a timeout that return ready at once, and the cure. */
+            if (strstr(f.summary, "return ready at once") && strstr(f.summary, "never blocks") &&
+                strstr(f.advice, "edge triggering"))
+                busy_ready = 1;
         }
     }
     if (spin) {
         CHECK(busy);
         CHECK(busy_names_backend);
+    } else if (ready && strcmp(backend, "epoll") != 0) {
+        /* Level-triggered backend: the EV_ET event fires on every pass. */
+        CHECK(readies > 10000);
+        CHECK(busy);
+        CHECK(busy_names_backend);
+        CHECK(busy_ready);
     } else {
+        /* Healthy, or EV_ET on epoll: it fired once and the loop blocks. */
+        if (ready) CHECK(readies == 1);
         CHECK(!busy);
     }
 
     CHECK_STATUS(wm_findings_free(fs), WM_OK);
     CHECK_STATUS(wm_libevent_detach(a), WM_OK);
+    if (readable) event_free(readable);
+    if (efd >= 0) close(efd);
     event_free(tick);
     event_free(end);
     event_base_free(base);

@@ -71,6 +71,12 @@ pub enum Verdict {
     Changed,
     /// It includes 0: the difference may be noise.
     WithinNoise,
+    /// The difference is at most what the metric can resolve
+    /// ([`resolution`]: a page for RSS): no change, whatever the test
+    /// says. A figure constant within each recording (RSS of an idle
+    /// process) has no spread, so any difference, even one page, would
+    /// otherwise look significant.
+    NoChange,
     /// Too few intervals or runs for the test (see [`super::MIN_INTERVALS`]).
     NotEnoughData,
     /// Only the control has this metric (e.g. a process the variant lacks).
@@ -569,6 +575,17 @@ impl IntervalSummary {
     }
 }
 
+/// The difference a metric cannot tell from none, in its unit: one 4 KiB page
+/// for RSS (the kernel counts resident memory in pages; 4 KiB is the
+/// smallest page of the platforms wakemeter runs on), 0 (every difference
+/// counts) for the rest.
+pub fn resolution(metric: &str, unit: &str) -> f64 {
+    match (metric, unit) {
+        ("rss_bytes", "bytes") => 4096.0,
+        _ => 0.0,
+    }
+}
+
 fn make_row(
     process: Option<String>,
     subject: &str,
@@ -594,9 +611,13 @@ fn make_row(
     let relative = control
         .zip(delta)
         .and_then(|(c, d)| (c.mean != 0.0).then(|| d / c.mean));
+    let floor = resolution(metric, unit);
     let verdict = match (control, variant, t.delta_interval) {
         (Some(_), None, _) => Verdict::OnlyInControl,
         (None, _, _) => Verdict::OnlyInVariant,
+        (Some(_), Some(_), _) if floor > 0.0 && delta.is_some_and(|d| d.abs() <= floor) => {
+            Verdict::NoChange
+        }
         (Some(_), Some(_), Some((lo, hi))) if lo > 0.0 || hi < 0.0 => Verdict::Changed,
         (Some(_), Some(_), Some(_)) => Verdict::WithinNoise,
         _ => Verdict::NotEnoughData,
@@ -741,6 +762,37 @@ mod tests {
             RecordLine::End(super::super::RecordingEnd::new(0, "deadline", 0)),
         )
         .unwrap();
+    }
+
+    /// RSS of an idle process, constant within each recording, one page
+    /// less in the variant: no spread on either side, so the bootstrap
+    /// called the page "-0.0 MiB (-0.0%) CHANGED". Up to a page it is "no change";
+    /// a real difference (a MiB) is still "changed".
+    #[test]
+    fn rss_differences_below_a_page_are_no_change() {
+        let verdict = |control_rss: u64, variant_rss: u64| {
+            let mut e = Experiment::new(IdentityRule::NameAndRole);
+            for (side, rss) in [(Side::Control, control_rss), (Side::Variant, variant_rss)] {
+                e.begin_run(side);
+                e.push(side, RecordLine::Header(header(10, "idle", "idle")))
+                    .unwrap();
+                for _ in 0..12 {
+                    let mut i = interval(10, 1.0);
+                    i.process.rss_bytes = rss;
+                    e.push(side, RecordLine::Interval(i)).unwrap();
+                }
+                e.push(
+                    side,
+                    RecordLine::End(super::super::RecordingEnd::new(0, "deadline", 0)),
+                )
+                .unwrap();
+            }
+            let c = e.compare();
+            row(&c, Some("idle [idle]"), "process", "rss_bytes").verdict
+        };
+        let base = 40 << 20;
+        assert_eq!(verdict(base, base - 4096), Verdict::NoChange);
+        assert_eq!(verdict(base, base + (1 << 20)), Verdict::Changed);
     }
 
     fn row<'a>(

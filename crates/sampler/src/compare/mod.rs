@@ -35,7 +35,7 @@ pub use crate::interval::groups::{
 };
 pub use diff::{
     Comparison, DiffRow, Experiment, IdentityRule, MAX_SERIES_PER_RUN, Side, SideInfo, Spread,
-    Verdict,
+    Verdict, resolution,
 };
 pub use read::{ReadError, ReadSummary, read_recording};
 pub use stats::{BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MIN_INTERVALS, TEST_DESCRIPTION};

@@ -11,9 +11,15 @@
 //!
 //! Severities have hysteresis ([`Thresholds::severity_margin`]): the
 //! engine remembers the severity of each finding of the previous report
-//! (`SeverityMemory`) and keeps it until the figure moves past the
+//! (`SeverityMemory`; a finding missing from it for up to three reports
+//! is still remembered) and keeps it until the figure moves past the
 //! threshold by the margin, so that a figure hovering at a threshold does
 //! not flip a finding between two severities from one report to the next.
+//! Presence and kind have the same hysteresis: a finding shown stays until
+//! its figure leaves the margin below its line, and a behaviour two kinds
+//! could explain (a sleep loop is a periodic waker too) keeps the kind it
+//! was given until its figure leaves the margin around the line between
+//! them.
 
 mod rules;
 
@@ -230,19 +236,30 @@ impl Finding {
     }
 }
 
-/// The severities of the previous report's findings, which hysteresis
-/// holds on to. Bounded: it keeps one entry per finding of the last run
-/// (alike threads share one), replaced at every run.
+/// Reports a finding stays remembered after it was last shown, so that
+/// one report without it (a stall of the machine that spread a ticker's
+/// per-sample rates for a moment) does not reset the hysteresis: when it
+/// comes back, it comes back as what it was, not as whichever kind its
+/// figure favours at that instant.
+const REMEMBERED_REPORTS: u32 = 3;
+
+/// The severities of the recent reports' findings, which hysteresis
+/// holds on to: those of the previous report, and those shown within the
+/// last [`REMEMBERED_REPORTS`] reports. Bounded: one entry per finding of
+/// those reports (alike threads share one).
 #[derive(Debug, Default)]
 pub(crate) struct SeverityMemory {
     last: rules::Severities,
+    /// Reports since each remembered finding was last shown (absent: shown
+    /// in the previous one).
+    unseen: std::collections::HashMap<(FindingKind, String), u32>,
 }
 
 /// Runs every rule over `history`. `exclude_tid` is the sampler's own
 /// thread, which is never a subject. `known` is an interval of `history`
 /// the caller already computed: a rule whose window has the same ends
-/// uses it rather than computing it again. `memory` holds the previous
-/// run's severities and is updated with this run's.
+/// uses it rather than computing it again. `memory` holds the recent
+/// runs' severities and is updated with this run's.
 pub(crate) fn diagnose(
     history: &History,
     t: &Thresholds,
@@ -252,14 +269,26 @@ pub(crate) fn diagnose(
     memory: &mut SeverityMemory,
 ) -> Vec<Finding> {
     let findings = rules::run(history, t, system, exclude_tid, known, &memory.last);
-    memory.last.clear();
+    let mut now = rules::Severities::with_capacity(findings.len());
     for f in &findings {
-        let severity = memory
-            .last
+        let severity = now
             .entry(rules::memory_key(f.kind, &f.subject))
             .or_insert(f.severity);
         *severity = (*severity).max(f.severity);
     }
+    let mut unseen = std::collections::HashMap::new();
+    for (key, severity) in memory.last.drain() {
+        if now.contains_key(&key) {
+            continue;
+        }
+        let age = memory.unseen.get(&key).copied().unwrap_or(0) + 1;
+        if age <= REMEMBERED_REPORTS {
+            unseen.insert(key.clone(), age);
+            now.insert(key, severity);
+        }
+    }
+    memory.last = now;
+    memory.unseen = unseen;
     findings
 }
 

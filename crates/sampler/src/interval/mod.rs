@@ -80,9 +80,15 @@ pub struct KernelThreadInterval {
     pub involuntary_switches_per_sec: f64,
     /// Off-CPU time during the interval by cause, in nanoseconds.
     pub off_cpu: OffCpuTime,
-    /// Time blocked (off CPU for any cause but preemption), in percent of
-    /// the interval: 95 for a loop that waits 95% of the time, near 0 for
-    /// a thread that spins.
+    /// Time blocked (off CPU and not waiting for a CPU), in percent of the
+    /// interval: 95 for a loop that waits 95% of the time, near 0 for a
+    /// thread that spins. It is the off-CPU time less the thread's
+    /// run-queue wait ([`ThreadInterval::run_queue_wait_ns`], after
+    /// preemptions and after wakes), so that it, the CPU share and the
+    /// run-queue wait share add up to 100 (within the difference between
+    /// [`KernelThreadInterval::on_cpu_percent`] and
+    /// [`ThreadInterval::cpu_percent`]); without the run-queue wait, the
+    /// off-CPU time less the preempted stretches.
     pub blocked_percent: f64,
     /// Wakes per second: times the thread was made runnable (`sched_waking`).
     pub wakes_per_sec: f64,

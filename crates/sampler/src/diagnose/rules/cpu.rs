@@ -4,8 +4,41 @@ use super::{Ctx, FindingKind, Grade, Severity, Subject, number};
 use crate::interval::Interval;
 use crate::model::SystemInfo;
 
-const RUN_QUEUE_ADVICE: &str = "The thread is runnable but not running: more runnable threads than cores (check \
-thread-pool sizes against the CPU count), other processes competing, or a container CPU quota throttling the process.";
+const RUN_QUEUE_OWN_ADVICE: &str = "The thread is runnable but not running, and this process alone has more \
+runnable threads than the cores it may use: its own threads compete. Size thread pools to the cores the process \
+may use (its CPU affinity, the container's quota: cgroup cpu.max), and replace spinning or yielding threads with \
+blocking waits.";
+
+const RUN_QUEUE_OUTSIDE_ADVICE: &str = "The thread is runnable but not running, while this process's threads \
+together want fewer CPUs than there are cores: the competition comes from outside the process. Look at what else \
+runs on the machine (the load average, top's busiest processes), whether a CPU quota throttles the process (the \
+cgroup's cpu.stat: nr_throttled, throttled_usec; its cpu.max) or a CPU affinity confines it to fewer cores \
+(taskset -p), and give it the cores it needs (a higher priority, its own cores, a larger quota) or move the \
+competitors away.";
+
+/// Who a thread's run-queue wait competes with, from the process's own
+/// runnable demand (CPU plus run-queue wait, in threads) against the
+/// cores: more than the cores, its own threads; fewer, something outside
+/// it (other processes, a CPU quota or an affinity that leaves it fewer
+/// cores).
+fn competitors(runnable: f64, cpus: f64, cpu_count: u32) -> (String, &'static str) {
+    if runnable >= cpus {
+        (
+            format!(
+                "its own threads compete: this process has {runnable:.1} threads wanting a CPU on {cpu_count} cores"
+            ),
+            RUN_QUEUE_OWN_ADVICE,
+        )
+    } else {
+        (
+            format!(
+                "the competition is outside this process: its threads want only {runnable:.1} CPUs of its \
+                 {cpu_count} cores, so other processes, a CPU quota or an affinity to fewer cores take the rest"
+            ),
+            RUN_QUEUE_OUTSIDE_ADVICE,
+        )
+    }
+}
 
 const RUN_QUEUE_PROCESS_ADVICE: &str = "The process has more runnable threads than the machine has cores: each gets a \
 little CPU and spends most of its runnable time waiting for one. Size thread pools to the CPU count (or the \
@@ -74,6 +107,7 @@ pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             continue;
         }
         per_thread = true;
+        let (who, advice) = competitors(runnable, cpus, system.cpu_count);
         let subject = Subject::Thread {
             tid: th.tid,
             name: th.name.clone(),
@@ -87,8 +121,8 @@ pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
                 move || {
                     format!(
                         "thread {} \"{}\" waited for a CPU {wait:.0}% of the time while running {:.0}%: \
-                         {about} {runnable:.1} of this process's threads want a CPU on {} cores{unlisted_text}",
-                        th.tid, th.name, th.cpu_percent, system.cpu_count
+                         {who} ({about} {runnable:.1} of this process's threads want a CPU){unlisted_text}",
+                        th.tid, th.name, th.cpu_percent
                     )
                 }
             },
@@ -101,7 +135,7 @@ pub(super) fn run_queue(cx: &mut Ctx<'_>, i: &Interval, system: &SystemInfo) {
             .into_iter()
             .chain(unlisted_ev)
             .collect(),
-            RUN_QUEUE_ADVICE,
+            advice,
         );
     }
     if per_thread || runnable <= cpus || runnable <= 0.0 {

@@ -1,7 +1,9 @@
 //! Findings from the kernel view (eBPF) of each thread: busy polling,
 //! signal wakeups and sleep loops seen in its syscalls.
 
-use super::loops::{BUSY_POLL_ADVICE, BUSY_POLL_ADVICE_EPOLL, BUSY_POLL_ADVICE_POLL};
+use super::loops::{
+    BUSY_POLL_ADVICE, BUSY_POLL_ADVICE_EPOLL, BUSY_POLL_ADVICE_POLL, READY_LOOP_ADVICE,
+};
 use super::sleep::TICKER_ADVICE;
 use super::{Ctx, FindingKind, Grade, Severity, Subject, number};
 use crate::interval::{Interval, KernelThreadInterval, SyscallRate, ThreadInterval};
@@ -65,11 +67,11 @@ pub(super) fn kernel_busy_poller(
     // scheduler threads, a work-stealing runtime) makes many non-blocking
     // polls and is rarely blocked, yet half or more of its polls find
     // work, and its CPU goes to that work, not to polling.
-    if idle_polls < t.busy_poll_wakeups_per_sec
-        || k.idle_poll_ratio < t.busy_poll_idle_ratio
-        || k.blocked_percent > t.busy_poll_max_blocked_percent
-    {
+    if k.blocked_percent > t.busy_poll_max_blocked_percent {
         return false;
+    }
+    if idle_polls < t.busy_poll_wakeups_per_sec || k.idle_poll_ratio < t.busy_poll_idle_ratio {
+        return kernel_ready_poller(cx, th, k);
     }
     let (calls, mix) = syscall_mix(k, true);
     let advice = match calls.first().map(|c| c.syscall) {
@@ -124,6 +126,76 @@ pub(super) fn kernel_busy_poller(
             number("thread_cpu_percent", th.cpu_percent, "%"),
         ],
         advice,
+    );
+    true
+}
+
+/// A poll loop that never blocks although its polls have a timeout: its
+/// polls return ready at once (events, without blocking) at least
+/// [`Thresholds::busy_poll_critical_wakeups_per_sec`](crate::Thresholds::busy_poll_critical_wakeups_per_sec)
+/// times a second, in at least [`Thresholds::busy_poll_idle_ratio`](crate::Thresholds::busy_poll_idle_ratio)
+/// of its polls, most with a non-zero timeout. Zero-timeout polls that
+/// find work (Go's scheduler threads between tasks) are another thing: a
+/// busy worker. Run by [`kernel_busy_poller`] once the thread is known to
+/// be blocked little.
+fn kernel_ready_poller(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInterval) -> bool {
+    let t = cx.t;
+    if k.poll_calls_per_sec <= 0.0 || k.zero_timeout_poll_ratio >= t.busy_poll_zero_timeout_ratio {
+        return false;
+    }
+    let ready =
+        (k.poll_calls_per_sec - k.blocking_polls_per_sec - k.idle_nonblocking_polls_per_sec)
+            .max(0.0);
+    let share = ready / k.poll_calls_per_sec;
+    if share < t.busy_poll_idle_ratio || ready < t.busy_poll_critical_wakeups_per_sec {
+        return false;
+    }
+    let (calls, mix) = syscall_mix(k, true);
+    let syscall = calls.first().map(|c| c.syscall);
+    let backend = match syscall {
+        Some(Syscall::Poll | Syscall::Ppoll | Syscall::Select | Syscall::Pselect6) => {
+            "a level-triggered poll(2)/select(2) loop"
+        }
+        Some(Syscall::EpollWait | Syscall::EpollPwait | Syscall::EpollPwait2) => {
+            "a level-triggered epoll registration"
+        }
+        _ => "a level-triggered wait",
+    };
+    let mix = if mix.is_empty() {
+        String::new()
+    } else {
+        format!(" ({mix})")
+    };
+    cx.push(
+        FindingKind::BusyPoller,
+        Severity::Critical,
+        Subject::Thread {
+            tid: th.tid,
+            name: th.name.clone(),
+        },
+        move || format!(
+            "thread {} \"{}\" polls {:.0} times/s{mix} and {:.0}% of its polls return ready at once, although \
+             {:.0}% have a non-zero timeout: it never blocks (blocked {:.0}% of the time, kernel view), using {:.0}% \
+             of a core. A descriptor stays ready in {backend}: an edge-triggered event on a backend without edge \
+             triggering (libevent EV_ET on poll or select), or one never drained",
+            th.tid,
+            th.name,
+            k.poll_calls_per_sec,
+            share * 100.0,
+            (1.0 - k.zero_timeout_poll_ratio) * 100.0,
+            k.blocked_percent,
+            th.cpu_percent
+        ),
+        vec![
+            number("poll_calls_per_sec", k.poll_calls_per_sec, "1/s"),
+            number("ready_at_once_polls_per_sec", ready, "1/s"),
+            number("ready_at_once_ratio", share, "ratio"),
+            number("blocking_polls_per_sec", k.blocking_polls_per_sec, "1/s"),
+            number("zero_timeout_poll_ratio", k.zero_timeout_poll_ratio, "ratio"),
+            number("blocked_percent", k.blocked_percent, "%"),
+            number("thread_cpu_percent", th.cpu_percent, "%"),
+        ],
+        READY_LOOP_ADVICE,
     );
     true
 }
@@ -183,7 +255,20 @@ fn requested_text(k: &KernelThreadInterval) -> String {
 fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInterval) -> bool {
     let t = cx.t;
     let completed = (k.sleeps_per_sec - k.interrupted_sleeps_per_sec).max(0.0);
-    if completed < t.sleep_calls_per_sec {
+    let subject = Subject::Thread {
+        tid: th.tid,
+        name: th.name.clone(),
+    };
+    // Below the line the same thread is a periodic waker: one kind or the
+    // other, kept while the rate stays within the margin of the line (a
+    // 100/s ticker flipped between the two 17 times in 37 reports).
+    if !cx.wins_over(
+        FindingKind::SleepOverhead,
+        &subject,
+        (FindingKind::PeriodicWakeups, Some(&subject)),
+        completed,
+        t.sleep_calls_per_sec,
+    ) {
         return false;
     }
     let interrupted = if k.interrupted_sleeps_per_sec > 0.0 {
@@ -200,10 +285,7 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
     } else {
         format!(" with {mix}")
     };
-    let subject = Subject::Thread {
-        tid: th.tid,
-        name: th.name.clone(),
-    };
+    let period_ms = 1e3 / completed.max(f64::MIN_POSITIVE);
     // The kernel sees the sleeps, not what the thread does between them:
     // a ticker (a fixed-rate timer that does its work each tick), a
     // sleep-and-check loop (that looks for work and often finds none) and
@@ -219,7 +301,7 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
         },
         subject,
         move || format!(
-            "thread {} \"{}\" sleeps {completed:.0} times/s{mix}, asking for {} and sleeping {:.2} ms on average{interrupted} \
+            "thread {} \"{}\" sleeps {completed:.0} times/s{mix} (a wakeup every {period_ms:.1} ms), asking for {} and sleeping {:.2} ms on average{interrupted} \
              (kernel view): a sleep loop (a ticker, a back-off or a sleep-and-check loop; whether each wakeup \
              finds work is not visible from the kernel)",
             th.tid,
@@ -230,6 +312,7 @@ fn kernel_sleep_loop(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadInte
         vec![
             number("sleeps_per_sec", k.sleeps_per_sec, "1/s"),
             number("completed_sleeps_per_sec", completed, "1/s"),
+            number("period_ms", period_ms, "ms"),
             number("interrupted_sleeps_per_sec", k.interrupted_sleeps_per_sec, "1/s"),
             number("mean_requested_ns", k.mean_sleep_requested_ns as f64, "ns"),
             number("mean_actual_ns", k.mean_sleep_actual_ns as f64, "ns"),

@@ -24,7 +24,7 @@ use crate::probe::duration_ns as ns;
 use cpu::{cpu_hogs, run_queue};
 use grouping::Grouper;
 use kernel::kernel_threads;
-use loops::{busy_poller_loops, periodic_loops};
+use loops::{busy_poller_loops, periodic_loops, spinning_workers};
 use memory::memory_growth;
 use sleep::sleep_sites;
 use wakeups::{periodic_threads, wakeups_budget};
@@ -121,7 +121,9 @@ impl Windows<'_> {
     }
 }
 
-/// The severity each finding had in the previous report, by
+/// The severity each finding had in the previous report (or, for one
+/// absent from it, in the last report of the few remembered that showed
+/// it: `SeverityMemory`), by
 /// [`memory_key`]: what hysteresis holds on to.
 pub(super) type Severities = HashMap<(FindingKind, String), Severity>;
 
@@ -146,13 +148,16 @@ struct Grade<'s> {
 
 struct Ctx<'a> {
     t: &'a Thresholds,
-    /// Severities of the previous report.
+    /// Severities of the recent reports (the previous one, and findings
+    /// shown in the few before it).
     previous: &'a Severities,
     out: Grouper,
     /// Threads already explained by a more specific finding (or excluded).
     explained: HashSet<u64>,
     /// Window of the rule running now, in nanoseconds.
     window_ns: u64,
+    /// The target's OS family (`SystemInfo::os`), which advice speaks to.
+    os: &'a str,
 }
 
 impl Ctx<'_> {
@@ -177,6 +182,56 @@ impl Ctx<'_> {
         value >= line
             || (value >= line * (1.0 - self.t.severity_margin)
                 && self.previous.contains_key(&memory_key(kind, &subject())))
+    }
+
+    /// Whether the previous report showed a finding of `kind` about `subject`.
+    fn shown_before(&self, kind: FindingKind, subject: &Subject) -> bool {
+        self.previous.contains_key(&memory_key(kind, subject))
+    }
+
+    /// A ceiling a finding's figure must stay under (a CPU share, a
+    /// variation), with the margin of [`Thresholds::severity_margin`] for
+    /// a finding the previous report showed: `ceiling * (1 + margin)`.
+    /// `subject` is built only when that is in question.
+    fn under(
+        &self,
+        kind: FindingKind,
+        value: f64,
+        ceiling: f64,
+        subject: impl FnOnce() -> Subject,
+    ) -> bool {
+        value <= ceiling
+            || (value <= ceiling * (1.0 + self.t.severity_margin)
+                && self.shown_before(kind, &subject()))
+    }
+
+    /// [`Ctx::reaches`] for a finding that has a rival: another kind
+    /// that explains the same behaviour on the other side of `line` (a
+    /// thread sleeping 100 times/s is a sleep loop at the line and a
+    /// periodic waker just below it). Whichever the previous report showed
+    /// is kept until the figure leaves the margin around the line
+    /// ([`Thresholds::severity_margin`]): this kind, shown before, stays
+    /// down to `line * (1 - margin)`; the rival, shown before, keeps its
+    /// place up to `line * (1 + margin)`. So one behaviour keeps one kind
+    /// from report to report, and changes it once when the figure really
+    /// moves.
+    fn wins_over(
+        &self,
+        kind: FindingKind,
+        subject: &Subject,
+        rival: (FindingKind, Option<&Subject>),
+        value: f64,
+        line: f64,
+    ) -> bool {
+        let m = self.t.severity_margin;
+        if self.previous.contains_key(&memory_key(kind, subject)) {
+            return value >= line * (1.0 - m);
+        }
+        let (rival_kind, rival_subject) = rival;
+        if rival_subject.is_some_and(|r| self.previous.contains_key(&memory_key(rival_kind, r))) {
+            return value >= line * (1.0 + m);
+        }
+        value >= line
     }
 
     fn grade(
@@ -285,6 +340,7 @@ pub(super) fn run(
         out: Grouper::default(),
         explained: exclude_tid.into_iter().collect(),
         window_ns: 0,
+        os: &system.os,
     };
     let mut w = Windows {
         known,
@@ -299,6 +355,7 @@ pub(super) fn run(
     {
         cx.window_ns = i.duration_ns;
         busy_poller_loops(&mut cx, i);
+        spinning_workers(&mut cx, i);
         sleep_sites(&mut cx, i);
         kernel_threads(&mut cx, i);
         periodic_loops(&mut cx, i);

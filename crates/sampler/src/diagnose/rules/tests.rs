@@ -3,7 +3,7 @@
 use super::grouping::{alike, group_alike_threads};
 use super::wake_source::WakeSource;
 use super::*;
-use crate::interval::{KernelThreadInterval, ThreadInterval};
+use crate::interval::{KernelThreadInterval, SyscallRate, ThreadInterval};
 
 fn finding(tid: u64, name: &str, rate: f64, cpu: f64) -> Finding {
     Finding {
@@ -265,6 +265,27 @@ fn a_periodic_thread_on_the_line_stays_named() {
     assert!(report(19).is_empty(), "not named before: the line itself");
 }
 
+/// `watch --interval 1` judges a 2 s window over 1 s samples: 2 or 3
+/// per-sample rates, as the sampler's jitter falls (999 or 1001 ms), so
+/// a ticker at exactly 100/s came and went 19 times in 47 reports. A
+/// thread shown before keeps its finding with 2 rates; one not shown
+/// before still needs `periodic_min_samples` (3).
+#[test]
+fn a_periodic_thread_shown_before_needs_fewer_samples() {
+    let t = Thresholds::default()
+        .with_window(Duration::from_secs(2))
+        .with_min_window(Duration::from_secs(2));
+    let h = steady(10, &[thread("ticker", 100, 0)]);
+    assert!(findings(&h, &t, &Severities::new()).is_empty(), "2 rates");
+    let mut shown = Severities::new();
+    shown.insert(
+        (FindingKind::PeriodicWakeups, "ticker".to_string()),
+        Severity::Info,
+    );
+    let kinds: Vec<FindingKind> = findings(&h, &t, &shown).iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, vec![FindingKind::PeriodicWakeups]);
+}
+
 /// 256 threads at 0.5% CPU each, each waiting for a CPU almost all the
 /// time, on 2 cores: none is a per-thread finding (too little CPU
 /// each), the process is; 4 threads at 50% CPU and 50% wait are
@@ -518,6 +539,7 @@ fn kernel_kinds(th: &ThreadInterval) -> Vec<FindingKind> {
         out: Grouper::default(),
         explained: HashSet::new(),
         window_ns: 10_000_000_000,
+        os: "linux",
     };
     let k = th.kernel.as_ref().expect("a kernel view");
     kernel::kernel_busy_poller(&mut cx, th, k);
@@ -534,6 +556,63 @@ fn a_busy_worker_that_polls_between_tasks_is_not_a_busy_poller() {
     assert!(kernel_kinds(&go_worker).is_empty());
     let spinner = poller(250_000.0, 0.999, 2.0, 95.0);
     assert_eq!(kernel_kinds(&spinner), vec![FindingKind::BusyPoller]);
+}
+
+/// A thread in the kernel view whose `polls` poll(2) calls/s all have a
+/// timeout and `ready` of them (0-1) return events without blocking.
+fn ready_poller(polls: f64, ready: f64, blocked: f64, cpu: f64) -> ThreadInterval {
+    let mut th = poller(polls, 0.0, blocked, cpu);
+    if let Some(k) = th.kernel.as_mut() {
+        k.blocking_polls_per_sec = polls * (1.0 - ready);
+        k.idle_nonblocking_polls_per_sec = 0.0;
+        k.idle_poll_ratio = 0.0;
+        k.zero_timeout_poll_ratio = 0.0;
+        k.calls_by_syscall = vec![SyscallRate {
+            syscall: crate::kernel::Syscall::Poll,
+            calls_per_sec: polls,
+        }];
+    }
+    th
+}
+
+/// libevent with an `EV_ET` eventfd on its `poll` backend: every poll has
+/// a timeout and returns the still-readable eventfd at once, 250,000
+/// times a second, the thread never blocked. Neither idle nor
+/// zero-timeout, yet a busy poller, named with its cause. A worker
+/// whose polls find work as fast as it serves it (8,000/s, blocked 10%)
+/// is not, nor one whose polls mostly block.
+#[test]
+fn a_loop_whose_polls_return_ready_at_once_is_a_busy_poller() {
+    let spinner = ready_poller(250_000.0, 1.0, 0.0, 99.0);
+    assert_eq!(kernel_kinds(&spinner), vec![FindingKind::BusyPoller]);
+    let t = Thresholds::default();
+    let previous = Severities::default();
+    let mut cx = Ctx {
+        t: &t,
+        previous: &previous,
+        out: Grouper::default(),
+        explained: HashSet::new(),
+        window_ns: 10_000_000_000,
+        os: "linux",
+    };
+    let k = spinner.kernel.as_ref().expect("a kernel view");
+    assert!(kernel::kernel_busy_poller(&mut cx, &spinner, k));
+    let f = cx.out.finish(&t);
+    assert_eq!(f[0].severity, Severity::Critical);
+    assert!(
+        f[0].summary
+            .contains("100% of its polls return ready at once")
+            && f[0].summary.contains("poll(2) 250000/s")
+            && f[0].summary.contains("EV_ET"),
+        "{}",
+        f[0].summary
+    );
+    assert!(f[0].advice.contains("epoll, kqueue"), "{}", f[0].advice);
+    assert_eq!(f[0].evidence("ready_at_once_ratio"), Some(1.0));
+    let worker = ready_poller(8_000.0, 1.0, 10.0, 60.0);
+    assert!(kernel_kinds(&worker).is_empty());
+    let waiting = ready_poller(250_000.0, 0.3, 40.0, 60.0);
+    assert!(kernel_kinds(&waiting).is_empty());
 }
 
 /// Python's `http.server` under wrk: one thread per connection, each
@@ -572,11 +651,64 @@ fn run_queue_demand_counts_the_cpu_of_threads_never_listed() {
         .expect("a run-queue finding");
     assert!(
         rq.summary
-            .ends_with("about 0.5 of this process's threads want a CPU on 2 cores"),
+            .ends_with("(about 0.5 of this process's threads want a CPU)"),
         "{}",
         rq.summary
     );
     assert_eq!(rq.evidence("unlisted_threads_cpus"), None);
+}
+
+/// "About 1.0 of this process's threads want a CPU on 2 cores" while a
+/// thread waits 36% of the time: the process alone does not fill the
+/// machine, so the competition is outside it, and the advice looks there
+/// (other processes, a quota, an affinity), not at its thread pools.
+/// Four threads each wanting a core on two: its own threads compete.
+#[test]
+fn contention_says_who_competes() {
+    let t = Thresholds::default();
+    let outside = Steady {
+        name: "server".to_string(),
+        cpu: 0.6,
+        wait: 0.36,
+        woken: 50,
+        preempted: 200,
+    };
+    let found = findings(&steady(10, &[outside]), &t, &Severities::new());
+    let rq = found
+        .iter()
+        .find(|f| f.kind == FindingKind::RunQueueContention)
+        .expect("a run-queue finding");
+    assert!(
+        rq.summary
+            .contains("the competition is outside this process")
+            && rq.summary.contains("want only 1.0 CPUs of its 2 cores"),
+        "{}",
+        rq.summary
+    );
+    assert!(rq.advice.contains("cpu.stat"), "{}", rq.advice);
+    assert!(!rq.advice.contains("Size thread pools"), "{}", rq.advice);
+    let own: Vec<Steady> = (0..4)
+        .map(|n| Steady {
+            name: format!("pool-{n}"),
+            cpu: 0.5,
+            wait: 0.5,
+            woken: 50,
+            preempted: 200,
+        })
+        .collect();
+    let found = findings(&steady(10, &own), &t, &Severities::new());
+    let rq = found
+        .iter()
+        .find(|f| f.kind == FindingKind::RunQueueContention)
+        .expect("a run-queue finding");
+    assert!(
+        rq.summary.contains(
+            "its own threads compete: this process has 4.0 threads wanting a CPU on 2 cores"
+        ),
+        "{}",
+        rq.summary
+    );
+    assert!(rq.advice.contains("Size thread pools"), "{}", rq.advice);
 }
 
 /// The one long-lived thread of Python's `http.server` under wrk: 15%

@@ -4,9 +4,27 @@
 use super::Thresholds;
 use crate::interval::KernelThreadInterval;
 
-pub(super) const PERIODIC_ADVICE: &str = "Each wakeup takes the CPU out of idle. Make the timer fire only when there is work \
-(arm it on demand), lengthen its period, or let the OS coalesce it (timer slack/leeway, Android WorkManager, \
-DispatchSource leeway).";
+/// What to do about a periodic timer, in the terms of the platform the
+/// target runs on (`SystemInfo::os`): no Android or Apple API named for a
+/// Linux server.
+pub(super) fn periodic_advice(os: &str) -> &'static str {
+    match os {
+        "android" => concat!(
+            "Each wakeup takes the CPU out of idle. Make the timer fire only when there is work (arm it on demand), ",
+            "lengthen its period, or let the OS coalesce it (WorkManager or inexact alarms for background work, ",
+            "timer slack for native threads)."
+        ),
+        "macos" | "ios" => concat!(
+            "Each wakeup takes the CPU out of idle. Make the timer fire only when there is work (arm it on demand), ",
+            "lengthen its period, or let the OS coalesce it (DispatchSource leeway, Timer tolerance)."
+        ),
+        _ => concat!(
+            "Each wakeup takes the CPU out of idle. Make the timer fire only when there is work (arm it on demand), ",
+            "lengthen its period, or let the kernel coalesce it (timer slack: prctl(PR_SET_TIMERSLACK), or a ",
+            "deadline rounded to a coarser tick)."
+        ),
+    }
+}
 
 const THREADS_ADVICE: &str = "Other threads of this process wake it, one small handoff at a time. Hand work over \
 in batches (one notification per batch, not per item), reuse threads from a pool instead of starting and joining \
@@ -18,6 +36,10 @@ check how often that process notifies this one, and batch its messages.";
 const IO_ADVICE: &str = "Interrupts of I/O completions (network or disk) wake it with little work each: read and \
 write in larger batches, let the device coalesce interrupts (ethtool -C), or raise the socket's receive low-water \
 mark (SO_RCVLOWAT) so that a wakeup finds more to do.";
+
+const MIXED_SOURCE_ADVICE: &str = "No single source wakes it most of the time: the summary gives the split of its \
+wakes (interrupts, threads of this process, other processes) and its top waker. Take the largest share first: \
+timers armed on demand or coalesced, work handed over in batches, I/O read in larger batches.";
 
 const UNKNOWN_SOURCE_ADVICE: &str = "Find what wakes it: a timer of its own, another thread handing it work, or I/O. \
 With the kernel view attached (eBPF, as root) wakemeter names the source. Then make the wakeups fewer: timers armed \
@@ -80,14 +102,17 @@ impl WakeSource {
         }
     }
 
-    /// What to do about wakeups from this source.
-    pub(super) fn advice(self) -> &'static str {
+    /// What to do about wakeups from this source, in the terms of the
+    /// platform `os` runs on. Only without the kernel view does it point
+    /// to the kernel view: with it, the source (or the split) is known.
+    pub(super) fn advice(self, os: &str) -> &'static str {
         match self {
-            WakeSource::Timer | WakeSource::Interrupt => PERIODIC_ADVICE,
+            WakeSource::Timer | WakeSource::Interrupt => periodic_advice(os),
             WakeSource::Io => IO_ADVICE,
             WakeSource::ProcessThreads => THREADS_ADVICE,
             WakeSource::OtherProcesses => OTHER_PROCESS_ADVICE,
-            WakeSource::Mixed | WakeSource::Unknown => UNKNOWN_SOURCE_ADVICE,
+            WakeSource::Mixed => MIXED_SOURCE_ADVICE,
+            WakeSource::Unknown => UNKNOWN_SOURCE_ADVICE,
         }
     }
 
