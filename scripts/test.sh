@@ -14,6 +14,9 @@ SECONDS=0
 source scripts/prereqs.sh
 ensure_rust
 ensure_clang
+# The root-only eBPF scenarios build C programs against libevent (the
+# EV_ET-on-poll case), so its headers are needed before cargo test too.
+ensure_c_deps || echo "the libevent scenario and the C API tests will fail: see MISSING above" >&2
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
