@@ -18,6 +18,9 @@ ensure_clang
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "no /proc or /sys path outside crates/procfs"
+scripts/procfs-paths.sh
+
 step "cargo clippy (workspace, all targets and features, -D warnings)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 

@@ -936,8 +936,7 @@ fn window_floor_ns(sampler: &Sampler, config: &AutoProfilerBuilder) -> u64 {
 
 /// This thread's id (Linux: from `/proc/thread-self`), when known.
 fn current_tid() -> Option<u64> {
-    let link = std::fs::read_link("/proc/thread-self").ok()?;
-    link.file_name()?.to_str()?.parse().ok()
+    wakemeter_procfs::process::current_tid().map(u64::from)
 }
 
 /// Writes folded stacks, SVG and (optionally) pprof of one capture into

@@ -95,16 +95,9 @@ const PER_SYSCALL_EXITS_X86: &[&str] = &["poll", "select", "epoll_wait"];
 #[cfg(not(target_arch = "x86_64"))]
 const PER_SYSCALL_EXITS_X86: &[&str] = &[];
 
-/// Where the kernel's tracing filesystem is mounted, as aya looks for it.
-const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
-
 /// Whether a mounted tracefs offers the per-syscall exit tracepoints.
 fn per_syscall_tracepoints_available() -> bool {
-    TRACEFS_DIRS.iter().any(|dir| {
-        std::path::Path::new(dir)
-            .join("events/syscalls/sys_exit_nanosleep/id")
-            .exists()
-    })
+    wakemeter_procfs::system::tracepoint_exists("syscalls", "sys_exit_nanosleep")
 }
 
 /// The compiled kernel programs, embedded with 8-byte alignment: with

@@ -32,9 +32,6 @@
 //! even open-read-close could not read.
 
 mod descriptors;
-pub(crate) mod parse;
-#[cfg(test)]
-mod parse_proptest;
 mod sys;
 
 #[cfg(test)]
@@ -51,6 +48,7 @@ use std::sync::Arc;
 use descriptors::Descriptors;
 pub(crate) use descriptors::{DescriptorPool, HEADROOM_DESCRIPTORS};
 pub(crate) use sys::{LinuxSys, Sys, TaskFile};
+use wakemeter_procfs::parse;
 
 use crate::error::{Error, Result};
 use crate::model::{ABSENT, Target, ThreadIdent, ThreadRow};
