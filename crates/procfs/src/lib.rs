@@ -21,9 +21,11 @@
 //! path, measured with the project's own bench (`cargo bench -p
 //! wakemeter-benches --bench sample`, which runs both on the same threads
 //! in the same run): it opens each file by path at every read, builds a
-//! `String` per file and a struct per thread, and so costs several times
-//! the kept-descriptor `pread` plus the parsers below per thread (the
-//! `procfs/x` column; BENCHMARKS.md, "One sample, against other tools").
+//! `String` per file and a struct per thread. Per thread of the target it
+//! cost 6 to 20 times a whole wakemeter sample at a 100 ms gap (65 and
+//! 257 threads) and 40 to 55 times back to back, in three paired runs on
+//! 2026-11-28 (`-- --quick`, the `procfs/x` column; BENCHMARKS.md, "One
+//! sample at the cadence users sample", has the full run).
 //! Its per-process readers would serve the cold callers ([`process`]), but
 //! one parser per file, shared by hot and cold callers, keeps one
 //! behaviour per file (the hostile `comm` in `stat`, a truncated
