@@ -5,9 +5,11 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use wakemeter::sync::lock;
 
 use wakemeter::{Finding, Interval, SampleWait, Sampler};
 
@@ -355,10 +357,6 @@ fn allocate(file: &File, at: u64, len: u64) -> bool {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn allocate(_file: &File, _at: u64, _len: u64) -> bool {
     false
-}
-
-fn lock(m: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A Perfetto trace file of one or more processes: each added

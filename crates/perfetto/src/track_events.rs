@@ -14,8 +14,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
+use wakemeter::sync::lock;
 
 use perfetto_sdk::producer::{Backends, Producer, ProducerInitArgsBuilder};
 use perfetto_sdk::protos::trace::trace_packet::TracePacket;
@@ -117,10 +119,6 @@ fn init(backend: Backend) {
         let salt = TrackEventTrack::process_track_uuid();
         NEXT_SEQUENCE.store((salt ^ (salt >> 32)) as u32, Ordering::Relaxed);
     });
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether a Perfetto session records the category now (one atomic load).

@@ -5,8 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
 use std::thread::JoinHandle;
 use std::time::Duration;
+use wakemeter::sync::lock;
 
 use prometheus_client::registry::Registry;
 use wakemeter::{SampleWait, Sampler};
@@ -33,10 +35,6 @@ struct Inner {
     exposition: Mutex<Arc<str>>,
     /// What the HTTP endpoints serving this exporter did.
     http: HttpCounters,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Turns a [`Sampler`]'s snapshots into an OpenMetrics / Prometheus

@@ -9,7 +9,7 @@ mod sys;
 
 use std::borrow::Cow;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap, MapData, MapError};

@@ -72,10 +72,8 @@ pub(super) struct ShareKey {
 pub(super) static SHARED_SETS: Mutex<Vec<(ShareKey, Weak<Mutex<ProgramSet>>)>> =
     Mutex::new(Vec::new());
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain maps behind, still usable.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+// A panic while holding a lock leaves plain maps behind, still usable.
+pub(super) use wakemeter::sync::lock;
 
 impl ProgramSet {
     /// Loads the object and attaches its programs as `options` ask, with
