@@ -1,4 +1,6 @@
-//! The kernel programs and how they attach: the hooks, the embedded object, the kernel's BTF, what the running kernel offers, and the run statistics switch.
+//! The kernel programs and how they attach: the hooks, the embedded object,
+//! the kernel's BTF, what the running kernel offers, and the run statistics
+//! switch.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! The program pool: one loaded set of programs shared by every source of the host process with the same options.
+//! The program pool: one loaded set of programs shared by every source of
+//! the host process with the same options.
 
 use super::*;
 

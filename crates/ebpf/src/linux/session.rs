@@ -1,4 +1,5 @@
-//! One watched target: its attach to a shared program set, its reads, its detach.
+//! One watched target: its attach to a shared program set, its reads, its
+//! detach.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! The counter catalogue: what each counter track is (name, unit) and the last value written on it.
+//! The counter catalogue: what each counter track is (name, unit) and the
+//! last value written on it.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Track bookkeeping: the tracks of threads, loops, sleep sites and findings, found by key, with uuids unique in a file.
+//! Track bookkeeping: the tracks of threads, loops, sleep sites and
+//! findings, found by key, with uuids unique in a file.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! The protobuf writer of the hot path: track descriptors and counter values encoded field by field into batched packets.
+//! The protobuf writer of the hot path: track descriptors and counter
+//! values encoded field by field into batched packets.
 
 use super::*;
 
