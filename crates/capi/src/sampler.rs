@@ -3,10 +3,9 @@
 
 use std::ffi::{CStr, CString, c_char};
 use std::sync::Mutex;
-
 use std::time::Duration;
-use wakemeter::sync::lock;
 
+use wakemeter::sync::lock;
 use wakemeter::{Sampler, SamplerBuilder, SamplingGuard};
 
 use crate::error::wm_status::{self, *};

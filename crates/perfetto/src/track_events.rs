@@ -14,14 +14,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
-use wakemeter::sync::lock;
 
 use perfetto_sdk::producer::{Backends, Producer, ProducerInitArgsBuilder};
 use perfetto_sdk::protos::trace::trace_packet::TracePacket;
 use perfetto_sdk::track_event::{TraceContext, TrackEvent, TrackEventTrack};
+use wakemeter::sync::lock;
 use wakemeter::{Finding, Interval, SampleWait, Sampler};
 
 use crate::encode::TraceEncoder;

@@ -40,11 +40,10 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use wakemeter::sync::lock;
 
+use wakemeter::sync::lock;
 use wakemeter::{Finding, FindingKind, Interval, SampleWait, Sampler, Subject};
 use wakemeter_ebpf::StackKind;
 

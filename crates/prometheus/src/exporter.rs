@@ -5,12 +5,11 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
 use std::thread::JoinHandle;
 use std::time::Duration;
-use wakemeter::sync::lock;
 
 use prometheus_client::registry::Registry;
+use wakemeter::sync::lock;
 use wakemeter::{SampleWait, Sampler};
 
 use crate::encode::Exposed;
