@@ -21,6 +21,9 @@ ensure_c_deps || echo "the libevent scenario and the C API tests will fail: see 
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "no /proc or /sys path outside crates/procfs"
+scripts/procfs-paths.sh
+
 step "cargo clippy (workspace, all targets and features, -D warnings)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 

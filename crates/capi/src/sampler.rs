@@ -5,6 +5,7 @@ use std::ffi::{CStr, CString, c_char};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use wakemeter::sync::lock;
 use wakemeter::{Sampler, SamplerBuilder, SamplingGuard};
 
 use crate::error::wm_status::{self, *};
@@ -214,10 +215,6 @@ pub unsafe extern "C" fn wm_sampler_create(
     };
     // SAFETY: forwarded contract.
     unsafe { write_out(out, make) }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Starts background sampling (a thread named "wakemeter").

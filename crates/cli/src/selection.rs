@@ -3,33 +3,18 @@
 //! at `--max-processes`, and the processes left out of it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::target::{self, Liveness};
 use crate::{print, session};
 
-/// Where cgroup v2 is usually mounted; a relative `--cgroup` is taken
-/// below the mount point of the `cgroup2` filesystem ([`cgroup2_root`]),
-/// this one when `/proc/self/mounts` names none.
-pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-
-/// The mount point of the cgroup v2 hierarchy: `/sys/fs/cgroup` on a pure
-/// v2 host, `/sys/fs/cgroup/unified` on a hybrid (v1 + v2) one.
+/// The mount point of the cgroup v2 hierarchy, below which a relative
+/// `--cgroup` is taken: `/sys/fs/cgroup` on a pure v2 host,
+/// `/sys/fs/cgroup/unified` on a hybrid (v1 + v2) one.
 pub fn cgroup2_root() -> PathBuf {
-    std::fs::read_to_string("/proc/self/mounts")
-        .ok()
-        .and_then(|m| {
-            m.lines().find_map(|l| {
-                let mut f = l.split_ascii_whitespace();
-                let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
-                // Mount points with spaces are octal-escaped; a cgroup2 root
-                // has none in practice, and such a line is skipped.
-                (fstype == "cgroup2" && !dir.contains('\\')).then(|| PathBuf::from(dir))
-            })
-        })
-        .unwrap_or_else(|| PathBuf::from(CGROUP_ROOT))
+    wakemeter_procfs::cgroup::v2_root()
 }
+
 /// Default of `--max-processes`.
 pub const DEFAULT_MAX_PROCESSES: usize = 64;
 /// Largest `--max-processes`: each process costs a sampler thread, its
@@ -73,7 +58,7 @@ pub struct Selection {
 /// cgroup directory (has `cgroup.procs`), else the path below the cgroup
 /// v2 root (`/kubepods/pod…` as `/proc/<pid>/cgroup` shows it).
 pub fn cgroup_dir(given: &Path) -> Result<PathBuf, String> {
-    let is_cgroup = |p: &Path| p.join("cgroup.procs").is_file();
+    let is_cgroup = wakemeter_procfs::cgroup::is_cgroup;
     if is_cgroup(given) {
         return Ok(given.to_path_buf());
     }
@@ -92,48 +77,24 @@ pub fn cgroup_dir(given: &Path) -> Result<PathBuf, String> {
 
 /// The processes of cgroup `dir` and of every cgroup below it.
 pub fn cgroup_pids(dir: &Path) -> Result<BTreeSet<u32>, String> {
-    let mut pids = BTreeSet::new();
-    let mut stack = vec![(dir.to_path_buf(), 0usize)];
-    while let Some((d, depth)) = stack.pop() {
-        let procs = d.join("cgroup.procs");
-        let text = match std::fs::read_to_string(&procs) {
-            Ok(t) => t,
-            // A child cgroup removed during the walk: nothing to read there.
-            Err(e) if e.kind() == io::ErrorKind::NotFound && d != dir => continue,
-            Err(e) => {
-                return Err(format!(
-                    "cannot read {}: {e}",
-                    print::safe(&procs.to_string_lossy())
-                ));
-            }
-        };
-        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-        if depth >= MAX_CGROUP_DEPTH {
-            continue;
-        }
-        if let Ok(entries) = std::fs::read_dir(&d) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push((e.path(), depth + 1));
-                }
-            }
-        }
-    }
-    Ok(pids)
+    wakemeter_procfs::cgroup::pids(dir, MAX_CGROUP_DEPTH).map_err(|e| {
+        format!(
+            "cannot read {}: {}",
+            print::safe(&e.path.to_string_lossy()),
+            e.source
+        )
+    })
 }
 
 /// The processes named exactly `name` (`/proc/<pid>/comm`), this one excluded.
 pub fn pids_named(name: &str) -> Result<BTreeSet<u32>, String> {
+    use wakemeter_procfs::process::{self, Process};
     let me = std::process::id();
-    let entries = std::fs::read_dir("/proc").map_err(|e| format!("cannot list /proc: {e}"))?;
-    Ok(entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    let pids = process::pids().map_err(|e| format!("cannot list /proc: {e}"))?;
+    Ok(pids
+        .into_iter()
         .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.strip_suffix(b"\n").unwrap_or(&c) == name.as_bytes())
-        })
+        .filter(|&pid| process::comm(Process::Pid(pid)).is_ok_and(|c| c == name.as_bytes()))
         .collect())
 }
 

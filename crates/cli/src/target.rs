@@ -32,50 +32,30 @@ pub enum Liveness {
 mod imp {
     use std::io;
 
+    use wakemeter_procfs::parse;
+    use wakemeter_procfs::process::{self, Process};
+
     use super::{Liveness, Resolved};
 
     fn gone(e: &io::Error) -> bool {
         matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
     }
 
-    /// The state letter of a `stat` line: the field after the command name,
-    /// which is parenthesised and may itself contain `)` and spaces.
-    pub(super) fn state_letter(stat: &str) -> Option<char> {
-        let rest = &stat[stat.rfind(')')? + 1..];
-        rest.split_ascii_whitespace().next()?.chars().next()
-    }
-
-    /// `Z` (zombie), `X`/`x` (dead): nothing left to run.
-    fn finished(letter: char) -> bool {
-        matches!(letter, 'Z' | 'X' | 'x')
-    }
-
-    /// The `Tgid:` of a `status` file. The `Name:` line comes first and is
-    /// skipped, so no thread name can pose as another field.
-    pub(super) fn tgid(status: &str) -> Option<u32> {
-        status
-            .lines()
-            .filter(|l| !l.starts_with("Name:"))
-            .find_map(|l| l.strip_prefix("Tgid:"))
-            .and_then(|v| v.trim().parse().ok())
-    }
-
     fn comm(pid: u32) -> String {
-        std::fs::read(format!("/proc/{pid}/comm"))
-            .map(|raw| {
-                let raw = raw.strip_suffix(b"\n").unwrap_or(&raw);
-                String::from_utf8_lossy(raw).into_owned()
-            })
+        process::comm(Process::Pid(pid))
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned())
             .unwrap_or_default()
     }
 
     pub fn resolve(pid: u32) -> Result<Resolved, String> {
-        let status = match std::fs::read(format!("/proc/{pid}/status")) {
-            Ok(raw) => String::from_utf8_lossy(&raw).into_owned(),
+        let status = match process::status(pid) {
+            Ok(raw) => raw,
             Err(e) if gone(&e) => return Err(format!("no process with pid {pid}")),
             Err(e) => return Err(format!("cannot read the status of pid {pid}: {e}")),
         };
-        let leader = tgid(&status).unwrap_or(pid);
+        let leader = parse::status_field(&status, b"Tgid")
+            .and_then(|t| u32::try_from(t).ok())
+            .unwrap_or(pid);
         let resolved = Resolved {
             pid: leader,
             via_tid: (leader != pid).then_some(pid),
@@ -84,14 +64,9 @@ mod imp {
         match liveness(leader) {
             Liveness::Alive => Ok(resolved),
             Liveness::Zombie => {
-                let parent = std::fs::read_to_string(format!("/proc/{leader}/status"))
+                let parent = process::status(leader)
                     .ok()
-                    .and_then(|s| {
-                        s.lines()
-                            .filter(|l| !l.starts_with("Name:"))
-                            .find_map(|l| l.strip_prefix("PPid:"))
-                            .map(|v| v.trim().to_string())
-                    })
+                    .and_then(|s| parse::status_field(&s, b"PPid"))
                     .map_or_else(String::new, |p| format!(" (pid {p})"));
                 Err(format!(
                     "process {leader} ({}) is a zombie: it has exited and its parent{parent} \
@@ -107,26 +82,25 @@ mod imp {
         // The leader's own `stat` has the state the process `stat` shows,
         // without the process-wide sums the kernel makes over every thread
         // for the latter (most of this check's cost at thousands of threads).
-        let stat = match std::fs::read(format!("/proc/{pid}/task/{pid}/stat")) {
-            Ok(raw) => String::from_utf8_lossy(&raw).into_owned(),
+        let stat = match process::task_file(pid, pid, "stat") {
+            Ok(raw) => raw,
             Err(e) if gone(&e) => return Liveness::Gone,
             // Unreadable for another reason: not ours to judge; the
             // sampler reports what it can and cannot read.
             Err(_) => return Liveness::Alive,
         };
-        match state_letter(&stat) {
-            Some(s) if finished(s) => {}
+        match parse::stat_state(&stat) {
+            Some(s) if parse::state_finished(s) => {}
             _ => return Liveness::Alive,
         }
         // A leader that called pthread_exit is a zombie while its other
         // threads still run: the process is only over when all of them are.
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        let Ok(tids) = process::tids(pid) else {
             return Liveness::Zombie;
         };
-        let any_running = tasks.flatten().any(|t| {
-            std::fs::read(t.path().join("stat")).is_ok_and(|raw| {
-                state_letter(&String::from_utf8_lossy(&raw)).is_some_and(|s| !finished(s))
-            })
+        let any_running = tids.into_iter().any(|tid| {
+            process::task_file(pid, tid, "stat")
+                .is_ok_and(|raw| parse::stat_state(&raw).is_some_and(|s| !parse::state_finished(s)))
         });
         if any_running {
             Liveness::Alive
@@ -186,21 +160,7 @@ pub fn liveness(pid: u32) -> Liveness {
 
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
-    use super::imp::{state_letter, tgid};
     use super::*;
-
-    #[test]
-    fn state_after_a_hostile_command_name() {
-        assert_eq!(state_letter("42 (a) Z (b) R 1 2 3"), Some('R'));
-        assert_eq!(state_letter("42 (sleep) S 1 2 3"), Some('S'));
-        assert_eq!(state_letter("42 (x"), None);
-    }
-
-    #[test]
-    fn tgid_ignores_a_name_posing_as_a_field() {
-        let status = "Name:\tTgid: 1\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t77\nPid:\t78\n";
-        assert_eq!(tgid(status), Some(77));
-    }
 
     #[test]
     fn this_process_resolves_to_itself_and_its_threads_to_it() {

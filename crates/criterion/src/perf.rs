@@ -276,9 +276,7 @@ mod imp {
     use crate::sys;
 
     fn paranoid() -> String {
-        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "unknown".to_string())
+        wakemeter_procfs::system::perf_event_paranoid().unwrap_or_else(|_| "unknown".to_string())
     }
 
     fn build(

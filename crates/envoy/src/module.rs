@@ -16,7 +16,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,11 +32,9 @@ use crate::config::{ModuleConfig, PanicSite};
 /// path answers 503), and the module's threads stop.
 pub(crate) static DISABLED: AtomicBool = AtomicBool::new(false);
 
-/// Locks `m`, taking the data of a poisoned lock (a panic elsewhere has
-/// already disabled the module; what matters here is not to panic again).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// A poisoned lock's data is taken (a panic elsewhere has already disabled
+// the module; what matters here is not to panic again).
+pub(crate) use wakemeter::sync::lock;
 
 /// One of Envoy's event-loop threads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -534,7 +532,13 @@ impl Module {
     /// an Envoy that calls it on each worker.
     pub fn add_worker(&self) {
         let tid = gettid();
-        let comm = std::fs::read_to_string("/proc/thread-self/comm").unwrap_or_default();
+        let comm = u32::try_from(tid)
+            .ok()
+            .and_then(|t| {
+                wakemeter_procfs::process::comm(wakemeter_procfs::process::Process::Pid(t)).ok()
+            })
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned())
+            .unwrap_or_default();
         let mut d = lock(&self.shared.dispatchers);
         if d.iter().any(|x| x.tid == tid) {
             return;

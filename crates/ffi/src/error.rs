@@ -12,7 +12,8 @@ pub enum WakemeterError {
     /// A configuration value is out of range (e.g. a zero interval or a huge history).
     #[error("invalid configuration: {field} {reason}")]
     InvalidConfig {
-        /// The setting that was rejected, e.g. `interval_ms`.
+        /// The setting that was rejected, as its setter names it, e.g.
+        /// `interval` or a threshold such as `busy_poll_idle_ratio`.
         field: String,
         /// Why it was rejected.
         reason: String,

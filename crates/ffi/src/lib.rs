@@ -6,7 +6,6 @@ mod error;
 pub mod fast;
 mod handle;
 mod listener;
-mod lock;
 mod perfetto;
 mod probe;
 mod sampler_object;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::error::{ListenerError, WakemeterError};
 use wakemeter::{Finding, Interval};
 
-use crate::lock::lock;
+use wakemeter::sync::lock;
 
 /// Receives what the sampler measures; implement it in Kotlin or Swift.
 ///

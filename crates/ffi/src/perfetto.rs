@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::error::WakemeterError;
-use crate::lock::lock;
+use wakemeter::sync::lock;
 
 /// What a Perfetto trace file holds so far.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]

@@ -14,7 +14,7 @@ use wakemeter::{LoopStats, SleepStats};
 
 use crate::error::WakemeterError;
 use crate::handle::{Kind, into_handle};
-use crate::lock::lock;
+use wakemeter::sync::lock;
 
 /// Whether the sampler that created a probe is still alive; shared by the
 /// sampler and its probes, cleared by `shutdown()` and when the sampler is released.

@@ -11,9 +11,9 @@ use wakemeter::{
 use crate::error::WakemeterError;
 use crate::handle::{Kind, into_handle};
 use crate::listener::{Dispatcher, ListenerStats, Listeners, SamplerListener};
-use crate::lock::lock;
 use crate::perfetto::PerfettoTrace;
 use crate::probe::{Alive, LoopProbe, SleepProbe};
+use wakemeter::sync::lock;
 
 /// Background sampling in progress: the core's guard and the listener dispatcher.
 struct Running {
@@ -99,8 +99,9 @@ impl Sampler {
         self.system.clone()
     }
 
-    /// Starts sampling in the background every `interval_ms`; listeners are
-    /// called after each sample, on a wakemeter thread.
+    /// Starts sampling in the background, one sample every
+    /// `SamplerConfig.interval` (the sampling period the sampler was built
+    /// with); listeners are called after each sample, on a wakemeter thread.
     ///
     /// # Errors
     /// `AlreadyRunning` if started twice; `Closed` after `shutdown()`;

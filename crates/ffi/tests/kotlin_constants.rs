@@ -54,28 +54,11 @@ fn return_codes_and_the_smallest_buffer_match_fast_path_kt() {
 #[test]
 fn operation_numbers_match_fast_sampler_kt() {
     let kotlin = kotlin_constants("FastSampler.kt");
-    let rust: Vec<(&str, i64)> = [
-        ("STATS", fast::SAMPLER_STATS),
-        ("REPORT", fast::SAMPLER_REPORT),
-        ("REPORT_JSON", fast::SAMPLER_REPORT_JSON),
-        ("FINDINGS", fast::SAMPLER_FINDINGS),
-        ("FINDINGS_WITH", fast::SAMPLER_FINDINGS_WITH),
-        ("LATEST_INTERVAL", fast::SAMPLER_LATEST_INTERVAL),
-        ("INTERVAL_OVER", fast::SAMPLER_INTERVAL_OVER),
-        ("SAMPLE_NOW", fast::SAMPLER_SAMPLE_NOW),
-        ("LATEST", fast::SAMPLER_LATEST),
-        ("SNAPSHOTS", fast::SAMPLER_SNAPSHOTS),
-        ("LISTENER_STATS", fast::SAMPLER_LISTENER_STATS),
-        ("IS_RUNNING", fast::SAMPLER_IS_RUNNING),
-        ("CONFIG", fast::SAMPLER_CONFIG),
-        ("SYSTEM", fast::SAMPLER_SYSTEM),
-        ("THRESHOLDS", fast::SAMPLER_THRESHOLDS),
-        ("LOOP_PROBE", fast::SAMPLER_LOOP_PROBE),
-        ("SLEEP_PROBE", fast::SAMPLER_SLEEP_PROBE),
-    ]
-    .into_iter()
-    .map(|(name, op)| (name, i64::from(op)))
-    .collect();
+    // Walks every operation Rust declares: one added in Rust only fails here.
+    let rust: Vec<(&str, i64)> = fast::SamplerOp::ALL
+        .iter()
+        .map(|op| (op.kotlin_name(), i64::from(*op as u32)))
+        .collect();
     assert_same("FastSampler.kt", &kotlin, &rust);
     // Every constant of FastSampler.kt is an operation number: one Kotlin
     // has and Rust does not would be answered `BAD_INPUT`.

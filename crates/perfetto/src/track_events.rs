@@ -20,6 +20,7 @@ use std::time::Duration;
 use perfetto_sdk::producer::{Backends, Producer, ProducerInitArgsBuilder};
 use perfetto_sdk::protos::trace::trace_packet::TracePacket;
 use perfetto_sdk::track_event::{TraceContext, TrackEvent, TrackEventTrack};
+use wakemeter::sync::lock;
 use wakemeter::{Finding, Interval, SampleWait, Sampler};
 
 use crate::encode::TraceEncoder;
@@ -117,10 +118,6 @@ fn init(backend: Backend) {
         let salt = TrackEventTrack::process_track_uuid();
         NEXT_SEQUENCE.store((salt ^ (salt >> 32)) as u32, Ordering::Relaxed);
     });
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether a Perfetto session records the category now (one atomic load).

@@ -1,4 +1,5 @@
-//! `/proc/<pid>/maps`: which file an address belongs to, so a frame without
+//! The executable mappings of `/proc/<pid>/maps` (parsed by
+//! `wakemeter_procfs::maps`): which file an address belongs to, so a frame without
 //! a symbol (a stripped binary) is still named `file+0xoffset`, and which
 //! addresses can be return addresses at all (a word outside every
 //! executable mapping is data, not a frame).
@@ -23,22 +24,12 @@ pub(crate) fn parse(text: &str) -> Vec<Mapping> {
 }
 
 fn parse_line(line: &str) -> Option<Mapping> {
-    // start-end perms offset dev inode path
-    let mut fields = line.split_ascii_whitespace();
-    let (start, end) = fields.next()?.split_once('-')?;
-    let perms = fields.next()?;
-    let offset = fields.next()?;
-    let _dev = fields.next()?;
-    let _inode = fields.next()?;
-    let path = fields.collect::<Vec<_>>().join(" ");
-    if !perms.contains('x') {
-        return None;
-    }
-    Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        path,
+    let m = wakemeter_procfs::maps::line(line)?;
+    m.executable.then(|| Mapping {
+        start: m.start,
+        end: m.end,
+        offset: m.offset,
+        path: m.path.to_string(),
     })
 }
 

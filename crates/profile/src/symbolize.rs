@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use wakemeter_procfs::process;
+
 use crate::maps::{self, Mapping};
 use crate::model::Frame;
 
@@ -60,10 +62,10 @@ impl Symbolizer {
     /// Records the process's mappings now (and has blazesym cache them),
     /// so that its addresses can be symbolized after it exits.
     pub(crate) fn view(&self, pid: u32) -> ProcessView {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        let maps = process::maps(process::Process::Pid(pid))
             .map(|t| maps::parse(&t))
             .unwrap_or_default();
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        let exe = process::exe(pid)
             .ok()
             .map(|p| p.to_string_lossy().into_owned());
         ProcessView {
@@ -84,7 +86,7 @@ impl Symbolizer {
         if exited {
             return;
         }
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", view.pid)) {
+        if let Ok(text) = process::maps(process::Process::Pid(view.pid)) {
             view.maps = maps::union(&view.maps, &maps::parse(&text));
         }
         if self.cache_process(view.pid).is_none() {
@@ -263,12 +265,12 @@ impl Symbolizer {
 /// else from its path.
 #[cfg(target_os = "linux")]
 pub(crate) fn build_id(view: &ProcessView, m: &Mapping) -> Option<String> {
-    let through_proc = format!("/proc/{}/map_files/{:x}-{:x}", view.pid, m.start, m.end);
-    let read = |path: &str| blazesym::helper::read_elf_build_id(path).ok().flatten();
+    let through_proc = process::map_file_path(view.pid, m.start, m.end);
+    let read = |path: &std::path::Path| blazesym::helper::read_elf_build_id(path).ok().flatten();
     let id = (!view.exited)
         .then(|| read(&through_proc))
         .flatten()
-        .or_else(|| read(&m.path))?;
+        .or_else(|| read(std::path::Path::new(&m.path)))?;
     Some(hex(&id))
 }
 
@@ -280,7 +282,7 @@ pub(crate) fn build_id(_view: &ProcessView, _m: &Mapping) -> Option<String> {
 /// The running kernel's GNU build ID (lowercase hex), from the ELF notes
 /// in `/sys/kernel/notes`.
 pub(crate) fn kernel_build_id() -> Option<String> {
-    let notes = std::fs::read("/sys/kernel/notes").ok()?;
+    let notes = wakemeter_procfs::system::kernel_notes().ok()?;
     gnu_build_id_note(&notes).map(hex)
 }
 
@@ -363,7 +365,7 @@ mod tests {
 
     #[test]
     fn the_running_kernel_has_a_build_id() {
-        if std::path::Path::new("/sys/kernel/notes").exists() {
+        if wakemeter_procfs::system::kernel_notes().is_ok() {
             let id = kernel_build_id().expect("build id note");
             assert!(
                 id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()),

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
+use wakemeter::sync::lock;
 use wakemeter::{SampleWait, Sampler};
 
 use crate::encode::Exposed;
@@ -33,10 +34,6 @@ struct Inner {
     exposition: Mutex<Arc<str>>,
     /// What the HTTP endpoints serving this exporter did.
     http: HttpCounters,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Turns a [`Sampler`]'s snapshots into an OpenMetrics / Prometheus

@@ -28,7 +28,7 @@ pub mod sampler;
 
 mod history;
 mod platform;
-mod sync;
+pub mod sync;
 
 pub use diagnose::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 pub use history::BYTES_PER_STORED_THREAD_SAMPLE;

@@ -24,23 +24,17 @@ pub(super) fn now_unix_ns() -> u64 {
 /// worker under its master, which names the configuration).
 pub fn role(pid: u32) -> Option<String> {
     let cmdline = |pid: u32| -> Option<String> {
-        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let text: String = String::from_utf8_lossy(&raw)
-            .split('\0')
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let text = text.trim().to_string();
+        let text = wakemeter_procfs::process::cmdline(pid).ok()?;
         // Bounded: a role is a name, not a document.
-        Some(text.chars().take(200).collect())
+        Some(text.trim().chars().take(200).collect())
     };
-    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok();
+    let comm = |pid: u32| {
+        wakemeter_procfs::process::comm(wakemeter_procfs::process::Process::Pid(pid)).ok()
+    };
     let own = cmdline(pid)?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = wakemeter_procfs::process::stat(pid).ok()?;
     // Field 4, after the name in parentheses (which may hold spaces).
-    let ppid: Option<u32> = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+    let ppid = wakemeter_procfs::parse::stat_parent(&stat);
     match ppid {
         Some(pp) if pp > 1 && comm(pp).is_some() && comm(pp) == comm(pid) => {
             Some(format!("{} > {own}", cmdline(pp).unwrap_or_default()))

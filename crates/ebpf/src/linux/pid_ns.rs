@@ -8,7 +8,6 @@
 //! translated back in the kernel, for the target's events only (see
 //! `src/bpf/pid_ns.h` for why there and not per event for every process).
 
-use std::fs;
 use std::io::Read;
 
 use aya::maps::Array;
@@ -26,17 +25,9 @@ const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
 /// when neither link can be read (very old kernels, a restricted `/proc`:
 /// nothing to translate with, so ids are taken as they are).
 pub(crate) fn proc_namespace() -> Option<PidNamespace> {
-    ["/proc/1/ns/pid", "/proc/self/ns/pid"]
-        .iter()
-        .find_map(|link| fs::read_link(link).ok())
-        .and_then(|target| parse_ns_link(&target.to_string_lossy()))
+    wakemeter_procfs::system::proc_pid_namespace()
         .filter(|&ino| ino != INIT_PID_NS_INO)
         .map(|ino| PidNamespace { ino })
-}
-
-/// The inode of a `pid:[N]` namespace link.
-pub(crate) fn parse_ns_link(link: &str) -> Option<u64> {
-    link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// A PID namespace other than the initial one, by its nsfs inode.
@@ -151,9 +142,10 @@ mod tests {
 
     #[test]
     fn namespace_links() {
-        assert_eq!(parse_ns_link("pid:[4026531836]"), Some(INIT_PID_NS_INO));
-        assert_eq!(parse_ns_link("pid:[4026532201]"), Some(4_026_532_201));
-        assert_eq!(parse_ns_link("net:[4026531840]"), None);
-        assert_eq!(parse_ns_link("pid:[x]"), None);
+        let parse = wakemeter_procfs::parse::pid_namespace_inode;
+        assert_eq!(parse("pid:[4026531836]"), Some(INIT_PID_NS_INO));
+        assert_eq!(parse("pid:[4026532201]"), Some(4_026_532_201));
+        assert_eq!(parse("net:[4026531840]"), None);
+        assert_eq!(parse("pid:[x]"), None);
     }
 }

@@ -1,9 +1,11 @@
 //! The OS calls of the checks and of exit detection, kept thin and separate
 //! from the parsing so the parsing can be unit-tested.
 
-use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use wakemeter_procfs::parse::{self, TaskSyscall};
+use wakemeter_procfs::{process, system};
 
 use super::abi;
 use crate::error::EbpfError;
@@ -12,21 +14,9 @@ const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
-/// Path of the kernel's BTF.
-pub(crate) const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
-
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> EbpfError {
     let what = what.into();
     move |source| EbpfError::Io { what, source }
-}
-
-/// The value of a `Name:\tvalue` line of a `/proc/<pid>/status` text.
-pub(crate) fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
-    status.lines().find_map(|l| {
-        l.strip_prefix(name)
-            .and_then(|rest| rest.strip_prefix(':'))
-            .map(str::trim)
-    })
 }
 
 /// Which required capabilities an effective set (`CapEff`) lacks, if any.
@@ -48,15 +38,12 @@ pub(crate) fn missing_capabilities(cap_eff: u64) -> Option<&'static str> {
 pub(crate) fn check_privileges() -> Result<(), EbpfError> {
     // Capabilities are per thread: the calling thread's are the ones the
     // kernel checks (`/proc/self` would show the main thread's).
-    let status = fs::read_to_string("/proc/thread-self/status")
-        .or_else(|_| fs::read_to_string("/proc/self/status"))
+    let status = process::current_thread_status()
         .map_err(io_err("reading /proc/thread-self/status for CapEff"))?;
-    let cap_eff = status_field(&status, "CapEff")
-        .and_then(|v| u64::from_str_radix(v, 16).ok())
-        .ok_or_else(|| EbpfError::Io {
-            what: "parsing CapEff of /proc/thread-self/status".into(),
-            source: io::Error::from(io::ErrorKind::InvalidData),
-        })?;
+    let cap_eff = parse::status_hex(&status, b"CapEff").ok_or_else(|| EbpfError::Io {
+        what: "parsing CapEff of /proc/thread-self/status".into(),
+        source: io::Error::from(io::ErrorKind::InvalidData),
+    })?;
     match missing_capabilities(cap_eff) {
         None => Ok(()),
         Some(missing) => Err(EbpfError::MissingPrivilege { missing }),
@@ -64,9 +51,9 @@ pub(crate) fn check_privileges() -> Result<(), EbpfError> {
 }
 
 /// Fails with [`EbpfError::NoKernelBtf`] when the kernel's BTF is not at
-/// `path` (`None`: [`KERNEL_BTF_PATH`]).
+/// `path` (`None`: the kernel's own, `wakemeter_procfs::system::KERNEL_BTF`).
 pub(crate) fn check_kernel_btf(path: Option<&std::path::Path>) -> Result<(), EbpfError> {
-    let path = path.unwrap_or(std::path::Path::new(KERNEL_BTF_PATH));
+    let path = path.unwrap_or(system::kernel_btf());
     if path.exists() {
         Ok(())
     } else {
@@ -79,23 +66,23 @@ pub(crate) fn process_of(pid: u32) -> Result<u32, EbpfError> {
     if pid == 0 {
         return Err(EbpfError::NoSuchProcess { pid });
     }
-    let status = match fs::read_to_string(format!("/proc/{pid}/status")) {
+    let status = match process::status(pid) {
         Ok(s) => s,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(EbpfError::NoSuchProcess { pid });
         }
         Err(e) => return Err(io_err(format!("reading /proc/{pid}/status"))(e)),
     };
-    status_field(&status, "Tgid")
-        .and_then(|v| v.parse::<u32>().ok())
+    parse::status_field(&status, b"Tgid")
+        .and_then(|v| u32::try_from(v).ok())
         .ok_or(EbpfError::NoSuchProcess { pid })
 }
 
 /// The number of threads of process `pid` (`Threads:` of its
 /// `/proc/<pid>/status`), `None` when it cannot be read.
 pub(crate) fn thread_count(pid: u32) -> Option<u32> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status_field(&status, "Threads")?.parse().ok()
+    let status = process::status(pid).ok()?;
+    parse::status_field(&status, b"Threads").and_then(|n| u32::try_from(n).ok())
 }
 
 /// The thread ids of process `pid`, from `/proc/<pid>/task`, into `out`
@@ -103,13 +90,10 @@ pub(crate) fn thread_count(pid: u32) -> Option<u32> {
 /// process is gone, or `/proc` is another PID namespace's).
 pub(crate) fn list_tids(pid: u32, out: &mut Vec<u32>) -> bool {
     out.clear();
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+    let Ok(tids) = process::tids(pid) else {
         return false;
     };
-    out.extend(
-        dir.filter_map(Result::ok)
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())),
-    );
+    out.extend(tids);
     true
 }
 
@@ -167,21 +151,18 @@ pub(crate) fn blocked_cause(nr: Option<i64>, state: char) -> Option<(usize, bool
 /// privilege to trace the process, which the eBPF attach has); `None` when
 /// it is runnable, gone, or the files cannot be read.
 pub(crate) fn blocked_in(pid: u32, tid: u32) -> Option<Blocked> {
-    let dir = format!("/proc/{pid}/task/{tid}");
-    let stat = fs::read_to_string(format!("{dir}/stat")).ok()?;
-    let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
-    let syscall = fs::read_to_string(format!("{dir}/syscall")).ok()?;
-    // "running" (on a CPU), "-1 ..." (blocked outside a syscall), or the
-    // number and arguments of the call it is blocked in.
-    let first = syscall.split_whitespace().next()?;
-    if first == "running" {
-        return None;
-    }
-    let nr = first.parse::<i64>().ok().filter(|n| *n >= 0);
+    let stat = process::task_file(pid, tid, "stat").ok()?;
+    let state = char::from(parse::stat_state(&stat)?);
+    let syscall = process::task_file(pid, tid, "syscall").ok()?;
+    let nr = match parse::task_syscall(&syscall)? {
+        TaskSyscall::Running => return None,
+        TaskSyscall::NotInSyscall => None,
+        TaskSyscall::InSyscall(nr) => Some(nr),
+    };
     let (cause, poll_or_sleep) = blocked_cause(nr, state)?;
     let mut comm = [0u8; abi::COMM_LEN];
-    if let Ok(name) = fs::read(format!("{dir}/comm")) {
-        let name = name.strip_suffix(b"\n").unwrap_or(&name);
+    if let Ok(raw) = process::task_file(pid, tid, "comm") {
+        let name = parse::comm(&raw);
         let n = name.len().min(abi::COMM_LEN - 1);
         comm[..n].copy_from_slice(&name[..n]);
     }
@@ -292,7 +273,7 @@ unsafe fn fd_call<A>(cmd: libc::c_long, attr: &mut A) -> io::Result<OwnedFd> {
 /// `Iter::attach` takes no such parameter, and the walk over every task
 /// of the machine costs about 0.3 µs a task (BENCHMARKS.md, "`read()`
 /// under thread churn").
-pub(crate) fn task_iter_of_process(prog: BorrowedFd<'_>, pid: u32) -> io::Result<fs::File> {
+pub(crate) fn task_iter_of_process(prog: BorrowedFd<'_>, pid: u32) -> io::Result<std::fs::File> {
     let info = TaskIterInfo {
         tid: 0,
         pid,
@@ -321,7 +302,7 @@ pub(crate) fn task_iter_of_process(prog: BorrowedFd<'_>, pid: u32) -> io::Result
     let iter_fd = unsafe { fd_call(BPF_ITER_CREATE, &mut iter) }?;
     // The iterator holds the link: closing ours here is what aya does too.
     drop(link_fd);
-    Ok(fs::File::from(iter_fd))
+    Ok(std::fs::File::from(iter_fd))
 }
 
 /// What one [`lookup_batch`] call did.
@@ -477,21 +458,16 @@ impl ExitWatch {
 /// Field 22 (`starttime`) of `/proc/<pid>/stat`, or `None` when the process
 /// is gone or a zombie.
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = process::stat(pid).ok()?;
     parse_start_time(&stat)
 }
 
-/// `starttime` of a `/proc/<pid>/stat` line; `None` for zombies.
-pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
-    // The command may contain spaces and parentheses: fields restart after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?;
-    if state == "Z" || state == "X" {
+/// `starttime` of a `/proc/<pid>/stat` text; `None` for zombies.
+pub(crate) fn parse_start_time(stat: &[u8]) -> Option<u64> {
+    if matches!(parse::stat_state(stat)?, b'Z' | b'X') {
         return None;
     }
-    // `rest` starts at field 3 (state); starttime is field 22.
-    fields.nth(22 - 4)?.parse().ok()
+    parse::stat_start_ticks(stat)
 }
 
 #[cfg(test)]
@@ -527,15 +503,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_fields() {
-        let s = "Name:\tcat\nTgid:\t42\nPid:\t43\nCapEff:\t000001fffeffffff\n";
-        assert_eq!(status_field(s, "Tgid"), Some("42"));
-        assert_eq!(status_field(s, "Pid"), Some("43"));
-        assert_eq!(status_field(s, "CapEff"), Some("000001fffeffffff"));
-        assert_eq!(status_field(s, "Nope"), None);
-    }
-
-    #[test]
     fn capabilities() {
         assert_eq!(missing_capabilities(0x000001fffeffffff), None);
         assert_eq!(missing_capabilities(1 << CAP_SYS_ADMIN), None);
@@ -551,10 +518,10 @@ mod tests {
     #[test]
     fn start_times() {
         let line = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10 18446744073709551615";
-        assert_eq!(parse_start_time(line), Some(98765));
+        assert_eq!(parse_start_time(line.as_bytes()), Some(98765));
         let zombie = "1234 (x) Z 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 0 0";
-        assert_eq!(parse_start_time(zombie), None);
-        assert_eq!(parse_start_time("garbage"), None);
+        assert_eq!(parse_start_time(zombie.as_bytes()), None);
+        assert_eq!(parse_start_time(b"garbage"), None);
     }
 
     #[test]

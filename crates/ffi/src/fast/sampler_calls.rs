@@ -13,42 +13,82 @@ use crate::error::WakemeterError;
 use crate::handle::{Kind, into_handle};
 use crate::sampler_object::Sampler;
 
-/// `Sampler.stats()` → `SamplerStats`.
-pub const SAMPLER_STATS: u32 = 1;
-/// `Sampler.report()` → `Report`.
-pub const SAMPLER_REPORT: u32 = 2;
-/// `Sampler.report_json()` → `String`.
-pub const SAMPLER_REPORT_JSON: u32 = 3;
-/// `Sampler.findings()` → `Vec<Finding>`.
-pub const SAMPLER_FINDINGS: u32 = 4;
-/// `Sampler.findings_with(thresholds)`, input a `Thresholds` → `Vec<Finding>`.
-pub const SAMPLER_FINDINGS_WITH: u32 = 5;
-/// `Sampler.latest_interval()` → `Option<Interval>`.
-pub const SAMPLER_LATEST_INTERVAL: u32 = 6;
-/// `Sampler.interval_over(window)`, input a `Duration` → `Option<Interval>`.
-pub const SAMPLER_INTERVAL_OVER: u32 = 7;
-/// `Sampler.sample_now()` → `Snapshot`.
-pub const SAMPLER_SAMPLE_NOW: u32 = 8;
-/// `Sampler.latest()` → `Option<Snapshot>`.
-pub const SAMPLER_LATEST: u32 = 9;
-/// `Sampler.snapshots()` → `Vec<Snapshot>`.
-pub const SAMPLER_SNAPSHOTS: u32 = 10;
-/// `Sampler.listener_stats()` → `ListenerStats`.
-pub const SAMPLER_LISTENER_STATS: u32 = 11;
-/// `Sampler.is_running()` → `bool`.
-pub const SAMPLER_IS_RUNNING: u32 = 12;
-/// `Sampler.config()` → `SamplerConfig`.
-pub const SAMPLER_CONFIG: u32 = 13;
-/// `Sampler.system()` → `SystemInfo`.
-pub const SAMPLER_SYSTEM: u32 = 14;
-/// `Sampler.thresholds()` → `Thresholds`.
-pub const SAMPLER_THRESHOLDS: u32 = 15;
-/// `Sampler.loop_probe(name)`, input a `String` → the `LoopProbe` object,
-/// then a `u64` raw handle of it (released with `wakemeter_loop_probe_release`).
-pub const SAMPLER_LOOP_PROBE: u32 = 16;
-/// `Sampler.sleep_probe(name)`, input a `String` → the `SleepProbe` object,
-/// then a `u64` raw handle of it (released with `wakemeter_sleep_probe_release`).
-pub const SAMPLER_SLEEP_PROBE: u32 = 17;
+/// Declares the operations once: doc, variant, number and the name of
+/// its constant in Kotlin's `FastSampler`. The enum, [`SamplerOp::ALL`],
+/// [`SamplerOp::from_number`] and [`SamplerOp::kotlin_name`] are derived;
+/// the dispatch in `call` matches the enum, so an operation without an arm
+/// does not compile, and `tests/kotlin_constants.rs` walks `ALL` against
+/// `FastSampler.kt`.
+macro_rules! sampler_ops {
+    ($($(#[$doc:meta])* $op:ident = $number:literal, $kotlin:literal;)*) => {
+        /// An operation of `wakemeter_sampler_call`: one method of the
+        /// sampler, by number (the numbers Kotlin's `FastSampler` sends).
+        #[repr(u32)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum SamplerOp {
+            $($(#[$doc])* $op = $number,)*
+        }
+
+        impl SamplerOp {
+            /// Every operation, in number order.
+            pub const ALL: &'static [SamplerOp] = &[$(SamplerOp::$op,)*];
+
+            /// The operation numbered `number`, if there is one.
+            pub fn from_number(number: u32) -> Option<SamplerOp> {
+                match number {
+                    $($number => Some(SamplerOp::$op),)*
+                    _ => None,
+                }
+            }
+
+            /// The name of its constant in Kotlin's `FastSampler`.
+            pub fn kotlin_name(self) -> &'static str {
+                match self {
+                    $(SamplerOp::$op => $kotlin,)*
+                }
+            }
+        }
+    };
+}
+
+sampler_ops! {
+    /// `Sampler.stats()` → `SamplerStats`.
+    Stats = 1, "STATS";
+    /// `Sampler.report()` → `Report`.
+    Report = 2, "REPORT";
+    /// `Sampler.report_json()` → `String`.
+    ReportJson = 3, "REPORT_JSON";
+    /// `Sampler.findings()` → `Vec<Finding>`.
+    Findings = 4, "FINDINGS";
+    /// `Sampler.findings_with(thresholds)`, input a `Thresholds` → `Vec<Finding>`.
+    FindingsWith = 5, "FINDINGS_WITH";
+    /// `Sampler.latest_interval()` → `Option<Interval>`.
+    LatestInterval = 6, "LATEST_INTERVAL";
+    /// `Sampler.interval_over(window)`, input a `Duration` → `Option<Interval>`.
+    IntervalOver = 7, "INTERVAL_OVER";
+    /// `Sampler.sample_now()` → `Snapshot`.
+    SampleNow = 8, "SAMPLE_NOW";
+    /// `Sampler.latest()` → `Option<Snapshot>`.
+    Latest = 9, "LATEST";
+    /// `Sampler.snapshots()` → `Vec<Snapshot>`.
+    Snapshots = 10, "SNAPSHOTS";
+    /// `Sampler.listener_stats()` → `ListenerStats`.
+    ListenerStats = 11, "LISTENER_STATS";
+    /// `Sampler.is_running()` → `bool`.
+    IsRunning = 12, "IS_RUNNING";
+    /// `Sampler.config()` → `SamplerConfig`.
+    Config = 13, "CONFIG";
+    /// `Sampler.system()` → `SystemInfo`.
+    System = 14, "SYSTEM";
+    /// `Sampler.thresholds()` → `Thresholds`.
+    Thresholds = 15, "THRESHOLDS";
+    /// `Sampler.loop_probe(name)`, input a `String` → the `LoopProbe` object,
+    /// then a `u64` raw handle of it (released with `wakemeter_loop_probe_release`).
+    LoopProbe = 16, "LOOP_PROBE";
+    /// `Sampler.sleep_probe(name)`, input a `String` → the `SleepProbe` object,
+    /// then a `u64` raw handle of it (released with `wakemeter_sleep_probe_release`).
+    SleepProbe = 17, "SLEEP_PROBE";
+}
 
 /// Reads a call's whole input, as the generated Kotlin converter wrote it.
 fn input<T: Lift<UniFfiTag>>(mut bytes: &[u8]) -> Result<T, i32> {
@@ -73,29 +113,31 @@ where
 
 /// Runs operation `op` on the sampler with `input` (empty for most).
 fn call(s: &Sampler, op: u32, bytes: &[u8]) -> Answer {
+    let Some(op) = SamplerOp::from_number(op) else {
+        return Err(BAD_INPUT);
+    };
     match op {
-        SAMPLER_STATS => put(s.stats()),
-        SAMPLER_REPORT => put(s.report()),
-        SAMPLER_REPORT_JSON => put(s.report_json()),
-        SAMPLER_FINDINGS => put(s.findings()),
-        SAMPLER_FINDINGS_WITH => put(s.findings_with(input::<Thresholds>(bytes)?)),
-        SAMPLER_LATEST_INTERVAL => put(s.latest_interval()),
-        SAMPLER_INTERVAL_OVER => put(s.interval_over(input::<Duration>(bytes)?)),
-        SAMPLER_SAMPLE_NOW => put(s.sample_now()),
-        SAMPLER_LATEST => put(s.latest()),
-        SAMPLER_SNAPSHOTS => put(s.snapshots()),
-        SAMPLER_LISTENER_STATS => put(Ok(s.listener_stats())),
-        SAMPLER_IS_RUNNING => put(Ok(s.is_running())),
-        SAMPLER_CONFIG => put(Ok(s.config())),
-        SAMPLER_SYSTEM => put(Ok(s.system())),
-        SAMPLER_THRESHOLDS => put(Ok(s.thresholds())),
-        SAMPLER_LOOP_PROBE => new_probe(s.loop_probe(input(bytes)?)),
-        SAMPLER_SLEEP_PROBE => new_probe(s.sleep_probe(input(bytes)?)),
-        _ => Err(BAD_INPUT),
+        SamplerOp::Stats => put(s.stats()),
+        SamplerOp::Report => put(s.report()),
+        SamplerOp::ReportJson => put(s.report_json()),
+        SamplerOp::Findings => put(s.findings()),
+        SamplerOp::FindingsWith => put(s.findings_with(input::<Thresholds>(bytes)?)),
+        SamplerOp::LatestInterval => put(s.latest_interval()),
+        SamplerOp::IntervalOver => put(s.interval_over(input::<Duration>(bytes)?)),
+        SamplerOp::SampleNow => put(s.sample_now()),
+        SamplerOp::Latest => put(s.latest()),
+        SamplerOp::Snapshots => put(s.snapshots()),
+        SamplerOp::ListenerStats => put(Ok(s.listener_stats())),
+        SamplerOp::IsRunning => put(Ok(s.is_running())),
+        SamplerOp::Config => put(Ok(s.config())),
+        SamplerOp::System => put(Ok(s.system())),
+        SamplerOp::Thresholds => put(Ok(s.thresholds())),
+        SamplerOp::LoopProbe => new_probe(s.loop_probe(input(bytes)?)),
+        SamplerOp::SleepProbe => new_probe(s.sleep_probe(input(bytes)?)),
     }
 }
 
-/// Sampler method `op` (one of the `SAMPLER_*` numbers) on a raw handle,
+/// Sampler method `op` (a [`SamplerOp`] number) on a raw handle,
 /// as a record call: the input, if the method takes one, is the first
 /// `in_len` bytes of `buf`; the answer is a `Result<_, WakemeterError>`.
 /// Returns as `answer` in the parent module (a length, or a negative code).
@@ -190,37 +232,51 @@ mod tests {
     fn every_operation_answers_what_the_method_returns() {
         let s = Sampler::new(SamplerConfig::default()).unwrap();
         let h = s.clone().raw_handle();
-        let snap: wakemeter::Snapshot = ok(h, SAMPLER_SAMPLE_NOW, &[]);
+        let snap: wakemeter::Snapshot = ok(h, SamplerOp::SampleNow as u32, &[]);
         assert!(!snap.threads.is_empty());
         s.sample_now().unwrap();
-        let stats: SamplerStats = ok(h, SAMPLER_STATS, &[]);
+        let stats: SamplerStats = ok(h, SamplerOp::Stats as u32, &[]);
         assert_eq!(stats.total_samples, 2);
         assert_eq!(
-            ok::<Vec<wakemeter::Snapshot>>(h, SAMPLER_SNAPSHOTS, &[]).len(),
+            ok::<Vec<wakemeter::Snapshot>>(h, SamplerOp::Snapshots as u32, &[]).len(),
             2
         );
         assert_eq!(
-            ok::<Option<wakemeter::Snapshot>>(h, SAMPLER_LATEST, &[]),
+            ok::<Option<wakemeter::Snapshot>>(h, SamplerOp::Latest as u32, &[]),
             s.latest().unwrap()
         );
-        assert!(ok::<Option<wakemeter::Interval>>(h, SAMPLER_LATEST_INTERVAL, &[]).is_some());
+        assert!(
+            ok::<Option<wakemeter::Interval>>(h, SamplerOp::LatestInterval as u32, &[]).is_some()
+        );
         let window = written(Duration::from_secs(10));
-        assert!(ok::<Option<wakemeter::Interval>>(h, SAMPLER_INTERVAL_OVER, &window).is_some());
-        let report: wakemeter::Report = ok(h, SAMPLER_REPORT, &[]);
+        assert!(
+            ok::<Option<wakemeter::Interval>>(h, SamplerOp::IntervalOver as u32, &window).is_some()
+        );
+        let report: wakemeter::Report = ok(h, SamplerOp::Report as u32, &[]);
         assert_eq!(report.stats.total_samples, 2);
-        let json: String = ok(h, SAMPLER_REPORT_JSON, &[]);
+        let json: String = ok(h, SamplerOp::ReportJson as u32, &[]);
         assert!(json.contains("\"schema_version\""), "{json}");
-        let _: Vec<Finding> = ok(h, SAMPLER_FINDINGS, &[]);
-        let _: Vec<Finding> = ok(h, SAMPLER_FINDINGS_WITH, &written(Thresholds::default()));
-        assert!(!ok::<bool>(h, SAMPLER_IS_RUNNING, &[]));
-        assert_eq!(ok::<SamplerConfig>(h, SAMPLER_CONFIG, &[]), s.config());
+        let _: Vec<Finding> = ok(h, SamplerOp::Findings as u32, &[]);
+        let _: Vec<Finding> = ok(
+            h,
+            SamplerOp::FindingsWith as u32,
+            &written(Thresholds::default()),
+        );
+        assert!(!ok::<bool>(h, SamplerOp::IsRunning as u32, &[]));
         assert_eq!(
-            ok::<wakemeter::SystemInfo>(h, SAMPLER_SYSTEM, &[]),
+            ok::<SamplerConfig>(h, SamplerOp::Config as u32, &[]),
+            s.config()
+        );
+        assert_eq!(
+            ok::<wakemeter::SystemInfo>(h, SamplerOp::System as u32, &[]),
             s.system()
         );
-        assert_eq!(ok::<Thresholds>(h, SAMPLER_THRESHOLDS, &[]), s.thresholds());
         assert_eq!(
-            ok::<crate::ListenerStats>(h, SAMPLER_LISTENER_STATS, &[]),
+            ok::<Thresholds>(h, SamplerOp::Thresholds as u32, &[]),
+            s.thresholds()
+        );
+        assert_eq!(
+            ok::<crate::ListenerStats>(h, SamplerOp::ListenerStats as u32, &[]),
             s.listener_stats()
         );
         // SAFETY: live handle, released once.
@@ -233,11 +289,11 @@ mod tests {
         let s = Sampler::new(SamplerConfig::default()).unwrap();
         s.sample_now().unwrap();
         let h = s.clone().raw_handle();
-        let (needed, _) = call_with(h, SAMPLER_SNAPSHOTS, &[], 1 << 20);
-        let (n, buf) = call_with(h, SAMPLER_SNAPSHOTS, &[], MIN_CAPACITY as usize);
+        let (needed, _) = call_with(h, SamplerOp::Snapshots as u32, &[], 1 << 20);
+        let (n, buf) = call_with(h, SamplerOp::Snapshots as u32, &[], MIN_CAPACITY as usize);
         assert_eq!(n, needed);
         assert!(buf.iter().all(|&b| b == 0xAA), "nothing written");
-        let (n, buf) = call_with(h, SAMPLER_STATS, &[], MIN_CAPACITY as usize - 1);
+        let (n, buf) = call_with(h, SamplerOp::Stats as u32, &[], MIN_CAPACITY as usize - 1);
         assert_eq!(n, MIN_CAPACITY as i64);
         assert!(buf.iter().all(|&b| b == 0xAA), "nothing run or written");
         // SAFETY: live handle, released once.
@@ -249,40 +305,48 @@ mod tests {
         let s = Sampler::new(SamplerConfig::default()).unwrap();
         let h = s.clone().raw_handle();
         let bad = written(Thresholds::default().with_busy_poll_idle_ratio(2.0));
-        assert_eq!(err(h, SAMPLER_FINDINGS_WITH, &bad), 1, "InvalidConfig");
+        assert_eq!(
+            err(h, SamplerOp::FindingsWith as u32, &bad),
+            1,
+            "InvalidConfig"
+        );
         let long = written("x".repeat(65));
-        assert_eq!(err(h, SAMPLER_LOOP_PROBE, &long), 7, "ProbeNameTooLong");
+        assert_eq!(
+            err(h, SamplerOp::LoopProbe as u32, &long),
+            7,
+            "ProbeNameTooLong"
+        );
         // Unknown operation, missing, truncated or trailing input.
         assert_eq!(call_with(h, 999, &[], 4096).0, -i64::from(BAD_INPUT));
         assert_eq!(
-            call_with(h, SAMPLER_FINDINGS_WITH, &[], 4096).0,
+            call_with(h, SamplerOp::FindingsWith as u32, &[], 4096).0,
             -i64::from(BAD_INPUT)
         );
         assert_eq!(
-            call_with(h, SAMPLER_FINDINGS_WITH, &bad[..3], 4096).0,
+            call_with(h, SamplerOp::FindingsWith as u32, &bad[..3], 4096).0,
             -i64::from(BAD_INPUT)
         );
         let mut trailing = written(Duration::from_secs(1));
         trailing.push(0);
         assert_eq!(
-            call_with(h, SAMPLER_INTERVAL_OVER, &trailing, 4096).0,
+            call_with(h, SamplerOp::IntervalOver as u32, &trailing, 4096).0,
             -i64::from(BAD_INPUT)
         );
         // A null buffer and an input longer than the buffer.
         // SAFETY: both are refused before `buf` is read.
         unsafe {
             assert_eq!(
-                wakemeter_sampler_call(h, SAMPLER_STATS, std::ptr::null_mut(), 4096, 0),
+                wakemeter_sampler_call(h, SamplerOp::Stats as u32, std::ptr::null_mut(), 4096, 0),
                 -i64::from(BAD_INPUT)
             );
             let mut buf = [0u8; 128];
             assert_eq!(
-                wakemeter_sampler_call(h, SAMPLER_STATS, buf.as_mut_ptr(), 128, 129),
+                wakemeter_sampler_call(h, SamplerOp::Stats as u32, buf.as_mut_ptr(), 128, 129),
                 -i64::from(BAD_INPUT)
             );
         }
         s.shutdown();
-        assert_eq!(err(h, SAMPLER_STATS, &[]), 10, "Closed");
+        assert_eq!(err(h, SamplerOp::Stats as u32, &[]), 10, "Closed");
         // SAFETY: live handle, released once.
         assert_eq!(unsafe { wakemeter_sampler_release(h) }, OK);
     }
@@ -291,7 +355,12 @@ mod tests {
     fn new_probes_come_with_a_working_raw_handle() {
         let s = Sampler::new(SamplerConfig::default()).unwrap();
         let h = s.clone().raw_handle();
-        let (n, buf) = call_with(h, SAMPLER_LOOP_PROBE, &written("io".to_string()), 4096);
+        let (n, buf) = call_with(
+            h,
+            SamplerOp::LoopProbe as u32,
+            &written("io".to_string()),
+            4096,
+        );
         let mut rest = &buf[1..usize::try_from(n).unwrap()];
         let probe = <Arc<LoopProbe> as Lift<UniFfiTag>>::try_read(&mut rest).unwrap();
         let raw = <u64 as Lift<UniFfiTag>>::try_read(&mut rest).unwrap();
@@ -328,14 +397,19 @@ mod tests {
                 -i64::from(WRONG_KIND)
             );
             assert_eq!(
-                wakemeter_sampler_call(raw, SAMPLER_STATS, stats.as_mut_ptr(), 256, 0),
+                wakemeter_sampler_call(raw, SamplerOp::Stats as u32, stats.as_mut_ptr(), 256, 0),
                 -i64::from(WRONG_KIND)
             );
             assert_eq!(wakemeter_sampler_release(raw), WRONG_KIND);
             assert_eq!(wakemeter_loop_probe_release(raw), OK);
         }
         assert_eq!(Arc::strong_count(&probe), 1);
-        let (n, buf) = call_with(h, SAMPLER_SLEEP_PROBE, &written("nap".to_string()), 4096);
+        let (n, buf) = call_with(
+            h,
+            SamplerOp::SleepProbe as u32,
+            &written("nap".to_string()),
+            4096,
+        );
         let mut rest = &buf[1..usize::try_from(n).unwrap()];
         let nap = <Arc<SleepProbe> as Lift<UniFfiTag>>::try_read(&mut rest).unwrap();
         let raw = <u64 as Lift<UniFfiTag>>::try_read(&mut rest).unwrap();

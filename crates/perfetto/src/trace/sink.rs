@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{CLOSE_RESERVE, TraceEnd, TraceStatus};
@@ -232,6 +232,4 @@ fn allocate(_file: &File, _at: u64, _len: u64) -> bool {
     false
 }
 
-pub(super) fn lock(m: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(super) use wakemeter::sync::lock;

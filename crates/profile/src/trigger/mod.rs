@@ -49,10 +49,11 @@ mod worker;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use wakemeter::sync::lock;
 use wakemeter::{Finding, FindingKind, Interval, SampleWait, Sampler, Subject};
 use wakemeter_ebpf::StackKind;
 
@@ -466,8 +467,4 @@ impl State {
 
 fn file_bytes(c: &TriggeredProfile) -> u64 {
     c.files.as_ref().map_or(0, |f| f.bytes)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

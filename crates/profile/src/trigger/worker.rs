@@ -172,6 +172,5 @@ impl Worker {
 
 /// This thread's id (Linux: from `/proc/thread-self`), when known.
 pub(super) fn current_tid() -> Option<u64> {
-    let link = std::fs::read_link("/proc/thread-self").ok()?;
-    link.file_name()?.to_str()?.parse().ok()
+    wakemeter_procfs::process::current_tid().map(u64::from)
 }

@@ -12,7 +12,7 @@ use crate::model::Target;
 
 mod thresholds;
 
-pub use thresholds::Thresholds;
+pub use thresholds::{ThresholdField, ThresholdRange, Thresholds};
 
 /// Default time between background samples.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);

@@ -15,7 +15,7 @@ pub(crate) fn identity(target: Target) -> TargetIdentity {
     };
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
-        linux_identity(pid, std::path::Path::new("/proc"))
+        linux_identity(pid)
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
@@ -37,34 +37,23 @@ pub(crate) fn identity(target: Target) -> TargetIdentity {
 /// after boot) plus `btime` of `/proc/stat` (boot time, Unix seconds):
 /// exact to one clock tick (usually 10 ms).
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn linux_identity(pid: u32, proc_root: &std::path::Path) -> TargetIdentity {
-    let dir = proc_root.join(pid.to_string());
-    let name = std::fs::read_to_string(dir.join("comm"))
-        .map(|s| s.trim_end_matches('\n').to_string())
+fn linux_identity(pid: u32) -> TargetIdentity {
+    use wakemeter_procfs::{parse, process, system};
+    let name = process::comm(process::Process::Pid(pid))
+        .map(|raw| String::from_utf8_lossy(&raw).into_owned())
         .unwrap_or_default();
-    // Field 22 is `starttime`.
-    let start_ticks = std::fs::read(dir.join("stat"))
+    let start_ticks = process::stat(pid)
         .ok()
-        .and_then(|s| super::linux::parse::stat_field(&s, 22));
-    let boot_secs = std::fs::read_to_string(proc_root.join("stat"))
-        .ok()
-        .and_then(|s| boot_time_secs(&s));
+        .and_then(|s| parse::stat_start_ticks(&s));
     TargetIdentity {
         pid,
         name,
         start_time_unix_ns: start_unix_ns(
             start_ticks,
-            boot_secs,
+            system::boot_time_secs(),
             super::system::clock_ticks_per_sec(),
         ),
     }
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn boot_time_secs(stat: &str) -> Option<u64> {
-    stat.lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -82,17 +71,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn start_time_counts_fields_after_the_last_parenthesis() {
-        let stat =
-            b"42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 12345 1000 200";
-        let start_ticks = |s: &[u8]| crate::platform::linux::parse::stat_field(s, 22);
-        assert_eq!(start_ticks(stat), Some(12345));
-        assert_eq!(start_ticks(b"42 (truncated"), None);
-        assert_eq!(start_ticks(b"42 (x) S 1"), None);
-        assert_eq!(
-            boot_time_secs("cpu 1 2\nbtime 1700000000\nprocesses 5\n"),
-            Some(1_700_000_000)
-        );
+    fn start_time_is_boot_time_plus_ticks() {
         assert_eq!(
             start_unix_ns(Some(250), Some(1_700_000_000), 100),
             Some(1_700_000_002_500_000_000)
@@ -116,7 +95,7 @@ mod tests {
 
     #[test]
     fn a_missing_process_leaves_fields_empty() {
-        let id = linux_identity(u32::MAX, std::path::Path::new("/nonexistent-proc"));
+        let id = linux_identity(u32::MAX);
         assert_eq!(id.name, "");
         assert_eq!(id.start_time_unix_ns, None);
     }

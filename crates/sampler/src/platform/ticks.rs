@@ -82,10 +82,8 @@ mod counter {
     }
 
     pub fn usable() -> bool {
-        let source = std::fs::read_to_string(
-            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-        );
-        if source.map(|s| s.trim() != "tsc").unwrap_or(true) {
+        let source = wakemeter_procfs::system::clocksource();
+        if source.map(|s| s != "tsc").unwrap_or(true) {
             return false;
         }
         invariant_counter()

@@ -263,11 +263,8 @@ mod tests {
         std::thread::sleep(Duration::from_millis(60));
         ticks::calibrate_after(50_000_000);
         let mult = Some(ticks::mult()).filter(|&m| m != 0);
-        let tsc = std::fs::read_to_string(
-            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-        )
-        .is_ok_and(|s| s.trim() == "tsc")
-            && std::fs::read_to_string("/proc/cpuinfo")
+        let tsc = wakemeter_procfs::system::clocksource().is_ok_and(|s| s == "tsc")
+            && wakemeter_procfs::system::cpuinfo()
                 .is_ok_and(|c| c.contains(" constant_tsc") && c.contains(" nonstop_tsc"));
         let forced_os = std::env::var_os("WAKEMETER_PROBE_CLOCK").is_some_and(|v| v == "os");
         if cfg!(all(target_os = "linux", target_arch = "x86_64")) && tsc && !forced_os {

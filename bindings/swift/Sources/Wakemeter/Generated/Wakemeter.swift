@@ -1157,8 +1157,9 @@ public protocol SamplerProtocol: AnyObject, Sendable {
     func snapshots() throws  -> [Snapshot]
     
     /**
-     * Starts sampling in the background every `interval_ms`; listeners are
-     * called after each sample, on a wakemeter thread.
+     * Starts sampling in the background, one sample every
+     * `SamplerConfig.interval` (the sampling period the sampler was built
+     * with); listeners are called after each sample, on a wakemeter thread.
      *
      * # Errors
      * `AlreadyRunning` if started twice; `Closed` after `shutdown()`;
@@ -1556,8 +1557,9 @@ open func snapshots()throws  -> [Snapshot]  {
 }
     
     /**
-     * Starts sampling in the background every `interval_ms`; listeners are
-     * called after each sample, on a wakemeter thread.
+     * Starts sampling in the background, one sample every
+     * `SamplerConfig.interval` (the sampling period the sampler was built
+     * with); listeners are called after each sample, on a wakemeter thread.
      *
      * # Errors
      * `AlreadyRunning` if started twice; `Closed` after `shutdown()`;
@@ -3015,7 +3017,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() != 62205) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_wakemeter_ffi_checksum_method_sampler_start() != 19142) {
+    if (uniffi_wakemeter_ffi_checksum_method_sampler_start() != 39332) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace() != 32671) {

@@ -32,7 +32,6 @@
 //! table stays empty and the kernel's frame-pointer walk is used.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
@@ -40,6 +39,8 @@ use gimli::{
 };
 use object::read::elf::ElfFile64;
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags};
+
+use wakemeter_procfs::process;
 
 use super::abi::{CFA_END, CFA_NONE, CFA_RBP, CFA_RSP, LeafRow, NO_RA_OFFSET, rule};
 
@@ -100,35 +101,17 @@ impl Mapping {
 /// path.
 fn exec_mappings(maps: &str) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
-    for line in maps.lines() {
-        let mut fields = line.split_ascii_whitespace();
-        let (Some(range), Some(perms), Some(offset)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        // dev and inode, then the path (which may hold spaces).
-        let inode = fields
-            .nth(1)
-            .and_then(|i| i.parse::<u64>().ok())
-            .unwrap_or(0);
-        let path = fields.collect::<Vec<_>>().join(" ");
-        if !perms.contains('x') || !path.starts_with('/') || out.iter().any(|m| m.path == path) {
+    for m in wakemeter_procfs::maps::lines(maps) {
+        if !m.executable || !m.path.starts_with('/') || out.iter().any(|o| o.path == m.path) {
             continue;
         }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-        if let (Some(start), Some(end), Some(offset)) = (hex(start), hex(end), hex(offset)) {
-            out.push(Mapping {
-                start,
-                end,
-                offset,
-                inode,
-                path,
-            });
-        }
+        out.push(Mapping {
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
+            inode: m.inode,
+            path: m.path.to_string(),
+        });
     }
     out
 }
@@ -167,7 +150,7 @@ impl LeafBuilder {
         if !cfg!(target_arch = "x86_64") {
             return None;
         }
-        let maps = fs::read_to_string(format!("/proc/{}/maps", self.pid)).ok()?;
+        let maps = process::maps(process::Process::Pid(self.pid)).ok()?;
         let mappings = exec_mappings(&maps);
         if !force && self.mappings.as_ref() == Some(&mappings) {
             return None;
@@ -191,11 +174,7 @@ impl LeafBuilder {
     fn read_module(&self, mapping: &Mapping) -> Option<ModuleRows> {
         // map_files opens what is mapped even from another mount namespace
         // or when the file was replaced; the path is the fallback.
-        let file = File::open(format!(
-            "/proc/{}/map_files/{:x}-{:x}",
-            self.pid, mapping.start, mapping.end
-        ))
-        .or_else(|_| File::open(format!("/proc/{}/root{}", self.pid, mapping.path)));
+        let file = process::open_mapped_file(self.pid, mapping.start, mapping.end, &mapping.path);
         file.ok()
             .and_then(|f| module_rows(&ReadCache::new(f), mapping))
     }
@@ -458,6 +437,7 @@ pub(crate) fn ra_offset(rows: &[LeafRow], ip: u64) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::{self, File};
 
     #[test]
     fn the_c_library_and_its_loader_are_known_by_name() {
@@ -517,7 +497,7 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn c_library_rows_agree_with_readelf() {
-        let maps = fs::read_to_string("/proc/self/maps").expect("maps");
+        let maps = process::maps(process::Process::Current).expect("maps");
         let libc = exec_mappings(&maps)
             .into_iter()
             .find(|m| m.path.contains("/libc.so"))
@@ -654,7 +634,7 @@ mod tests {
         // The C library's own .eh_frame, cut in the middle of an entry.
         #[cfg(target_arch = "x86_64")]
         {
-            let maps = fs::read_to_string("/proc/self/maps").expect("maps");
+            let maps = process::maps(process::Process::Current).expect("maps");
             let libc = exec_mappings(&maps)
                 .into_iter()
                 .find(|m| m.path.contains("/libc.so"))

@@ -1183,7 +1183,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_snapshots() and 0xFFFF) != 62205) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start() and 0xFFFF) != 19142) {
+    if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start() and 0xFFFF) != 39332) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_wakemeter_ffi_checksum_method_sampler_start_perfetto_trace() and 0xFFFF) != 32671) {
@@ -2552,8 +2552,9 @@ public interface SamplerInterface {
     fun `snapshots`(): List<Snapshot>
     
     /**
-     * Starts sampling in the background every `interval_ms`; listeners are
-     * called after each sample, on a wakemeter thread.
+     * Starts sampling in the background, one sample every
+     * `SamplerConfig.interval` (the sampling period the sampler was built
+     * with); listeners are called after each sample, on a wakemeter thread.
      *
      * # Errors
      * `AlreadyRunning` if started twice; `Closed` after `shutdown()`;
@@ -3105,8 +3106,9 @@ open class Sampler: Disposable, AutoCloseable, SamplerInterface
 
     
     /**
-     * Starts sampling in the background every `interval_ms`; listeners are
-     * called after each sample, on a wakemeter thread.
+     * Starts sampling in the background, one sample every
+     * `SamplerConfig.interval` (the sampling period the sampler was built
+     * with); listeners are called after each sample, on a wakemeter thread.
      *
      * # Errors
      * `AlreadyRunning` if started twice; `Closed` after `shutdown()`;

@@ -1,5 +1,8 @@
-//! Parsers for the `/proc` files the Linux backend reads. Pure functions
-//! over bytes: no allocation, no panics on malformed input (they return `None`).
+//! Parsers of the `/proc` and `/sys` files wakemeter reads. Pure functions
+//! over bytes: no allocation, no panics on malformed input (they return
+//! `None`). The sampling path calls them on every sample, so each reads its
+//! bytes once and never allocates; `tests/parse_properties.rs` and the fuzz
+//! harness (`crates/fuzz/tests/procfs.rs`) hold them to that.
 
 /// Parses an unsigned decimal at the start of `s` (after optional spaces/tabs).
 fn leading_u64(s: &[u8]) -> Option<u64> {
@@ -20,7 +23,8 @@ fn trim_start(s: &[u8]) -> &[u8] {
     &s[n..]
 }
 
-/// `schedstat`: "run_ns wait_ns switches\n".
+/// `schedstat`: "run_ns wait_ns switches\n" as (run ns, run-queue wait ns,
+/// times scheduled in).
 ///
 /// One pass, each byte looked at once: the split-filter-parse form took
 /// ~700 instructions per call (callgrind; each digit was visited three
@@ -28,7 +32,8 @@ fn trim_start(s: &[u8]) -> &[u8] {
 /// Fields are separated by spaces or newlines; tabs before a number are
 /// skipped; anything after a number's digits up to the next separator is
 /// ignored; a field that does not start with a digit, or overflows, is `None`.
-pub(crate) fn schedstat(buf: &[u8]) -> Option<(u64, u64, u64)> {
+#[inline]
+pub fn schedstat(buf: &[u8]) -> Option<(u64, u64, u64)> {
     let mut fields = [0u64; 3];
     let mut done = 0;
     // In a field: its digits so far, or the ignored tail after them.
@@ -60,8 +65,8 @@ pub(crate) fn schedstat(buf: &[u8]) -> Option<(u64, u64, u64)> {
     (done == fields.len()).then_some((fields[0], fields[1], fields[2]))
 }
 
-/// `statm`: the second field, resident pages.
-pub(crate) fn statm_resident_pages(buf: &[u8]) -> Option<u64> {
+/// `statm`: the second field, resident pages (pages of the system's page size).
+pub fn statm_resident_pages(buf: &[u8]) -> Option<u64> {
     let mut it = buf.split(|b| *b == b' ').filter(|f| !f.is_empty());
     it.next()?;
     leading_u64(it.next()?)
@@ -69,12 +74,12 @@ pub(crate) fn statm_resident_pages(buf: &[u8]) -> Option<u64> {
 
 /// The value of `key:` in a `status`-style file (first field only), e.g.
 /// `VmHWM:\t 1234 kB` gives 1234.
-pub(crate) fn status_field(buf: &[u8], key: &[u8]) -> Option<u64> {
+pub fn status_field(buf: &[u8], key: &[u8]) -> Option<u64> {
     status_line(buf, key).and_then(leading_u64)
 }
 
 /// The rest of the line after `key:` in a `status`-style file.
-pub(crate) fn status_line<'a>(buf: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+pub fn status_line<'a>(buf: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     buf.split(|b| *b == b'\n').find_map(|line| {
         let rest = line.strip_prefix(key)?;
         let rest = rest.strip_prefix(b":")?;
@@ -87,7 +92,8 @@ pub(crate) fn status_line<'a>(buf: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
 /// The kernel prints them as the last two lines, so the lines are scanned
 /// from the end: two lines instead of ~55 searched twice (any order still
 /// parses, at the cost of a full scan).
-pub(crate) fn status_switches(buf: &[u8]) -> Option<(u64, u64)> {
+#[inline]
+pub fn status_switches(buf: &[u8]) -> Option<(u64, u64)> {
     let (mut vol, mut invol) = (None, None);
     for line in buf.rsplit(|b| *b == b'\n') {
         if let Some(rest) = line.strip_prefix(b"voluntary_ctxt_switches:") {
@@ -105,7 +111,7 @@ pub(crate) fn status_switches(buf: &[u8]) -> Option<(u64, u64)> {
 /// The thread name of a `status` file (`Name:` line), raw bytes. The
 /// kernel writes `Name:\t` and the name, which may itself start with
 /// spaces: only that one tab is stripped.
-pub(crate) fn status_name(buf: &[u8]) -> Option<&[u8]> {
+pub fn status_name(buf: &[u8]) -> Option<&[u8]> {
     buf.split(|b| *b == b'\n').find_map(|line| {
         let rest = line.strip_prefix(b"Name:")?;
         Some(rest.strip_prefix(b"\t").unwrap_or(rest))
@@ -115,7 +121,7 @@ pub(crate) fn status_name(buf: &[u8]) -> Option<&[u8]> {
 /// Field `n` (1-based, as in proc(5); `n` >= 3) of a `stat` file. The
 /// command name (field 2) may contain spaces and parentheses, so fields are
 /// counted after the last ')'.
-pub(crate) fn stat_field(buf: &[u8], n: usize) -> Option<u64> {
+pub fn stat_field(buf: &[u8], n: usize) -> Option<u64> {
     stat_fields_from(buf, n)?.next().and_then(leading_u64)
 }
 
@@ -133,15 +139,123 @@ fn stat_fields_from(buf: &[u8], n: usize) -> Option<impl Iterator<Item = &[u8]>>
 }
 
 /// `stat`: (utime + stime) in clock ticks (fields 14 and 15).
-pub(crate) fn stat_cpu_ticks(buf: &[u8]) -> Option<u64> {
+#[inline]
+pub fn stat_cpu_ticks(buf: &[u8]) -> Option<u64> {
     let mut it = stat_fields_from(buf, 14)?;
     let utime = leading_u64(it.next()?)?;
     let stime = leading_u64(it.next()?)?;
     utime.checked_add(stime)
 }
 
+/// The state letter of a `stat` file (field 3: `R`, `S`, `D`, `Z`, ...).
+pub fn stat_state(buf: &[u8]) -> Option<u8> {
+    let close = buf.iter().rposition(|b| *b == b')')?;
+    trim_start(&buf[close + 1..]).first().copied()
+}
+
+/// Whether a `stat` state letter says nothing is left to run: `Z`
+/// (zombie), `X` or `x` (dead).
+pub fn state_finished(state: u8) -> bool {
+    matches!(state, b'Z' | b'X' | b'x')
+}
+
+/// `starttime` (field 22) of a `stat` file, in clock ticks after boot.
+pub fn stat_start_ticks(buf: &[u8]) -> Option<u64> {
+    stat_field(buf, 22)
+}
+
+/// `ppid` (field 4) of a `stat` file.
+pub fn stat_parent(buf: &[u8]) -> Option<u32> {
+    stat_field(buf, 4).and_then(|p| u32::try_from(p).ok())
+}
+
+/// The value of `key:` in a `status`-style file read as hexadecimal
+/// (`CapEff:\t000001ffffffffff`).
+pub fn status_hex(buf: &[u8], key: &[u8]) -> Option<u64> {
+    let line = status_line(buf, key)?;
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    let text = std::str::from_utf8(line.get(..digits)?).ok()?;
+    u64::from_str_radix(text, 16).ok()
+}
+
+/// `btime` of `/proc/stat`: the boot time, Unix seconds.
+pub fn boot_time_secs(proc_stat: &[u8]) -> Option<u64> {
+    proc_stat
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"btime "))
+        .and_then(leading_u64)
+}
+
+/// A `comm` file's name: its bytes without the trailing newline.
+pub fn comm(buf: &[u8]) -> &[u8] {
+    buf.strip_suffix(b"\n").unwrap_or(buf)
+}
+
+/// A `cmdline` file as one line: its NUL-separated words joined by single
+/// spaces (empty words dropped), lossily decoded.
+pub fn cmdline(buf: &[u8]) -> String {
+    let mut out = String::with_capacity(buf.len());
+    for word in buf.split(|b| *b == 0).filter(|w| !w.is_empty()) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&String::from_utf8_lossy(word));
+    }
+    out
+}
+
+/// What a thread's `syscall` file says it is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskSyscall {
+    /// `running`: on a CPU.
+    Running,
+    /// Blocked outside any system call (`-1 ...`).
+    NotInSyscall,
+    /// Blocked in the system call of this number.
+    InSyscall(i64),
+}
+
+/// A thread's `syscall` file: `running`, `-1 sp pc`, or the number and
+/// arguments of the call it is blocked in.
+pub fn task_syscall(buf: &[u8]) -> Option<TaskSyscall> {
+    let first = buf
+        .split(|b| b.is_ascii_whitespace())
+        .find(|w| !w.is_empty())?;
+    if first == b"running" {
+        return Some(TaskSyscall::Running);
+    }
+    let text = std::str::from_utf8(first).ok()?;
+    let nr: i64 = text.parse().ok()?;
+    Some(if nr < 0 {
+        TaskSyscall::NotInSyscall
+    } else {
+        TaskSyscall::InSyscall(nr)
+    })
+}
+
+/// The inode of a PID namespace link's text, `pid:[4026531836]`.
+pub fn pid_namespace_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// The mount point of the first `cgroup2` filesystem in a `mounts` text.
+/// Mount points with spaces are octal-escaped; a cgroup2 root has none in
+/// practice, and such a line is skipped.
+pub fn cgroup2_mount_point(mounts: &str) -> Option<&str> {
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_ascii_whitespace();
+        let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+        (fstype == "cgroup2" && !dir.contains('\\')).then_some(dir)
+    })
+}
+
+/// The process ids of a `cgroup.procs` text, one a line.
+pub fn cgroup_procs(text: &str) -> impl Iterator<Item = u32> + '_ {
+    text.lines().filter_map(|l| l.trim().parse::<u32>().ok())
+}
+
 /// Parses a decimal TID from a directory entry name; `None` for "." and "..".
-pub(crate) fn tid_name(name: &[u8]) -> Option<u32> {
+pub fn tid_name(name: &[u8]) -> Option<u32> {
     if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -150,7 +264,8 @@ pub(crate) fn tid_name(name: &[u8]) -> Option<u32> {
 
 /// Appends the TIDs named by a buffer of `linux_dirent64` records, as
 /// getdents64 fills it, to `out`; stops at the first malformed record.
-pub(crate) fn dirent_tids(filled: &[u8], out: &mut Vec<u32>) {
+#[inline]
+pub fn dirent_tids(filled: &[u8], out: &mut Vec<u32>) {
     // linux_dirent64: u64 d_ino, i64 d_off, u16 d_reclen, u8 d_type, name...
     const NAME_AT: usize = 19;
     let mut off = 0usize;
@@ -211,6 +326,62 @@ voluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t3\n";
         let mut out = Vec::new();
         dirent_tids(&rec, &mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_name_never_poses_as_a_field() {
+        let status = b"Name:\tTgid: 1\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t77\nPid:\t78\n";
+        assert_eq!(status_field(status, b"Tgid"), Some(77));
+        assert_eq!(stat_state(b"42 (a) Z (b) R 1 2 3"), Some(b'R'));
+        assert_eq!(stat_state(b"42 (sleep) S 1 2 3"), Some(b'S'));
+    }
+
+    #[test]
+    fn stat_state_start_and_parent() {
+        let s = b"42 (a) b (c)) S 7 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 12345 1000 200";
+        assert_eq!(stat_state(s), Some(b'S'));
+        assert_eq!(stat_parent(s), Some(7));
+        assert_eq!(stat_start_ticks(s), Some(12345));
+        assert_eq!(stat_start_ticks(b"42 (truncated"), None);
+        assert_eq!(stat_state(b"42 (x)"), None);
+        assert!(state_finished(b'Z') && !state_finished(b'S'));
+    }
+
+    #[test]
+    fn small_files() {
+        assert_eq!(
+            status_hex(b"Name:\tx\nCapEff:\t000001ffffffffff\n", b"CapEff"),
+            Some(0x1ff_ffff_ffff)
+        );
+        assert_eq!(status_hex(b"CapEff:\tzz\n", b"CapEff"), None);
+        assert_eq!(
+            boot_time_secs(b"cpu 1 2\nbtime 1700000000\nprocesses 5\n"),
+            Some(1_700_000_000)
+        );
+        assert_eq!(comm(b"nginx\n"), b"nginx");
+        assert_eq!(
+            cmdline(b"nginx: worker\0\0-c\0a b\0"),
+            "nginx: worker -c a b"
+        );
+        assert_eq!(task_syscall(b"running\n"), Some(TaskSyscall::Running));
+        assert_eq!(
+            task_syscall(b"-1 0x7ffc 0x7f00\n"),
+            Some(TaskSyscall::NotInSyscall)
+        );
+        assert_eq!(
+            task_syscall(b"232 0x4 0x7ffc 0x80 0x0 0x0 0x0 0x7ffc 0x7f00\n"),
+            Some(TaskSyscall::InSyscall(232))
+        );
+        assert_eq!(task_syscall(b""), None);
+        assert_eq!(pid_namespace_inode("pid:[4026531836]"), Some(4_026_531_836));
+        assert_eq!(pid_namespace_inode("mnt:[1]"), None);
+        let mounts = "proc /proc proc rw 0 0\ncgroup /sys/fs/cgroup/cpu cgroup rw 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n";
+        assert_eq!(cgroup2_mount_point(mounts), Some("/sys/fs/cgroup/unified"));
+        assert_eq!(
+            cgroup2_mount_point("a\\040b /x\\040y cgroup2 rw 0 0\n"),
+            None
+        );
+        assert_eq!(cgroup_procs("1\n 22\nx\n").collect::<Vec<_>>(), vec![1, 22]);
     }
 
     #[test]

@@ -1,10 +1,10 @@
-//! Property tests of the `/proc` parsers: arbitrary bytes never panic, and
+//! Property tests of the `/proc` parsers (`wakemeter_procfs::parse`): arbitrary bytes never panic, and
 //! files laid out as the kernel writes them give back the numbers in them.
 
 use proptest::collection::vec;
 use proptest::prelude::*;
 
-use super::parse::*;
+use wakemeter_procfs::parse::*;
 
 /// Cases per property: enough to find an off-by-one, fast enough for every `cargo test`.
 const CASES: u32 = 512;
@@ -60,6 +60,19 @@ proptest! {
         let _ = status_name(&buf);
         let _ = stat_cpu_ticks(&buf);
         let _ = tid_name(&buf);
+        let _ = stat_state(&buf);
+        let _ = stat_start_ticks(&buf);
+        let _ = stat_parent(&buf);
+        let _ = status_hex(&buf, &key);
+        let _ = boot_time_secs(&buf);
+        let _ = comm(&buf);
+        let _ = cmdline(&buf);
+        let _ = task_syscall(&buf);
+        let text = String::from_utf8_lossy(&buf);
+        let _ = pid_namespace_inode(&text);
+        let _ = cgroup2_mount_point(&text);
+        let _ = cgroup_procs(&text).count();
+        prop_assert!(wakemeter_procfs::maps::lines(&text).count() <= text.lines().count());
         let mut out = Vec::new();
         dirent_tids(&buf, &mut out);
         prop_assert!(out.len() <= buf.len() / 19 + 1);
@@ -139,6 +152,43 @@ proptest! {
         }
         text.push(b'\n');
         prop_assert_eq!(stat_cpu_ticks(&text), Some(utime + stime));
+    }
+
+    #[test]
+    fn maps_lines_round_trip(
+        start: u64,
+        len in 1u64..1 << 40,
+        exec: bool,
+        offset: u64,
+        inode: u64,
+        path in prop_oneof![Just(String::new()), "/[a-z]{1,8}( [a-z]{1,8}){0,2}", Just("[vdso]".to_string())],
+        pad in 1usize..30,
+    ) {
+        let end = start.saturating_add(len);
+        let perms = if exec { "r-xp" } else { "rw-p" };
+        let line = format!("{start:x}-{end:x} {perms} {offset:08x} 08:01 {inode}{}{path}", " ".repeat(pad));
+        let m = wakemeter_procfs::maps::line(&line).expect("a kernel-shaped line parses");
+        prop_assert_eq!((m.start, m.end, m.executable, m.offset, m.inode, m.path), (start, end, exec, offset, inode, path.as_str()));
+    }
+
+    #[test]
+    fn stat_states_and_start_times_round_trip(
+        comm in vec(any::<u8>(), 0..16),
+        state in prop::sample::select(b"RSDZTXI".to_vec()),
+        ppid: u32,
+        start: u64,
+    ) {
+        let mut text = b"42 (".to_vec();
+        text.extend_from_slice(&comm);
+        text.extend_from_slice(format!(") {} {ppid}", char::from(state)).as_bytes());
+        // Fields 5 to 21, then starttime (22) and a few more.
+        for f in 5..22 {
+            text.extend_from_slice(format!(" {f}").as_bytes());
+        }
+        text.extend_from_slice(format!(" {start} 1 2 3\n").as_bytes());
+        prop_assert_eq!(stat_state(&text), Some(state));
+        prop_assert_eq!(stat_parent(&text), Some(ppid));
+        prop_assert_eq!(stat_start_ticks(&text), Some(start));
     }
 
     #[test]

@@ -1,0 +1,111 @@
+//! Kernel records to the core's `KernelThreadStats`.
+
+use super::*;
+
+/// Converts one kernel record, adding the span in progress (on or off CPU)
+/// to the totals so that they grow smoothly between switches, with its
+/// `top_wakers` most frequent wakers.
+pub(super) fn thread_stats(
+    tid: u32,
+    raw: &WmThread,
+    now_ns: u64,
+    top_wakers: usize,
+) -> KernelThreadStats {
+    let in_progress = |since: u64| {
+        if since != 0 && now_ns > since {
+            now_ns - since
+        } else {
+            0
+        }
+    };
+
+    let mut off_ns = raw.off_ns;
+    if let Some(cause) = usize::try_from(raw.off_cause)
+        .ok()
+        .and_then(|c| off_ns.get_mut(c))
+    {
+        *cause = cause.saturating_add(in_progress(raw.off_since_ns));
+    }
+    let off_cpu = OffCpuTime::from_causes([
+        off_ns[abi::OFF_SLEEP],
+        off_ns[abi::OFF_LOCK],
+        off_ns[abi::OFF_POLL],
+        off_ns[abi::OFF_IO],
+        off_ns[abi::OFF_PREEMPTED],
+        off_ns[abi::OFF_OTHER],
+    ]);
+
+    let mut poll = PollSyscallStats::default();
+    poll.total_calls = raw.poll_calls;
+    poll.total_idle_calls = raw.poll_zero_returns;
+    poll.total_zero_timeout_calls = raw.poll_zero_timeouts;
+    poll.total_infinite_timeout_calls = raw.poll_infinite_timeouts;
+    poll.timeout_histogram = Log2Histogram::from_buckets(&raw.poll_timeout_hist);
+    poll.total_blocked_ns = raw.poll_time_ns;
+    poll.total_blocked_calls = raw.poll_blocked_calls;
+    poll.total_idle_nonblocking_calls = raw.poll_idle_nonblocking;
+
+    let mut sleep = SleepSyscallStats::default();
+    sleep.total_calls = raw.sleep_calls;
+    sleep.total_requested_ns = raw.sleep_requested_ns;
+    sleep.total_actual_ns = raw.sleep_actual_ns;
+    sleep.total_known_request_calls = raw.sleep_known_requests;
+    sleep.total_interrupted_calls = raw.sleep_interrupted;
+    sleep.total_interrupted_ns = raw.sleep_interrupted_ns;
+
+    let mut t = KernelThreadStats::default();
+    t.tid = u64::from(tid);
+    t.name = abi::comm_str(&raw.comm);
+    t.total_on_cpu_ns = raw.on_cpu_ns.saturating_add(in_progress(raw.on_since_ns));
+    t.total_voluntary_switches = raw.voluntary;
+    t.total_involuntary_switches = raw.involuntary;
+    t.total_off_cpu = off_cpu;
+    t.off_cpu_histogram = Log2Histogram::from_buckets(&raw.off_hist);
+    t.run_queue_latency_histogram = Log2Histogram::from_buckets(&raw.runq_hist);
+    // The kernel side counts each wake once, by its source.
+    t.total_wakes = raw.wakes_by.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    t.total_interrupt_wakes = raw.wakes_by[abi::WAKE_INTERRUPT];
+    t.total_process_thread_wakes = raw.wakes_by[abi::WAKE_TARGET];
+    t.total_other_process_wakes = raw.wakes_by[abi::WAKE_OTHER];
+    t.calls_by_syscall = Syscall::ALL
+        .iter()
+        .zip(raw.calls_by_syscall)
+        .filter(|(_, n)| *n > 0)
+        .map(|(sc, n)| SyscallCalls::new(*sc, n))
+        .collect();
+    t.poll = poll;
+    t.sleep = sleep;
+    t.top_wakers = wakers_of(raw, top_wakers);
+    t
+}
+
+/// The `n` most frequent wakers in a record's slots, most first (ties by tid).
+pub(super) fn wakers_of(raw: &WmThread, n: usize) -> Vec<Waker> {
+    let mut slots: Vec<usize> = (0..abi::WAKER_SLOTS)
+        .filter(|&i| raw.waker_count[i] != 0)
+        .collect();
+    slots.sort_by(|&a, &b| {
+        raw.waker_count[b]
+            .cmp(&raw.waker_count[a])
+            .then(raw.waker_tid[a].cmp(&raw.waker_tid[b]))
+    });
+    slots
+        .into_iter()
+        .take(n)
+        .map(|i| {
+            let mut w = Waker::default();
+            w.tid = u64::from(raw.waker_tid[i]);
+            w.name = abi::comm_str(&raw.waker_comm[i]);
+            w.total_wakes = raw.waker_count[i];
+            w
+        })
+        .collect()
+}
+
+/// The id in the observer's namespace of waker `host_tid` of `raw` (0 for
+/// interrupt context and for wakers outside that namespace).
+pub(super) fn namespace_waker(raw: &WmThread, host_tid: u64) -> u64 {
+    (0..abi::WAKER_SLOTS)
+        .find(|&i| raw.waker_count[i] != 0 && u64::from(raw.waker_tid[i]) == host_tid)
+        .map_or(0, |i| u64::from(raw.waker_ns_tid[i]))
+}

@@ -1,0 +1,322 @@
+//! One watched target: its attach to a shared program set, its reads, its
+//! detach.
+
+use super::*;
+
+pub(crate) struct Session {
+    pid: u32,
+    /// `pid` in the initial PID namespace: the id the programs see.
+    kernel_tgid: u32,
+    /// Whether ids are reported as a PID namespace of the observer's own
+    /// numbers them (the entries' `ns_tid`), not as the map keys.
+    in_namespace: bool,
+    /// `None` when observing this very process.
+    watch: Option<ExitWatch>,
+    attach_duration: Duration,
+    /// Whether this attach loaded the programs (else it joined a set).
+    loaded: bool,
+    top_wakers: usize,
+    /// Entries the last read fetched.
+    last_read_entries: u32,
+    /// Thread ids of the last listing (a reused buffer).
+    tids: Vec<u32>,
+    /// `None` once the target has exited (it left the set).
+    set: Option<Arc<Mutex<ProgramSet>>>,
+    /// Kind, hook and capacity of the set, kept after it is gone.
+    kind: AttachKind,
+    syscall_hook: SyscallHook,
+    max_threads: u32,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EbpfSession")
+            .field("pid", &self.pid)
+            .field("attach_duration", &self.attach_duration)
+            .field("loaded_programs", &self.loaded)
+            .field("kind", &self.kind)
+            .field("syscall_hook", &self.syscall_hook)
+            .field("attached", &self.set.is_some())
+            .finish()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(set) = self.set.take() {
+            lock(&set).leave(self.kernel_tgid);
+        }
+    }
+}
+
+/// The process a target names, and an exit watch when it is another one.
+///
+/// # Errors
+/// [`EbpfError::NoSuchProcess`] for a PID or TID that does not exist;
+/// [`EbpfError::UnsupportedTarget`] for a target kind added to the core later.
+pub(crate) fn resolve_target(target: Target) -> Result<(u32, Option<ExitWatch>), EbpfError> {
+    let own = std::process::id();
+    match target {
+        Target::SelfProcess => Ok((own, None)),
+        Target::Pid(p) => {
+            let pid = sys::process_of(p)?;
+            let watch = (pid != own).then(|| ExitWatch::new(pid)).transpose()?;
+            Ok((pid, watch))
+        }
+        // A target kind added to the core later: refuse it rather than
+        // observe the wrong process.
+        other => Err(EbpfError::UnsupportedTarget {
+            target: format!("{other:?}"),
+        }),
+    }
+}
+
+impl Session {
+    pub(crate) fn attach(options: &EbpfSourceBuilder) -> Result<Session, EbpfError> {
+        let started = Instant::now();
+        let (pid, watch) = resolve_target(options.target)?;
+        let threads = sys::thread_count(pid);
+        // Twice its threads now, as a new map would be sized for it alone.
+        let reserve = threads
+            .unwrap_or(1)
+            .saturating_mul(2)
+            .clamp(2, MAX_THREADS_LIMIT);
+        object(false)?;
+        sys::check_kernel_btf(options.kernel_btf.as_deref())?;
+        sys::check_privileges()?;
+        let btf = kernel_btf(options.kernel_btf.as_deref())?;
+        let btf = btf.as_ref();
+        let namespace = pid_ns::proc_namespace();
+        let kernel_tgid = match namespace {
+            Some(ns) => ns.host_ids(pid, btf)?.tgid,
+            None => pid,
+        };
+        let pidns_ino = namespace.map_or(0u64, |ns| ns.ino);
+
+        let (set, loaded) = program_set(
+            options,
+            kernel_tgid,
+            reserve,
+            auto_max_threads(threads),
+            btf,
+            pidns_ino,
+        )?;
+        let (kind, syscall_hook, max_threads) = {
+            let mut s = lock(&set);
+            let new = s.join(kernel_tgid, reserve)?;
+            // In another PID namespace the /proc ids are not the map's keys.
+            if new && namespace.is_none() {
+                s.seed_blocked_threads(pid, kernel_tgid);
+            }
+            (s.kind, s.syscall_hook, s.capacity())
+        };
+        Ok(Session {
+            pid,
+            kernel_tgid,
+            in_namespace: namespace.is_some(),
+            watch,
+            attach_duration: started.elapsed(),
+            loaded,
+            top_wakers: options.top_wakers.min(abi::WAKER_SLOTS),
+            last_read_entries: 0,
+            tids: Vec::new(),
+            set: Some(set),
+            kind,
+            syscall_hook,
+            max_threads,
+        })
+    }
+
+    pub(crate) fn max_threads(&self) -> u32 {
+        self.max_threads
+    }
+
+    pub(crate) fn loaded_programs(&self) -> bool {
+        self.loaded
+    }
+
+    pub(crate) fn watched_processes(&self) -> usize {
+        self.set.as_ref().map_or(0, |s| lock(s).members.len())
+    }
+
+    /// The program set, or [`KernelSourceError::TargetExited`] once the
+    /// target is gone, leaving the set the moment that is noticed.
+    pub(super) fn live_set(&mut self) -> Result<Arc<Mutex<ProgramSet>>, KernelSourceError> {
+        let exited = self.watch.as_ref().is_some_and(ExitWatch::has_exited)
+            || self
+                .set
+                .as_ref()
+                .and_then(|s| lock(s).target(self.kernel_tgid).ok())
+                .is_some_and(|t| t.dead != 0);
+        if exited {
+            // Leave now rather than when the source is dropped, and let go
+            // of the process handle too.
+            if let Some(set) = self.set.take() {
+                lock(&set).leave(self.kernel_tgid);
+            }
+            self.watch = None;
+        }
+        let pid = self.pid;
+        self.set
+            .clone()
+            .ok_or(KernelSourceError::TargetExited { pid })
+    }
+
+    pub(crate) fn map_usage(&mut self) -> Result<MapUsage, KernelSourceError> {
+        let last_read_entries = self.last_read_entries;
+        let max_threads = self.max_threads;
+        let tgid = u64::from(self.kernel_tgid);
+        let set = self.live_set()?;
+        let mut set = lock(&set);
+        let mut waker_slots = 0usize;
+        let mut threads = 0u32;
+        let set_threads = set.live.for_each_thread(|_, raw| {
+            if raw.tgid == tgid {
+                threads += 1;
+                waker_slots += raw.waker_slots_used();
+            }
+        })?;
+        Ok(MapUsage {
+            task_storage: set.live.store.is_task(),
+            threads,
+            set_threads,
+            max_threads,
+            waker_slots: u32::try_from(waker_slots).unwrap_or(u32::MAX),
+            last_read_entries,
+        })
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub(crate) fn attach_duration(&self) -> Duration {
+        self.attach_duration
+    }
+
+    pub(crate) fn load_duration(&self) -> Option<Duration> {
+        self.set.as_ref().map(|s| lock(s).load_duration)
+    }
+
+    pub(crate) fn attach_kind(&self) -> AttachKind {
+        self.kind
+    }
+
+    pub(crate) fn syscall_hook(&self) -> SyscallHook {
+        self.syscall_hook
+    }
+
+    pub(crate) fn program_stats(&self) -> Result<Vec<ProgramRunStats>, EbpfError> {
+        let Some(set) = &self.set else {
+            return Ok(Vec::new());
+        };
+        let set = lock(set);
+        let live = &set.live;
+        live.programs
+            .iter()
+            .map(|&name| {
+                let program = live
+                    .ebpf
+                    .program(name)
+                    .ok_or(EbpfError::ObjectMismatch { name })?;
+                let info = program.info().map_err(program_error(name))?;
+                Ok(ProgramRunStats {
+                    name: name.to_owned(),
+                    run_time_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+                    run_count: info.run_count(),
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
+        let pid = self.pid;
+        let tgid = self.kernel_tgid;
+        let top_wakers = self.top_wakers;
+        let in_namespace = self.in_namespace;
+        let set = self.live_set()?;
+        let mut set = lock(&set);
+        // A clock step (settimeofday, an NTP step) since the last read
+        // reaches the kernel side here.
+        set.live
+            .realtime_offset
+            .set(0, &realtime_offset_ns(), 0)
+            .map_err(read_error("realtime_offset"))?;
+        let now = wakemeter::monotonic_ns();
+
+        let mut threads = Vec::new();
+        let mut each = |tid: u32, raw: &WmThread| {
+            if raw.tgid != u64::from(tgid) {
+                return;
+            }
+            if !in_namespace {
+                threads.push(thread_stats(tid, raw, now, top_wakers));
+            } else if let Ok(ns_tid) = u32::try_from(raw.ns_tid)
+                && ns_tid != 0
+            {
+                // A thread of the target is always visible where the
+                // target is; an entry without an id there cannot be joined
+                // to the threads of /proc, so it is left out.
+                let mut t = thread_stats(ns_tid, raw, now, top_wakers);
+                for w in &mut t.top_wakers {
+                    w.tid = namespace_waker(raw, w.tid);
+                }
+                threads.push(t);
+            }
+        };
+        // Alone in its set (or named by another PID namespace's ids), a
+        // process reads the whole map in batches. Beside others, it looks
+        // up its own threads, listed from /proc: a read then costs its own
+        // threads, not every watched process's.
+        let mine = set.members.get(&tgid).map_or(0, |m| m.reserved);
+        let alone = mine.saturating_mul(2) >= set.reserved;
+        // The task iterator writes out this process's entries only.
+        let Live { ebpf, store, .. } = &mut set.live;
+        let fetched = if store.is_task() {
+            store.for_each_of(ebpf, (tgid, pid), &[], &mut each)?
+        } else if alone || in_namespace || !sys::list_tids(pid, &mut self.tids) {
+            store.for_each(ebpf, &mut each)?
+        } else {
+            store.for_each_of(ebpf, (tgid, pid), &self.tids, &mut each)?
+        };
+        threads.sort_by_key(|t| t.tid);
+        let record = set.target(tgid)?;
+        self.last_read_entries = fetched;
+
+        let mut sample = KernelSample::default();
+        sample.source = "ebpf".to_owned();
+        sample.pid = pid;
+        sample.threads = threads;
+        sample.total_dropped_events = record.dropped;
+        sample.total_thread_exits = record.exits;
+        Ok(sample)
+    }
+}
+
+pub(super) fn map_error(map: &'static str) -> impl Fn(MapError) -> EbpfError {
+    move |source| EbpfError::Map { map, source }
+}
+
+/// `CLOCK_REALTIME - CLOCK_MONOTONIC` now, in nanoseconds: the monotonic
+/// clock read on both sides of the real-time one, so the error is half the
+/// time between the two monotonic reads (well under a microsecond). 1 when
+/// the two clocks happen to agree, since the kernel side reads 0 as unknown.
+pub(super) fn realtime_offset_ns() -> i64 {
+    let before = wakemeter::monotonic_ns();
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
+    let after = wakemeter::monotonic_ns();
+    let mono = (i128::from(before) + i128::from(after)) / 2;
+    let offset = i64::try_from(real - mono).unwrap_or(0);
+    if offset == 0 { 1 } else { offset }
+}
+
+pub(super) fn read_error(map: &'static str) -> impl Fn(MapError) -> KernelSourceError {
+    move |e| KernelSourceError::Read(format!("eBPF map {map}: {e}"))
+}
+
+pub(super) fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, EbpfError> {
+    ebpf.take_map(name)
+        .ok_or(EbpfError::ObjectMismatch { name })
+}

@@ -1,0 +1,85 @@
+//! Tests of the loader's logic that need no kernel.
+
+use super::*;
+
+#[test]
+fn record_conversion_adds_span_in_progress() {
+    let mut raw = WmThread::ZERO;
+    raw.comm[..4].copy_from_slice(b"loop");
+    raw.on_cpu_ns = 100;
+    raw.voluntary = 3;
+    raw.involuntary = 1;
+    raw.off_ns[abi::OFF_SLEEP] = 1000;
+    raw.off_ns[abi::OFF_POLL] = 7;
+    raw.off_cause = abi::OFF_SLEEP as u64;
+    raw.off_since_ns = 5_000;
+    raw.off_hist[11] = 2;
+    raw.poll_timeout_hist[20] = 4;
+    raw.poll_calls = 4;
+    let t = thread_stats(42, &raw, 5_500, 8);
+    assert_eq!(t.tid, 42);
+    assert_eq!(t.name, "loop");
+    assert_eq!(t.total_on_cpu_ns, 100);
+    assert_eq!(t.total_off_cpu.sleep_ns, 1500);
+    assert_eq!(t.total_off_cpu.poll_ns, 7);
+    assert_eq!(t.total_off_cpu.total_ns(), 1507);
+    assert_eq!(t.off_cpu_histogram.buckets.len(), 12);
+    assert_eq!(t.off_cpu_histogram.count(), 2);
+    assert_eq!(t.poll.timeout_histogram.buckets[20], 4);
+    assert_eq!(
+        (t.total_voluntary_switches, t.total_involuntary_switches),
+        (3, 1)
+    );
+
+    raw.off_since_ns = 0;
+    raw.on_since_ns = 5_000;
+    let t = thread_stats(42, &raw, 6_000, 8);
+    assert_eq!(t.total_on_cpu_ns, 1100);
+    assert_eq!(t.total_off_cpu.sleep_ns, 1000);
+}
+
+#[test]
+fn wakers_most_first_from_occupied_slots() {
+    let mut raw = WmThread::ZERO;
+    for (slot, tid, count, comm) in [
+        (0, 7, 5, &b"seven"[..]),
+        (3, 0, 9, &b"[interrupt]"[..]),
+        (5, 9, 5, &b"nine"[..]),
+        (6, 11, 0, &b"free"[..]),
+    ] {
+        raw.waker_tid[slot] = tid;
+        raw.waker_count[slot] = count;
+        raw.waker_comm[slot][..comm.len()].copy_from_slice(comm);
+    }
+    assert_eq!(raw.waker_slots_used(), 3);
+    let all: Vec<_> = wakers_of(&raw, 16)
+        .into_iter()
+        .map(|w| (w.tid, w.name, w.total_wakes))
+        .collect();
+    assert_eq!(
+        all,
+        [
+            (0, "[interrupt]".to_owned(), 9),
+            (7, "seven".to_owned(), 5),
+            (9, "nine".to_owned(), 5),
+        ]
+    );
+    assert_eq!(wakers_of(&raw, 1).len(), 1);
+    assert!(thread_stats(1, &raw, 0, 0).top_wakers.is_empty());
+}
+
+#[test]
+fn map_sized_from_thread_count() {
+    assert_eq!(auto_max_threads(None), DEFAULT_MAX_THREADS);
+    assert_eq!(auto_max_threads(Some(3)), DEFAULT_MAX_THREADS);
+    assert_eq!(auto_max_threads(Some(3000)), 6000);
+    assert_eq!(auto_max_threads(Some(u32::MAX)), MAX_THREADS_LIMIT);
+}
+
+#[test]
+fn comm_stops_at_nul() {
+    let mut c = [0u8; abi::COMM_LEN];
+    c[..3].copy_from_slice(b"abc");
+    assert_eq!(abi::comm_str(&c), "abc");
+    assert_eq!(abi::comm_str(&[b'x'; abi::COMM_LEN]), "x".repeat(16));
+}
