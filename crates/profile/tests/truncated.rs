@@ -63,6 +63,32 @@ fn assert_cut(profile: &Profile, function: &str) {
         cut * 10 >= weight * 8,
         "{cut} of {weight} stacks through {function} marked truncated"
     );
+    // Each cut stack is counted with the module it stopped in and why; the
+    // stacks through `function` stop in the test program itself.
+    let stopped: u64 = profile.unwind_stops.iter().map(|s| s.events).sum();
+    let all_cut: u64 = profile
+        .samples
+        .iter()
+        .filter(|s| s.gaps.contains(&StackGap::UserTruncated))
+        .map(|s| s.count)
+        .sum();
+    assert_eq!(stopped, all_cut, "{:?}", profile.unwind_stops);
+    let in_program: u64 = profile
+        .unwind_stops
+        .iter()
+        .filter(|s| {
+            s.module
+                .as_deref()
+                .is_some_and(|m| m.ends_with("garbage-nofp"))
+        })
+        .map(|s| s.events)
+        .sum();
+    assert!(
+        in_program >= cut,
+        "{in_program} stops in the program, {cut} cut stacks through {function}: {:?}",
+        profile.unwind_stops
+    );
+    eprintln!("unwind stops: {:?}", profile.unwind_stops);
     let lines = wakemeter_profile::folded::to_folded_lines(profile);
     assert!(
         lines
