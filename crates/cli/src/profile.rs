@@ -43,6 +43,8 @@ pub struct Options {
     pub folded: Option<PathBuf>,
     /// pprof file (gzip protobuf).
     pub pprof: Option<PathBuf>,
+    /// Directories searched first for separate debug files.
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
@@ -55,7 +57,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     }
     let resolved = target::resolve(o.pid)?;
     let options = ProfileOptions::new(o.kind).with_frequency_hz(o.frequency_hz);
-    let profiler = Profiler::new();
+    let profiler = Profiler::with_debug_dirs(&o.debug_dirs);
     // Attach first: without privilege (or BTF) this fails, and nothing has
     // been announced that will not happen.
     let mut capture = profiler.start(Target::Pid(resolved.pid), &options)?;

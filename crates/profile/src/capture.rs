@@ -241,6 +241,16 @@ impl Profiler {
         Profiler::default()
     }
 
+    /// A profiler whose symbolizer also looks for separate debug files in
+    /// `dirs` (each laid out as `/usr/lib/debug`: `.build-id/xx/yyyy.debug`),
+    /// so that a stripped binary's frames get names from its debug file
+    /// (see [`Symbolizer::with_debug_dirs`]).
+    pub fn with_debug_dirs(dirs: &[std::path::PathBuf]) -> Profiler {
+        Profiler {
+            symbolizer: Symbolizer::with_debug_dirs(dirs),
+        }
+    }
+
     /// Starts collecting `options.kind()` stacks of `target`.
     ///
     /// # Errors
