@@ -194,13 +194,19 @@ fn sampling(out: &mut impl Write, p: &Profile) -> io::Result<()> {
             .map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"));
         writeln!(
             out,
-            "samples kept: {} of {:.1} due at {} Hz (ratio {ratio}); {} taken by the kernel program, {} lost to a full count map, {:.1} never delivered",
-            a.written, a.due, p.frequency_hz, a.taken, a.lost_counts_full, a.not_delivered
+            "samples kept: {} of {:.1} due ({:.3} s CPU at {} Hz, ratio {ratio}); {} taken by the kernel program, {} lost to a full count map, {:.1} never delivered",
+            a.written,
+            a.due,
+            a.cpu_ns as f64 / 1e9,
+            p.frequency_hz,
+            a.taken,
+            a.lost_counts_full,
+            a.not_delivered
         )?;
         if a.threads_exited > 0 {
             writeln!(
                 out,
-                "  {} threads exited during the capture and are not accounted for",
+                "  {} threads exited during the capture (in the figures above, not below)",
                 a.threads_exited
             )?;
         }

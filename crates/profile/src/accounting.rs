@@ -53,6 +53,37 @@ pub(crate) fn thread_times(pid: u32, only: Option<u32>) -> ThreadTimes {
     out
 }
 
+/// CPU time of the whole process `pid` so far, ns: the scheduler's
+/// `sum_exec_runtime` of its live threads plus that of its threads that
+/// exited (the process CPU clock, `clock_getcpuclockid`), so threads that
+/// start and exit within a capture are counted. `None` when the process
+/// is gone.
+#[cfg(target_os = "linux")]
+pub(crate) fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid, writable clockid_t for the call.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+        return None;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn process_cpu_ns(_pid: u32) -> Option<u64> {
+    None
+}
+
 /// The first field of a `schedstat` line: time on the CPU, ns.
 fn parse_schedstat(text: &str) -> Option<u64> {
     text.split_ascii_whitespace().next()?.parse().ok()
@@ -86,82 +117,126 @@ fn ratio(written: u64, due: f64) -> Option<f64> {
     (due > 0.0).then(|| written as f64 / due)
 }
 
-/// Samples due against samples written in an on-CPU profile, per thread
-/// and in all, and where the missing ones went.
+/// The CPU times a capture reads at its start and just before its stop.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CpuTimes {
+    pub threads: ThreadTimes,
+    /// The whole process's ([`process_cpu_ns`]); `None` when one thread
+    /// is captured, or unreadable.
+    pub process_ns: Option<u64>,
+}
+
+impl CpuTimes {
+    /// Reads them for `pid` (or its one thread `only`).
+    pub(crate) fn read(pid: u32, only: Option<u32>) -> CpuTimes {
+        CpuTimes {
+            // The process clock first: at the end, a thread that exits
+            // between the two reads is then in neither, not in both.
+            process_ns: only.is_none().then(|| process_cpu_ns(pid)).flatten(),
+            threads: thread_times(pid, only),
+        }
+    }
+}
+
+/// Samples due against samples written in an on-CPU profile, in all and
+/// per thread, and where the missing ones went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct SampleAccounting {
-    /// Samples due in all (the sum over [`SampleAccounting::threads`]).
+    /// CPU time the figures below cover, ns: the whole process's during
+    /// the capture (its CPU clock, which includes threads that started and
+    /// exited within it), or, when one thread is captured or the process
+    /// clock is unreadable, the sum over [`SampleAccounting::threads`].
+    pub cpu_ns: u64,
+    /// Samples due: `cpu_ns × frequency / 10⁹`.
     pub due: f64,
-    /// Samples written for those threads.
+    /// Samples written for that CPU time.
     pub written: u64,
-    /// `written / due`, 0-1 (slightly above 1 when the CPU time was read
-    /// a little after sampling started); `None` when nothing was due.
+    /// `written / due`, about 1 (a count varies by about `√due` from run
+    /// to run: a thread that runs in short bursts is sampled like a coin
+    /// toss per burst); `None` when nothing was due.
     pub kept_ratio: Option<f64>,
-    /// Samples the kernel program ran for, every thread of the target
-    /// (including threads not in [`SampleAccounting::threads`]).
+    /// Samples the kernel program ran for (every thread of the target).
     pub taken: u64,
     /// Samples taken but not written: the kernel's count map was full.
     pub lost_counts_full: u64,
     /// Samples due but never delivered to the program, estimated as
-    /// `due - taken` of the threads accounted for, at least 0: the
-    /// `cpu-clock` timer overran (interrupts disabled for more than a
-    /// period), the kernel throttled sampling
+    /// `due - taken`, at least 0: the `cpu-clock` timer overran (interrupts
+    /// disabled for more than a period), the kernel throttled sampling
     /// (`kernel.perf_event_max_sample_rate`), or another BPF program ran on
     /// that CPU at the time.
     pub not_delivered: f64,
-    /// Threads that exited during the capture: their CPU time at the end is
-    /// unknown, so they are not accounted for (their samples are not in
-    /// [`SampleAccounting::written`]).
+    /// Threads seen at the start that exited during the capture: their CPU
+    /// time at the end is unknown, so they are not in
+    /// [`SampleAccounting::threads`] (the process's figures include them).
     pub threads_exited: u32,
-    /// The threads accounted for, most samples due first.
+    /// Threads alive at the end, with their own figures, most samples due
+    /// first.
     pub threads: Vec<ThreadSamples>,
 }
 
 impl SampleAccounting {
-    /// Accounts for an on-CPU profile at `frequency_hz` whose threads had
-    /// the CPU times `start` and `end`, and which holds `written(tid)`
-    /// samples per thread. A thread only in `end` started during the
-    /// capture (from 0 ns).
+    /// Accounts for an on-CPU profile at `frequency_hz` whose target had the
+    /// CPU times `start` and `end`, and which holds `written(tid)` samples
+    /// per thread, `all_written` in all. A thread only in `end` started
+    /// during the capture (from 0 ns).
     pub(crate) fn new(
         frequency_hz: u64,
-        start: &ThreadTimes,
-        end: &ThreadTimes,
+        start: &CpuTimes,
+        end: &CpuTimes,
         written: impl Fn(u32) -> u64,
         all_written: u64,
         taken: u64,
         lost_counts_full: u64,
     ) -> SampleAccounting {
+        let per_s = frequency_hz as f64 / 1e9;
         let mut threads: Vec<ThreadSamples> = end
+            .threads
             .iter()
             .map(|(tid, t)| {
-                let before = start.get(tid).map_or(0, |s| s.cpu_ns);
+                let before = start.threads.get(tid).map_or(0, |s| s.cpu_ns);
                 let cpu_ns = t.cpu_ns.saturating_sub(before);
                 ThreadSamples {
                     tid: *tid,
                     name: t.name.clone(),
                     cpu_ns,
-                    due: cpu_ns as f64 * frequency_hz as f64 / 1e9,
+                    due: cpu_ns as f64 * per_s,
                     written: written(*tid),
                 }
             })
             .filter(|t| t.due > 0.0 || t.written > 0)
             .collect();
         threads.sort_by(|a, b| b.due.total_cmp(&a.due).then(a.tid.cmp(&b.tid)));
-        let threads_exited =
-            u32::try_from(start.keys().filter(|t| !end.contains_key(t)).count()).unwrap_or(0);
-        let due: f64 = threads.iter().map(|t| t.due).sum();
-        let accounted: u64 = threads.iter().map(|t| t.written).sum();
-        // Samples of exited threads were taken too: leave them out of the
-        // comparison with what the accounted threads were due.
-        let taken_accounted = taken.saturating_sub(all_written.saturating_sub(accounted)) as f64;
+        let threads_exited = u32::try_from(
+            start
+                .threads
+                .keys()
+                .filter(|t| !end.threads.contains_key(t))
+                .count(),
+        )
+        .unwrap_or(0);
+        let (cpu_ns, written, taken_for) = match (start.process_ns, end.process_ns) {
+            (Some(a), Some(b)) => (b.saturating_sub(a), all_written, taken),
+            _ => {
+                let accounted: u64 = threads.iter().map(|t| t.written).sum();
+                // Samples of threads not accounted for were taken too.
+                let others = all_written.saturating_sub(accounted);
+                (
+                    threads.iter().map(|t| t.cpu_ns).sum(),
+                    accounted,
+                    taken.saturating_sub(others),
+                )
+            }
+        };
+        let due = cpu_ns as f64 * per_s;
         SampleAccounting {
+            cpu_ns,
             due,
-            written: accounted,
-            kept_ratio: ratio(accounted, due),
+            written,
+            kept_ratio: ratio(written, due),
             taken,
             lost_counts_full,
-            not_delivered: (due - taken_accounted).max(0.0),
+            not_delivered: (due - taken_for as f64).max(0.0),
             threads_exited,
             threads,
         }
@@ -243,18 +318,22 @@ pub(crate) fn take_marker(addrs: &mut Vec<u64>) -> Option<UnwindStop> {
 mod tests {
     use super::*;
 
-    fn times(list: &[(u32, u64)]) -> ThreadTimes {
-        list.iter()
-            .map(|(tid, ns)| {
-                (
-                    *tid,
-                    ThreadTime {
-                        cpu_ns: *ns,
-                        name: format!("t{tid}"),
-                    },
-                )
-            })
-            .collect()
+    fn times(list: &[(u32, u64)], process_ns: Option<u64>) -> CpuTimes {
+        CpuTimes {
+            threads: list
+                .iter()
+                .map(|(tid, ns)| {
+                    (
+                        *tid,
+                        ThreadTime {
+                            cpu_ns: *ns,
+                            name: format!("t{tid}"),
+                        },
+                    )
+                })
+                .collect(),
+            process_ns,
+        }
     }
 
     #[test]
@@ -262,8 +341,8 @@ mod tests {
         // 1: ran 2.77 s of CPU at 99 Hz: 274.23 due, 268 written.
         // 2: started during the capture, ran 100 ms: 9.9 due.
         // 3: exited: not accounted for. 4: idle.
-        let start = times(&[(1, 1_000_000_000), (3, 5), (4, 7)]);
-        let end = times(&[(1, 3_770_000_000), (2, 100_000_000), (4, 7)]);
+        let start = times(&[(1, 1_000_000_000), (3, 5), (4, 7)], None);
+        let end = times(&[(1, 3_770_000_000), (2, 100_000_000), (4, 7)], None);
         let written = |tid| match tid {
             1 => 268,
             2 => 10,
@@ -275,6 +354,7 @@ mod tests {
         assert_eq!(a.threads[0].tid, 1);
         assert!((a.threads[0].due - 274.23).abs() < 1e-9);
         assert!((a.threads[1].due - 9.9).abs() < 1e-9);
+        assert_eq!(a.cpu_ns, 2_870_000_000);
         assert_eq!(a.written, 278);
         assert_eq!(a.threads_exited, 1);
         let kept = a.kept_ratio.unwrap_or_default();
@@ -283,6 +363,36 @@ mod tests {
         let none = SampleAccounting::new(99, &start, &start, |_| 0, 0, 0, 0);
         assert_eq!(none.kept_ratio, None);
         assert!(none.threads.is_empty());
+
+        // With the process clock, threads that came and went (thread 3,
+        // and others never seen) are in the figures: 3 s of CPU, 297 due.
+        let start = times(&[(1, 1_000_000_000), (3, 5)], Some(2_000_000_000));
+        let end = times(&[(1, 3_770_000_000)], Some(5_000_000_000));
+        let a = SampleAccounting::new(99, &start, &end, written, 290, 292, 2);
+        assert_eq!(a.cpu_ns, 3_000_000_000);
+        assert!((a.due - 297.0).abs() < 1e-9);
+        assert_eq!(a.written, 290);
+        assert!((a.not_delivered - 5.0).abs() < 1e-9, "{}", a.not_delivered);
+        assert_eq!(a.threads.len(), 1);
+    }
+
+    #[test]
+    fn the_process_clock_counts_every_thread() {
+        let pid = std::process::id();
+        let before = process_cpu_ns(pid).unwrap_or_default();
+        let spin = std::thread::spawn(|| {
+            let t = std::time::Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < std::time::Duration::from_millis(30) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        });
+        let _ = spin.join();
+        // The thread has exited; its CPU time stays in the process clock.
+        let after = process_cpu_ns(pid).unwrap_or_default();
+        assert!(before > 0);
+        assert!(after > before, "{before} -> {after}");
+        assert_eq!(process_cpu_ns(u32::MAX), None);
     }
 
     #[test]
@@ -295,15 +405,22 @@ mod tests {
     #[test]
     fn this_threads_cpu_time_is_read_and_grows() {
         let pid = std::process::id();
+        // "PID/task/TID": the test runs on a thread of its own.
+        let link = std::fs::read_link("/proc/thread-self").unwrap_or_default();
+        let tid: u32 = link
+            .file_name()
+            .and_then(|n| n.to_str()?.parse().ok())
+            .unwrap_or_default();
         let before = thread_times(pid, None);
-        assert!(before.contains_key(&pid), "{before:?}");
+        assert!(before.contains_key(&tid), "{tid} not in {before:?}");
         let spin = std::time::Instant::now();
         let mut x = 0u64;
         while spin.elapsed() < std::time::Duration::from_millis(20) {
             x = std::hint::black_box(x.wrapping_add(1));
         }
-        let after = thread_times(pid, Some(pid));
-        let grew = after[&pid].cpu_ns - before[&pid].cpu_ns;
+        let after = thread_times(pid, Some(tid));
+        assert_eq!(after.len(), 1);
+        let grew = after[&tid].cpu_ns - before[&tid].cpu_ns;
         assert!(grew > 0, "{grew}");
     }
 

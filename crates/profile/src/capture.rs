@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use wakemeter_ebpf::stacks::{MissingStack, StackCount, StackCounts};
 use wakemeter_ebpf::{StackKind, StackSession, Target};
 
-use crate::accounting::{self, SampleAccounting, StopReason, ThreadTimes};
+use crate::accounting::{self, CpuTimes, SampleAccounting, StopReason};
 use crate::error::ProfileError;
 use crate::maps;
 use crate::model::{
@@ -131,7 +131,7 @@ pub struct Capture {
     /// On-CPU: the one thread captured, if any, and the CPU time of the
     /// target's threads at the start (see [`SampleAccounting`]).
     thread: Option<u32>,
-    times_start: Option<ThreadTimes>,
+    times_start: Option<CpuTimes>,
 }
 
 /// [`ProcessView`] is crate-private; this keeps `Capture`'s Debug simple.
@@ -187,12 +187,10 @@ impl Capture {
         let duration = self.started.elapsed();
         // Read while sampling still runs: a sample is due for CPU time up to
         // here.
-        let times = self.times_start.take().map(|start| {
-            (
-                start,
-                accounting::thread_times(self.session.pid(), self.thread),
-            )
-        });
+        let times = self
+            .times_start
+            .take()
+            .map(|start| (start, CpuTimes::read(self.session.pid(), self.thread)));
         self.session.stop();
         let counts = self.session.read()?;
         let sampling = times.map(|(start, end)| {
@@ -267,8 +265,8 @@ impl Profiler {
         }
         let session = builder.attach()?;
         let thread = options.thread();
-        let times_start = (options.kind == StackKind::OnCpu)
-            .then(|| accounting::thread_times(session.pid(), thread));
+        let times_start =
+            (options.kind == StackKind::OnCpu).then(|| CpuTimes::read(session.pid(), thread));
         let view = self.symbolizer.view(session.pid());
         let start_unix_ns = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
