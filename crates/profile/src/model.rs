@@ -292,7 +292,8 @@ pub struct Profile {
     /// The mappings the frames fall in: the main executable first (when it
     /// has frames), then by address; the kernel last.
     pub mappings: Vec<ModuleMapping>,
-    /// On-CPU: samples due (each thread's CPU time × frequency) against
+    /// On-CPU: samples due (the CPU time of the process and of each thread
+    /// during the capture × frequency) against
     /// samples written, per thread; `None` for other kinds.
     pub sampling: Option<crate::accounting::SampleAccounting>,
     /// User stacks that end before their outermost frame, by module and
