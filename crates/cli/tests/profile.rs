@@ -157,7 +157,7 @@ fn profile_summary_lists_top_functions_and_causes_above_the_stacks() {
     let kept = text
         .lines()
         .find_map(|l| {
-            l.split("(ratio ")
+            l.split("ratio ")
                 .nth(1)?
                 .split(')')
                 .next()?
