@@ -377,6 +377,27 @@ mod tests {
     }
 
     #[test]
+    fn the_accounting_and_stops_are_in_the_json() {
+        let start = times(&[(1, 0)], Some(0));
+        let end = times(&[(1, 1_000_000_000)], Some(1_000_000_000));
+        let a = SampleAccounting::new(99, &start, &end, |_| 98, 98, 98, 0);
+        let json = serde_json::to_value(&a).unwrap_or_default();
+        assert_eq!(json["written"], 98);
+        assert_eq!(json["cpu_ns"], 1_000_000_000u64);
+        assert_eq!(json["threads"][0]["tid"], 1);
+        let ratio = json["kept_ratio"].as_f64().unwrap_or_default();
+        assert!((ratio - 98.0 / 99.0).abs() < 1e-9);
+        let stop = UnwindStopCount {
+            module: Some("/usr/sbin/nginx".into()),
+            reason: StopReason::Unwinder(UnwindStop::UnencodedCfi),
+            events: 3,
+        };
+        let json = serde_json::to_value(&stop).unwrap_or_default();
+        assert_eq!(json["reason"], "unencoded_cfi");
+        assert_eq!(json["module"], "/usr/sbin/nginx");
+    }
+
+    #[test]
     fn the_process_clock_counts_every_thread() {
         let pid = std::process::id();
         let before = process_cpu_ns(pid).unwrap_or_default();
