@@ -177,7 +177,7 @@ pub struct StackCount {
     /// User-space stack, innermost first. On x86_64, when the target has
     /// modules without frame pointers, unwound in the kernel from their
     /// `.eh_frame` (the unwind table; see [`StackSession::leaf_rows`]), else
-    /// by the kernel's frame-pointer walk. Ends in [`TRUNCATED_FRAME`] when
+    /// by the kernel's frame-pointer walk. Ends in a marker address ([`UnwindStop`]) when
     /// the unwinding stopped early.
     pub user_stack: Stack,
     /// Kernel stack, innermost first.
@@ -209,7 +209,7 @@ pub struct LostStacks {
     /// unwinding stopped before the outermost frame: a read failed (a stack
     /// page not resident), a frame had neither a rule nor a frame pointer,
     /// or the stack was deeper than [`STACK_DEPTH`]. Such a stack ends in
-    /// [`TRUNCATED_FRAME`].
+    /// a marker address (from [`TRUNCATED_FRAME`]) that says why: [`UnwindStop`].
     pub truncated_unwinds: u64,
 }
 
