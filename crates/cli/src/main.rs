@@ -353,6 +353,11 @@ struct ProfileArgs {
     /// Write a gzipped pprof protobuf here (go tool pprof, Pyroscope, Grafana).
     #[arg(long)]
     pprof: Option<PathBuf>,
+    /// Also look for separate debug files of stripped binaries here
+    /// (repeatable; laid out as /usr/lib/debug: .build-id/xx/yyyy.debug),
+    /// before /usr/lib/debug and /lib/debug.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<PathBuf>,
 }
 
 const WATCH_HELP: &str = "\
@@ -519,6 +524,7 @@ fn main() -> ExitCode {
             svg: a.svg,
             folded: a.folded,
             pprof: a.pprof,
+            debug_dirs: a.debug_dirs,
         }),
     };
     match result {

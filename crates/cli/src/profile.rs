@@ -43,6 +43,8 @@ pub struct Options {
     pub folded: Option<PathBuf>,
     /// pprof file (gzip protobuf).
     pub pprof: Option<PathBuf>,
+    /// Directories searched first for separate debug files.
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
@@ -55,7 +57,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     }
     let resolved = target::resolve(o.pid)?;
     let options = ProfileOptions::new(o.kind).with_frequency_hz(o.frequency_hz);
-    let profiler = Profiler::new();
+    let profiler = Profiler::with_debug_dirs(&o.debug_dirs);
     // Attach first: without privilege (or BTF) this fails, and nothing has
     // been announced that will not happen.
     let mut capture = profiler.start(Target::Pid(resolved.pid), &options)?;
@@ -134,6 +136,7 @@ fn summary(out: &mut impl Write, p: &Profile) -> io::Result<()> {
         "{} distinct stacks, {sum} {unit} in all",
         p.samples.len()
     )?;
+    sampling(out, p)?;
     let causes = p.cause_split();
     if !causes.is_empty() {
         writeln!(out, "off-CPU time by cause:")?;
@@ -179,6 +182,66 @@ fn summary(out: &mut impl Write, p: &Profile) -> io::Result<()> {
         )?;
         for line in shown_frames(&s.frames) {
             writeln!(out, "         {line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Threads listed under the samples-kept line.
+const TOP_THREADS: usize = 8;
+/// Unwinding stops listed, by module and reason.
+const TOP_STOPS: usize = 8;
+
+/// On-CPU: samples kept against samples due, in all and for the busiest
+/// threads, and where the rest went; then why user stacks end early.
+fn sampling(out: &mut impl Write, p: &Profile) -> io::Result<()> {
+    if let Some(a) = &p.sampling {
+        let ratio = a
+            .kept_ratio
+            .map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"));
+        writeln!(
+            out,
+            "samples kept: {} of {:.1} due ({:.3} s CPU at {} Hz, ratio {ratio}); {} taken by the kernel program, {} lost to a full count map, {:.1} never delivered",
+            a.written,
+            a.due,
+            a.cpu_ns as f64 / 1e9,
+            p.frequency_hz,
+            a.taken,
+            a.lost_counts_full,
+            a.not_delivered
+        )?;
+        if a.threads_exited > 0 {
+            writeln!(
+                out,
+                "  {} threads exited during the capture (in the figures above, not below)",
+                a.threads_exited
+            )?;
+        }
+        for t in a.threads.iter().take(TOP_THREADS) {
+            let r = t
+                .kept_ratio()
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"));
+            writeln!(
+                out,
+                "  {:>8} {:<16} {:>8.3} s CPU  {:>7.1} due  {:>6} kept  {r}",
+                t.tid,
+                print::safe(&t.name),
+                t.cpu_ns as f64 / 1e9,
+                t.due,
+                t.written
+            )?;
+        }
+    }
+    if !p.unwind_stops.is_empty() {
+        writeln!(out, "user stacks ending early (events, reason, module):")?;
+        for s in p.unwind_stops.iter().take(TOP_STOPS) {
+            writeln!(
+                out,
+                "  {:>6}  {:<26} {}",
+                s.events,
+                s.reason.name(),
+                print::safe(s.module.as_deref().unwrap_or("[no file mapping]"))
+            )?;
         }
     }
     Ok(())

@@ -148,6 +148,24 @@ fn profile_summary_lists_top_functions_and_causes_above_the_stacks() {
         .and_then(|v| v.trim_end_matches('%').parse().ok())
         .unwrap_or_else(|| panic!("share in {line:?}"));
     assert!(total > 50.0, "{line}");
+    // The summary says how many samples were due and kept, before the
+    // functions: a busy poller over 2 s keeps most of what it was due.
+    assert!(
+        at(&text, "samples kept: ") < at(&text, "top functions:"),
+        "{text}"
+    );
+    let kept = text
+        .lines()
+        .find_map(|l| {
+            l.split("ratio ")
+                .nth(1)?
+                .split(')')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no kept ratio in\n{text}"));
+    assert!((0.8..=1.2).contains(&kept), "kept {kept}\n{text}");
     assert!(!text.contains("off-CPU time by cause"), "{text}");
     assert_eq!(off.code, Some(0), "{}", off.said());
     let text = off.stdout();
@@ -155,6 +173,7 @@ fn profile_summary_lists_top_functions_and_causes_above_the_stacks() {
         at(&text, "off-CPU time by cause:") < at(&text, "top functions:"),
         "{text}"
     );
+    assert!(!text.contains("samples kept:"), "{text}");
     // The poller never blocks (epoll_wait with a zero timeout): it leaves
     // the CPU when preempted, and that cause is listed with its share.
     let line = text

@@ -16,10 +16,68 @@ pub const MAX_FREQUENCY_HZ: u64 = 10_000;
 /// Frames kept per stack (user and kernel stacks separately), as the
 /// kernel's default `kernel.perf_event_max_stack`.
 pub const STACK_DEPTH: usize = 127;
-/// The outermost address of a user stack whose unwinding stopped early
-/// (see [`LostStacks::truncated_unwinds`]): no code lies at address 1, so
-/// it is never a real frame.
+/// The lowest outermost address of a user stack whose unwinding stopped
+/// early (see [`LostStacks::truncated_unwinds`]): such a stack ends in a
+/// marker address from 1 to 15 that says why ([`UnwindStop::of_marker`]);
+/// no code lies there, so it is never a real frame.
 pub const TRUNCATED_FRAME: u64 = 1;
+
+/// Why the kernel's unwinding of a user stack from the unwind table
+/// stopped before the outermost frame: the marker address a truncated
+/// stack ends in (`WM_STOP_*` of `src/bpf/stacks.h`). The frame before the
+/// marker is the one the walk could not step from; its module is the one to
+/// look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum UnwindStop {
+    /// The stack has [`STACK_DEPTH`] frames: deeper ones are not kept.
+    TooDeep,
+    /// No CFI row covers the frame's address (code without `.eh_frame`, a
+    /// module without rows: JIT code, a module past the table's capacity)
+    /// and `%rbp` is 0, so there is no frame pointer to follow either.
+    NoCfiRow,
+    /// The CFI has a rule for the address that the table does not encode (a
+    /// DWARF expression, a CFA or `%rbp` rule on another register), and
+    /// `%rbp` is 0.
+    UnencodedCfi,
+    /// The return address could not be read from the stack: the computed
+    /// CFA is a bad address (a wrong frame-pointer guess) or the stack page
+    /// is not resident.
+    ReturnAddressUnreadable,
+    /// The saved `%rbp` could not be read from the stack (as above).
+    SavedRbpUnreadable,
+    /// A null return address where the CFI does not mark the outermost
+    /// frame.
+    NullReturnAddress,
+}
+
+impl UnwindStop {
+    /// The stop a marker address (the last frame of a truncated stack)
+    /// stands for; `None` for any other address.
+    pub fn of_marker(address: u64) -> Option<UnwindStop> {
+        Some(match address {
+            1 => UnwindStop::TooDeep,
+            2 => UnwindStop::NoCfiRow,
+            3 => UnwindStop::UnencodedCfi,
+            4 => UnwindStop::ReturnAddressUnreadable,
+            5 => UnwindStop::SavedRbpUnreadable,
+            6 => UnwindStop::NullReturnAddress,
+            _ => return None,
+        })
+    }
+
+    /// A short snake_case name, as in a profile's JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnwindStop::TooDeep => "too_deep",
+            UnwindStop::NoCfiRow => "no_cfi_row",
+            UnwindStop::UnencodedCfi => "unencoded_cfi",
+            UnwindStop::ReturnAddressUnreadable => "return_address_unreadable",
+            UnwindStop::SavedRbpUnreadable => "saved_rbp_unreadable",
+            UnwindStop::NullReturnAddress => "null_return_address",
+        }
+    }
+}
 /// Default capacity of the stack map, in distinct stacks (1 KiB of frames
 /// and about 48 bytes of the kernel's hash-map overhead each: about
 /// 8.8 MiB).
@@ -119,7 +177,7 @@ pub struct StackCount {
     /// User-space stack, innermost first. On x86_64, when the target has
     /// modules without frame pointers, unwound in the kernel from their
     /// `.eh_frame` (the unwind table; see [`StackSession::leaf_rows`]), else
-    /// by the kernel's frame-pointer walk. Ends in [`TRUNCATED_FRAME`] when
+    /// by the kernel's frame-pointer walk. Ends in a marker address ([`UnwindStop`]) when
     /// the unwinding stopped early.
     pub user_stack: Stack,
     /// Kernel stack, innermost first.
@@ -151,7 +209,7 @@ pub struct LostStacks {
     /// unwinding stopped before the outermost frame: a read failed (a stack
     /// page not resident), a frame had neither a rule nor a frame pointer,
     /// or the stack was deeper than [`STACK_DEPTH`]. Such a stack ends in
-    /// [`TRUNCATED_FRAME`].
+    /// a marker address (from [`TRUNCATED_FRAME`]) that says why: [`UnwindStop`].
     pub truncated_unwinds: u64,
 }
 
@@ -180,6 +238,13 @@ pub struct StackCounts {
     /// [`StackKind::OnCpu`]: the sampling frequency, per second per CPU; 0
     /// otherwise.
     pub frequency_hz: u64,
+    /// [`StackKind::OnCpu`]: samples of the target's threads the program
+    /// ran for (each is counted in [`StackCounts::entries`] unless
+    /// [`LostStacks::counts_full`]); 0 otherwise. Samples due that are not
+    /// here were never delivered to the program (an overrun `cpu-clock`
+    /// timer, the kernel's sample-rate throttling, another BPF program
+    /// running on that CPU).
+    pub samples_taken: u64,
 }
 
 /// Options of a stack collection; start with [`StackSession::builder`].

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use wakemeter_ebpf::stacks::{MissingStack, StackCount, StackCounts};
 use wakemeter_ebpf::{StackKind, StackSession, Target};
 
+use crate::accounting::{self, CpuTimes, SampleAccounting, StopReason};
 use crate::error::ProfileError;
 use crate::maps;
 use crate::model::{
@@ -127,6 +128,10 @@ pub struct Capture {
     modules_checked: Instant,
     /// The first failure to rebuild it, reported with the profile.
     refresh_error: Option<String>,
+    /// On-CPU: the one thread captured, if any, and the CPU time of the
+    /// target's threads at the start (see [`SampleAccounting`]).
+    thread: Option<u32>,
+    times_start: Option<CpuTimes>,
 }
 
 /// [`ProcessView`] is crate-private; this keeps `Capture`'s Debug simple.
@@ -180,8 +185,34 @@ impl Capture {
     /// [`ProfileError::Ebpf`] when the kernel maps cannot be read.
     pub fn finish(mut self, profiler: &Profiler) -> Result<Profile, ProfileError> {
         let duration = self.started.elapsed();
+        // Read while sampling still runs: a sample is due for CPU time up to
+        // here.
+        let times = self
+            .times_start
+            .take()
+            .map(|start| (start, CpuTimes::read(self.session.pid(), self.thread)));
         self.session.stop();
         let counts = self.session.read()?;
+        let sampling = times.map(|(start, end)| {
+            let written = |tid| -> u64 {
+                counts
+                    .entries
+                    .iter()
+                    .filter(|c| c.tid == tid)
+                    .map(|c| c.count)
+                    .sum()
+            };
+            let all: u64 = counts.entries.iter().map(|c| c.count).sum();
+            SampleAccounting::new(
+                counts.frequency_hz,
+                &start,
+                &end,
+                written,
+                all,
+                counts.samples_taken,
+                counts.lost.counts_full,
+            )
+        });
         profiler
             .symbolizer
             .refresh(&mut self.view.0, counts.target_exited);
@@ -192,6 +223,7 @@ impl Capture {
             duration,
             self.start_unix_ns,
         );
+        profile.sampling = sampling;
         if let Some(reason) = self.refresh_error.take() {
             profile
                 .warnings
@@ -205,6 +237,16 @@ impl Profiler {
     /// A profiler with a fresh symbolizer.
     pub fn new() -> Profiler {
         Profiler::default()
+    }
+
+    /// A profiler whose symbolizer also looks for separate debug files in
+    /// `dirs` (each laid out as `/usr/lib/debug`: `.build-id/xx/yyyy.debug`),
+    /// so that a stripped binary's frames get names from its debug file
+    /// (see [`Symbolizer::with_debug_dirs`]).
+    pub fn with_debug_dirs(dirs: &[std::path::PathBuf]) -> Profiler {
+        Profiler {
+            symbolizer: Symbolizer::with_debug_dirs(dirs),
+        }
     }
 
     /// Starts collecting `options.kind()` stacks of `target`.
@@ -222,6 +264,9 @@ impl Profiler {
             builder = builder.with_kernel_btf_path(path);
         }
         let session = builder.attach()?;
+        let thread = options.thread();
+        let times_start =
+            (options.kind == StackKind::OnCpu).then(|| CpuTimes::read(session.pid(), thread));
         let view = self.symbolizer.view(session.pid());
         let start_unix_ns = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -233,6 +278,8 @@ impl Profiler {
             view: ProcessViewHolder(view),
             modules_checked: Instant::now(),
             refresh_error: None,
+            thread,
+            times_start,
         })
     }
 
@@ -279,14 +326,31 @@ pub(crate) fn aggregate(
 ) -> Profile {
     let kind = counts.kind;
     let mut counts = counts;
+    let mut unwind_stops = Vec::new();
     let truncated: Vec<bool> = counts
         .entries
         .iter_mut()
         .map(|c| match &mut c.user_stack {
-            Ok(addrs) => cut_at_data(&view.maps, addrs),
+            Ok(addrs) => {
+                let marker = accounting::take_marker(addrs);
+                let cut = cut_at_data(&view.maps, addrs);
+                // A data word cuts the stack before the frame the walk
+                // stopped at: that is where it went wrong.
+                let reason = match (cut, marker) {
+                    (true, _) => Some(StopReason::OutsideCode),
+                    (false, Some(stop)) => Some(StopReason::Unwinder(stop)),
+                    (false, None) => None,
+                };
+                if let Some(reason) = reason {
+                    let module = stop_module(&view.maps, addrs);
+                    accounting::add_stop(&mut unwind_stops, module, reason, c.count);
+                }
+                reason.is_some()
+            }
             Err(_) => false,
         })
         .collect();
+    unwind_stops.sort_by(|a, b| b.events.cmp(&a.events).then(a.reason.cmp(&b.reason)));
     // How deep the user stacks went, by weight.
     let (mut user_weight, mut shallow_weight) = (0u64, 0u64);
     for c in &counts.entries {
@@ -347,6 +411,8 @@ pub(crate) fn aggregate(
         samples,
         warnings,
         mappings,
+        sampling: None,
+        unwind_stops,
     };
     if kind != StackKind::Wakeups && user_weight > 0 {
         let shallow_ratio = shallow_weight as f64 / user_weight as f64;
@@ -381,6 +447,19 @@ fn cut_at_data(maps: &[maps::Mapping], addrs: &mut Vec<u64>) -> bool {
         }
         None => false,
     }
+}
+
+/// The module of the outermost frame of a stack (innermost first) that
+/// stopped early: a return address (looked up one byte earlier, at the
+/// call) unless it is the only frame.
+fn stop_module(maps: &[maps::Mapping], addrs: &[u64]) -> Option<String> {
+    let last = *addrs.last()?;
+    let at = if addrs.len() > 1 {
+        last.saturating_sub(1)
+    } else {
+        last
+    };
+    maps::containing(maps, at).map(|m| m.path.clone())
 }
 
 /// The file mappings that user frames fall in, with their build IDs (the

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod accounting;
 mod capture;
 mod error;
 pub mod folded;
@@ -11,6 +12,7 @@ mod svg;
 mod symbolize;
 pub mod trigger;
 
+pub use accounting::{SampleAccounting, StopReason, ThreadSamples, UnwindStopCount};
 pub use capture::{Capture, MAX_CAPTURE, ProfileOptions, Profiler};
 pub use error::ProfileError;
 pub use folded::write_folded;
@@ -26,3 +28,4 @@ pub use trigger::{
     TriggeredProfile,
 };
 pub use wakemeter_ebpf::Target;
+pub use wakemeter_ebpf::stacks::UnwindStop;

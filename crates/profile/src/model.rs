@@ -292,6 +292,13 @@ pub struct Profile {
     /// The mappings the frames fall in: the main executable first (when it
     /// has frames), then by address; the kernel last.
     pub mappings: Vec<ModuleMapping>,
+    /// On-CPU: samples due (the CPU time of the process and of each thread
+    /// during the capture × frequency) against
+    /// samples written, per thread; `None` for other kinds.
+    pub sampling: Option<crate::accounting::SampleAccounting>,
+    /// User stacks that end before their outermost frame, by module and
+    /// reason, most events first (see [`StackGap::UserTruncated`]).
+    pub unwind_stops: Vec<crate::accounting::UnwindStopCount>,
 }
 
 fn kind_name<S: serde::Serializer>(k: &StackKind, s: S) -> Result<S::Ok, S::Error> {
@@ -504,6 +511,8 @@ pub(crate) mod tests {
             duration: Duration::from_secs(1),
             frequency_hz: 0,
             start_unix_ns: 1,
+            sampling: None,
+            unwind_stops: Vec::new(),
             samples: vec![
                 sample(
                     vec![

@@ -11,6 +11,11 @@ use wakemeter_procfs::process;
 use crate::maps::{self, Mapping};
 use crate::model::Frame;
 
+/// Where separate debug files are looked for after the caller's own
+/// directories (blazesym's defaults, which an explicit list replaces).
+#[cfg(target_os = "linux")]
+const DEFAULT_DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+
 /// Symbolizes the frames of captures; reuse one for many captures of the
 /// same binaries (its caches are per binary file).
 pub struct Symbolizer {
@@ -49,12 +54,32 @@ pub(crate) struct ProcessView {
 
 impl Symbolizer {
     /// A symbolizer with demangling, DWARF line info and perf maps on.
+    /// Separate debug files are looked up in `/usr/lib/debug` and
+    /// `/lib/debug` (see [`Symbolizer::with_debug_dirs`]).
     pub fn new() -> Symbolizer {
+        Symbolizer::with_debug_dirs(&[])
+    }
+
+    /// As [`Symbolizer::new`], and looks for the separate debug file of a
+    /// stripped module (one with a `.gnu_debuglink` section, as Debian's
+    /// binaries have) in `dirs` first, then in `/usr/lib/debug` and
+    /// `/lib/debug`: in each, under `.build-id/xx/yyyy.debug` (the first
+    /// byte of the module's GNU build ID, then the rest, in hex: the layout
+    /// of Debian's `-dbgsym` packages and of debuginfod caches) and by the
+    /// debug link's file name.
+    pub fn with_debug_dirs(dirs: &[std::path::PathBuf]) -> Symbolizer {
+        #[cfg(not(target_os = "linux"))]
+        let _ = dirs;
         Symbolizer {
             #[cfg(target_os = "linux")]
             inner: blazesym::symbolize::Symbolizer::builder()
                 .enable_demangling(true)
                 .enable_code_info(true)
+                .set_debug_dirs(Some(
+                    dirs.iter()
+                        .map(|d| d.as_path())
+                        .chain(DEFAULT_DEBUG_DIRS.iter().map(std::path::Path::new)),
+                ))
                 .build(),
         }
     }

@@ -30,6 +30,34 @@ fn assert_known_shares(profile: &wakemeter_profile::Profile, min_samples: u64) {
     assert!((other - 0.20).abs() <= 0.05, "other_work {other}");
 }
 
+/// The profile's own accounting: the program's one thread was due its
+/// schedstat CPU time × 99 Hz samples (hundreds over 8 s of a busy
+/// thread: runs of whole periods, so the count varies little), and the
+/// profile holds 90-110% of them, all written, none lost after the program
+/// took them.
+fn samples_due_are_kept(profile: &wakemeter_profile::Profile, pid: u32) {
+    let a = profile.sampling.as_ref().expect("on-CPU accounting");
+    println!("sampling: {a:?}");
+    let thread = a
+        .threads
+        .iter()
+        .find(|t| t.tid == pid)
+        .expect("the program's thread is accounted for");
+    let expected = thread.cpu_ns as f64 * 99.0 / 1e9;
+    assert!((thread.due - expected).abs() < 1e-6);
+    let written: u64 = profile
+        .samples
+        .iter()
+        .filter(|s| s.tid == pid)
+        .map(|s| s.count)
+        .sum();
+    assert_eq!(thread.written, written);
+    let ratio = thread.kept_ratio().expect("samples were due");
+    assert!((0.9..=1.1).contains(&ratio), "kept {ratio}: {thread:?}");
+    assert_eq!(a.lost_counts_full, 0);
+    assert!(a.taken >= a.written, "{a:?}");
+}
+
 /// spin_here burns 70% of the program's CPU, light_work 10%, other_work
 /// 20%: the profile's inclusive shares must be within 5 points.
 #[test]
@@ -47,6 +75,7 @@ fn on_cpu_shares_match_the_known_answer() {
         )
         .expect("capture");
     assert_known_shares(&profile, 200);
+    samples_due_are_kept(&profile, child.pid());
     // Lost stacks (a full map) or a stack unwound only in part (a stack
     // page not resident) may be reported; nothing else.
     assert!(

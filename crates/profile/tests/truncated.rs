@@ -11,7 +11,9 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 use std::time::Duration;
 
-use wakemeter_profile::{Profile, ProfileOptions, Profiler, StackGap, StackKind, Target};
+use wakemeter_profile::{
+    Profile, ProfileOptions, Profiler, StackGap, StackKind, StopReason, Target, UnwindStop,
+};
 
 /// The words garbage.c leaves where a frame-pointer walk looks for return
 /// addresses: a sleep's `tv_nsec` and a buffer's bytes.
@@ -63,6 +65,32 @@ fn assert_cut(profile: &Profile, function: &str) {
         cut * 10 >= weight * 8,
         "{cut} of {weight} stacks through {function} marked truncated"
     );
+    // Each cut stack is counted with the module it stopped in and why; the
+    // stacks through `function` stop in the test program itself.
+    let stopped: u64 = profile.unwind_stops.iter().map(|s| s.events).sum();
+    let all_cut: u64 = profile
+        .samples
+        .iter()
+        .filter(|s| s.gaps.contains(&StackGap::UserTruncated))
+        .map(|s| s.count)
+        .sum();
+    assert_eq!(stopped, all_cut, "{:?}", profile.unwind_stops);
+    let in_program: u64 = profile
+        .unwind_stops
+        .iter()
+        .filter(|s| {
+            s.module
+                .as_deref()
+                .is_some_and(|m| m.ends_with("garbage-nofp"))
+        })
+        .map(|s| s.events)
+        .sum();
+    assert!(
+        in_program >= cut,
+        "{in_program} stops in the program, {cut} cut stacks through {function}: {:?}",
+        profile.unwind_stops
+    );
+    eprintln!("unwind stops: {:?}", profile.unwind_stops);
     let lines = wakemeter_profile::folded::to_folded_lines(profile);
     assert!(
         lines
@@ -86,4 +114,48 @@ fn on_cpu_stacks_end_at_data_words() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let profile = capture(StackKind::OnCpu);
     assert_cut(&profile, "spin_with_data_in_rbp");
+}
+
+/// A stack deeper than the frames kept: the kernel's walk stops at the
+/// depth limit, and the profile counts it as `too_deep` in the program.
+#[test]
+#[ignore = "needs root"]
+fn a_stack_too_deep_is_counted_with_its_reason() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let program = common::build("deep", "deep-nofp", &["-g", "-O1", "-fomit-frame-pointer"]);
+    let child = common::start(&program, &["30"]);
+    let profile = Profiler::new()
+        .capture(
+            Target::Pid(child.pid()),
+            &ProfileOptions::new(StackKind::OnCpu),
+            Duration::from_secs(3),
+        )
+        .expect("capture");
+    eprintln!("unwind stops: {:?}", profile.unwind_stops);
+    let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
+    let deep: u64 = profile
+        .unwind_stops
+        .iter()
+        .filter(|s| {
+            s.reason == StopReason::Unwinder(UnwindStop::TooDeep)
+                && s.module
+                    .as_deref()
+                    .is_some_and(|m| m.ends_with("deep-nofp"))
+        })
+        .map(|s| s.events)
+        .sum();
+    // Nearly every sample is at the bottom of the recursion.
+    assert!(samples > 50, "{samples} samples");
+    assert!(
+        deep * 10 >= samples * 9,
+        "{deep} of {samples}: {:?}",
+        profile.unwind_stops
+    );
+    let truncated: u64 = profile
+        .samples
+        .iter()
+        .filter(|s| s.gaps.contains(&StackGap::UserTruncated))
+        .map(|s| s.count)
+        .sum();
+    assert!(truncated >= deep, "{truncated} truncated, {deep} too deep");
 }

@@ -254,15 +254,15 @@ static __always_inline struct wm_leaf_row *find_row(__u32 first, __u32 n, __u64 
  * at %rbp + 8, the caller's %rbp at %rbp). The walk ends at a frame whose
  * return address is undefined (the CFI's outermost frame), a null return
  * address or frame pointer, or WM_STACK_DEPTH frames; it ends early on a
- * read that fails, and then WM_TRUNCATED_IP is stored as the outermost
- * frame, an address outside every mapping: the stack is marked truncated
+ * read that fails, and then a WM_STOP_* marker is stored as the outermost
+ * frame, an address outside every mapping that says why: the stack is marked truncated
  * in user space, never continued with guesses. */
 struct wm_unwind {
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
 	__u32 n;
-	__u32 truncated;
+	__u32 truncated; /* 0, or the WM_STOP_* that ended the walk */
 	/* The half of the table this walk reads, taken once at its start. */
 	__u32 first;
 	__u32 count;
@@ -307,7 +307,7 @@ __attribute__((noinline)) int unwind_step(void)
 	__u32 n = u->n;
 	if (n >= WM_STACK_DEPTH - 1) {
 		/* Room for the marker only. */
-		u->truncated = 1;
+		u->truncated = WM_STOP_DEPTH;
 		return 1;
 	}
 	st->ips[n] = u->ip;
@@ -330,24 +330,24 @@ __attribute__((noinline)) int unwind_step(void)
 		 * register used for data: the stack is marked truncated (the
 		 * CFI's own end, WM_CFA_END, is the clean one). */
 		if (!u->bp) {
-			u->truncated = 1;
+			u->truncated = (rule & WM_RULE_UNENCODED) ? WM_STOP_UNENCODED : WM_STOP_NO_ROW;
 			return 1;
 		}
 		cfa = u->bp + 16;
 		rbp_at = -16;
 	}
 	if (bpf_probe_read_user(&ra, sizeof(ra), (const void *)(cfa - 8))) {
-		u->truncated = 1;
+		u->truncated = WM_STOP_RA_UNREADABLE;
 		return 1;
 	}
 	if (rbp_at && bpf_probe_read_user(&bp, sizeof(bp), (const void *)(cfa + rbp_at))) {
-		u->truncated = 1;
+		u->truncated = WM_STOP_BP_UNREADABLE;
 		return 1;
 	}
 	if (!ra) {
 		/* No caller: not the CFI's end (WM_CFA_END), so not known to be
 		 * the outermost frame. */
-		u->truncated = 1;
+		u->truncated = WM_STOP_NULL_RA;
 		return 1;
 	}
 	u->ip = ra;
@@ -387,7 +387,7 @@ static __always_inline __s32 unwound_stack_id(__u64 ip, __u64 sp, __u64 bp, __u6
 	if (u->truncated) {
 		count_lost(WM_LOST_UNWIND_TRUNCATED);
 		if (n < WM_STACK_DEPTH)
-			st->ips[n] = WM_TRUNCATED_IP;
+			st->ips[n] = u->truncated; /* WM_STOP_*: why */
 	}
 	return store_stack(st);
 }
@@ -436,6 +436,7 @@ int on_cpu_sample(void *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	if ((__u32)(id >> 32) != target_tgid || other_thread((__u32)id))
 		return 0;
+	count_lost(WM_COUNT_SAMPLES);
 	struct wm_stack_key key = {};
 	key.tid = key_tid(NULL, (__u32)id);
 	key.kind = WM_STACK_ON_CPU;

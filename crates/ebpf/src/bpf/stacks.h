@@ -36,7 +36,10 @@ struct wm_stack {
 #define WM_LOST_STACKS_FULL 2   /* the stacks map was full (or another error) */
 #define WM_LOST_OFF_START_FULL 3 /* off_start was full: that off-CPU span is lost */
 #define WM_LOST_UNWIND_TRUNCATED 4 /* a user stack's unwinding stopped early */
-#define WM_LOST_KINDS 5
+/* Not a loss: on-CPU samples of the target the program ran for, to tell
+ * samples the kernel never delivered from those lost after. */
+#define WM_COUNT_SAMPLES 5
+#define WM_LOST_KINDS 6
 
 /* A row of the unwind table (see unwind_step() in stacks.bpf.c and
  * src/linux/stacks/leaf.rs): from `start` (a virtual address of the
@@ -44,9 +47,15 @@ struct wm_stack {
  * `rule` says; ra_offset is the CFA's offset from its register minus 8,
  * or WM_NO_RA_OFFSET with WM_CFA_NONE or WM_CFA_END. */
 #define WM_NO_RA_OFFSET 0xffffffffu
-/* The outermost "frame" of a user stack whose unwinding stopped early (a
- * read failed, or WM_STACK_DEPTH frames): no code lies at address 1. */
-#define WM_TRUNCATED_IP 1
+/* The outermost "frame" of a user stack whose unwinding stopped early: a
+ * marker address saying why (no code lies below 16), stored after the
+ * frame the walk could not step from. */
+#define WM_STOP_DEPTH 1        /* WM_STACK_DEPTH frames */
+#define WM_STOP_NO_ROW 2       /* no CFI row and %rbp is 0: no frame-pointer step */
+#define WM_STOP_UNENCODED 3    /* a CFI row the table does not encode, and %rbp is 0 */
+#define WM_STOP_RA_UNREADABLE 4 /* the return address could not be read */
+#define WM_STOP_BP_UNREADABLE 5 /* the saved %rbp could not be read */
+#define WM_STOP_NULL_RA 6      /* a null return address where the CFI does not end */
 
 /* Binary search steps over the rows: enough for 2^24 rows. */
 #define WM_LEAF_SEARCH_STEPS 24
@@ -57,6 +66,10 @@ struct wm_stack {
 #define WM_CFA_RSP 1  /* CFA = %rsp + ra_offset + 8 */
 #define WM_CFA_RBP 2  /* CFA = %rbp + ra_offset + 8 */
 #define WM_CFA_END 3  /* the outermost frame: no return address */
+/* Flag (bit 8 of `rule`) of a WM_CFA_NONE row: the CFI has a rule here that
+ * the table does not encode (a DWARF expression, another register), as
+ * opposed to no CFI at all. Only tells why a walk stopped. */
+#define WM_RULE_UNENCODED 0x100
 
 struct wm_leaf_row {
 	__u64 start;

@@ -20,6 +20,8 @@ pub(crate) const LOST_COLLISION: u32 = 1;
 pub(crate) const LOST_STACKS_FULL: u32 = 2;
 pub(crate) const LOST_OFF_START_FULL: u32 = 3;
 pub(crate) const LOST_UNWIND_TRUNCATED: u32 = 4;
+/// `WM_COUNT_SAMPLES`: on-CPU samples the program ran for.
+pub(crate) const COUNT_SAMPLES: u32 = 5;
 
 /// `struct wm_stack_key`.
 #[repr(C)]
@@ -85,6 +87,10 @@ pub(crate) const CFA_RSP: u32 = 1;
 pub(crate) const CFA_RBP: u32 = 2;
 /// `WM_CFA_END`: the outermost frame (return address undefined).
 pub(crate) const CFA_END: u32 = 3;
+
+/// `WM_RULE_UNENCODED`: flag of a [`CFA_NONE`] row whose CFI has a rule
+/// the table does not encode.
+pub(crate) const RULE_UNENCODED: u32 = 0x100;
 
 /// The `rule` word of a row.
 pub(crate) fn rule(cfa: u32, rbp_offset: i16) -> u32 {

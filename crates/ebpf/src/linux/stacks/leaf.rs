@@ -42,7 +42,9 @@ use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags};
 
 use wakemeter_procfs::process;
 
-use super::abi::{CFA_END, CFA_NONE, CFA_RBP, CFA_RSP, LeafRow, NO_RA_OFFSET, rule};
+use super::abi::{
+    CFA_END, CFA_NONE, CFA_RBP, CFA_RSP, LeafRow, NO_RA_OFFSET, RULE_UNENCODED, rule,
+};
 
 /// Most rows uploaded (16 bytes of kernel memory each: at most 4 MiB). The
 /// C library takes about 7,000 after merging.
@@ -358,13 +360,14 @@ fn cfi_rows(
 /// `%rbp` plus an offset, the return address at CFA - 8 (always so on
 /// x86_64), `%rbp` unchanged or saved at CFA + n. Anything else (a DWARF
 /// expression, a register rule the kernel program does not follow) is
-/// `WM_CFA_NONE`: the frame-pointer step, as without a table.
+/// `WM_CFA_NONE`: the frame-pointer step, as without a table, flagged
+/// [`RULE_UNENCODED`] so that a walk stopped there says why.
 fn row_rule(
     cfa: &CfaRule<usize>,
     ra: Option<RegisterRule<usize>>,
     rbp: Option<RegisterRule<usize>>,
 ) -> (u32, u32) {
-    const NONE: (u32, u32) = (NO_RA_OFFSET, CFA_NONE);
+    const NONE: (u32, u32) = (NO_RA_OFFSET, CFA_NONE | RULE_UNENCODED);
     if ra == Some(RegisterRule::Undefined) {
         return (NO_RA_OFFSET, CFA_END);
     }
@@ -679,7 +682,7 @@ mod tests {
             (NO_RA_OFFSET, CFA_END)
         );
         // What the program does not follow: the frame-pointer step.
-        let none = (NO_RA_OFFSET, CFA_NONE);
+        let none = (NO_RA_OFFSET, CFA_NONE | RULE_UNENCODED);
         let other = CfaRule::RegisterAndOffset {
             register: X86_64::RBX,
             offset: 8,

@@ -402,7 +402,9 @@ impl StackSession {
             off_cpu_spans: lost_of(abi::LOST_OFF_START_FULL)?,
             truncated_unwinds: lost_of(abi::LOST_UNWIND_TRUNCATED)?,
         };
+        let samples_taken = lost_of(abi::COUNT_SAMPLES)?;
         Ok(StackCounts {
+            samples_taken,
             kind: self.kind,
             pid: self.pid,
             entries,
