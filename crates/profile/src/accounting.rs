@@ -28,25 +28,22 @@ pub(crate) struct ThreadTime {
 /// an unreadable process gives an empty map.
 pub(crate) fn thread_times(pid: u32, only: Option<u32>) -> ThreadTimes {
     let mut out = ThreadTimes::new();
-    let task_dir = format!("/proc/{pid}/task");
     let tids: Vec<u32> = match only {
         Some(tid) => vec![tid],
-        None => match std::fs::read_dir(&task_dir) {
-            Ok(dir) => dir
-                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect(),
+        None => match wakemeter_procfs::process::tids(pid) {
+            Ok(tids) => tids,
             Err(_) => return out,
         },
     };
     for tid in tids {
-        let Ok(text) = std::fs::read_to_string(format!("{task_dir}/{tid}/schedstat")) else {
+        let Ok(raw) = wakemeter_procfs::process::task_file(pid, tid, "schedstat") else {
             continue;
         };
-        let Some(cpu_ns) = parse_schedstat(&text) else {
+        let Some((cpu_ns, _, _)) = wakemeter_procfs::parse::schedstat(&raw) else {
             continue;
         };
-        let name = std::fs::read_to_string(format!("{task_dir}/{tid}/comm"))
-            .map(|s| s.trim_end().to_owned())
+        let name = wakemeter_procfs::process::task_file(pid, tid, "comm")
+            .map(|raw| String::from_utf8_lossy(wakemeter_procfs::parse::comm(&raw)).into_owned())
             .unwrap_or_default();
         out.insert(tid, ThreadTime { cpu_ns, name });
     }
@@ -85,10 +82,6 @@ pub(crate) fn process_cpu_ns(_pid: u32) -> Option<u64> {
 }
 
 /// The first field of a `schedstat` line: time on the CPU, ns.
-fn parse_schedstat(text: &str) -> Option<u64> {
-    text.split_ascii_whitespace().next()?.parse().ok()
-}
-
 /// Samples due and written for one thread of an on-CPU profile.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
@@ -414,13 +407,6 @@ mod tests {
         assert!(before > 0);
         assert!(after > before, "{before} -> {after}");
         assert_eq!(process_cpu_ns(u32::MAX), None);
-    }
-
-    #[test]
-    fn schedstat_first_field_is_the_cpu_time() {
-        assert_eq!(parse_schedstat("123456 789 10\n"), Some(123_456));
-        assert_eq!(parse_schedstat(""), None);
-        assert_eq!(parse_schedstat("x 1 2"), None);
     }
 
     #[test]
