@@ -862,12 +862,19 @@ fn thread_churn_keeps_maps_and_reads_bounded() {
         let tx = tx.clone();
         thread::spawn(move || tx.send(()).unwrap()).join().unwrap();
     }
-    // Let the last exits finish (a thread is joinable before its exit event).
-    thread::sleep(Duration::from_millis(50));
-
-    let sample = source.read().unwrap();
-    let usage = source.map_usage().unwrap();
-    let live = live_threads();
+    // Wait for the last exits to finish (a thread is joinable before its
+    // exit event; on a loaded machine that can take a while): read until
+    // the map follows the live threads, with a hang guard of minutes.
+    let guard = Instant::now();
+    let (sample, usage, live) = loop {
+        let sample = source.read().unwrap();
+        let usage = source.map_usage().unwrap();
+        let live = live_threads();
+        if usage.threads as usize <= live + SLACK || guard.elapsed() > Duration::from_secs(120) {
+            break (sample, usage, live);
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
     println!(
         "after {CHURN} threads: {live} live, before {before:?}, after {usage:?}, dropped {}",
         sample.total_dropped_events

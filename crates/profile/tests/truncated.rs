@@ -9,9 +9,7 @@ mod common;
 /// One capture at a time: the programs need the CPUs (two cores here).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-use std::time::Duration;
-
-use wakemeter_profile::{Profile, ProfileOptions, Profiler, StackGap, StackKind, Target};
+use wakemeter_profile::{Profile, ProfileOptions, Profiler, StackGap, StackKind};
 
 /// The words garbage.c leaves where a frame-pointer walk looks for return
 /// addresses: a sleep's `tv_nsec` and a buffer's bytes.
@@ -24,13 +22,14 @@ fn capture(kind: StackKind) -> Profile {
         &["-g", "-O1", "-fomit-frame-pointer", "-mno-red-zone"],
     );
     let child = common::start(&program, &[]);
-    Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(kind),
-            Duration::from_secs(3),
-        )
-        .expect("capture")
+    // Both halves of its loop, many times (it sleeps 5 ms, then spins),
+    // however long a loaded machine takes.
+    common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(kind),
+        |w| w.cpu_ns >= 500_000_000 && w.voluntary_switches >= 100,
+    )
 }
 
 /// Checks that the stacks through `function` were cut, with the marker, and
