@@ -17,7 +17,7 @@ use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer};
+use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer, ServerOptions};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -74,7 +74,15 @@ fn out_of_descriptors_the_server_pauses_counts_and_recovers() {
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &soft), 0);
     }
     let exporter = Exporter::new(ExporterConfig::default()).unwrap();
-    let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), exporter).unwrap();
+    // The first connection waits in the server through the whole test
+    // (the 3 s below, more on a loaded machine): a deadline that never cuts
+    // it, so that what is checked is the reserve, not the clock.
+    let server = MetricsServer::bind_with(
+        "127.0.0.1:0".parse().unwrap(),
+        exporter,
+        ServerOptions::default().with_request_deadline(Duration::from_secs(3600)),
+    )
+    .unwrap();
     let addr = server.local_addr();
     let stat = thread_stat("wakemeter-http");
 
