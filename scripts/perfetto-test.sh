@@ -61,7 +61,19 @@ sockets="$(mktemp -d)"
 "$mini" "$sockets/producer" "$sockets/consumer" 2>"$sockets/log" &
 traced_pid=$!
 trap 'kill "$traced_pid" 2>/dev/null || true; rm -rf "$sockets"' EXIT
-for _ in $(seq 100); do [ -S "$sockets/consumer" ] && break; sleep 0.1; done
+# Waits for the service's socket with a hang guard of minutes (a loaded
+# machine may take far longer than a second to start it), not a count of
+# tries that a busy machine uses up.
+waited=0
+until [ -S "$sockets/consumer" ]; do
+  if [ "$waited" -ge 3000 ] || ! kill -0 "$traced_pid" 2>/dev/null; then
+    echo "perfetto-test: the test service never opened its socket:" >&2
+    cat "$sockets/log" >&2
+    exit 1
+  fi
+  sleep 0.1
+  waited=$((waited + 1))
+done
 WAKEMETER_PERFETTO_SYSTEM=1 PERFETTO_PRODUCER_SOCK_NAME="$sockets/producer" \
   PERFETTO_CONSUMER_SOCK_NAME="$sockets/consumer" \
   cargo test -p wakemeter-perfetto --features track-events --test track_events

@@ -125,6 +125,11 @@ enum Command {
         allow_non_loopback: bool,
         #[command(flatten)]
         perfetto: perfetto::PerfettoArgs,
+        /// Exit 0 even when some selected processes were never watched
+        /// (e.g. out of file descriptors); without it the exit status is 1
+        /// then, as for `record`.
+        #[arg(long)]
+        allow_partial: bool,
     },
     /// A live view of a process, like `top -H`: threads sorted by CPU
     /// (or switches, wakes, run-queue wait), the kernel view (eBPF) when
@@ -425,6 +430,7 @@ fn main() -> ExitCode {
             listen,
             allow_non_loopback,
             perfetto,
+            allow_partial,
         } => match duration::whole_seconds(every, "--interval", 1, 3600) {
             Err(e) => Err(e.into()),
             Ok(every) => match single_pid(&selection) {
@@ -453,6 +459,7 @@ fn main() -> ExitCode {
                     listen,
                     allow_non_loopback,
                     perfetto,
+                    allow_partial,
                 }),
             },
         },

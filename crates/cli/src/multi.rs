@@ -6,8 +6,10 @@
 //! eBPF source), owned by a [`Watched`] entry of the set. The selection is
 //! resolved again at every report, so a restarted process (a new PID) is
 //! picked up and an exited one is dropped, each with a line on stderr. The
-//! set is bounded by `--max-processes`; what does not fit is named in a
-//! warning.
+//! set is bounded by `--max-processes` and by the descriptor limit
+//! ([`DescriptorBudget`]); what does not fit is named in a warning, and
+//! the exit status is 1 when part of the selection was never watched
+//! (unless `--allow-partial`), as for `record`.
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -38,6 +40,100 @@ pub struct Options {
     pub allow_non_loopback: bool,
     /// `--perfetto FILE`: every watched process in one trace.
     pub perfetto: crate::perfetto::PerfettoArgs,
+    /// Exit 0 even when some selected processes were never watched.
+    pub allow_partial: bool,
+}
+
+/// The descriptors a process's sampler may not take: the top of the table
+/// the sampler itself refuses to be built on (the core's headroom for its
+/// host, 64), which `watch` leaves to the samplers' own files and the
+/// endpoint.
+const DESCRIPTOR_HEADROOM: u64 = 64;
+
+/// What starting one more process costs in descriptors before any was
+/// measured: a sampler's three process-level files (task directory,
+/// `statm`, `status`).
+const DESCRIPTORS_PER_PROCESS_GUESS: u64 = 3;
+
+/// The descriptor budget of `watch` over several processes, from the
+/// real soft `RLIMIT_NOFILE` (read at start and at every look) and the
+/// descriptors open then, with what each started process cost measured
+/// as it starts (an eBPF source that joins the shared programs adds a
+/// few; /proc sampling three).
+///
+/// Why: under `ulimit -n 256`, 300 processes each built a sampler until
+/// the table was full; every later look then attached eBPF to each of the
+/// 237 left out (a "joined" line each, and 19.5 s instead of 1 s between
+/// reports) before the sampler was refused. A process that cannot fit is
+/// left out before anything is attached to it.
+#[derive(Debug)]
+struct DescriptorBudget {
+    /// Descriptors the latest start took (at least the guess).
+    per_process: u64,
+}
+
+impl DescriptorBudget {
+    fn new() -> Self {
+        DescriptorBudget {
+            per_process: DESCRIPTORS_PER_PROCESS_GUESS,
+        }
+    }
+
+    /// The soft limit and the descriptors open now; `None` when either
+    /// cannot be read (then nothing is refused here).
+    fn now() -> Option<(u64, u64)> {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes only the struct we own.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0
+            || r.rlim_cur == libc::RLIM_INFINITY
+        {
+            return None;
+        }
+        let open = std::fs::read_dir("/proc/self/fd").ok()?.count();
+        Some((r.rlim_cur, open as u64))
+    }
+
+    /// How many more processes fit now, `None` when unknown.
+    fn room(&self) -> Option<u64> {
+        let (limit, open) = Self::now()?;
+        Some(
+            limit
+                .saturating_sub(DESCRIPTOR_HEADROOM)
+                .saturating_sub(open)
+                / self.per_process.max(1),
+        )
+    }
+
+    /// Why one more process cannot be started now, if it cannot.
+    fn refuse(&self) -> Option<String> {
+        let (limit, open) = Self::now()?;
+        (self.room()? == 0).then(|| {
+            format!(
+                "out of file descriptors: {open} of the limit of {limit} are open, the top \
+                 {DESCRIPTOR_HEADROOM} are left to the samplers' own files, and each process \
+                 takes about {}",
+                self.per_process
+            )
+        })
+    }
+
+    /// Starts a process with `start`, measuring what it took.
+    fn start<T>(&mut self, start: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+        if let Some(why) = self.refuse() {
+            return Err(why);
+        }
+        let before = Self::now().map(|(_, open)| open);
+        let started = start()?;
+        if let (Some(before), Some((_, after))) = (before, Self::now()) {
+            self.per_process = after
+                .saturating_sub(before)
+                .max(DESCRIPTORS_PER_PROCESS_GUESS);
+        }
+        Ok(started)
+    }
 }
 
 /// One watched process.
@@ -168,11 +264,22 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     // attach takes seconds (more under load), which must not eat into
     // --seconds. Each one and the total are said, so it never looks hung.
     let mut left_out = LeftOut::default();
+    let mut budget = DescriptorBudget::new();
     let attaching = Instant::now();
     left_out.begin();
-    for pid in sel.resolve_capped("watching", &mut last_dropped)? {
+    let first = sel.resolve_capped("watching", &mut last_dropped)?;
+    if let (Some(room), Some((limit, _))) = (budget.room(), DescriptorBudget::now())
+        && (first.len() as u64) > room
+    {
+        print::note(&format!(
+            "wakemeter: warning: the descriptor limit ({limit}, `ulimit -n`) leaves room for \
+             about {room} of the {} selected processes",
+            first.len()
+        ));
+    }
+    for pid in first {
         let t = Instant::now();
-        match Watched::start(pid, o) {
+        match budget.start(|| Watched::start(pid, o)) {
             Ok(mut w) => {
                 traced(&mut w, &trace);
                 print::note(&format!(
@@ -244,7 +351,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
                 if set.contains_key(&pid) {
                     continue;
                 }
-                match Watched::start(pid, o) {
+                match budget.start(|| Watched::start(pid, o)) {
                     Ok(mut w) => {
                         traced(&mut w, &trace);
                         print::note(&format!("wakemeter: watching {}", w.label()));
@@ -305,12 +412,31 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     }
     // False when the asked-for trace was never written: exit 1.
     let trace_ok = trace.as_mut().is_none_or(crate::perfetto::Trace::summary);
-    if measured && trace_ok {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        if !measured {
-            print::note("wakemeter: nothing was measured");
-        }
-        Ok(ExitCode::FAILURE)
+    if !measured {
+        print::note("wakemeter: nothing was measured");
+        return Ok(ExitCode::FAILURE);
     }
+    if !trace_ok {
+        return Ok(ExitCode::FAILURE);
+    }
+    let missing = left_out.never_started();
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(u32::to_string).collect();
+        print::note(&format!(
+            "wakemeter: {}: {} selected process{} never watched: {}",
+            if o.allow_partial { "warning" } else { "error" },
+            missing.len(),
+            if missing.len() == 1 {
+                " was"
+            } else {
+                "es were"
+            },
+            list.join(", ")
+        ));
+        if !o.allow_partial {
+            print::note("wakemeter: the watch is incomplete (--allow-partial accepts that)");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

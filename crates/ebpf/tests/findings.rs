@@ -86,7 +86,28 @@ fn unmodified_busy_poller_and_sleep_loop_are_flagged_from_the_kernel_view() {
         unsafe { libc::poll(&mut p, 1, 200) };
     });
     let guard = sampler.start().unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    // Until the rules' 2 s window holds 15 samples or more, however long a
+    // loaded machine takes to give the sampler that many (a fixed 2.5 s
+    // may hold too few), with a hang guard of minutes.
+    let started = std::time::Instant::now();
+    let mut seq = None;
+    loop {
+        if let wakemeter::SampleWait::Stored { seq: s } =
+            sampler.wait_for_sample(seq, Duration::from_secs(1))
+        {
+            seq = Some(s);
+        }
+        if sampler
+            .interval_over(Duration::from_secs(2))
+            .is_some_and(|i| i.duration_ns >= 1_900_000_000 && i.to_seq - i.from_seq >= 15)
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no 2 s window of 15 samples"
+        );
+    }
     drop(guard);
     let findings = sampler.findings();
     let interval = sampler.interval_over(Duration::from_secs(2)).unwrap();

@@ -649,6 +649,24 @@ fn open_fds() -> usize {
 }
 
 /// Ids of the loaded BPF programs named like ours (any process).
+/// Ids of the BPF programs this process holds a descriptor of (a program
+/// or a link: `prog_id` in `/proc/self/fdinfo`). Other processes on a
+/// shared machine load programs of the same names at the same time: the
+/// programs a test attached are those new ones that it holds.
+fn held_program_ids() -> HashSet<u32> {
+    let Ok(fds) = fs::read_dir("/proc/self/fdinfo") else {
+        return HashSet::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| fs::read_to_string(fd.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|id| id.trim().parse().ok())
+        })
+        .collect()
+}
+
 fn our_program_ids() -> HashSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
@@ -678,8 +696,10 @@ fn drop_detaches_and_frees_everything() {
         source.attach_kind()
     );
     assert!(open_fds() > fds_before);
+    let held = held_program_ids();
     let ours: HashSet<u32> = our_program_ids()
         .difference(&programs_before)
+        .filter(|id| held.contains(id))
         .copied()
         .collect();
     assert_eq!(ours.len(), 5, "five programs attached");
@@ -862,12 +882,19 @@ fn thread_churn_keeps_maps_and_reads_bounded() {
         let tx = tx.clone();
         thread::spawn(move || tx.send(()).unwrap()).join().unwrap();
     }
-    // Let the last exits finish (a thread is joinable before its exit event).
-    thread::sleep(Duration::from_millis(50));
-
-    let sample = source.read().unwrap();
-    let usage = source.map_usage().unwrap();
-    let live = live_threads();
+    // Wait for the last exits to finish (a thread is joinable before its
+    // exit event; on a loaded machine that can take a while): read until
+    // the map follows the live threads, with a hang guard of minutes.
+    let guard = Instant::now();
+    let (sample, usage, live) = loop {
+        let sample = source.read().unwrap();
+        let usage = source.map_usage().unwrap();
+        let live = live_threads();
+        if usage.threads as usize <= live + SLACK || guard.elapsed() > Duration::from_secs(120) {
+            break (sample, usage, live);
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
     println!(
         "after {CHURN} threads: {live} live, before {before:?}, after {usage:?}, dropped {}",
         sample.total_dropped_events
@@ -886,9 +913,16 @@ fn thread_churn_keeps_maps_and_reads_bounded() {
     );
     assert!(sample.threads.len() <= live + SLACK);
     let sink_stats = thread_of(&sample, sink_tid);
+    // Every time the sink blocked (a voluntary switch, counted by the
+    // kernel in /proc) it was woken again, but the one it is in now. How
+    // many of the sends found it blocked depends on the machine's load
+    // (a busy one runs the next sender before the sink blocks again), so
+    // the count is checked against the sink's own switches, not the churn.
+    let (_, sink_blocks, _) = proc_switches(sink_tid);
+    assert!(sink_blocks > 0, "the sink never blocked");
     assert!(
-        sink_stats.total_wakes * 10 >= u64::try_from(CHURN).unwrap() * 8,
-        "sink woken {} times",
+        sink_stats.total_wakes * 10 >= sink_blocks.saturating_sub(1) * 8,
+        "sink woken {} times, blocked {sink_blocks} times",
         sink_stats.total_wakes
     );
     assert!(sink_stats.top_wakers.len() <= wakemeter_ebpf::DEFAULT_TOP_WAKERS);
@@ -1040,8 +1074,10 @@ fn observes_another_process_by_pid_until_it_exits() {
         "observes_another_process",
         EbpfSource::builder(Target::Pid(pid)),
     );
+    let held = held_program_ids();
     let ours: HashSet<u32> = our_program_ids()
         .difference(&programs_before)
+        .filter(|id| held.contains(id))
         .copied()
         .collect();
     assert_eq!(ours.len(), 5, "five programs attached");

@@ -163,8 +163,12 @@ fn observer() {
     std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"x").unwrap();
     // Read while the thread is blocked on stdin again, when procfs and the
     // kernel programs describe the same instant.
-    let (sample, after) = (0..500)
-        .find_map(|_| {
+    // Bounded by a hang guard of minutes, not a count of tries a loaded
+    // machine may use up before the sleeps are done.
+    let settled_by = Instant::now() + Duration::from_secs(300);
+    let (sample, after) = std::iter::repeat(())
+        .take_while(|()| Instant::now() < settled_by)
+        .find_map(|()| {
             thread::sleep(Duration::from_millis(5));
             let a = proc_switches(pid, tid);
             let sample = source.read().unwrap();

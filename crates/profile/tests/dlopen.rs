@@ -26,7 +26,7 @@ fn a_module_loaded_after_attach_is_unwound_from_its_eh_frame() {
     let mut child = common::Running(
         Command::new(&program)
             .arg(&library)
-            .arg("30")
+            .arg(common::PROGRAM_SECONDS)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -53,13 +53,21 @@ fn a_module_loaded_after_attach_is_unwound_from_its_eh_frame() {
     line.clear();
     stdout.read_line(&mut line).expect("reads the loaded line");
     assert_eq!(line.trim(), "loaded");
+    // Until the mapping is picked up and the program has spun 3 more
+    // CPU-seconds in the library (about 300 samples), however long a
+    // loaded machine takes; the refresh runs at most once a second.
+    let loaded = common::Work::of(child.pid());
     let mut refreshed = false;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(6) {
+    while !refreshed || common::Work::of(child.pid()).since(loaded).cpu_ns < 3_000_000_000 {
+        assert!(
+            started.elapsed() < common::HANG_GUARD,
+            "refreshed {refreshed}; {:?} since the dlopen",
+            common::Work::of(child.pid()).since(loaded)
+        );
         std::thread::sleep(Duration::from_millis(100));
         refreshed |= capture.refresh_modules();
     }
-    assert!(refreshed, "the library's mapping was not picked up");
     let profile = capture.finish(&profiler).expect("profile");
 
     let in_library = profile.inclusive_share("lib_spin");

@@ -5,9 +5,8 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::Duration;
 
-use wakemeter_profile::{ProfileOptions, Profiler, StackKind, Target};
+use wakemeter_profile::{ProfileOptions, Profiler, StackKind};
 
 /// The capture goes on across the exec, and the new image's stacks are
 /// never made from the old image's unwind rules: every user function they
@@ -32,13 +31,29 @@ fn after_an_exec_no_stack_is_unwound_with_the_old_table() {
             second.to_str().expect("utf-8 path"),
         ],
     );
-    let profile = Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(StackKind::OnCpu),
-            Duration::from_secs(4),
-        )
-        .expect("capture");
+    // Until the new image has run for 1.5 CPU-seconds (its CPU time
+    // counted from when the exec is first seen), however long a loaded
+    // machine takes.
+    let pid = child.pid();
+    let exec_seen_at = std::cell::Cell::new(None::<u64>);
+    let profile = common::capture_until_work_of(
+        &Profiler::new(),
+        pid,
+        &ProfileOptions::new(StackKind::OnCpu),
+        || {
+            let cpu_ns = common::Work::of(pid).cpu_ns;
+            let second = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .is_ok_and(|exe| exe.ends_with("execs-second"));
+            if second && exec_seen_at.get().is_none() {
+                exec_seen_at.set(Some(cpu_ns));
+            }
+            common::Work {
+                cpu_ns: exec_seen_at.get().map_or(0, |at| cpu_ns.saturating_sub(at)),
+                voluntary_switches: 0,
+            }
+        },
+        |w| w.cpu_ns >= 1_500_000_000,
+    );
     assert!(
         !profile.is_partial(),
         "the target still runs after its exec"

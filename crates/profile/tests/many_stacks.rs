@@ -4,9 +4,7 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::Duration;
-
-use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
+use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind};
 
 /// manystacks.c's 2048 distinct user stacks, each blocking many times: an
 /// off-CPU capture keeps every one of them (far below the map's 8192
@@ -20,13 +18,14 @@ fn two_thousand_distinct_stacks_lose_none() {
         &["-g", "-O1", "-fno-omit-frame-pointer"],
     );
     let child = common::start(&program, &[]);
-    let profile = Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(StackKind::OffCpu),
-            Duration::from_secs(4),
-        )
-        .expect("capture");
+    // Each nanosleep is a voluntary switch: 6,000 of them walk the 2,048
+    // paths about three times over, whatever time that takes.
+    let profile = common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(StackKind::OffCpu),
+        |w| w.voluntary_switches >= 6000,
+    );
     let switches: u64 = profile.samples.iter().map(|s| s.count).sum();
     // Distinct user paths through descend: the sequence of left/right.
     let paths: HashSet<Vec<&str>> = profile

@@ -7,10 +7,72 @@ mod common;
 /// (two cores here) to themselves.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use wakemeter_profile::{OffCpuCause, Profile, ProfileOptions, Profiler, StackKind, Target};
+use wakemeter_profile::{OffCpuCause, Profile, ProfileOptions, Profiler, StackKind};
+
+/// Waits (with [`common::HANG_GUARD`]) until `done` holds.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < common::HANG_GUARD, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until process `pid` holds a BPF link (its programs are
+/// attached): a tool's start-up takes a second on an idle machine and
+/// far longer on a loaded one.
+fn wait_for_bpf_link(pid: u32) {
+    wait_until("offcputime attached its programs", || {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|l| l.to_string_lossy().contains("bpf_link"))
+            })
+        })
+    });
+}
+
+/// The output of `child` once it exits, killing it after
+/// [`common::HANG_GUARD`].
+fn wait_with_guard(child: &mut std::process::Child) -> std::process::Output {
+    use std::io::Read;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    // Read both pipes while it prints (a full pipe would block it).
+    std::thread::scope(|scope| {
+        let out = child.stdout.take();
+        let err = child.stderr.take();
+        let a = scope.spawn(move || {
+            if let Some(mut o) = out {
+                let _ = o.read_to_end(&mut stdout);
+            }
+            stdout
+        });
+        let b = scope.spawn(move || {
+            if let Some(mut e) = err {
+                let _ = e.read_to_end(&mut stderr);
+            }
+            stderr
+        });
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for the child") {
+                break status;
+            }
+            if start.elapsed() > common::HANG_GUARD {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        std::process::Output {
+            status,
+            stdout: a.join().expect("stdout reader"),
+            stderr: b.join().expect("stderr reader"),
+        }
+    })
+}
 
 /// Off-CPU time of the write site and of the lock site, in any unit:
 /// stacks through the kernel's pipe write or the request thread, and
@@ -91,30 +153,45 @@ fn off_cpu_sites_match_offcputime() {
         "offcpu",
         &["-g", "-O1", "-fno-omit-frame-pointer"],
     );
-    let child = common::start(&program, &["30"]);
+    let child = common::start(&program, &[common::PROGRAM_SECONDS]);
     let pid = child.pid().to_string();
-    // offcputime loads in about a second: give it 8 s around our 5 s.
-    let reference = std::thread::scope(|scope| {
-        let handle = scope.spawn(|| {
-            Command::new(tool)
-                // A large stack map: fewer hash collisions, which drop
-                // whole stacks in offcputime (it does not count them).
-                .args(["-p", &pid, "--stack-storage-size", "65536", "8"])
-                .output()
-                .expect("offcputime runs")
-        });
-        std::thread::sleep(Duration::from_millis(1500));
-        let profile = Profiler::new()
-            .capture(
-                Target::Pid(child.pid()),
-                &ProfileOptions::new(StackKind::OffCpu),
-                Duration::from_secs(5),
-            )
-            .expect("capture");
-        let out = handle.join().expect("offcputime thread");
-        (profile, out)
+    // offcputime runs until SIGINT (then prints what it saw): it starts
+    // first and stops after our capture, so its window holds ours. Both
+    // wait for work, not for a fixed time a loaded machine may spend
+    // elsewhere.
+    let mut reference = Command::new(tool)
+        // A large stack map: fewer hash collisions, which drop whole
+        // stacks in offcputime (it does not count them).
+        .args(["-p", &pid, "--stack-storage-size", "65536", "86400"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("offcputime runs");
+    wait_for_bpf_link(reference.id());
+    // Each pipe write that blocks and each lock wait is a voluntary
+    // switch: 400 of them give both sites many stacks.
+    let profile = common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(StackKind::OffCpu),
+        |w| w.voluntary_switches >= 400,
+    );
+    // Work done after our capture ended, seen by offcputime only: a few
+    // more switches so its window surely holds ours.
+    let after = common::Work::of(child.pid());
+    wait_until("10 more switches after the capture", || {
+        common::Work::of(child.pid())
+            .since(after)
+            .voluntary_switches
+            >= 10
     });
-    let (profile, out) = reference;
+    // Our own child, alive (not yet waited for): its pid is its own.
+    let interrupted = Command::new("kill")
+        .args(["-INT", &reference.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    let out = wait_with_guard(&mut reference);
     assert!(
         out.status.success(),
         "{}",
@@ -175,14 +252,15 @@ fn wakeup_stacks_name_the_waker() {
         "offcpu-wake",
         &["-g", "-O1", "-fno-omit-frame-pointer"],
     );
-    let child = common::start(&program, &["30"]);
-    let profile = Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(StackKind::Wakeups),
-            Duration::from_secs(3),
-        )
-        .expect("capture");
+    let child = common::start(&program, &[common::PROGRAM_SECONDS]);
+    // Every wakeup of a blocked thread ends one of its voluntary
+    // switches: 200 of them, whatever time they take on a busy machine.
+    let profile = common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(StackKind::Wakeups),
+        |w| w.voluntary_switches >= 200,
+    );
     let kernel_has = |s: &wakemeter_profile::StackSample, part: &str| {
         s.frames
             .iter()

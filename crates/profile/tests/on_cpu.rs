@@ -65,15 +65,15 @@ fn samples_due_are_kept(profile: &wakemeter_profile::Profile, pid: u32) {
 fn on_cpu_shares_match_the_known_answer() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build("spin", "spin-fp", &["-g", "-O1", "-fno-omit-frame-pointer"]);
-    let child = common::start(&program, &["30"]);
-    let profiler = Profiler::new();
-    let profile = profiler
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(StackKind::OnCpu),
-            Duration::from_secs(8),
-        )
-        .expect("capture");
+    let child = common::start(&program, &[common::PROGRAM_SECONDS]);
+    // 3 CPU-seconds of the program: about 300 samples at 99 Hz, however
+    // long a loaded machine takes to give them.
+    let profile = common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(StackKind::OnCpu),
+        |w| w.cpu_ns >= 3_000_000_000,
+    );
     assert_known_shares(&profile, 200);
     samples_due_are_kept(&profile, child.pid());
     // Lost stacks (a full map) or a stack unwound only in part (a stack
@@ -113,14 +113,14 @@ fn stripped_binary_keeps_addresses() {
         "spin-stripped",
         &["-O1", "-fno-omit-frame-pointer", "-s"],
     );
-    let child = common::start(&program, &["30"]);
-    let profile = Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(StackKind::OnCpu),
-            Duration::from_secs(2),
-        )
-        .expect("capture");
+    let child = common::start(&program, &[common::PROGRAM_SECONDS]);
+    // Half a CPU-second of the program: about 50 samples at 99 Hz.
+    let profile = common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(StackKind::OnCpu),
+        |w| w.cpu_ns >= 500_000_000,
+    );
     assert!(!profile.samples.is_empty());
     assert_eq!(profile.inclusive_share("spin_here"), 0.0);
     let in_binary = profile
@@ -151,14 +151,14 @@ fn stripped_binary_keeps_addresses() {
 fn stacks_without_frame_pointers_are_unwound_from_eh_frame() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build("spin", "spin-nofp", &["-g", "-O1", "-fomit-frame-pointer"]);
-    let child = common::start(&program, &["30"]);
-    let profile = Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(StackKind::OnCpu),
-            Duration::from_secs(6),
-        )
-        .expect("capture");
+    let child = common::start(&program, &[common::PROGRAM_SECONDS]);
+    // 2.5 CPU-seconds of the program: about 250 samples at 99 Hz.
+    let profile = common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(StackKind::OnCpu),
+        |w| w.cpu_ns >= 2_500_000_000,
+    );
     assert_known_shares(&profile, 150);
     // burn() is called from the three functions, which main calls: with a
     // frame-pointer walk burn's samples would skip their caller.
@@ -185,17 +185,50 @@ fn target_exiting_mid_capture_gives_a_partial_profile() {
         "spin-exit",
         &["-g", "-O1", "-fno-omit-frame-pointer"],
     );
-    let mut child = common::start(&program, &["1.5"]);
+    let mut child = common::start(&program, &[common::PROGRAM_SECONDS]);
+    let pid = child.pid();
     let started = Instant::now();
-    let profile = Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(StackKind::OnCpu),
-            // Far longer than the bound below: a capture that did not end
-            // with its target would run it out.
-            Duration::from_secs(3600),
-        )
-        .expect("capture");
+    // The target exits once it has run half a CPU-second under the
+    // capture (killed then), not after a fixed time a loaded machine may
+    // give to others: the capture must see it work, then end with it.
+    let profile = std::thread::scope(|scope| {
+        let capture = scope.spawn(|| {
+            Profiler::new()
+                .capture(
+                    Target::Pid(pid),
+                    &ProfileOptions::new(StackKind::OnCpu),
+                    // Far longer than the bound below: a capture that did
+                    // not end with its target would run it out.
+                    Duration::from_secs(3600),
+                )
+                .expect("capture")
+        });
+        // Counted from when the capture's programs are loaded (this
+        // process then holds a BPF program's descriptor): attaching takes
+        // seconds on a loaded machine.
+        while !std::fs::read_dir("/proc/self/fd").is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|l| l.to_string_lossy().contains("bpf-prog"))
+            })
+        }) {
+            assert!(
+                started.elapsed() < common::HANG_GUARD,
+                "the capture never attached"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let before = common::Work::of(pid);
+        while common::Work::of(pid).since(before).cpu_ns < 1_000_000_000 {
+            assert!(
+                started.elapsed() < common::HANG_GUARD,
+                "the target did no work"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.0.kill();
+        capture.join().expect("capture thread")
+    });
     let _ = child.0.wait();
     assert!(
         started.elapsed() < Duration::from_secs(600),
@@ -362,7 +395,7 @@ fn jit_frames_are_named_from_the_perf_map() {
                   \x20 for (let i = 0; i < n; i++) x = (x * 31 + i) % 1000003;\n\
                   \x20 return x;\n\
                   }\n\
-                  const end = Date.now() + 30000;\n\
+                  const end = Date.now() + 600000;\n\
                   let s = 0;\n\
                   console.log('ready');\n\
                   while (Date.now() < end) s += spinHotLoop(100000);\n\
@@ -384,15 +417,26 @@ fn jit_frames_are_named_from_the_perf_map() {
             .expect("reads the ready line");
         assert_eq!(line.trim(), "ready");
     }
-    // Let V8 compile the hot function and write its map entry.
-    std::thread::sleep(Duration::from_millis(1500));
-    let profile = Profiler::new()
-        .capture(
-            Target::Pid(pid),
-            &ProfileOptions::new(StackKind::OnCpu),
-            Duration::from_secs(4),
-        )
-        .expect("capture");
+    // V8 has compiled the hot function once its perf map names it; a
+    // loaded machine makes that slower, never wrong.
+    let map = format!("/tmp/perf-{pid}.map");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&map).is_ok_and(|m| m.contains("spinHotLoop")) {
+        assert!(
+            start.elapsed() < common::HANG_GUARD,
+            "V8 never wrote spinHotLoop into {map}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Two CPU-seconds of the main thread: about 200 samples at the
+    // default frequency, however long the machine takes to give them.
+    let profile = common::capture_until_work_of(
+        &Profiler::new(),
+        pid,
+        &ProfileOptions::new(StackKind::OnCpu),
+        || common::Work::of_thread(pid, pid),
+        |w| w.cpu_ns >= 2_000_000_000,
+    );
     drop(child);
     let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     // The main thread's samples: V8's compiler and GC threads run too.

@@ -45,7 +45,7 @@ fn busy_poller_finding_comes_with_a_stack_naming_its_poll_call_site() {
         "busypoll-fp",
         &["-g", "-O1", "-fno-omit-frame-pointer"],
     );
-    let child = common::start(&program, &["90"]);
+    let child = common::start(&program, &[common::PROGRAM_SECONDS]);
     let pid = child.pid();
     let kernel = wakemeter_ebpf::EbpfSource::attach(Target::Pid(pid)).expect("eBPF counters");
     let sampler = SamplerBuilder::new()

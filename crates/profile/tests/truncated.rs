@@ -9,10 +9,8 @@ mod common;
 /// One capture at a time: the programs need the CPUs (two cores here).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-use std::time::Duration;
-
 use wakemeter_profile::{
-    Profile, ProfileOptions, Profiler, StackGap, StackKind, StopReason, Target, UnwindStop,
+    Profile, ProfileOptions, Profiler, StackGap, StackKind, StopReason, UnwindStop,
 };
 
 /// The words garbage.c leaves where a frame-pointer walk looks for return
@@ -26,13 +24,14 @@ fn capture(kind: StackKind) -> Profile {
         &["-g", "-O1", "-fomit-frame-pointer", "-mno-red-zone"],
     );
     let child = common::start(&program, &[]);
-    Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(kind),
-            Duration::from_secs(3),
-        )
-        .expect("capture")
+    // Both halves of its loop, many times (it sleeps 5 ms, then spins),
+    // however long a loaded machine takes.
+    common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(kind),
+        |w| w.cpu_ns >= 500_000_000 && w.voluntary_switches >= 100,
+    )
 }
 
 /// Checks that the stacks through `function` were cut, with the marker, and
@@ -123,14 +122,15 @@ fn on_cpu_stacks_end_at_data_words() {
 fn a_stack_too_deep_is_counted_with_its_reason() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build("deep", "deep-nofp", &["-g", "-O1", "-fomit-frame-pointer"]);
-    let child = common::start(&program, &["30"]);
-    let profile = Profiler::new()
-        .capture(
-            Target::Pid(child.pid()),
-            &ProfileOptions::new(StackKind::OnCpu),
-            Duration::from_secs(3),
-        )
-        .expect("capture");
+    let child = common::start(&program, &["600"]);
+    // Enough CPU time for well over 50 samples at the default frequency,
+    // however long a loaded machine takes to give it.
+    let profile = common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(StackKind::OnCpu),
+        |w| w.cpu_ns >= 1_500_000_000,
+    );
     eprintln!("unwind stops: {:?}", profile.unwind_stops);
     let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
     let deep: u64 = profile

@@ -6,12 +6,23 @@
 //! once, each with a deadline for the whole request, from accept to the
 //! last byte of the answer ([`REQUEST_DEADLINE`] by default), so idle or
 //! trickling clients cost a descriptor and a few KiB each and delay
-//! nobody. At most [`MAX_CONNECTIONS`] (by default) are open: a new connection beyond that closes the
-//! oldest one still waiting for its request (a scraper sends its request
-//! at once, so it is never the one shed). When the process is out of
-//! descriptors (`EMFILE`, `ENFILE`) or memory, accepting pauses, 10 ms
-//! doubling up to 1 s, and each failure is counted
-//! (`wakemeter_exporter_http_accept_errors_total`, [`ServerStats`]).
+//! nobody. At most [`MAX_CONNECTIONS`] (by default) are open, and never
+//! more than half of the descriptors free under the soft `RLIMIT_NOFILE`
+//! when the server is bound ([`MetricsServer::max_connections`]): a new
+//! connection beyond that closes the oldest one still waiting for its
+//! request (a scraper sends its request at once, so it is never the one
+//! shed). Sized from the real limit, the cap applies before the process
+//! runs out of descriptors, however low `ulimit -n` is: with the fixed cap
+//! alone, under a limit of 128 and 300 idle clients, accepting failed
+//! with `EMFILE`, the scraper's connection waited in the queue behind idle
+//! ones and 9 of 9 scrapes failed. The server also keeps one descriptor in
+//! reserve ([`RESERVED_DESCRIPTORS`]): when an accept fails with `EMFILE`
+//! or `ENFILE` anyway (the host took the rest), the reserve is closed to
+//! accept the queued connection and the oldest connection still waiting
+//! for its request is shed to take the reserve back. Only when there is
+//! nothing to shed does accepting pause, 10 ms doubling up to 1 s, each
+//! failure counted (`wakemeter_exporter_http_accept_errors_total`,
+//! [`ServerStats`]).
 //!
 //! Why mio and not a hand-written poll loop or an HTTP crate: mio is the
 //! readiness layer under tokio, already in the CLI's build (crossterm
@@ -53,6 +64,13 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 pub const MAX_MAX_CONNECTIONS: usize = 65_536;
 /// Largest accepted [`ServerOptions::request_deadline`].
 pub const MAX_REQUEST_DEADLINE: Duration = Duration::from_secs(3_600);
+/// Descriptors the server holds in reserve (an open `/dev/null`) to
+/// accept a scraper's connection when the process is out of descriptors.
+pub const RESERVED_DESCRIPTORS: usize = 1;
+/// Share of the descriptors free at bind (under the soft
+/// `RLIMIT_NOFILE`) that connections may hold, as a divisor: the host and
+/// its samplers keep the other half.
+pub const CONNECTION_SHARE_DIVISOR: usize = 2;
 
 /// How a [`MetricsServer`] treats its clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +80,9 @@ pub struct ServerOptions {
     /// one beyond it closes the oldest connection that has not sent its
     /// whole request yet (with `503`). Each open connection holds one
     /// file descriptor and at most [`MAX_REQUEST_BYTES`] of request.
-    /// Default [`MAX_CONNECTIONS`].
+    /// Lowered at bind to half of the descriptors then free under the
+    /// soft `RLIMIT_NOFILE` ([`MetricsServer::max_connections`] says what
+    /// applies). Default [`MAX_CONNECTIONS`].
     pub max_connections: usize,
     /// Time a client has for a whole request, from the accept to the last
     /// byte of the answer, 1 ms to [`MAX_REQUEST_DEADLINE`]; then the
@@ -153,6 +173,32 @@ pub struct MetricsServer {
     waker: Waker,
     exporter: Exporter,
     handle: Option<JoinHandle<()>>,
+    max_connections: usize,
+}
+
+/// What the reserve descriptor is: any file that opens on every Unix.
+const RESERVE_PATH: &str = "/dev/null";
+
+/// Descriptors free now under the soft `RLIMIT_NOFILE` (the limit less
+/// those open, counted in `/proc/self/fd` or `/dev/fd`); `None` without a
+/// finite limit or a way to count.
+fn descriptors_free() -> Option<usize> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let open = std::fs::read_dir("/proc/self/fd")
+        .or_else(|_| std::fs::read_dir("/dev/fd"))
+        .ok()?
+        .count();
+    let limit = usize::try_from(r.rlim_cur).unwrap_or(usize::MAX);
+    Some(limit.saturating_sub(open))
 }
 
 impl MetricsServer {
@@ -210,6 +256,12 @@ impl MetricsServer {
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(Error::EventLoop)?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(Error::EventLoop)?;
+        let reserve = std::fs::File::open(RESERVE_PATH).ok();
+        let mut options = options;
+        options.max_connections = options.max_connections.min(
+            descriptors_free().map_or(usize::MAX, |free| (free / CONNECTION_SHARE_DIVISOR).max(1)),
+        );
+        let max_connections = options.max_connections;
         let stop = Arc::new(AtomicBool::new(false));
         let mut event_loop = EventLoop {
             poll,
@@ -220,6 +272,7 @@ impl MetricsServer {
             conns: BTreeMap::new(),
             next_token: WAKER.0 + 1,
             cache: Cache::default(),
+            reserve,
         };
         let handle = std::thread::Builder::new()
             .name("wakemeter-http".to_string())
@@ -231,12 +284,20 @@ impl MetricsServer {
             waker,
             exporter,
             handle: Some(handle),
+            max_connections,
         })
     }
 
     /// The address served (with the port chosen when 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Most connections open at once: [`ServerOptions::max_connections`],
+    /// or half of the descriptors free under the soft `RLIMIT_NOFILE` when
+    /// the server was bound if that is fewer (at least 1).
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 
     /// What the endpoint did so far (with every other server of the same
@@ -560,6 +621,9 @@ struct EventLoop {
     conns: BTreeMap<usize, Conn>,
     next_token: usize,
     cache: Cache,
+    /// The descriptor kept to accept with when the process has no other
+    /// ([`RESERVED_DESCRIPTORS`]); `None` while it is in use.
+    reserve: Option<std::fs::File>,
 }
 
 impl EventLoop {
@@ -579,6 +643,14 @@ impl EventLoop {
             }
             if let Some(until) = paused_until {
                 wait = wait.min(until.saturating_duration_since(now));
+            } else if may_accept {
+                // More connections queued than one batch: read the
+                // requests just accepted, then accept on.
+                wait = Duration::ZERO;
+            }
+            if self.reserve.is_none() {
+                // Taken back once a connection has given its descriptor.
+                self.reserve = std::fs::File::open(RESERVE_PATH).ok();
             }
             if let Err(e) = self.poll.poll(&mut events, Some(wait))
                 && e.kind() != io::ErrorKind::Interrupted
@@ -609,8 +681,8 @@ impl EventLoop {
             if may_accept && paused_until.is_none_or(|u| now >= u) {
                 paused_until = None;
                 match self.accept_all(now + self.options.request_deadline) {
-                    Ok(()) => {
-                        may_accept = false;
+                    Ok(drained) => {
+                        may_accept = !drained;
                         pause = ACCEPT_PAUSE_FIRST;
                     }
                     Err(()) => {
@@ -634,53 +706,28 @@ impl EventLoop {
         }
     }
 
-    /// Accepts every queued connection; `Err` after a failed accept that
-    /// calls for a pause (out of descriptors or memory), counted.
-    fn accept_all(&mut self, deadline: Instant) -> Result<(), ()> {
-        let http = self.exporter.http();
-        loop {
+    /// Accepts queued connections, at most half of
+    /// [`ServerOptions::max_connections`] in one call so that the requests
+    /// of those accepted are read before any of them could be shed as
+    /// waiting. `Ok(true)` when the queue is empty, `Ok(false)` when more
+    /// may wait; `Err` after a failed accept that calls for a pause (out
+    /// of descriptors with nothing to shed, or out of memory), counted.
+    fn accept_all(&mut self, deadline: Instant) -> Result<bool, ()> {
+        let batch = (self.options.max_connections / 2).max(1);
+        for _ in 0..batch {
             match self.listener.accept() {
-                Ok((mut stream, _)) => {
-                    bump(&http.connections);
-                    if self.conns.len() >= self.options.max_connections {
-                        let oldest_waiting = self
-                            .conns
-                            .iter()
-                            .find(|(_, c)| c.reply.is_none())
-                            .map(|(t, _)| *t);
-                        bump(&http.shed);
-                        match oldest_waiting.and_then(|t| self.conns.remove(&t)) {
-                            Some(c) => c.close_with("503 Service Unavailable"),
-                            // Every slot is answering: the newcomer waits no
-                            // better elsewhere, it is the one closed.
-                            None => continue,
-                        }
-                    }
-                    let token = self.next_token;
-                    self.next_token = self.next_token.wrapping_add(1).max(WAKER.0 + 1);
-                    if self
-                        .poll
-                        .registry()
-                        .register(
-                            &mut stream,
-                            Token(token),
-                            Interest::READABLE | Interest::WRITABLE,
-                        )
-                        .is_err()
+                Ok((stream, _)) => {
+                    bump(&self.exporter.http().connections);
+                    if self.conns.len() >= self.options.max_connections
+                        && !self.shed_oldest_waiting()
                     {
+                        // Every slot is answering: the newcomer waits no
+                        // better elsewhere, it is the one closed.
                         continue;
                     }
-                    self.conns.insert(
-                        token,
-                        Conn {
-                            stream,
-                            deadline,
-                            request: Vec::new(),
-                            reply: None,
-                        },
-                    );
+                    self.admit(stream, deadline);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -688,16 +735,80 @@ impl EventLoop {
                             | io::ErrorKind::ConnectionAborted
                             | io::ErrorKind::ConnectionReset
                     ) => {}
-                // EMFILE, ENFILE, ENOBUFS, ENOMEM, or anything unforeseen:
-                // the queued connection stays queued, and retrying at once
-                // would spin.
+                Err(e) if out_of_descriptors(&e) && self.reserve.is_some() => {
+                    // The reserve's descriptor accepts the queued
+                    // connection; shedding the oldest waiting one gives
+                    // the reserve its descriptor back.
+                    self.reserve = None;
+                    if let Ok((stream, _)) = self.listener.accept() {
+                        bump(&self.exporter.http().connections);
+                        self.shed_oldest_waiting();
+                        self.admit(stream, deadline);
+                    }
+                    self.reserve = std::fs::File::open(RESERVE_PATH).ok();
+                }
+                // EMFILE or ENFILE without a reserve, ENOBUFS, ENOMEM, or
+                // anything unforeseen: the queued connection stays queued,
+                // and retrying at once would spin.
                 Err(_) => {
-                    bump(&http.accept_errors);
+                    bump(&self.exporter.http().accept_errors);
                     return Err(());
                 }
             }
         }
+        Ok(false)
     }
+
+    /// Closes the oldest connection that has not sent its whole request
+    /// (with `503`), counted as shed; `false` when every one is answering.
+    fn shed_oldest_waiting(&mut self) -> bool {
+        let oldest_waiting = self
+            .conns
+            .iter()
+            .find(|(_, c)| c.reply.is_none())
+            .map(|(t, _)| *t);
+        match oldest_waiting.and_then(|t| self.conns.remove(&t)) {
+            Some(c) => {
+                bump(&self.exporter.http().shed);
+                c.close_with("503 Service Unavailable");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Registers a new connection, to be answered by `deadline`.
+    fn admit(&mut self, mut stream: TcpStream, deadline: Instant) {
+        let token = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1).max(WAKER.0 + 1);
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut stream,
+                Token(token),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            return;
+        }
+        self.conns.insert(
+            token,
+            Conn {
+                stream,
+                deadline,
+                request: Vec::new(),
+                reply: None,
+            },
+        );
+    }
+}
+
+/// Whether `e` says the process or the system is out of descriptors
+/// (`EMFILE`, `ENFILE`).
+fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
-//! The endpoint when its host holds every file descriptor: a queued
-//! connection cannot be accepted (`EMFILE`), and the server's thread must
-//! pause instead of retrying at once (it used to spin on `accept4` at 97 %
-//! of a core), count the failures, and serve the connection once
-//! descriptors are free again.
+//! The endpoint when its host holds every file descriptor: the server
+//! accepts one connection with the descriptor it keeps in reserve and
+//! serves it; a second queued connection cannot be accepted (`EMFILE`),
+//! and the server's thread must pause instead of retrying at once (it used
+//! to spin on `accept4` at 97 % of a core), count the failures, and serve
+//! the connection once a descriptor is free again (its reserve's, when
+//! the first connection is done).
 //!
 //! Alone in its file: it lowers this test process's descriptor limit.
 #![cfg(target_os = "linux")]
@@ -15,7 +17,7 @@ use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer};
+use wakemeter_prometheus::{Exporter, ExporterConfig, MetricsServer, ServerOptions};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -72,21 +74,32 @@ fn out_of_descriptors_the_server_pauses_counts_and_recovers() {
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &soft), 0);
     }
     let exporter = Exporter::new(ExporterConfig::default()).unwrap();
-    let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), exporter).unwrap();
+    // The first connection waits in the server through the whole test
+    // (the 3 s below, more on a loaded machine): a deadline that never cuts
+    // it, so that what is checked is the reserve, not the clock.
+    let server = MetricsServer::bind_with(
+        "127.0.0.1:0".parse().unwrap(),
+        exporter,
+        ServerOptions::default().with_request_deadline(Duration::from_secs(3600)),
+    )
+    .unwrap();
     let addr = server.local_addr();
     let stat = thread_stat("wakemeter-http");
 
-    // Hold every free descriptor but one, connect with that one: the
-    // connection is queued (the kernel completed the handshake) and the
-    // server cannot accept it.
+    // Hold every free descriptor but two, connect with those: both
+    // connections are queued (the kernel completed the handshakes); the
+    // server accepts the first with its reserve and cannot accept the
+    // second.
     let mut hoard: Vec<File> = Vec::new();
     while let Ok(f) = File::open("/dev/null") {
         hoard.push(f);
     }
     assert!(hoard.len() > 10, "could not fill the descriptor table");
     hoard.pop();
-    let mut client = TcpStream::connect(addr).unwrap();
-    // Fill the one the client did not need again, if any.
+    hoard.pop();
+    let mut first = TcpStream::connect(addr).unwrap();
+    let mut second = TcpStream::connect(addr).unwrap();
+    // Fill those the clients did not need again, if any.
     while let Ok(f) = File::open("/dev/null") {
         hoard.push(f);
     }
@@ -98,6 +111,7 @@ fn out_of_descriptors_the_server_pauses_counts_and_recovers() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert_eq!(server.stats().connections, 1, "{:?}", server.stats());
 
     // Over a few seconds out of descriptors: a handful of retries (pauses
     // of 10 ms doubling to 1 s), not a spin; and next to no CPU.
@@ -113,7 +127,8 @@ fn out_of_descriptors_the_server_pauses_counts_and_recovers() {
          (of {elapsed_ticks:.0} elapsed)"
     );
     // Pauses of 10 ms doubling to 1 s: about 8 retries in the first
-    // 1.3 s, then one a second; a spinning loop makes thousands.
+    // 1.3 s, then one a second; a spinning loop makes thousands. Each
+    // retry also tries to take its reserve back: one more open.
     assert!(
         errors <= 10 + elapsed.as_secs(),
         "{errors} failed accepts in {elapsed:?}: a spin"
@@ -123,14 +138,27 @@ fn out_of_descriptors_the_server_pauses_counts_and_recovers() {
         "{ticks} ticks of CPU in {elapsed_ticks:.0}"
     );
 
-    // Descriptors free again: the queued connection is served.
+    // The host still holds every descriptor: the first connection, taken
+    // with the reserve, is served; its descriptor, given back, becomes the
+    // reserve that takes the second.
+    for client in [&mut first, &mut second] {
+        client.set_read_timeout(Some(PATIENCE)).unwrap();
+        client
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        client.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    }
     drop(hoard);
-    client.set_read_timeout(Some(PATIENCE)).unwrap();
-    client
+    // Descriptors free again: a new connection is served at once.
+    let mut third = TcpStream::connect(addr).unwrap();
+    third.set_read_timeout(Some(PATIENCE)).unwrap();
+    third
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let mut out = String::new();
-    client.read_to_string(&mut out).unwrap();
+    third.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
     drop(server);
     // SAFETY: setrlimit reads the struct we own.

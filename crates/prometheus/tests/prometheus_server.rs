@@ -547,9 +547,9 @@ impl Drop for Hostile {
 }
 
 /// The acceptance test of the endpoint: 200 idle and 10 trickling
-/// connections held open for the whole window while the real Prometheus
-/// scrapes every second; its own record shows every scrape of the 30 s
-/// succeeded (`up` always 1, one sample a second).
+/// connections held open while the real Prometheus scrapes every second,
+/// until it has stored 30 scrapes; its own record shows every one of them
+/// succeeded (`up` always 1).
 #[test]
 fn prometheus_misses_no_scrape_while_200_idle_and_10_trickling_clients_hold_on() {
     ensure_prometheus();
@@ -565,10 +565,24 @@ fn prometheus_misses_no_scrape_while_200_idle_and_10_trickling_clients_hold_on()
     let hostile = Hostile::start(endpoint.local_addr(), 200, 10);
     let prom = Server::start(endpoint.local_addr());
     prom.wait_for("up{job=\"wakemeter\"}", 1.0);
+    // 30 scrapes stored after `from`, however long a loaded machine takes
+    // to make them (Prometheus's own record, read back by PromQL over the
+    // range since `from`); a scrape that failed is one with `up` 0.
     let from = unix_now();
-    // 30 s of scrapes, and a little more for the last one to be stored.
-    std::thread::sleep(Duration::from_secs(32));
-    let to = from + 31.0;
+    let over = |to: f64| format!("{:.0}s", (to - from).ceil().max(1.0));
+    let start = Instant::now();
+    let (to, scrapes) = loop {
+        let to = unix_now();
+        let q = format!("count_over_time(up{{job=\"wakemeter\"}}[{}])", over(to));
+        if let Some(n) = prom.value_at(&q, to).filter(|n| *n >= 30.0) {
+            break (to, n);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "Prometheus stored fewer than 30 scrapes in 10 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
     let stats = endpoint.stats();
     let reconnects = hostile.stop();
     let at = |q: &str| {
@@ -578,21 +592,22 @@ fn prometheus_misses_no_scrape_while_200_idle_and_10_trickling_clients_hold_on()
                 return v;
             }
             assert!(
-                start.elapsed() < Duration::from_secs(60),
+                start.elapsed() < Duration::from_secs(300),
                 "`{q}` gave no value"
             );
             std::thread::sleep(Duration::from_millis(250));
         }
     };
-    let scrapes = at("count_over_time(up{job=\"wakemeter\"}[30s])");
-    let worst = at("min_over_time(up{job=\"wakemeter\"}[30s])");
-    let slowest = at("max_over_time(scrape_duration_seconds{job=\"wakemeter\"}[30s])");
+    let range = over(to);
+    let worst = at(&format!("min_over_time(up{{job=\"wakemeter\"}}[{range}])"));
+    let slowest = at(&format!(
+        "max_over_time(scrape_duration_seconds{{job=\"wakemeter\"}}[{range}])"
+    ));
     eprintln!(
-        "30 s under 200 idle + 10 trickling clients: {scrapes} scrapes, min up {worst}, \
+        "{range} under 200 idle + 10 trickling clients: {scrapes} scrapes, min up {worst}, \
          slowest scrape {slowest:.4} s; endpoint {stats:?}; {reconnects} hostile reconnects"
     );
     assert_eq!(worst, 1.0, "a scrape failed");
-    assert!(scrapes >= 30.0, "only {scrapes} scrapes in 30 s");
     // The hostile clients were there all along: the server cut them at
     // its deadline and they came back.
     assert!(stats.connections >= 210, "{stats:?}");

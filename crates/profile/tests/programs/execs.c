@@ -42,7 +42,7 @@ int main(int argc, char **argv)
 #ifdef PAD
 		pad();
 #endif
-		spin_after(now() + 30);
+		spin_after(now() + 600);
 		return 0;
 	}
 	printf("ready\n");
