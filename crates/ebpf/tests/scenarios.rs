@@ -362,8 +362,11 @@ fn libevent_edge_triggered_on_poll_never_blocks_and_is_named() {
     let _one = one_at_a_time();
     let exe = compiled_with("libevent_ready", &["-levent"]);
     let spin = Program::spawn(
-        Command::new(&exe).arg("20").env("EVENT_NOEPOLL", "1"),
-        Duration::from_millis(200),
+        Command::new(&exe)
+            .arg(PROGRAM_SECONDS)
+            .env("EVENT_NOEPOLL", "1"),
+        SETTLED_TIMESLICES,
+        SETTLED_RUN_NS,
     );
     let f = watch(&spin, true);
     let b = about(&f, FindingKind::BusyPoller, u64::from(spin.pid()))
@@ -379,7 +382,8 @@ fn libevent_edge_triggered_on_poll_never_blocks_and_is_named() {
     );
     assert!(b.evidence("blocked_percent").unwrap() < 50.0, "{b:#?}");
     drop(spin);
-    let control = Program::spawn(Command::new(&exe).arg("20"), Duration::from_millis(200));
+    // On epoll the loop blocks at once: settled when it has run at all.
+    let control = Program::spawn(Command::new(&exe).arg(PROGRAM_SECONDS), 1, 1);
     let f = watch(&control, true);
     assert!(of_kind(&f, FindingKind::BusyPoller).is_empty(), "{f:#?}");
 }

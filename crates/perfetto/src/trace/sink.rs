@@ -4,7 +4,6 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{CLOSE_RESERVE, TraceEnd, TraceStatus};
