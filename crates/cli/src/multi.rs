@@ -92,8 +92,8 @@ impl DescriptorBudget {
         {
             return None;
         }
-        let open = std::fs::read_dir("/proc/self/fd").ok()?.count();
-        Some((r.rlim_cur, open as u64))
+        let open = wakemeter_procfs::process::open_fd_count().ok()?;
+        Some((r.rlim_cur, open))
     }
 
     /// How many more processes fit now, `None` when unknown.

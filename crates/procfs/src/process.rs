@@ -142,6 +142,17 @@ fn numbered_entries(dir: &str) -> io::Result<Vec<u32>> {
         .collect())
 }
 
+/// How many file descriptors the calling process has open now: the
+/// entries of `/proc/self/fd` (`/dev/fd` where `/proc` is not mounted),
+/// the listing's own descriptor included.
+///
+/// # Errors
+/// The error of listing either directory.
+pub fn open_fd_count() -> io::Result<u64> {
+    let dir = std::fs::read_dir("/proc/self/fd").or_else(|_| std::fs::read_dir("/dev/fd"))?;
+    Ok(dir.count() as u64)
+}
+
 /// The calling thread's id, from the `/proc/thread-self` link; `None`
 /// where it cannot be read.
 pub fn current_tid() -> Option<u32> {

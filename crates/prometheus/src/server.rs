@@ -193,10 +193,8 @@ fn descriptors_free() -> Option<usize> {
     {
         return None;
     }
-    let open = std::fs::read_dir("/proc/self/fd")
-        .or_else(|_| std::fs::read_dir("/dev/fd"))
-        .ok()?
-        .count();
+    let open = wakemeter_procfs::process::open_fd_count().ok()?;
+    let open = usize::try_from(open).unwrap_or(usize::MAX);
     let limit = usize::try_from(r.rlim_cur).unwrap_or(usize::MAX);
     Some(limit.saturating_sub(open))
 }
