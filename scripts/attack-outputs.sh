@@ -89,9 +89,9 @@ expect_refused() { # what, command...
 }
 for to in "$victims/shadow" /dev/null; do
   plant "$to" "$shared/out.ndjson"
-  expect_refused "record -o LINK -> $to" rec --interval 0.1 --seconds 0.5 -o "$shared/out.ndjson"
+  expect_refused "record -o LINK -> $to" rec --period 0.1 --seconds 0.5 -o "$shared/out.ndjson"
   plant "$to" "$shared/t.pftrace"
-  expect_refused "record --perfetto LINK -> $to" rec --interval 0.1 --seconds 0.5 -o "$shared/ok.ndjson" --perfetto "$shared/t.pftrace"
+  expect_refused "record --perfetto LINK -> $to" rec --period 0.1 --seconds 0.5 -o "$shared/ok.ndjson" --perfetto "$shared/t.pftrace"
   expect_refused "watch --perfetto LINK -> $to" "$bin" watch --pid "$target" --no-ebpf --seconds 2 --perfetto "$shared/t.pftrace"
   for out in --svg --folded --pprof; do
     plant "$to" "$shared/p.out"
@@ -110,7 +110,7 @@ done
   "$bin" ab --pid "$target" --no-ebpf --load "true" --control "sleep 1" --settle 0s)
 as_attacker ln -s "$victims" "$shared/abdir"
 expect_refused "ab --dir LINK -> a root directory" "$bin" ab --pid "$target" --no-ebpf --load true --settle 0s --dir "$shared/abdir"
-try "ab --dir NEW (made by root, 0755)" "$bin" ab --pid "$target" --no-ebpf --load "sleep 0.5" --settle 0s --interval 0.1 --dir "$shared/abnew"
+try "ab --dir NEW (made by root, 0755)" "$bin" ab --pid "$target" --no-ebpf --load "sleep 0.5" --settle 0s --period 0.1 --dir "$shared/abnew"
 result "  ab --dir NEW: owner and mode" "$(stat -c '%U %a' "$shared/abnew")"
 
 echo "== links flipped by $attacker while root writes (temporary names included)"
@@ -137,7 +137,7 @@ pids+=("$flipper")
 written=0
 refused=0
 for i in $(seq 1 15); do
-  if rec --interval 0.1 --seconds 0.3 -o "$shared/flip.ndjson" --perfetto "$shared/flip.pftrace" >/dev/null 2>&1; then
+  if rec --period 0.1 --seconds 0.3 -o "$shared/flip.ndjson" --perfetto "$shared/flip.pftrace" >/dev/null 2>&1; then
     written=$((written + 1))
   else
     refused=$((refused + 1))
@@ -152,7 +152,7 @@ echo "== a full file system (a 400 KiB tmpfs) beside a Perfetto trace"
 busy() { # fills the file system with a recording, with or without a trace
   rm -f "$small"/*
   local rc=0
-  rec --interval 0.01 --seconds 60 -o "$small/r.ndjson" "$@" >/dev/null 2>"$work/err" || rc=$?
+  rec --period 0.01 --seconds 60 -o "$small/r.ndjson" "$@" >/dev/null 2>"$work/err" || rc=$?
   check_victims "full disk"
   local kept
   kept=$(grep -c '"record":"interval"' "$small/r.ndjson" 2>/dev/null || echo 0)
@@ -178,13 +178,13 @@ result "  the recording ends on a whole line" "$([ "$last" = '\n' ] && echo yes 
 
 echo "== a FIFO and /dev/full as the trace"
 rc=0
-rec --interval 0.1 --seconds 1 -o "$shared/f.ndjson" --perfetto /dev/full >/dev/null 2>"$work/err" || rc=$?
+rec --period 0.1 --seconds 1 -o "$shared/f.ndjson" --perfetto /dev/full >/dev/null 2>"$work/err" || rc=$?
 result "record --perfetto /dev/full" "rc $rc ($(grep -m1 -o 'never written\|cut short' "$work/err" || echo 'no error said'))"
 [ "$rc" != 0 ] || failures=$((failures + 1))
 mkfifo "$shared/pipe"
 cat "$shared/pipe" >"$work/from-pipe" &
 rc=0
-rec --interval 0.1 --seconds 1 -o "$shared/f.ndjson" --perfetto "$shared/pipe" >/dev/null 2>"$work/err" || rc=$?
+rec --period 0.1 --seconds 1 -o "$shared/f.ndjson" --perfetto "$shared/pipe" >/dev/null 2>"$work/err" || rc=$?
 wait $! || true
 result "record --perfetto FIFO (a reader)" "rc $rc, $(stat -c %s "$work/from-pipe") bytes through the pipe"
 [ "$rc" = 0 ] && [ -s "$work/from-pipe" ] || failures=$((failures + 1))
@@ -192,7 +192,7 @@ result "record --perfetto FIFO (a reader)" "rc $rc, $(stat -c %s "$work/from-pip
 echo "== descriptors cut (ulimit -n)"
 for n in 6 10 16; do
   rc=0
-  (ulimit -n "$n" && rec --interval 0.1 --seconds 0.5 -o "$shared/u.ndjson" --perfetto "$shared/u.pftrace") >/dev/null 2>"$work/err" || rc=$?
+  (ulimit -n "$n" && rec --period 0.1 --seconds 0.5 -o "$shared/u.ndjson" --perfetto "$shared/u.pftrace") >/dev/null 2>"$work/err" || rc=$?
   check_victims "ulimit -n $n"
   result "record + --perfetto under ulimit -n $n" "rc $rc: $(tail -1 "$work/err" | cut -c1-70)"
   if [ "$rc" -ge 128 ]; then
@@ -212,7 +212,7 @@ lowfd() { # what, command... (under ulimit -n 10)
   fi
 }
 lowfd "watch --perfetto" "$bin" watch --pid "$target" --no-ebpf --seconds 1 --perfetto "$shared/lw.pftrace"
-lowfd "ab" "$bin" ab --pid "$target" --no-ebpf --load "sleep 0.3" --settle 0s --interval 0.1 --dir "$shared/lowab"
+lowfd "ab" "$bin" ab --pid "$target" --no-ebpf --load "sleep 0.3" --settle 0s --period 0.1 --dir "$shared/lowab"
 lowfd "profile --svg --folded --pprof" "$bin" profile --pid "$target" --off-cpu --seconds 1 \
   --svg "$shared/l.svg" --folded "$shared/l.folded" --pprof "$shared/l.pb.gz"
 lowfd "demo --report" "$bin" demo --seconds 5 --no-ebpf --report "$shared/l.json"

@@ -11,7 +11,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 sleep 600 &
 pid=$!
-"$new" record --pid "$pid" --seconds 1 --interval 0.2 --no-ebpf -o "$dir/seed.ndjson" 2>/dev/null
+"$new" record --pid "$pid" --seconds 1 --period 0.2 --no-ebpf -o "$dir/seed.ndjson" 2>/dev/null
 kill "$pid"
 # gen OUT INTERVALS GROUPS DISTINCT(1: new group names every interval)
 gen() {

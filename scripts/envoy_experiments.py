@@ -238,7 +238,7 @@ def loops(envoy, module_dir, wakemeter, out, seconds=30):
         time.sleep(3)
         watch_out = os.path.join(out, "loops-watch.ndjson")
         c0, m0 = loop_counts(), module_polls()
-        watch = subprocess.Popen([wakemeter, "watch", "--pid", str(p.pid), "--interval", "10s", "--json",
+        watch = subprocess.Popen([wakemeter, "watch", "--pid", str(p.pid), "--every", "10s", "--json",
                                   "--seconds", str(seconds + 14)],
                                  stdout=open(watch_out, "w"), stderr=open(watch_out + ".err", "w"))
         # wait for the attach (stderr says so), then idle, load, idle

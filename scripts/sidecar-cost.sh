@@ -6,7 +6,7 @@
 #   wakemeter watch --pid P --every 1 --no-ebpf         (the tables)
 #   wakemeter watch --pid P --every 1 --json            (with eBPF where it attaches;
 #                                                        its kernel-side cost is not in this figure)
-#   wakemeter record --pid P --interval 1 --no-ebpf     (one sample and one grouped line a second)
+#   wakemeter record --pid P --period 1 --no-ebpf     (one sample and one grouped line a second)
 #   pidstat -t -w -u 1 -p P                    (sysstat: per-thread CPU and switches)
 #   top -H -b -d 1 -p P                        (procps: per-thread CPU)
 #
@@ -74,7 +74,7 @@ pids+=($!)
 pids+=($!)
 "$WAKEMETER_BIN" watch --pid "$target" --every 1 --json >/dev/null 2>"$tmp/wm-json-ebpf.err" &
 pids+=($!)
-"$WAKEMETER_BIN" record --pid "$target" --interval 1 --seconds $((seconds + warmup + 30)) \
+"$WAKEMETER_BIN" record --pid "$target" --period 1 --seconds $((seconds + warmup + 30)) \
   --no-ebpf -o "$tmp/recording.ndjson" 2>"$tmp/wm-record.err" &
 pids+=($!)
 LC_ALL=C pidstat -t -w -u 1 -p "$target" >/dev/null &

@@ -56,7 +56,8 @@ pub struct Options {
     /// The load of the variant side.
     pub variant_load: String,
     pub runs: u32,
-    pub interval: Duration,
+    /// Sampling period (`--period`).
+    pub period: Duration,
     /// How long the selected processes must stay the same before a run.
     pub settle: Duration,
     /// Longest wait for the selected processes.
@@ -276,7 +277,7 @@ fn run_side(
     };
     let pids = wait_ready(o, &mut started, stop)?;
     let mut left_out = LeftOut::default();
-    let sections = record::prepare_all(pids, o.interval, o.kernel, |_| None, &mut left_out, stop);
+    let sections = record::prepare_all(pids, o.period, o.kernel, |_| None, &mut left_out, stop);
     let file_name = format!("{name}-{run}.ndjson");
     let path = o.dir.join(&file_name);
     let out = Output::open_in(dir, &file_name)?;
@@ -299,7 +300,7 @@ fn run_side(
     let deadline = began
         .checked_add(o.load_timeout)
         .ok_or("--load-timeout is too large")?;
-    let step = (o.interval / 2).clamp(Duration::from_millis(5), crate::signals::STOP_POLL);
+    let step = (o.period / 2).clamp(Duration::from_millis(5), crate::signals::STOP_POLL);
     let mut dropped = Vec::new();
     let mut next_resolve = began + Duration::from_secs(1);
     let (status, reason) = loop {
@@ -329,7 +330,7 @@ fn run_side(
             next_resolve += Duration::from_secs(1);
             let now = o.selection.resolve_capped("recording", &mut dropped)?;
             let new: Vec<u32> = now.into_iter().filter(|p| !rec.has(*p)).collect();
-            for s in record::prepare_all(new, o.interval, o.kernel, |_| None, &mut left_out, stop) {
+            for s in record::prepare_all(new, o.period, o.kernel, |_| None, &mut left_out, stop) {
                 rec.add(s);
             }
         }
@@ -390,8 +391,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if !(1..=MAX_RUNS).contains(&o.runs) {
         return Err(format!("--runs must be between 1 and {MAX_RUNS}").into());
     }
-    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&o.interval) {
-        return Err("--interval must be between 0.01 and 60 seconds".into());
+    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&o.period) {
+        return Err("--period must be between 0.01 and 60 seconds".into());
     }
     if !(1..=MAX_PROCESSES_LIMIT).contains(&o.selection.max_processes) {
         return Err(format!(

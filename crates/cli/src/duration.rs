@@ -55,8 +55,8 @@ pub fn parse_positive(s: &str) -> Result<Duration, String> {
 }
 
 /// `d` as whole seconds from `min` to `max`, for a period that must end
-/// on the sampler's one-second snapshots (`watch --interval`, `top
-/// --interval`, `demo --seconds`); `flag` names it in the error.
+/// on the sampler's one-second snapshots (`watch --every`, `top
+/// --every`, `demo --seconds`); `flag` names it in the error.
 ///
 /// # Errors
 /// A fraction of a second, or out of the range.
@@ -103,12 +103,9 @@ mod tests {
         }
         assert!(parse_positive("0").is_err());
         let half = parse("500ms").unwrap();
-        assert!(whole_seconds(half, "--interval", 1, 3600).is_err());
-        assert_eq!(
-            whole_seconds(parse("2s").unwrap(), "--interval", 1, 60),
-            Ok(2)
-        );
-        assert!(whole_seconds(parse("61").unwrap(), "--interval", 1, 60).is_err());
+        assert!(whole_seconds(half, "--every", 1, 3600).is_err());
+        assert_eq!(whole_seconds(parse("2s").unwrap(), "--every", 1, 60), Ok(2));
+        assert!(whole_seconds(parse("61").unwrap(), "--every", 1, 60).is_err());
         assert!(parse_positive("0ms").is_err());
     }
 }

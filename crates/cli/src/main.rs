@@ -33,7 +33,7 @@ mod top {
     #[allow(dead_code)]
     pub struct Options {
         pub pid: u32,
-        pub interval: Duration,
+        pub every: Duration,
         pub seconds: Option<Duration>,
         pub kernel: crate::kernel::Choice,
     }
@@ -87,14 +87,14 @@ enum Command {
     },
     /// Watches other processes (e.g. an Envoy sidecar, every process of a
     /// pod): per-thread CPU, switches and run-queue wait, plus the eBPF
-    /// kernel view when privileges allow; prints findings every interval.
+    /// kernel view when privileges allow; prints findings every report period.
     #[command(after_help = WATCH_HELP)]
     Watch {
         #[command(flatten)]
         selection: selection::Selection,
-        /// Time between reports: whole seconds, 1 to 3600 (`5s`, `5`,
-        /// `1m`). `--every` is the old name.
-        #[arg(long = "interval", visible_alias = "every", value_name = "DURATION", default_value = "5s", value_parser = duration::parse_positive)]
+        /// Report period, the time between reports: whole seconds, 1 to
+        /// 3600 (`5s`, `5`, `1m`).
+        #[arg(long, alias = "interval", value_name = "DURATION", default_value = "5s", value_parser = duration::parse_positive)]
         every: std::time::Duration,
         /// Threads each report lists one by one: those the findings name,
         /// then the busiest by CPU, switches and wakes. Every other thread
@@ -141,10 +141,10 @@ enum Command {
         /// Process to watch (a thread id works too: its process is watched).
         #[arg(long)]
         pid: u32,
-        /// Time between refreshes: whole seconds, 1 to 60 (`2s`, `2`, `1m`).
-        /// `--every` works too (the name `watch` used).
-        #[arg(long, visible_alias = "every", value_name = "DURATION", default_value = "1s", value_parser = duration::parse_positive)]
-        interval: std::time::Duration,
+        /// Report period, the time between refreshes: whole seconds, 1 to
+        /// 60 (`2s`, `2`, `1m`).
+        #[arg(long, alias = "interval", value_name = "DURATION", default_value = "1s", value_parser = duration::parse_positive)]
+        every: std::time::Duration,
         /// Stop after this long (default: until `q`, or until the process
         /// exits): seconds, or `500ms`, `30s`, `5m`; at most 365 days.
         #[arg(long, value_parser = duration::parse_positive)]
@@ -154,7 +154,7 @@ enum Command {
     },
     /// Records processes for A/B comparison: NDJSON, the versioned header
     /// (target, configuration, library) on the first line, then one line
-    /// per sampling interval (threads grouped by name); with several
+    /// per sampling period (threads grouped by name); with several
     /// processes, one such section per process in the one file.
     Record {
         #[command(flatten)]
@@ -164,11 +164,10 @@ enum Command {
         /// measured (after the eBPF attach, which stderr reports).
         #[arg(long, default_value = "60", value_parser = duration::parse_positive)]
         seconds: std::time::Duration,
-        /// Time between samples, one line of the recording each: 0.01 to
-        /// 60 seconds (`500ms`, `1s`, `1`). `--every` works too (the name
-        /// `watch` used).
-        #[arg(long, visible_alias = "every", value_name = "DURATION", default_value = "1s", value_parser = duration::parse)]
-        interval: std::time::Duration,
+        /// Sampling period, the time between samples, one line of the
+        /// recording each: 0.01 to 60 seconds (`500ms`, `1s`, `1`).
+        #[arg(long, aliases = ["interval", "every"], value_name = "DURATION", default_value = "1s", value_parser = duration::parse)]
+        period: std::time::Duration,
         /// Where to write the recording: a file (written beside it and
         /// renamed at the end; each interval reaches the disk as it is
         /// taken), or a device, FIFO or /dev/stdout (written directly).
@@ -247,9 +246,10 @@ struct AbArgs {
     /// over runs.
     #[arg(long, default_value_t = 1)]
     runs: u32,
-    /// Time between samples (0.01 to 60 s; `500ms` works).
-    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
-    interval: std::time::Duration,
+    /// Sampling period, the time between samples (0.01 to 60 s; `500ms`
+    /// works).
+    #[arg(long, alias = "interval", value_name = "DURATION", default_value = "500ms", value_parser = duration::parse)]
+    period: std::time::Duration,
     /// How long the selected processes must stay the same before a run
     /// starts (warm-up).
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
@@ -393,7 +393,7 @@ fn single_pid(s: &selection::Selection) -> Option<u32> {
 
 const TOP_HELP: &str = "\
 When stdout is not a terminal (a pipe, a file, TERM=dumb), it prints the
-same screen as plain text instead, one frame per interval, 160 columns wide
+same screen as plain text instead, one frame per report period, 160 columns wide
 with the 40 busiest threads.
 
 When the process exits, the screen is given back, its last numbers are
@@ -431,7 +431,7 @@ fn main() -> ExitCode {
             allow_non_loopback,
             perfetto,
             allow_partial,
-        } => match duration::whole_seconds(every, "--interval", 1, 3600) {
+        } => match duration::whole_seconds(every, "--every", 1, 3600) {
             Err(e) => Err(e.into()),
             Ok(every) => match single_pid(&selection) {
                 Some(pid) => watch::run(&watch::Options {
@@ -465,19 +465,19 @@ fn main() -> ExitCode {
         },
         Command::Top {
             pid,
-            interval,
+            every,
             seconds,
             kernel,
         } => top::run(&top::Options {
             pid,
-            interval,
+            every,
             seconds,
             kernel: kernel.choice(),
         }),
         Command::Record {
             selection,
             seconds,
-            interval,
+            period,
             output,
             allow_partial,
             kernel,
@@ -485,7 +485,7 @@ fn main() -> ExitCode {
         } => record::record(&record::RecordOptions {
             selection,
             duration: seconds,
-            interval,
+            period,
             output,
             kernel: kernel.choice(),
             perfetto,
@@ -506,7 +506,7 @@ fn main() -> ExitCode {
                 control_load: a.control_load.unwrap_or_else(|| both.clone()),
                 variant_load: a.variant_load.unwrap_or(both),
                 runs: a.runs,
-                interval: a.interval,
+                period: a.period,
                 settle: a.settle,
                 ready_timeout: a.ready_timeout,
                 load_timeout: a.load_timeout,

@@ -33,7 +33,7 @@ impl Endpoint {
         Ok(self.exporter.spawn_updater(sampler.clone())?)
     }
 
-    /// Per-process exposition: updates it every sampling interval from
+    /// Per-process exposition: updates it every sampling period from
     /// the samplers in `set` (one per watched process; the watcher keeps
     /// it current), until the returned guard is dropped. A process taken
     /// out of the set has its series removed at the next update.

@@ -13,8 +13,8 @@ use wakemeter::{KernelSource, Sampler, SamplerBuilder, Target, Thresholds};
 use crate::print;
 use crate::target::{self, Liveness, Resolved};
 
-/// The sampler's interval: one snapshot a second. `watch --every` and
-/// `top --interval` are whole seconds, so every report and refresh ends
+/// The sampling period: one snapshot a second. `watch --every` and
+/// `top --every` are whole seconds, so every report and refresh ends
 /// on a snapshot. Sampling faster would cost more without showing more
 /// (at 1,000 threads, two samples a second cost 0.57–0.65% of a core
 /// against 0.27% for one), and the target's exit is still noticed within

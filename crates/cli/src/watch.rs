@@ -1,12 +1,12 @@
 //! `wakemeter watch --pid`: the sidecar use.
 //!
-//! Reports come every `--interval` seconds and once more at the `--seconds`
+//! Reports come every `--every` seconds and once more at the `--seconds`
 //! deadline. The watcher has no clock of its own: it wakes when the
 //! sampler stores a snapshot (`wait_for_sample`, every [`SAMPLE_EVERY`]),
-//! reports on every `--interval`th snapshot and on the deadline's, and then
+//! reports on every `--every`th snapshot and on the deadline's, and then
 //! checks that the target still exists, so it stops at the deadline and
-//! within about a sampling interval of the target's exit, whatever
-//! `--interval` is. When the target has gone, sampling
+//! within about a sampling period of the target's exit, whatever
+//! `--every` is. When the target has gone, sampling
 //! is stopped first and one final report is printed (its `stats.running` is
 //! false), then "target exited" on stderr.
 

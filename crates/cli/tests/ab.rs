@@ -31,7 +31,7 @@ fn ab_starts_each_side_records_the_load_window_and_compares() {
     let r = run(
         bin()
             .args(["ab", "--name", &name, "--runs", "2", "--no-ebpf", "--json"])
-            .args(["--interval", "200ms", "--settle", "300ms", "--load", &load])
+            .args(["--period", "200ms", "--settle", "300ms", "--load", &load])
             .args(["--control", &format!("exec {exe} 60")])
             // The variant has a second process (a "proxy") of the same name.
             .args(["--variant", &format!("{exe} 61 & exec {exe} 60")])

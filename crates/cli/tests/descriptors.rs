@@ -197,7 +197,7 @@ fn record(flock: &Flock, out: &Path, extra: &[&str]) -> common::Run {
         &flock.name,
         "--seconds",
         "3",
-        "--interval",
+        "--period",
         "0.5",
         "--no-ebpf",
         "-o",

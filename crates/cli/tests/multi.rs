@@ -10,10 +10,11 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Sleeper, bin, run};
+use wakemeter_testkit::Running;
 
 /// A bound on waits and runs that only a hang reaches (a loaded machine
 /// is slow, never wrong).
@@ -40,15 +41,6 @@ fn named_sleep(name: &str) -> PathBuf {
         std::fs::copy("/bin/sleep", &path).unwrap();
     }
     path
-}
-
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -79,7 +71,7 @@ fn repeated_pids_give_one_report_line_per_process() {
 fn a_name_follows_a_restart() {
     let name = format!("wmrst{}", std::process::id() % 100_000);
     let exe = named_sleep(&name);
-    let first = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let first = Running(Command::new(&exe).arg("60").spawn().unwrap());
     let first_pid = first.0.id();
     let watcher = bin()
         .args(["watch", "--name", &name, "--every", "1", "--seconds", "8"])
@@ -92,7 +84,7 @@ fn a_name_follows_a_restart() {
     // Let it watch the first one, then restart: kill it, start another.
     std::thread::sleep(Duration::from_secs(2));
     drop(first);
-    let second = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let second = Running(Command::new(&exe).arg("60").spawn().unwrap());
     let second_pid = second.0.id();
     let started = Instant::now();
     let out = watcher.wait_with_output().unwrap();
@@ -122,8 +114,8 @@ fn a_name_follows_a_restart() {
 fn the_cap_names_what_it_leaves_out() {
     let name = format!("wmcap{}", std::process::id() % 100_000);
     let exe = named_sleep(&name);
-    let kids: Vec<Reaped> = (0..3)
-        .map(|_| Reaped(Command::new(&exe).arg("60").spawn().unwrap()))
+    let kids: Vec<Running> = (0..3)
+        .map(|_| Running(Command::new(&exe).arg("60").spawn().unwrap()))
         .collect();
     let mut pids: Vec<u32> = kids.iter().map(|k| k.0.id()).collect();
     pids.sort_unstable();
@@ -258,10 +250,10 @@ fn scrape_until(addr: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
 fn listen_labels_each_process_and_follows_a_restart() {
     let name = format!("wmprm{}", std::process::id() % 100_000);
     let exe = named_sleep(&name);
-    let first = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
-    let other = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let first = Running(Command::new(&exe).arg("60").spawn().unwrap());
+    let other = Running(Command::new(&exe).arg("60").spawn().unwrap());
     let (first_pid, other_pid) = (first.0.id(), other.0.id());
-    let mut watcher = Reaped(
+    let mut watcher = Running(
         bin()
             .args(["watch", "--name", &name, "--every", "1", "--seconds", "30"])
             .args(["--json", "--no-ebpf", "--listen", "127.0.0.1:0"])
@@ -310,7 +302,7 @@ fn listen_labels_each_process_and_follows_a_restart() {
     // A restart: the first exits and another of the name starts. The new
     // PID appears, the old one's series are removed, the other stays.
     drop(first);
-    let second = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let second = Running(Command::new(&exe).arg("60").spawn().unwrap());
     let second_pid = second.0.id();
     let body = scrape_until(&addr, "followed the restart", |b| {
         b.contains(&threads(second_pid)) && !b.contains(&format!("pid=\"{first_pid}\""))

@@ -110,7 +110,7 @@ fn record_traces_every_process_and_ctrl_c_finishes_the_file() {
             "--pid",
             &b.pid().to_string(),
         ])
-        .args(["--seconds", "60", "--interval", "0.2", "--no-ebpf", "-o"])
+        .args(["--seconds", "60", "--period", "0.2", "--no-ebpf", "-o"])
         .arg(d.join("r.ndjson"))
         .arg("--perfetto")
         .arg(&path)

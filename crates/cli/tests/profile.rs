@@ -26,16 +26,12 @@ fn busy_poller() -> Child {
     let exe = BUILT.get_or_init(|| {
         let src =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../profile/tests/programs/busypoll.c");
-        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("busypoll-cli");
-        let built = Command::new("cc")
-            .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .arg("-lpthread")
-            .status()
-            .unwrap();
-        assert!(built.success(), "cc busypoll.c");
-        exe
+        wakemeter_testkit::build_c(
+            &src,
+            Path::new(env!("CARGO_TARGET_TMPDIR")),
+            "busypoll-cli",
+            &["-g", "-O1", "-fno-omit-frame-pointer"],
+        )
     });
     let mut child = Command::new(exe)
         .arg("60")

@@ -31,7 +31,7 @@ fn record(pid: u32, out: &Path) -> common::Run {
                 &pid.to_string(),
                 "--seconds",
                 "1",
-                "--interval",
+                "--period",
                 "0.2",
                 "--no-ebpf",
                 "-o",
@@ -318,7 +318,7 @@ fn several_processes_are_one_file_of_sections_that_diff_pairs_by_name() {
         let r = run(
             bin()
                 .args(["record", "--pid", &p.pid(), "--pid", &a.pid()])
-                .args(["--seconds", "1", "--interval", "0.2", "--no-ebpf", "-o"])
+                .args(["--seconds", "1", "--period", "0.2", "--no-ebpf", "-o"])
                 .arg(out),
             LIMIT,
         );

@@ -32,7 +32,7 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
 fn record_cmd(pid: u32, seconds: &str, out: &Path) -> Command {
     let mut c = bin();
     c.args(["record", "--pid", &pid.to_string(), "--seconds", seconds])
-        .args(["--interval", "0.1", "--no-ebpf", "-o"])
+        .args(["--period", "0.1", "--no-ebpf", "-o"])
         .arg(out)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -182,7 +182,7 @@ fn dev_null_stays_a_device_as_root() {
     let s = Sleeper::new("120");
     let script = format!(
         "mount --make-rprivate / && mount --bind {} /dev && exec {} record --pid {} \
-         --seconds 1 --interval 0.2 --no-ebpf -o /dev/null",
+         --seconds 1 --period 0.2 --no-ebpf -o /dev/null",
         scratch.display(),
         env!("CARGO_BIN_EXE_wakemeter"),
         s.pid()
@@ -217,7 +217,7 @@ fn durations_at_and_beyond_their_maxima_are_checked_not_a_panic() {
         vec!["top", "--pid", &pid, "--seconds", huge],
         vec!["record", "--pid", &pid, "--seconds", huge, "-o", out],
         vec!["record", "--pid", &pid, "--seconds", "86401", "-o", out],
-        vec!["record", "--pid", &pid, "--interval", huge, "-o", out],
+        vec!["record", "--pid", &pid, "--period", huge, "-o", out],
         vec!["ab", "--pid", &pid, "--load", "true", "--settle", huge],
         vec![
             "ab",
@@ -307,7 +307,7 @@ fn a_full_disk_keeps_what_was_written_as_root() {
     let w = env!("CARGO_BIN_EXE_wakemeter");
     let script = format!(
         "mount --make-rprivate / && mount -t tmpfs -o size=64k none {m} && \
-         {w} record --pid {pid} --seconds 300 --interval 0.02 --no-ebpf -o {m}/r.ndjson; \
+         {w} record --pid {pid} --seconds 300 --period 0.02 --no-ebpf -o {m}/r.ndjson; \
          echo record=$?; {w} diff {m}/r.ndjson {m}/r.ndjson > /dev/null; echo diff=$?; ls {m}",
         m = mnt.display(),
         pid = s.pid()

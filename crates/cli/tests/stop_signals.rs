@@ -127,6 +127,7 @@ fn record_stops_while_recording_waiting_for_a_fifo_and_with_a_trace() {
             &pid,
             "--seconds",
             "3600",
+            // The old name of `--period`, kept as a hidden alias.
             "--interval",
             "0.1",
         ])
@@ -215,7 +216,7 @@ fn ab_stops_while_waiting_for_its_processes_and_during_the_load() {
     let s = Sleeper::new("600");
     let mut c = bin();
     c.args(["ab", "--pid", &s.pid().to_string(), "--load", "sleep 3600"])
-        .args(["--settle", "0s", "--interval", "0.1", "--no-ebpf", "--dir"])
+        .args(["--settle", "0s", "--period", "0.1", "--no-ebpf", "--dir"])
         .arg(d.join("load"));
     let mut r = start("ab during the load", c, &d);
     r.wait_for("the load", |r| r.said().contains("measuring from now"));
@@ -233,14 +234,7 @@ fn a_load_that_ignores_sigterm_is_killed_after_the_grace_and_sampled_meanwhile()
         .args(["ab", "--pid", &s.pid().to_string()])
         // SIG_IGN is inherited: neither sh nor its sleep ends on SIGTERM.
         .args(["--load", "trap '' TERM; sleep 3600"])
-        .args([
-            "--load-timeout",
-            "2s",
-            "--settle",
-            "0s",
-            "--interval",
-            "0.1",
-        ])
+        .args(["--load-timeout", "2s", "--settle", "0s", "--period", "0.1"])
         .args(["--no-ebpf", "--json", "--dir"])
         .arg(d.join("ab"))
         .stdin(Stdio::null())

@@ -291,7 +291,7 @@ fn cpu_secs(pid: u32, tid: u32) -> f64 {
 #[test]
 fn the_busy_thread_leads_with_the_cpu_proc_measures_and_q_restores_the_terminal() {
     let target = Target::start(SPINNER);
-    let t = Tmux::start(&top_then_status(target.pid, "--no-ebpf --interval 4"));
+    let t = Tmux::start(&top_then_status(target.pid, "--no-ebpf --every 4"));
     let first = t.wait_for("a 4 s interval", |s| s.contains("over 4.0 s"));
     assert_eq!(
         t.display("#{alternate_on}"),
@@ -475,6 +475,7 @@ fn a_bad_interval_is_refused() {
             "top",
             "--pid",
             &std::process::id().to_string(),
+            // The old name of `--every`, kept as a hidden alias.
             "--interval",
             "0.2s",
         ]),
@@ -483,7 +484,7 @@ fn a_bad_interval_is_refused() {
     assert_eq!(r.code, Some(2), "{}", r.said());
     assert!(
         r.stderr()
-            .contains("--interval must be between 1 and 60 seconds, whole"),
+            .contains("--every must be between 1 and 60 seconds, whole"),
         "{}",
         r.said()
     );

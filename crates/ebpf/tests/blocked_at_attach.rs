@@ -8,13 +8,14 @@
 // Test helpers outside #[test] functions unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use wakemeter::{KernelSample, KernelSource};
 use wakemeter_ebpf::{EbpfSource, Target};
+use wakemeter_testkit::Running;
 
 /// Body of the helper process (this test binary run again): four threads
 /// that block at once and forever, each in another kind of wait, named
@@ -59,15 +60,6 @@ fn helper_main() {
     thread::sleep(Duration::from_secs(120));
 }
 
-struct Helper(Child);
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The tid of the thread named `name`, once it is blocked (not running).
 fn blocked_thread(pid: u32, name: &str) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -103,7 +95,7 @@ fn off_cpu_of(sample: &KernelSample, tid: u64) -> wakemeter::kernel::OffCpuTime 
 #[test]
 #[ignore = "needs root"]
 fn threads_blocked_since_before_the_attach_have_their_wait_by_cause() {
-    let helper = Helper(
+    let helper = Running(
         Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "helper_main", "--nocapture"])
             .env("WAKEMETER_BLOCKED_HELPER", "1")

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use wakemeter::{KernelSource, KernelSourceError};
 use wakemeter_ebpf::{EbpfSource, Target};
+use wakemeter_testkit::Running;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -114,16 +115,6 @@ fn helper(kind: &str) -> Command {
     c
 }
 
-/// A helper that is killed and reaped when dropped.
-struct Helper(Child);
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn tids_of(pid: u32) -> HashSet<u64> {
     fs::read_dir(format!("/proc/{pid}/task"))
         .map(|d| {
@@ -172,8 +163,8 @@ fn read_until_switches(source: &mut EbpfSource, switches: u64) -> wakemeter::Ker
 fn many_processes_share_one_program_set() {
     let _g = serial();
     const N: usize = 8;
-    let helpers: Vec<Helper> = (0..N)
-        .map(|_| Helper(helper("sleep").spawn().unwrap()))
+    let helpers: Vec<Running> = (0..N)
+        .map(|_| Running(helper("sleep").spawn().unwrap()))
         .collect();
     let pids: Vec<u32> = helpers.iter().map(|h| h.0.id()).collect();
     let programs_before = program_ids();
@@ -245,7 +236,7 @@ fn many_processes_share_one_program_set() {
 
 /// Kills `child`, reaps it, and starts helpers until one gets its pid back
 /// (the id the next fork gets is `ns_last_pid` + 1).
-fn reuse_pid(mut child: Child) -> Helper {
+fn reuse_pid(mut child: Child) -> Running {
     let pid = child.id();
     child.kill().unwrap();
     child.wait().unwrap();
@@ -253,9 +244,9 @@ fn reuse_pid(mut child: Child) -> Helper {
         fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1)).unwrap();
         let next = helper("sleep").spawn().unwrap();
         if next.id() == pid {
-            return Helper(next);
+            return Running(next);
         }
-        drop(Helper(next));
+        drop(Running(next));
     }
     panic!("could not get pid {pid} again through ns_last_pid");
 }
@@ -264,7 +255,7 @@ fn reuse_pid(mut child: Child) -> Helper {
 #[ignore = "needs root"]
 fn a_reused_pid_is_never_counted_as_the_exited_target() {
     let _g = serial();
-    let other = Helper(helper("sleep").spawn().unwrap());
+    let other = Running(helper("sleep").spawn().unwrap());
     let first = helper("sleep").spawn().unwrap();
     let pid = first.id();
     let mut watcher_of_other = attach_pid(other.0.id());

@@ -21,7 +21,7 @@ pub enum PanicSite {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ModuleConfig {
-    /// Sampling interval (`"interval_ms"`, milliseconds). Default 1000.
+    /// Sampling period (`"interval_ms"`, milliseconds). Default 1000.
     pub interval: Duration,
     /// Snapshots kept (`"history"`). Default: the core's
     /// ([`wakemeter::config::DEFAULT_HISTORY`]).

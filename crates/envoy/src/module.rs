@@ -46,7 +46,7 @@ pub struct Dispatcher {
     pub tid: u64,
 }
 
-/// A dispatcher's figures over the newest sampling interval.
+/// A dispatcher's figures over the newest sampling period.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DispatcherFigures {
     /// CPU, percent of one core.

@@ -10,7 +10,7 @@ use crate::module::{Dispatcher, DispatcherFigures};
 /// What the admin page shows besides the report.
 #[derive(Debug, Clone, Default)]
 pub struct PageContext {
-    /// Sampling interval, milliseconds.
+    /// Sampling period, milliseconds.
     pub interval_ms: u64,
     /// Whether the module's eBPF view is attached.
     pub ebpf: bool,

@@ -13,7 +13,7 @@ pub struct PerfettoTraceStatus {
     pub path: String,
     /// Bytes in the file, all of them whole records.
     pub bytes_written: u64,
-    /// Sampling intervals written.
+    /// Sampling periods written.
     pub intervals: u64,
     /// Finding slices begun.
     pub findings: u64,

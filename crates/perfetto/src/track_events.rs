@@ -142,7 +142,7 @@ pub struct TrackEventStatus {
     /// Whether the emitter follows the sampler now: a session records the
     /// category (from the first snapshot stored once it began).
     pub recording: bool,
-    /// Sampling intervals emitted (into one session or more).
+    /// Sampling periods emitted (into one session or more).
     pub intervals: u64,
     /// Encoders started: one per session, and one more each time a
     /// session's incremental state was cleared.

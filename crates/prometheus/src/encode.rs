@@ -10,8 +10,6 @@ use std::fmt;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Unit;
 use wakemeter::{FindingKind, Severity};
 
 use crate::groups::{Groups, Totals};
@@ -19,6 +17,13 @@ use crate::names::OTHER;
 use crate::names::label_value;
 use crate::state::{ExporterConfig, ServerStats, State};
 use crate::totals::{KERNEL_COUNTS, LoopTotals, OFF_CPU_CAUSES, SleepTotals, ThreadTotals};
+
+#[path = "families.rs"]
+mod families;
+use families::{
+    Base, EXPORTER_SERIES, FAMILIES, Family, LOOP_SERIES, Rows, SLEEP_SERIES, Type, When, applies,
+    process_series, thread_series,
+};
 
 /// Smallest finite histogram bound: `2^10` ns (about 1 µs); faster
 /// observations all fall in this first bucket.
@@ -184,17 +189,6 @@ impl Exposed {
                 .into_iter()
                 .map(|(n, t, _)| (n, t))
                 .collect();
-            // info, process (cpu, rss, threads, peak rss), sampler (cpu,
-            // samples, history), findings.
-            let fixed = 1 + 3 + usize::from(s.peak_rss_bytes.is_some()) + 3 + findings.len();
-            if fixed > left {
-                dropped += (fixed
-                    + threads.len() * thread_cost
-                    + loops.len() * LOOP_SERIES
-                    + sleeps.len() * SLEEP_SERIES) as u64;
-                continue;
-            }
-            left -= fixed;
             let labels = if config.per_process {
                 vec![
                     ("pid", s.target.pid.to_string()),
@@ -203,7 +197,7 @@ impl Exposed {
             } else {
                 Vec::new()
             };
-            parts.push(Part {
+            let part = Part {
                 labels,
                 target_pid: s.target.pid.to_string(),
                 target_name: label_value(&s.target.name),
@@ -220,7 +214,17 @@ impl Exposed {
                 sampler_cpu_ns: s.sampler_cpu_ns,
                 samples: s.samples,
                 history_bytes: s.history_bytes,
-            });
+            };
+            let fixed = process_series(&part);
+            if fixed > left {
+                dropped += (fixed
+                    + threads.len() * thread_cost
+                    + loops.len() * LOOP_SERIES
+                    + sleeps.len() * SLEEP_SERIES) as u64;
+                continue;
+            }
+            left -= fixed;
+            parts.push(part);
             thread_lists.push(threads);
             loop_lists.push(loops);
             sleep_lists.push(sleeps);
@@ -269,29 +273,17 @@ impl Exposed {
     }
 }
 
-/// Series of one thread group: CPU, run-queue wait, members; switches
-/// when counted; with eBPF, wakes, off-CPU time by cause and the
-/// [`KERNEL_COUNTS`].
-fn thread_series(switches: bool, kernel: bool) -> usize {
-    let ebpf = 1 + OFF_CPU_CAUSES.len() + KERNEL_COUNTS.len();
-    3 + usize::from(switches) + if kernel { ebpf } else { 0 }
-}
-
-/// The exporter's own series: its series count, series dropped, and
-/// the four HTTP counters.
-const EXPORTER_SERIES: usize = 2 + 4;
-
-/// Series of one loop group: four counters, two times, a histogram.
-const LOOP_SERIES: usize = 6 + HISTOGRAM_SERIES;
-/// Series of one sleep-site group: calls, three times, a histogram.
-const SLEEP_SERIES: usize = 4 + HISTOGRAM_SERIES;
-
 type Labels = Vec<(&'static str, String)>;
 
 /// One family: its descriptor, then one sample (or histogram) per row.
 fn family<V>(
     enc: &mut DescriptorEncoder,
-    (name, help, unit, ty): (&str, &str, Option<&Unit>, MetricType),
+    (name, help, unit, ty): (
+        &str,
+        &str,
+        Option<&prometheus_client::registry::Unit>,
+        prometheus_client::metrics::MetricType,
+    ),
     rows: &[(Labels, V)],
     write: impl Fn(&mut MetricEncoder, &V) -> fmt::Result,
 ) -> fmt::Result {
@@ -326,9 +318,6 @@ fn histogram(m: &mut MetricEncoder, (log2, sum_ns): &(Vec<u64>, u64)) -> fmt::Re
     m.encode_histogram::<NoLabelSet>(secs(*sum_ns), count, &buckets, None)
 }
 
-const SECONDS: Option<&Unit> = Some(&Unit::Seconds);
-const BYTES: Option<&Unit> = Some(&Unit::Bytes);
-
 /// `base` then `extra`: a process's labels, then the family's own.
 fn with(base: &Labels, extra: &[(&'static str, &String)]) -> Labels {
     let mut l = base.clone();
@@ -345,40 +334,38 @@ impl Exposed {
             .collect()
     }
 
+    /// One row per thread group of the processes `when` holds for.
     fn by_thread(
         &self,
-        f: &dyn Fn(&ThreadTotals) -> u64,
-        when: fn(&Part) -> bool,
+        label: &'static str,
+        when: When,
+        f: impl Fn(&ThreadTotals, u32) -> u64,
     ) -> Vec<(Labels, u64)> {
         self.parts
             .iter()
-            .filter(|p| when(p))
+            .filter(|p| applies(when, p))
             .flat_map(|p| {
                 p.threads
                     .iter()
-                    .map(|(n, t, _)| (with(&p.labels, &[("thread", n)]), f(t)))
+                    .map(|(n, t, m)| (with(&p.labels, &[(label, n)]), f(t, *m)))
             })
             .collect()
     }
 
-    fn by_loop(&self, f: &dyn Fn(&LoopTotals) -> u64) -> Vec<(Labels, u64)> {
+    /// One row per group of `groups(part)` (loops or sleep sites).
+    fn by_group<T, V>(
+        &self,
+        label: &'static str,
+        groups: impl Fn(&Part) -> &Vec<(String, T)>,
+        f: impl Fn(&T) -> V,
+    ) -> Vec<(Labels, V)> {
         self.parts
             .iter()
             .flat_map(|p| {
-                p.loops
+                groups(p)
                     .iter()
-                    .map(|(n, t)| (with(&p.labels, &[("loop", n)]), f(t)))
-            })
-            .collect()
-    }
-
-    fn by_site(&self, f: &dyn Fn(&SleepTotals) -> u64) -> Vec<(Labels, u64)> {
-        self.parts
-            .iter()
-            .flat_map(|p| {
-                p.sleeps
-                    .iter()
-                    .map(|(n, t)| (with(&p.labels, &[("sleep_site", n)]), f(t)))
+                    .map(|(n, t)| (with(&p.labels, &[(label, n)]), f(t)))
+                    .collect::<Vec<_>>()
             })
             .collect()
     }
@@ -386,405 +373,119 @@ impl Exposed {
 
 impl Collector for Exposed {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        use MetricType::{Counter, Gauge, Histogram, Info};
-        let e = &mut enc;
-        let none: Labels = Vec::new();
-        if !self.parts.is_empty() {
-            let mut m = e.encode_descriptor(
-                "wakemeter_target",
-                "The process observed, and the wakemeter version observing it.",
-                None,
-                Info,
-            )?;
-            let version = env!("CARGO_PKG_VERSION").to_string();
-            for p in &self.parts {
-                // Per process, `pid` and `process` are every series' labels;
-                // alone, the info names the process.
-                let info: Labels = if self.per_process {
-                    with(&p.labels, &[("version", &version)])
-                } else {
-                    vec![
-                        ("pid", p.target_pid.clone()),
-                        ("name", p.target_name.clone()),
-                        ("version", version.clone()),
-                    ]
-                };
-                m.encode_info(&info)?;
-            }
+        for fam in FAMILIES {
+            self.encode_family(&mut enc, fam)?;
         }
+        Ok(())
+    }
+}
 
-        family(
-            e,
-            (
-                "wakemeter_process_cpu",
-                "CPU time of the whole process (exited threads included).",
-                SECONDS,
-                Counter,
-            ),
-            &self.per_part(|p| Some(p.process_cpu_ns)),
-            counter_secs,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_process_resident_memory",
-                "Resident set size.",
-                BYTES,
-                Gauge,
-            ),
-            &self.per_part(|p| Some(p.rss_bytes)),
-            gauge_u64,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_process_peak_resident_memory",
-                "Peak resident set size (VmHWM).",
-                BYTES,
-                Gauge,
-            ),
-            &self.per_part(|p| p.peak_rss_bytes),
-            gauge_u64,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_process_threads",
-                "Threads of the process.",
-                None,
-                Gauge,
-            ),
-            &self.per_part(|p| Some(u64::from(p.thread_count))),
-            gauge_u64,
-        )?;
-
-        let all = |_: &Part| true;
-        family(
-            e,
-            (
-                "wakemeter_thread_cpu",
-                "CPU time of the threads of this name (numbers collapsed to {n}; \"other\": threads outside the top N).",
-                SECONDS,
-                Counter,
-            ),
-            &self.by_thread(&|t| t.cpu_ns, all),
-            counter_secs,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_thread_switches",
-                "Context switches (times scheduled onto a CPU) of the threads of this name.",
-                None,
-                Counter,
-            ),
-            &self.by_thread(&|t| t.switches, |p| p.switches),
-            counter_u64,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_thread_run_queue_wait",
-                "Time the threads of this name were runnable but waiting for a CPU.",
-                SECONDS,
-                Counter,
-            ),
-            &self.by_thread(&|t| t.run_queue_wait_ns, all),
-            counter_secs,
-        )?;
-        let members: Vec<(Labels, u64)> = self
-            .parts
-            .iter()
-            .flat_map(|p| {
-                p.threads
+impl Exposed {
+    /// Writes the family `fam` declares (nothing if it has no rows).
+    fn encode_family(&self, e: &mut DescriptorEncoder, fam: &Family) -> fmt::Result {
+        let d = (fam.name, fam.help, fam.base.unit(), fam.ty.metric_type());
+        // Counters in seconds are written from ns; other counters and
+        // gauges as counts.
+        let number = match (fam.ty, fam.base) {
+            (Type::Counter, Base::Seconds) => counter_secs,
+            (Type::Counter, _) => counter_u64,
+            _ => gauge_u64,
+        };
+        let label = fam.labels.first().copied().unwrap_or("");
+        match fam.rows {
+            Rows::Target => self.encode_target(e, fam),
+            Rows::Process(v) => family(e, d, &self.per_part(v), number),
+            Rows::Thread(v, when) => family(e, d, &self.by_thread(label, when, v), number),
+            Rows::ThreadOffCpu => {
+                let cause_label = fam.labels.get(1).copied().unwrap_or("");
+                let rows: Vec<(Labels, u64)> = self
+                    .parts
                     .iter()
-                    .map(|(n, _, m)| (with(&p.labels, &[("thread", n)]), u64::from(*m)))
-            })
-            .collect();
-        family(
-            e,
-            (
-                "wakemeter_thread_group_threads",
-                "Live threads of this name in the latest sample.",
-                None,
-                Gauge,
-            ),
-            &members,
-            gauge_u64,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_thread_wakes",
-                "Times the threads of this name were made runnable (eBPF sched_waking).",
-                None,
-                Counter,
-            ),
-            &self.by_thread(&|t| t.wakes, |p| p.kernel),
-            counter_u64,
-        )?;
-        let off_cpu: Vec<(Labels, u64)> = self
-            .parts
-            .iter()
-            .filter(|p| p.kernel)
-            .flat_map(|p| {
-                p.threads.iter().flat_map(|(n, t, _)| {
-                    OFF_CPU_CAUSES.iter().zip(t.off_cpu_ns).map(|(c, v)| {
-                        let cause = (*c).to_string();
-                        (with(&p.labels, &[("thread", n), ("cause", &cause)]), v)
+                    .filter(|p| p.kernel)
+                    .flat_map(|p| {
+                        p.threads.iter().flat_map(move |(n, t, _)| {
+                            OFF_CPU_CAUSES.iter().zip(t.off_cpu_ns).map(move |(c, v)| {
+                                let cause = (*c).to_string();
+                                (with(&p.labels, &[(label, n), (cause_label, &cause)]), v)
+                            })
+                        })
                     })
-                })
-            })
-            .collect();
-        family(
-            e,
-            (
-                "wakemeter_thread_off_cpu",
-                "Time the threads of this name spent off CPU, by cause (eBPF).",
-                SECONDS,
-                Counter,
-            ),
-            &off_cpu,
-            counter_secs,
-        )?;
-        for (i, (name, help, _)) in KERNEL_COUNTS.iter().enumerate() {
-            family(
-                e,
-                (&format!("wakemeter_thread_{name}"), help, None, Counter),
-                &self.by_thread(&|t| t.kernel.get(i).copied().unwrap_or(0), |p| p.kernel),
-                counter_u64,
-            )?;
-        }
-
-        for (name, help, f) in [
-            (
-                "wakemeter_loop_wakeups",
-                "Returns from the loop's wait.",
-                (|t: &LoopTotals| t.wakeups) as fn(&LoopTotals) -> u64,
-            ),
-            (
-                "wakemeter_loop_idle_wakeups",
-                "Wakeups that found no event.",
-                |t| t.idle_wakeups,
-            ),
-            (
-                "wakemeter_loop_zero_timeout_waits",
-                "Waits with a zero timeout (non-blocking polls).",
-                |t| t.zero_timeout_waits,
-            ),
-            (
-                "wakemeter_loop_events",
-                "Ready events the waits reported.",
-                |t| t.events,
-            ),
-        ] {
-            family(
-                e,
-                (name, help, None, Counter),
-                &self.by_loop(&f),
-                counter_u64,
-            )?;
-        }
-        family(
-            e,
-            (
-                "wakemeter_loop_wait",
-                "Time inside the loop's waits.",
-                SECONDS,
-                Counter,
-            ),
-            &self.by_loop(&|t| t.wait_ns),
-            counter_secs,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_loop_busy",
-                "Time between the loop's waits (doing work).",
-                SECONDS,
-                Counter,
-            ),
-            &self.by_loop(&|t| t.busy_ns),
-            counter_secs,
-        )?;
-        let delays: Vec<(Labels, (Vec<u64>, u64))> = self
-            .parts
-            .iter()
-            .flat_map(|p| {
-                p.loops.iter().map(|(n, t)| {
-                    (
-                        with(&p.labels, &[("loop", n)]),
-                        (t.poll_delay_buckets.clone(), t.poll_delay_ns),
-                    )
-                })
-            })
-            .collect();
-        family(
-            e,
-            (
-                "wakemeter_loop_poll_delay",
-                "How late timed-out waits returned after their timeout (Envoy's poll_delay).",
-                SECONDS,
-                Histogram,
-            ),
-            &delays,
-            histogram,
-        )?;
-
-        family(
-            e,
-            ("wakemeter_sleep_calls", "Completed sleeps.", None, Counter),
-            &self.by_site(&|t| t.calls),
-            counter_u64,
-        )?;
-        for (name, help, f) in [
-            (
-                "wakemeter_sleep_requested",
-                "Sleep time asked for.",
-                (|t: &SleepTotals| t.requested_ns) as fn(&SleepTotals) -> u64,
-            ),
-            (
-                "wakemeter_sleep_actual",
-                "Sleep time got (monotonic clock).",
-                |t| t.actual_ns,
-            ),
-            (
-                "wakemeter_sleep_cpu",
-                "CPU time spent inside the sleep calls.",
-                |t| t.cpu_ns,
-            ),
-        ] {
-            family(
-                e,
-                (name, help, SECONDS, Counter),
-                &self.by_site(&f),
-                counter_secs,
-            )?;
-        }
-        let overs: Vec<(Labels, (Vec<u64>, u64))> = self
-            .parts
-            .iter()
-            .flat_map(|p| {
-                p.sleeps.iter().map(|(n, t)| {
-                    (
-                        with(&p.labels, &[("sleep_site", n)]),
-                        (t.oversleep_buckets.clone(), t.oversleep_ns),
-                    )
-                })
-            })
-            .collect();
-        family(
-            e,
-            (
-                "wakemeter_sleep_oversleep",
-                "Actual minus requested sleep time.",
-                SECONDS,
-                Histogram,
-            ),
-            &overs,
-            histogram,
-        )?;
-
-        let findings: Vec<(Labels, u64)> = self
-            .parts
-            .iter()
-            .flat_map(|p| {
-                p.findings
+                    .collect();
+                family(e, d, &rows, number)
+            }
+            Rows::ThreadKernel => {
+                for (i, (name, help, _)) in KERNEL_COUNTS.iter().enumerate() {
+                    let rows = self.by_thread(label, When::Kernel, |t, _| {
+                        t.kernel.get(i).copied().unwrap_or(0)
+                    });
+                    let name = format!("{}{name}", fam.name);
+                    family(e, (&name, help, d.2, d.3), &rows, number)?;
+                }
+                Ok(())
+            }
+            Rows::Loop(v) => family(e, d, &self.by_group(label, |p| &p.loops, v), number),
+            Rows::LoopHistogram(h) => {
+                let rows = self.by_group(
+                    label,
+                    |p| &p.loops,
+                    |t| {
+                        let (b, sum) = h(t);
+                        (b.to_vec(), sum)
+                    },
+                );
+                family(e, d, &rows, histogram)
+            }
+            Rows::Site(v) => family(e, d, &self.by_group(label, |p| &p.sleeps, v), number),
+            Rows::SiteHistogram(h) => {
+                let rows = self.by_group(
+                    label,
+                    |p| &p.sleeps,
+                    |t| {
+                        let (b, sum) = h(t);
+                        (b.to_vec(), sum)
+                    },
+                );
+                family(e, d, &rows, histogram)
+            }
+            Rows::Findings => {
+                let severity = fam.labels.get(1).copied().unwrap_or("");
+                let rows: Vec<(Labels, u64)> = self
+                    .parts
                     .iter()
-                    .map(|((k, s), n)| (with(&p.labels, &[("kind", k), ("severity", s)]), *n))
-            })
-            .collect();
-        family(
-            e,
-            (
-                "wakemeter_findings",
-                "Current findings by kind and severity (over each rule's window).",
-                None,
-                Gauge,
-            ),
-            &findings,
-            gauge_u64,
-        )?;
+                    .flat_map(|p| {
+                        p.findings.iter().map(move |((k, s), n)| {
+                            (with(&p.labels, &[(label, k), (severity, s)]), *n)
+                        })
+                    })
+                    .collect();
+                family(e, d, &rows, number)
+            }
+            Rows::Exporter(v) => family(e, d, &[(Vec::new(), v(self))], number),
+        }
+    }
 
-        family(
-            e,
-            (
-                "wakemeter_sampler_cpu",
-                "CPU time wakemeter spent sampling, diagnosing and exporting: the overhead paid.",
-                SECONDS,
-                Counter,
-            ),
-            &self.per_part(|p| Some(p.sampler_cpu_ns)),
-            counter_secs,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_sampler_samples",
-                "Snapshots taken.",
-                None,
-                Counter,
-            ),
-            &self.per_part(|p| Some(p.samples)),
-            counter_u64,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_sampler_history",
-                "Memory the sampler's history holds.",
-                BYTES,
-                Gauge,
-            ),
-            &self.per_part(|p| Some(p.history_bytes)),
-            gauge_u64,
-        )?;
-        let one = |v: u64| vec![(none.clone(), v)];
-        family(
-            e,
-            (
-                "wakemeter_exporter_series",
-                "Series in this exposition (at most the configured cap).",
-                None,
-                Gauge,
-            ),
-            &one(self.series as u64),
-            gauge_u64,
-        )?;
-        family(
-            e,
-            (
-                "wakemeter_exporter_dropped_series",
-                "Series left out of expositions because of the series cap, summed over every exposition built.",
-                None,
-                Counter,
-            ),
-            &one(self.dropped_total),
-            counter_u64,
-        )?;
-        for (name, help, v) in [
-            (
-                "wakemeter_exporter_http_connections",
-                "Connections the metrics endpoint accepted.",
-                self.http.connections,
-            ),
-            (
-                "wakemeter_exporter_http_shed_connections",
-                "Connections closed to keep the endpoint within its cap on open connections (the oldest one still waiting for its request goes first).",
-                self.http.shed,
-            ),
-            (
-                "wakemeter_exporter_http_timeouts",
-                "Connections closed because their request and answer took longer than the endpoint's deadline.",
-                self.http.timeouts,
-            ),
-            (
-                "wakemeter_exporter_http_accept_errors",
-                "Accepts that failed for lack of file descriptors or memory, each followed by a pause of accepting (up to 1 s).",
-                self.http.accept_errors,
-            ),
-        ] {
-            family(e, (name, help, None, Counter), &one(v), counter_u64)?;
+    /// The info family: the process observed and the version observing it.
+    fn encode_target(&self, e: &mut DescriptorEncoder, fam: &Family) -> fmt::Result {
+        if self.parts.is_empty() {
+            return Ok(());
+        }
+        let mut m =
+            e.encode_descriptor(fam.name, fam.help, fam.base.unit(), fam.ty.metric_type())?;
+        let version = env!("CARGO_PKG_VERSION").to_string();
+        let label = fam.labels.first().copied().unwrap_or("version");
+        for p in &self.parts {
+            // Per process, `pid` and `process` are every series' labels;
+            // alone, the info names the process.
+            let info: Labels = if self.per_process {
+                with(&p.labels, &[(label, &version)])
+            } else {
+                vec![
+                    ("pid", p.target_pid.clone()),
+                    ("name", p.target_name.clone()),
+                    (label, version.clone()),
+                ]
+            };
+            m.encode_info(&info)?;
         }
         Ok(())
     }

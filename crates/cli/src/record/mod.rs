@@ -2,7 +2,7 @@
 //! `wakemeter diff` (`crate::diff`).
 //!
 //! A recording is NDJSON: a [`RecordingHeader`] per process (written with
-//! its first interval), one [`IntervalSummary`] per sampling interval of
+//! its first interval), one [`IntervalSummary`] per sampling period of
 //! each process, tagged with its PID (so that the processes' lines can
 //! interleave as they are taken), and an end record ([`RecordingEnd`]).
 //! Each line is written whole, with one `write`, when its interval is
@@ -48,7 +48,8 @@ pub struct RecordOptions {
     /// How long to record, counted from the moment every selected process
     /// is measured (after the eBPF attach).
     pub duration: Duration,
-    pub interval: Duration,
+    /// Sampling period (`--period`).
+    pub period: Duration,
     pub output: PathBuf,
     pub kernel: crate::kernel::Choice,
     /// `--perfetto FILE`: the recorded processes in one trace too.
@@ -69,8 +70,8 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
         )
         .into());
     }
-    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&o.interval) {
-        return Err("--interval must be between 0.01 and 60 seconds".into());
+    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&o.period) {
+        return Err("--period must be between 0.01 and 60 seconds".into());
     }
     let sel = &o.selection;
     // Every bad input is found here, before any file is created.
@@ -90,7 +91,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
     let mut last_dropped: Vec<u32> = Vec::new();
     let mut left_out = LeftOut::default();
     let first = sel.resolve_capped("recording", &mut last_dropped)?;
-    let sections = prepare_all(first, o.interval, o.kernel, |_| None, &mut left_out, &stop);
+    let sections = prepare_all(first, o.period, o.kernel, |_| None, &mut left_out, &stop);
     let mut rec = Recorder::start_traced(out, sections, trace);
     // The window opens when every selected process is measured.
     let deadline = Instant::now()
@@ -98,8 +99,8 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
         .ok_or("--seconds is too large")?;
     // Looks at the samplers twice an interval (within 5 ms to 100 ms: the
     // stop flag is looked at as often).
-    let step = (o.interval / 2).clamp(Duration::from_millis(5), crate::signals::STOP_POLL);
-    let resolve_every = o.interval.max(Duration::from_secs(1));
+    let step = (o.period / 2).clamp(Duration::from_millis(5), crate::signals::STOP_POLL);
+    let resolve_every = o.period.max(Duration::from_secs(1));
     let mut next_resolve = Instant::now() + resolve_every;
     let reason = loop {
         if stop.load(Ordering::Relaxed) {
@@ -113,7 +114,7 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
             next_resolve = now + resolve_every;
             let kept = sel.resolve_capped("recording", &mut last_dropped)?;
             let new: Vec<u32> = kept.into_iter().filter(|p| !rec.has(*p)).collect();
-            for s in prepare_all(new, o.interval, o.kernel, |_| None, &mut left_out, &stop) {
+            for s in prepare_all(new, o.period, o.kernel, |_| None, &mut left_out, &stop) {
                 if many {
                     print::note(&format!("wakemeter: recording {}", s.label()));
                 }

@@ -100,7 +100,7 @@ impl Section {
         Ok(())
     }
 
-    /// Writes one line per sampling interval stored since the last call
+    /// Writes one line per sampling period stored since the last call
     /// (the header before the first).
     pub(super) fn write_new(&mut self, out: &mut Output) -> Result<u64, Box<dyn Error>> {
         let Some(newest) = self.sampler.stats().total_samples.checked_sub(1) else {

@@ -1,5 +1,5 @@
 //! `wakemeter top --pid P`: a live view of a process, refreshed every
-//! `--interval`, threads sorted by CPU (or switches, wakes, run-queue
+//! `--every`, threads sorted by CPU (or switches, wakes, run-queue
 //! wait), with the kernel view, probes and current findings.
 //!
 //! It samples as `watch` does (`crate::session`: the same target
@@ -11,7 +11,7 @@
 //! a timer of its own.
 //!
 //! When stdout is not a terminal (or `TERM=dumb`), it prints the same
-//! screen as plain text, one frame per interval, [`PLAIN_WIDTH`] columns
+//! screen as plain text, one frame per report period, [`PLAIN_WIDTH`] columns
 //! wide with the [`PLAIN_THREADS`] busiest threads.
 //!
 //! The terminal is always given back as it was (raw mode off, the
@@ -52,14 +52,14 @@ pub struct Options {
     /// The process (or one of its threads) to watch.
     pub pid: u32,
     /// Time between refreshes.
-    pub interval: Duration,
+    pub every: Duration,
     /// Stop after this long.
     pub seconds: Option<Duration>,
     /// Which kernel view to attach (`--no-ebpf`, `--no-syscall-hook`).
     pub kernel: kernel::Choice,
 }
 
-/// Accepted refresh intervals.
+/// Accepted report periods (`--every`).
 const INTERVALS: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(60);
 
@@ -99,8 +99,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     // voluntary/involuntary split of switches, one in every
     // [`session::SWITCH_SPLIT_EVERY`] (a second apart).
     crate::duration::whole_seconds(
-        o.interval,
-        "--interval",
+        o.every,
+        "--every",
         INTERVALS.start().as_secs(),
         INTERVALS.end().as_secs(),
     )?;
@@ -115,7 +115,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         Ok(src) => (Some(src), Kernel::Attached),
         Err(why) => (None, Kernel::Missing(why)),
     };
-    let sampler = match session::sampler(pid, o.interval, DEFAULT_REPORT_THREADS, source) {
+    let sampler = match session::sampler(pid, o.every, DEFAULT_REPORT_THREADS, source) {
         Ok(s) => s,
         Err(e) => return crate::watch::exited_while_starting(pid, &target.name, e.into()),
     };
@@ -269,14 +269,14 @@ struct Top<'a> {
 
 impl Top<'_> {
     /// Shows the numbers up to snapshot `seq` (one with the switch split):
-    /// the table over the last `--interval` before it, the findings and
+    /// the table over the last `--every` before it, the findings and
     /// warnings as `watch` reports them.
     fn refresh(&mut self, seq: u64) {
-        let samples = session::samples_in(self.o.interval);
+        let samples = session::samples_in(self.o.every);
         let interval = self
             .sampler
             .interval_between(seq.saturating_sub(samples), seq)
-            .or_else(|| self.sampler.interval_over(self.o.interval));
+            .or_else(|| self.sampler.interval_over(self.o.every));
         self.measured |= interval.is_some();
         self.data = Data {
             report: self.sampler.report(),
@@ -291,7 +291,7 @@ impl Top<'_> {
             self.target.pid,
             &self.target.name,
             self.start.elapsed(),
-            self.o.interval,
+            self.o.every,
             &self.kernel,
             &data.report,
             data.interval.as_ref(),
@@ -416,7 +416,7 @@ impl Top<'_> {
                         if now + SAMPLE_EVERY / 2 >= next_refresh && Some(seq) != self.data.seq {
                             self.refresh(seq);
                             if self.data.interval.is_some() {
-                                next_refresh = now + self.o.interval;
+                                next_refresh = now + self.o.every;
                                 if screen.is_none() {
                                     self.print_frame()?;
                                 }

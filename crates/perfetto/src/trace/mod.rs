@@ -148,7 +148,7 @@ pub struct TraceStatus {
     /// Bytes of whole records taken and held in memory, written with the
     /// next write; what a crash would lose.
     pub bytes_buffered: u64,
-    /// Sampling intervals taken, in the file or buffered; a failed write
+    /// Sampling periods taken, in the file or buffered; a failed write
     /// takes back those it carried.
     pub intervals: u64,
     /// Finding slices begun, in the file or buffered (as `intervals`).

@@ -297,7 +297,7 @@ pub struct AutoProfilerStats {
 /// Captures profiles when findings fire or CPU thresholds are crossed
 /// (module docs: which profile for which finding, bounds). Dropping it
 /// stops its thread (a capture in progress is abandoned) and waits for it:
-/// within a sampling interval, or 0.5 s when the sampler
+/// within a sampling period, or 0.5 s when the sampler
 /// stores nothing. Kept captures live as long as it; their files stay on
 /// disk.
 ///

@@ -3,7 +3,7 @@
 //! spread so that noise is not mistaken for a change.
 //!
 //! A recording is a [`RecordingHeader`] (what, how, with which library)
-//! and one [`IntervalSummary`] per sampling interval: an [`Interval`] with
+//! and one [`IntervalSummary`] per sampling period: an [`Interval`] with
 //! its threads folded into groups by name (numbers collapsed), so its size
 //! is bounded by the number of groups kept, not by the thread count.
 //! A recording may also hold a [`LoadRecord`] (what the load tool said:
@@ -342,7 +342,7 @@ impl RecordingEnd {
 pub enum RecordLine {
     /// The first line.
     Header(RecordingHeader),
-    /// One sampling interval of a process.
+    /// One sampling period of a process.
     Interval(IntervalSummary),
     /// What the load tool said (`wakemeter ab`).
     Load(LoadRecord),

@@ -40,7 +40,7 @@ pub const MIN_HISTORY_BUDGET_BYTES: u64 = 64 * 1024;
 /// hand to one sampler's history; longer or wider histories belong in a
 /// recording, `wakemeter record`).
 pub const MAX_HISTORY_BUDGET_BYTES: u64 = 1024 * 1024 * 1024;
-/// Shortest accepted background interval.
+/// Shortest accepted sampling period ([`SamplerConfig::interval`]).
 pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 /// Longest accepted thread name, in bytes (Linux's `comm` limit).
 pub const MAX_THREAD_NAME_BYTES: usize = 15;
@@ -54,7 +54,9 @@ pub const DEFAULT_REPORT_THREADS: u32 = 64;
 #[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
 #[non_exhaustive]
 pub struct SamplerConfig {
-    /// Time between background samples (at least [`MIN_INTERVAL`]). Default 1 s.
+    /// The sampling period: time between background samples (at least
+    /// [`MIN_INTERVAL`]). Default 1 s. (Named `interval` in the records and
+    /// the bindings; an [`Interval`](crate::Interval) is what changed between two snapshots.)
     pub interval: Duration,
     /// Snapshots kept in history (1 to [`MAX_HISTORY`]). Default 300.
     /// The history also stays within [`SamplerConfig::history_budget_bytes`]:

@@ -340,7 +340,7 @@ impl Sampler {
         self.inner.config.target
     }
 
-    /// The configured background interval.
+    /// The sampling period, [`SamplerConfig::interval`](crate::SamplerConfig::interval).
     pub fn interval(&self) -> Duration {
         self.inner.config.interval
     }

@@ -2332,7 +2332,7 @@ public struct PerfettoTraceStatus: Equatable, Hashable {
      */
     public let bytesWritten: UInt64
     /**
-     * Sampling intervals written.
+     * Sampling periods written.
      */
     public let intervals: UInt64
     /**
@@ -2356,7 +2356,7 @@ public struct PerfettoTraceStatus: Equatable, Hashable {
          * Bytes in the file, all of them whole records.
          */bytesWritten: UInt64, 
         /**
-         * Sampling intervals written.
+         * Sampling periods written.
          */intervals: UInt64, 
         /**
          * Finding slices begun.

@@ -2914,7 +2914,9 @@ public func FfiConverterTypeReport_lower(_ value: Report) -> RustBuffer {
  */
 public struct SamplerConfig: Equatable, Hashable {
     /**
-     * Time between background samples (at least [`MIN_INTERVAL`]). Default 1 s.
+     * The sampling period: time between background samples (at least
+     * [`MIN_INTERVAL`]). Default 1 s. (Named `interval` in the records and
+     * the bindings; an [`Interval`](crate::Interval) is what changed between two snapshots.)
      */
     public var interval: TimeInterval
     /**
@@ -2969,7 +2971,9 @@ public struct SamplerConfig: Equatable, Hashable {
     // declare one manually.
     public init(
         /**
-         * Time between background samples (at least [`MIN_INTERVAL`]). Default 1 s.
+         * The sampling period: time between background samples (at least
+         * [`MIN_INTERVAL`]). Default 1 s. (Named `interval` in the records and
+         * the bindings; an [`Interval`](crate::Interval) is what changed between two snapshots.)
          */interval: TimeInterval, 
         /**
          * Snapshots kept in history (1 to [`MAX_HISTORY`]). Default 300.

@@ -91,7 +91,7 @@ fun wakemeter(configure: SamplerSettings.() -> Unit = {}): Sampler {
     return FastSampler(SamplerSettings().apply(configure).toConfig())
 }
 
-/** The configured sampling interval as a Kotlin [Duration]. */
+/** The configured sampling period as a Kotlin [Duration]. */
 val Sampler.interval: Duration get() = config().interval.toKotlinDuration()
 
 /** The interval over the last [window] of history (see [Sampler.intervalOver]). */

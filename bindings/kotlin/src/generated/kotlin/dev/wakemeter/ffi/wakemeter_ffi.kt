@@ -4179,7 +4179,7 @@ data class PerfettoTraceStatus (
     val `bytesWritten`: kotlin.ULong
     , 
     /**
-     * Sampling intervals written.
+     * Sampling periods written.
      */
     val `intervals`: kotlin.ULong
     , 

@@ -2806,7 +2806,9 @@ public object FfiConverterTypeReport: FfiConverterRustBuffer<Report> {
  */
 data class SamplerConfig (
     /**
-     * Time between background samples (at least [`MIN_INTERVAL`]). Default 1 s.
+     * The sampling period: time between background samples (at least
+     * [`MIN_INTERVAL`]). Default 1 s. (Named `interval` in the records and
+     * the bindings; an [`Interval`](crate::Interval) is what changed between two snapshots.)
      */
     val `interval`: java.time.Duration
     , 
