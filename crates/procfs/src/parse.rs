@@ -254,6 +254,125 @@ pub fn cgroup_procs(text: &str) -> impl Iterator<Item = u32> + '_ {
     text.lines().filter_map(|l| l.trim().parse::<u32>().ok())
 }
 
+/// The load of `/proc/loadavg`: the 1-minute load average (runnable plus
+/// uninterruptible tasks, averaged), and the tasks runnable at the moment
+/// of the read (the `4` of `4/321`), including the reader itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadAvg {
+    /// 1-minute load average, in tasks.
+    pub load1: f64,
+    /// Tasks runnable when the file was read.
+    pub runnable: u32,
+    /// Tasks (threads) on the machine when the file was read.
+    pub tasks: u32,
+}
+
+/// Parses `/proc/loadavg` (`0.52 0.58 0.59 4/321 12345`).
+pub fn loadavg(text: &str) -> Option<LoadAvg> {
+    let mut f = text.split_ascii_whitespace();
+    let load1 = f
+        .next()?
+        .parse::<f64>()
+        .ok()
+        .filter(|l| l.is_finite() && *l >= 0.0)?;
+    let (_, _) = (f.next()?, f.next()?);
+    let (runnable, tasks) = f.next()?.split_once('/')?;
+    Some(LoadAvg {
+        load1,
+        runnable: runnable.parse().ok()?,
+        tasks: tasks.parse().ok()?,
+    })
+}
+
+/// The cgroup v2 path of a `/proc/<pid>/cgroup` text: the `0::/path` line
+/// (relative to the v2 mount point, starting with `/`).
+pub fn cgroup_v2_path(text: &str) -> Option<&str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .filter(|p| p.starts_with('/'))
+}
+
+/// The cgroup v1 path of `controller` (`cpu`) in a `/proc/<pid>/cgroup`
+/// text: the `N:cpu,cpuacct:/path` line whose controllers include it.
+pub fn cgroup_v1_path<'a>(text: &'a str, controller: &str) -> Option<&'a str> {
+    text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        (ctrls.split(',').any(|c| c == controller) && path.starts_with('/')).then_some(path)
+    })
+}
+
+/// The mount point of the cgroup v1 hierarchy of `controller` in a
+/// `mounts` text (a `cgroup` filesystem whose options name it).
+pub fn cgroup1_mount_point<'a>(mounts: &'a str, controller: &str) -> Option<&'a str> {
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_ascii_whitespace();
+        let (_, dir, fstype, opts) = (f.next()?, f.next()?, f.next()?, f.next()?);
+        (fstype == "cgroup" && !dir.contains('\\') && opts.split(',').any(|o| o == controller))
+            .then_some(dir)
+    })
+}
+
+/// A cgroup v2 `cpu.max` (`max 100000` or `50000 100000`): the quota in
+/// microseconds per period (`None`: no quota) and the period in
+/// microseconds.
+pub fn cpu_max(text: &str) -> Option<(Option<u64>, u64)> {
+    let mut f = text.split_ascii_whitespace();
+    let quota = match f.next()? {
+        "max" => None,
+        q => Some(q.parse().ok()?),
+    };
+    let period = f.next()?.parse().ok().filter(|p| *p > 0)?;
+    Some((quota, period))
+}
+
+/// The value of `key` in a flat-keyed cgroup file (`cpu.stat`:
+/// `nr_throttled 12`, `throttled_usec 3456`).
+pub fn flat_keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// The number of CPUs in a CPU list (`Cpus_allowed_list:`, the `online`
+/// file: `0-3,8,10-11` is 7); `None` when the text is not a CPU list.
+pub fn cpu_list_len(text: &str) -> Option<u32> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let mut n: u32 = 0;
+    for part in text.split(',') {
+        let count = match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
+                b.checked_sub(a)?.checked_add(1)?
+            }
+            None => {
+                part.parse::<u32>().ok()?;
+                1
+            }
+        };
+        n = n.checked_add(count)?;
+    }
+    Some(n)
+}
+
+/// Whether CPU `cpu` is in a CPU list (`0-3,8`); false when the text is
+/// not a CPU list.
+pub fn cpu_list_contains(text: &str, cpu: u32) -> bool {
+    text.trim().split(',').any(|part| match part.split_once('-') {
+        Some((a, b)) => matches!((a.parse::<u32>(), b.parse::<u32>()), (Ok(a), Ok(b)) if (a..=b).contains(&cpu)),
+        None => part.parse::<u32>() == Ok(cpu),
+    })
+}
+
+/// The CPU a `stat` file's task last ran on (field 39, `processor`).
+pub fn stat_last_cpu(buf: &[u8]) -> Option<u32> {
+    stat_field(buf, 39).and_then(|c| u32::try_from(c).ok())
+}
+
 /// Parses a decimal TID from a directory entry name; `None` for "." and "..".
 pub fn tid_name(name: &[u8]) -> Option<u32> {
     if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {

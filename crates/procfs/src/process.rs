@@ -68,6 +68,15 @@ pub fn comm(process: Process) -> io::Result<Vec<u8>> {
     Ok(raw)
 }
 
+/// The `cgroup` text of `pid` (one `id:controllers:path` line per
+/// hierarchy; `0::/path` for cgroup v2).
+///
+/// # Errors
+/// The read's error.
+pub fn cgroup(pid: u32) -> io::Result<String> {
+    std::fs::read_to_string(Process::Pid(pid).file("cgroup"))
+}
+
 /// The `cmdline` of `pid`, its words joined by spaces (lossy UTF-8).
 ///
 /// # Errors

@@ -61,6 +61,24 @@ pub fn perf_event_paranoid() -> io::Result<String> {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").map(|s| s.trim().to_string())
 }
 
+/// The machine's load: `/proc/loadavg` parsed.
+///
+/// # Errors
+/// The read's error, or `InvalidData` when the text does not parse.
+pub fn loadavg() -> io::Result<crate::parse::LoadAvg> {
+    let text = std::fs::read_to_string("/proc/loadavg")?;
+    crate::parse::loadavg(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, text))
+}
+
+/// The CPUs online on the machine (`/sys/devices/system/cpu/online`), as a
+/// CPU list text (`0-7`), trimmed.
+///
+/// # Errors
+/// The read's error.
+pub fn online_cpus() -> io::Result<String> {
+    std::fs::read_to_string("/sys/devices/system/cpu/online").map(|s| s.trim().to_string())
+}
+
 /// The boot time in Unix seconds (`btime` of `/proc/stat`).
 pub fn boot_time_secs() -> Option<u64> {
     std::fs::read("/proc/stat")
@@ -98,5 +116,16 @@ mod tests {
         assert!(cpuinfo().is_ok_and(|c| c.contains("processor")));
         assert!(perf_event_paranoid().is_ok_and(|p| p.parse::<i32>().is_ok()));
         assert!(proc_pid_namespace().is_some_and(|ino| ino > 0));
+        let load = loadavg().expect("loadavg");
+        // The reading thread itself is runnable.
+        assert!(
+            load.runnable >= 1 && load.tasks >= load.runnable,
+            "{load:?}"
+        );
+        let online = online_cpus().expect("online CPUs");
+        let n = crate::parse::cpu_list_len(&online).expect("a CPU list");
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let conf = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        assert_eq!(i64::from(n), i64::from(conf as i32), "{online}");
     }
 }

@@ -72,10 +72,66 @@ proptest! {
         let _ = pid_namespace_inode(&text);
         let _ = cgroup2_mount_point(&text);
         let _ = cgroup_procs(&text).count();
+        let _ = loadavg(&text);
+        let _ = cgroup_v2_path(&text);
+        let _ = cpu_max(&text);
+        let _ = flat_keyed(&text, &String::from_utf8_lossy(&key));
+        let _ = cpu_list_len(&text);
+        let _ = cpu_list_contains(&text, 3);
+        let _ = stat_last_cpu(&buf);
+        let _ = cgroup_v1_path(&text, "cpu");
+        let _ = cgroup1_mount_point(&text, "cpu");
         prop_assert!(wakemeter_procfs::maps::lines(&text).count() <= text.lines().count());
         let mut out = Vec::new();
         dirent_tids(&buf, &mut out);
         prop_assert!(out.len() <= buf.len() / 19 + 1);
+    }
+
+    #[test]
+    fn loadavg_round_trips(hundredths in 0u32..10_000_000, runnable: u32, tasks: u32, last: u32) {
+        let load = f64::from(hundredths) / 100.0;
+        let text = format!("{load:.2} 0.58 0.59 {runnable}/{tasks} {last}\n");
+        let l = loadavg(&text).expect("the kernel's layout parses");
+        prop_assert!((l.load1 - load).abs() < 1e-9);
+        prop_assert_eq!((l.runnable, l.tasks), (runnable, tasks));
+    }
+
+    #[test]
+    fn cgroup_files_round_trip(
+        path in "(/[a-z0-9._-]{1,12}){0,4}",
+        quota in proptest::option::of(1u64..u64::MAX),
+        period in 1u64..=1_000_000,
+        nr: u64,
+        usec: u64,
+    ) {
+        let path = if path.is_empty() { "/".to_string() } else { path };
+        let text = format!("12:cpuset:/v1\n0::{path}\n");
+        prop_assert_eq!(cgroup_v2_path(&text), Some(path.as_str()));
+        let v1 = format!("4:memory:/m\n2:cpu,cpuacct:{path}\n0::/\n");
+        prop_assert_eq!(cgroup_v1_path(&v1, "cpu"), Some(path.as_str()));
+        prop_assert_eq!(cgroup_v1_path(&v1, "cpuset"), None);
+        let q = quota.map_or_else(|| "max".to_string(), |q| q.to_string());
+        prop_assert_eq!(cpu_max(&format!("{q} {period}\n")), Some((quota, period)));
+        let stat = format!("usage_usec 9\nnr_periods 3\nnr_throttled {nr}\nthrottled_usec {usec}\n");
+        prop_assert_eq!(flat_keyed(&stat, "nr_throttled"), Some(nr));
+        prop_assert_eq!(flat_keyed(&stat, "throttled_usec"), Some(usec));
+        prop_assert_eq!(flat_keyed(&stat, "nr_bursts"), None);
+    }
+
+    #[test]
+    fn cpu_lists_count_their_cpus(ranges in vec((0u32..4096, 0u32..64), 1..8)) {
+        let text: Vec<String> = ranges
+            .iter()
+            .map(|(a, len)| if *len == 0 { a.to_string() } else { format!("{a}-{}", a + len) })
+            .collect();
+        let expected: u32 = ranges.iter().map(|(_, len)| len + 1).sum();
+        let list = format!("{}\n", text.join(","));
+        prop_assert_eq!(cpu_list_len(&list), Some(expected));
+        for (a, len) in &ranges {
+            prop_assert!(cpu_list_contains(&list, *a) && cpu_list_contains(&list, a + len));
+        }
+        let outside = ranges.iter().map(|(a, len)| a + len).max().unwrap_or(0) + 1;
+        prop_assert!(!cpu_list_contains(&list, outside));
     }
 
     #[test]
@@ -147,11 +203,14 @@ proptest! {
             text.extend_from_slice(format!(" {f}").as_bytes());
         }
         text.extend_from_slice(format!(" {utime} {stime}").as_bytes());
-        for f in rest {
+        for f in &rest {
             text.extend_from_slice(format!(" {f}").as_bytes());
         }
         text.push(b'\n');
         prop_assert_eq!(stat_cpu_ticks(&text), Some(utime + stime));
+        // Field 39 (`processor`) is the 24th after stime (field 15).
+        let last_cpu = rest.get(23).and_then(|c| u32::try_from(*c).ok());
+        prop_assert_eq!(stat_last_cpu(&text), last_cpu);
     }
 
     #[test]
@@ -238,6 +297,26 @@ proptest! {
         dirent_tids(&buf[..cut], &mut out);
         prop_assert!(out.len() <= entries.len());
     }
+}
+
+#[test]
+fn cgroup_and_cpu_list_edge_cases() {
+    assert_eq!(cpu_list_len("0"), Some(1));
+    assert_eq!(cpu_list_len("0-1\n"), Some(2));
+    assert_eq!(cpu_list_len(""), None);
+    assert_eq!(cpu_list_len("3-1"), None, "a backwards range");
+    assert_eq!(cpu_list_len("0-x"), None);
+    assert_eq!(cpu_max("max 100000\n"), Some((None, 100_000)));
+    assert_eq!(cpu_max("50000 0"), None, "a zero period");
+    assert_eq!(cgroup_v2_path("0::\n"), None);
+    assert_eq!(loadavg("0.5 0.5 0.5 1/x 9"), None);
+    let mounts = "cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0\n\
+                  cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu,cpuacct 0 0\n";
+    assert_eq!(
+        cgroup1_mount_point(mounts, "cpu"),
+        Some("/sys/fs/cgroup/cpu")
+    );
+    assert_eq!(cgroup1_mount_point(mounts, "memory"), None);
 }
 
 #[test]

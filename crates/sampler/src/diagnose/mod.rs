@@ -22,6 +22,7 @@
 //! them.
 
 mod rules;
+pub(crate) use rules::{competition_is_outside, name_competitors};
 
 use serde::{Deserialize, Serialize};
 

@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::model::{ProcessSample, SampleWarning, Target, ThreadRow};
 
 pub(crate) mod clock;
+pub(crate) mod competition;
 mod identity;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) mod linux;

@@ -108,6 +108,7 @@ impl SamplerBuilder {
                 stored: Condvar::new(),
                 readings: Readings::default(),
                 severities: Mutex::default(),
+                competition: Mutex::default(),
             }),
         })
     }

@@ -76,6 +76,9 @@ struct Inner {
     /// Severities of the last findings of the configured thresholds, for
     /// their hysteresis.
     severities: Mutex<diagnose::SeverityMemory>,
+    /// The previous read of who competes for CPU, which the next one
+    /// differences against.
+    competition: Mutex<platform::competition::CompetitionProbe>,
 }
 
 /// Whether a computed interval is kept for the other followers.
@@ -467,8 +470,16 @@ impl Sampler {
         // The configured thresholds' findings carry hysteresis from one
         // stored snapshot's diagnosis to the next.
         let mut memory = lock(&self.inner.severities);
-        let findings = self.diagnose_in(h, t, tid, window.as_ref(), &mut memory);
+        let mut findings = self.diagnose_in(h, t, tid, window.as_ref(), &mut memory);
         drop(memory);
+        // Who competes is read from the machine, so only when contention
+        // from outside the process was found, once per stored snapshot
+        // (this diagnosis is kept for every reader of it).
+        if findings.iter().any(diagnose::competition_is_outside)
+            && let Some(c) = lock(&self.inner.competition).probe(self.inner.identity.pid)
+        {
+            diagnose::name_competitors(&mut findings, &c);
+        }
         let warnings = window
             .as_ref()
             .map(|i| warnings_in(h, i.from_seq, i.to_seq))

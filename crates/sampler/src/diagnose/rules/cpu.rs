@@ -3,6 +3,7 @@
 use super::{Ctx, FindingKind, Grade, Severity, Subject, number};
 use crate::interval::Interval;
 use crate::model::SystemInfo;
+use crate::platform::competition::Competition;
 
 const RUN_QUEUE_OWN_ADVICE: &str = "The thread is runnable but not running, and this process alone has more \
 runnable threads than the cores it may use: its own threads compete. Size thread pools to the cores the process \
@@ -207,4 +208,112 @@ pub(super) fn cpu_hogs(cx: &mut Ctx<'_>, i: &Interval) {
              backoff or work that could be batched.",
         );
     }
+}
+
+const QUOTA_ADVICE: &str = "A CPU quota throttles the process: its cgroup may use only the CPUs its quota \
+allows (cpu.max; a container's CPU limit), however idle the machine is. Raise the quota to what its threads want, \
+or size its thread pools and work to the quota.";
+
+const AFFINITY_ADVICE: &str = "Its CPU affinity confines it to fewer cores than the machine has, so it queues \
+behind whatever else runs there: widen the affinity (taskset -p -c, the container's cpuset) or move the \
+competitors off those cores.";
+
+const OTHERS_ADVICE: &str = "Other processes take the cores it wants: move the busiest competitors named here \
+elsewhere, lower their priority (nice, a cgroup cpu.weight), or give this process its own cores.";
+
+/// Least CPU of another process, in percent of one core, for it to be
+/// named as a cause of the contention (a process that used less takes
+/// little from anyone).
+const COMPETITOR_MIN_CPU_PERCENT: f64 = 10.0;
+
+/// Says who competes in the run-queue contention findings whose
+/// competition is outside the process (its threads want fewer CPUs than
+/// the cores), from what the platform read when they were found: a CPU
+/// quota that throttled it, an affinity narrower than the machine, other
+/// processes (the load, the busiest three). The advice follows the causes
+/// found, in that order; a finding keeps its advice when none is.
+pub(crate) fn name_competitors(findings: &mut [super::Finding], c: &Competition) {
+    let over = c.span_s.map_or_else(
+        || "on average since each started".to_string(),
+        |s| format!("over the last {s:.1} s"),
+    );
+    let mut causes: Vec<String> = Vec::new();
+    let mut advice: Vec<&str> = Vec::new();
+    let mut evidence = vec![
+        super::ev("load_average_1m", c.load1, "tasks"),
+        super::ev("machine_cpus", f64::from(c.machine_cpus), "cpus"),
+    ];
+    if let Some(q) = &c.quota {
+        evidence.push(super::ev("quota_cpus", q.cpus, "cpus"));
+        evidence.push(super::ev(
+            "throttled_periods",
+            q.throttled_periods as f64,
+            "periods",
+        ));
+        evidence.push(super::ev("throttled_ms", q.throttled_ms, "ms"));
+        if q.throttled_periods > 0 {
+            let since = c.span_s.map_or_else(
+                || "since its cgroup was created".to_string(),
+                |s| format!("over the last {s:.1} s"),
+            );
+            causes.push(format!(
+                "a CPU quota of {:.2} CPUs throttled it {} times ({:.0} ms held off a CPU) {since}",
+                q.cpus, q.throttled_periods, q.throttled_ms
+            ));
+            advice.push(QUOTA_ADVICE);
+        }
+    }
+    if let Some((n, list)) = &c.allowed {
+        evidence.push(super::ev("allowed_cpus", f64::from(*n), "cpus"));
+        causes.push(format!(
+            "its CPU affinity allows {n} of the machine's {} CPUs ({list})",
+            c.machine_cpus
+        ));
+        advice.push(AFFINITY_ADVICE);
+    }
+    let named: Vec<String> = c
+        .top
+        .iter()
+        .filter(|x| x.cpu_percent >= COMPETITOR_MIN_CPU_PERCENT)
+        .map(|x| format!("\"{}\" (pid {}) {:.0}%", x.name, x.pid, x.cpu_percent))
+        .collect();
+    if let Some(first) = c.top.first() {
+        evidence.push(super::ev(
+            "top_competitor_cpu_percent",
+            first.cpu_percent,
+            "%",
+        ));
+    }
+    if !named.is_empty() {
+        causes.push(format!(
+            "other processes: load {:.1} on {} CPUs, the busiest {} (CPU of one core {over})",
+            c.load1,
+            c.machine_cpus,
+            named.join(", ")
+        ));
+        advice.push(OTHERS_ADVICE);
+    }
+    if causes.is_empty() {
+        return;
+    }
+    let who = causes.join("; ");
+    let advice = advice.join(" ");
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.kind == FindingKind::RunQueueContention && competition_is_outside(f))
+    {
+        f.summary = format!("{}. Who competes: {who}", f.summary);
+        f.evidence.extend(evidence.iter().cloned());
+        f.advice.clone_from(&advice);
+    }
+}
+
+/// Whether a run-queue contention finding found its process's threads
+/// wanting fewer CPUs than the cores (the competition outside it).
+pub(crate) fn competition_is_outside(f: &super::Finding) -> bool {
+    f.kind == FindingKind::RunQueueContention
+        && matches!(
+            (f.evidence("runnable_threads"), f.evidence("cpu_count")),
+            (Some(r), Some(n)) if r < n
+        )
 }

@@ -2,6 +2,7 @@
 //! over the windows here, the rules by concept in the submodules.
 
 mod cpu;
+pub(crate) use cpu::{competition_is_outside, name_competitors};
 mod grouping;
 mod kernel;
 mod loops;

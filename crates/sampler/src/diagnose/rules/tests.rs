@@ -711,6 +711,106 @@ fn contention_says_who_competes() {
     assert!(rq.advice.contains("Size thread pools"), "{}", rq.advice);
 }
 
+/// What the platform read names the cause, and the advice follows it:
+/// a quota that throttled first, then an affinity, then other processes;
+/// a quota that never throttled and processes using little are no cause.
+/// The own-threads case keeps its words.
+#[test]
+fn who_competes_follows_the_cause() {
+    use crate::platform::competition::{Competition, Competitor, Quota};
+    let t = Thresholds::default();
+    let outside = Steady {
+        name: "server".to_string(),
+        cpu: 0.6,
+        wait: 0.36,
+        woken: 50,
+        preempted: 200,
+    };
+    let base = findings(&steady(10, &[outside]), &t, &Severities::new());
+    let busy = |cpu_percent| Competitor {
+        pid: 4242,
+        name: "stress-ng-cpu".to_string(),
+        cpu_percent,
+    };
+    let idle_quota = Quota {
+        cpus: 2.0,
+        throttled_periods: 0,
+        throttled_ms: 0.0,
+    };
+    let c = Competition {
+        load1: 3.1,
+        machine_cpus: 2,
+        allowed: None,
+        quota: Some(idle_quota.clone()),
+        top: vec![busy(97.0)],
+        span_s: Some(1.0),
+    };
+    let mut f = base.clone();
+    name_competitors(&mut f, &c);
+    let rq = f
+        .iter()
+        .find(|f| f.kind == FindingKind::RunQueueContention)
+        .expect("a run-queue finding");
+    assert!(
+        rq.summary.ends_with(
+            "Who competes: other processes: load 3.1 on 2 CPUs, the busiest \"stress-ng-cpu\" (pid 4242) 97% \
+             (CPU of one core over the last 1.0 s)"
+        ),
+        "{}",
+        rq.summary
+    );
+    assert!(
+        rq.advice.starts_with("Other processes take the cores"),
+        "{}",
+        rq.advice
+    );
+    assert_eq!(rq.evidence("throttled_periods"), Some(0.0));
+
+    let c = Competition {
+        allowed: Some((1, "0".to_string())),
+        quota: Some(Quota {
+            cpus: 0.5,
+            throttled_periods: 9,
+            throttled_ms: 410.0,
+        }),
+        top: vec![busy(4.0)],
+        span_s: None,
+        ..c
+    };
+    let mut f = base.clone();
+    name_competitors(&mut f, &c);
+    let rq = f
+        .iter()
+        .find(|f| f.kind == FindingKind::RunQueueContention)
+        .expect("a run-queue finding");
+    assert!(
+        rq.summary.ends_with(
+            "Who competes: a CPU quota of 0.50 CPUs throttled it 9 times (410 ms held off a CPU) since its cgroup \
+             was created; its CPU affinity allows 1 of the machine's 2 CPUs (0)"
+        ),
+        "{}",
+        rq.summary
+    );
+    assert!(
+        rq.advice.starts_with("A CPU quota throttles"),
+        "{}",
+        rq.advice
+    );
+    assert!(rq.advice.contains("taskset"), "{}", rq.advice);
+    assert!(!rq.advice.contains("Other processes"), "{}", rq.advice);
+
+    // Nothing named: the finding is left as it was.
+    let quiet = Competition {
+        allowed: None,
+        quota: Some(idle_quota),
+        top: vec![busy(4.0)],
+        ..c
+    };
+    let mut f = base.clone();
+    name_competitors(&mut f, &quiet);
+    assert_eq!(f, base);
+}
+
 /// The one long-lived thread of Python's `http.server` under wrk: 15%
 /// CPU, 31% waiting for a CPU.
 fn main_thread() -> Steady {
