@@ -20,14 +20,19 @@ fn dynamic_exports(path: &PathBuf) -> HashSet<String> {
         .collect()
 }
 
-/// The cdylib cargo built beside this test (target/<profile>/).
+/// The cdylib cargo built beside this test: `target/<profile>/deps/`,
+/// where `cargo test` leaves it, or `target/<profile>/`, where `cargo
+/// build` copies it.
 fn built_module() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps/<test>");
-    profile_dir.join("libwakemeter_envoy.so")
+    let deps = exe.parent().expect("target/<profile>/deps/<test>");
+    let in_deps = deps.join("libwakemeter_envoy.so");
+    if in_deps.exists() {
+        return in_deps;
+    }
+    deps.parent()
+        .expect("target/<profile>/deps")
+        .join("libwakemeter_envoy.so")
 }
 
 #[test]
