@@ -283,11 +283,8 @@ impl ProgramSet {
             return;
         }
         let now = wakemeter::monotonic_ns();
-        let mut entries = Vec::new();
-        for tid in tids {
-            let Some(blocked) = sys::blocked_in(pid, tid) else {
-                continue;
-            };
+        let entry_of = |tid: u32| {
+            let blocked = sys::blocked_in(pid, tid)?;
             let mut entry = WmThread::ZERO;
             entry.tgid = u64::from(tgid);
             entry.off_since_ns = now;
@@ -305,10 +302,10 @@ impl ProgramSet {
                 entry.sc_arg_ns = abi::ARG_UNKNOWN;
             }
             entry.comm = blocked.comm;
-            entries.push((tid, entry));
-        }
+            Some(entry)
+        };
         let Live { ebpf, store, .. } = &mut self.live;
-        store.seed(ebpf, (tgid, pid), &entries);
+        store.seed(ebpf, (tgid, pid), &tids, entry_of);
     }
 
     /// One session of `tgid` leaves; with the last one, the process leaves

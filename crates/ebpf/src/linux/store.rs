@@ -13,7 +13,7 @@
 //!   [`EbpfSourceBuilder::with_max_threads`](crate::EbpfSourceBuilder::with_max_threads).
 
 use std::collections::HashSet;
-use std::io::Read;
+use std::io::Read as _;
 use std::os::fd::AsFd;
 
 use aya::Ebpf;
@@ -56,7 +56,8 @@ pub(super) struct HashStore {
 pub(super) struct TaskStore {
     ctl: Array<MapData, WmIterCtl>,
     seeds: Map,
-    /// The iterator's output, kept from one read to the next.
+    /// Where the iterator's output is read, [`READ_BATCH`] rows (and one
+    /// part row) at a time, kept from one read to the next.
     buf: Vec<u8>,
     /// Whether the kernel refused a walk of one process's threads (before
     /// Linux 6.1): walks then cover every task.
@@ -129,41 +130,51 @@ impl Store {
         }
     }
 
-    /// Gives threads of process `tgid` (`pid` here) the `entries` (thread
-    /// id, entry) as their first, unless the programs made one first. Best
-    /// effort.
+    /// Gives threads of process `tgid` (`pid` here) their first entry,
+    /// `entry_of(tid)` for each of `tids` that has one, unless the programs
+    /// made one first. Best effort. Each entry goes to the kernel as it is
+    /// made: at 2.2 KiB an entry, a list of them for 20,000 threads would
+    /// hold 44 MiB for the time of the attach.
     pub(super) fn seed(
         &mut self,
         ebpf: &mut Ebpf,
         (tgid, pid): (u32, u32),
-        entries: &[(u32, WmThread)],
+        tids: &[u32],
+        mut entry_of: impl FnMut(u32) -> Option<WmThread>,
     ) {
-        if entries.is_empty() {
-            return;
-        }
         match self {
             Store::Hash(h) => {
                 let Some(mut map) = entries_mut(&mut h.map) else {
                     return;
                 };
-                for (tid, entry) in entries {
-                    // BPF_NOEXIST: an entry the programs made first stays.
-                    let _ = map.insert(tid, entry, 1);
+                for &tid in tids {
+                    if let Some(entry) = entry_of(tid) {
+                        // BPF_NOEXIST: an entry the programs made first stays.
+                        let _ = map.insert(&tid, &entry, 1);
+                    }
                 }
             }
             Store::Task(t) => {
                 let Some(mut seeds) = entries_mut(&mut t.seeds) else {
                     return;
                 };
-                for (tid, entry) in entries {
-                    let _ = seeds.insert(tid, entry, 0);
+                let mut seeded = Vec::new();
+                for &tid in tids {
+                    if let Some(entry) = entry_of(tid)
+                        && seeds.insert(&tid, &entry, 0).is_ok()
+                    {
+                        seeded.push(tid);
+                    }
+                }
+                if seeded.is_empty() {
+                    return;
                 }
                 // The walk moves each seed into its thread's storage,
                 // unless the programs made one first.
                 let _ = t.walk(ebpf, WmIterCtl { tgid, seed: 1 }, Some(pid), |_, _| {});
                 if let Some(mut seeds) = entries_mut(&mut t.seeds) {
-                    for (tid, _) in entries {
-                        let _ = seeds.remove(tid);
+                    for tid in seeded {
+                        let _ = seeds.remove(&tid);
                     }
                 }
             }
@@ -237,22 +248,49 @@ impl TaskStore {
                 link.into_file().map_err(|e| fail(e.to_string()))?
             }
         };
-        self.buf.clear();
-        file.read_to_end(&mut self.buf)
-            .map_err(|e| fail(e.to_string()))?;
+        // Read in pieces of READ_BATCH rows, each row handed on as soon as
+        // it is whole: the output of a whole walk is 2.2 KiB a thread
+        // (44 MiB at 20,000 threads), and a buffer of it kept between reads
+        // was most of the watcher's memory on a process with many threads.
         let row = ITER_ROW_HEAD + size_of::<WmThread>();
+        let piece = row.saturating_mul(READ_BATCH);
+        if self.buf.len() != piece.saturating_add(row) {
+            self.buf = vec![0; piece.saturating_add(row)];
+        }
         let mut fetched = 0u32;
-        for chunk in self.buf.chunks_exact(row) {
-            let (head, body) = chunk.split_at(ITER_ROW_HEAD);
-            let mut tid = [0u8; 4];
-            tid.copy_from_slice(&head[..4]);
-            // SAFETY: `body` is exactly size_of::<WmThread>() bytes (the
-            // chunk's length less the head), WmThread is plain old data
-            // (repr(C), integers only, every bit pattern valid), and the
-            // read is unaligned-safe.
-            let raw: WmThread = unsafe { std::ptr::read_unaligned(body.as_ptr().cast()) };
-            each(u32::from_ne_bytes(tid), &raw);
-            fetched = fetched.saturating_add(1);
+        // Bytes at the start of `buf` not yet handed on (less than a row).
+        let mut held = 0usize;
+        loop {
+            let end = held.saturating_add(piece).min(self.buf.len());
+            let Some(free) = self.buf.get_mut(held..end) else {
+                return Err(fail("read buffer out of bounds".into()));
+            };
+            let n = match file.read(free) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(fail(e.to_string())),
+            };
+            let filled = held.saturating_add(n);
+            let Some(data) = self.buf.get(..filled) else {
+                return Err(fail("read buffer out of bounds".into()));
+            };
+            let mut rows = data.chunks_exact(row);
+            for chunk in &mut rows {
+                let (head, body) = chunk.split_at(ITER_ROW_HEAD);
+                let mut tid = [0u8; 4];
+                tid.copy_from_slice(&head[..4]);
+                // SAFETY: `body` is exactly size_of::<WmThread>() bytes (the
+                // chunk's length less the head), WmThread is plain old data
+                // (repr(C), integers only, every bit pattern valid), and the
+                // read is unaligned-safe.
+                let raw: WmThread = unsafe { std::ptr::read_unaligned(body.as_ptr().cast()) };
+                each(u32::from_ne_bytes(tid), &raw);
+                fetched = fetched.saturating_add(1);
+            }
+            held = rows.remainder().len();
+            // Move the part row to the front for the next read.
+            self.buf.copy_within(filled.saturating_sub(held)..filled, 0);
         }
         Ok(fetched)
     }

@@ -247,49 +247,96 @@ pub(crate) struct Packed {
     delta: Box<[u8]>,
 }
 
-/// Decoded frame: head fields and `(key, fields)` of every entity, sorted by key.
-#[derive(Debug, Default, Clone)]
-struct Frame {
+/// Reads a frame's bytes entity by entity, in key order: the base of a
+/// delta frame, looked up as the delta is written or read. Holds one
+/// entity's fields, never the whole frame: a decoded frame of 20,000 kernel
+/// threads is about 37 MiB (some 230 fields each), where its bytes are a
+/// few hundred KiB.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    /// Head fields of the frame.
     head: Vec<u64>,
-    entities: Vec<(u64, Vec<u64>)>,
+    /// Entities not read yet.
+    left: u64,
+    key: u64,
+    /// The entity last read: `(key, fields)`.
+    current: Option<(u64, Vec<u64>)>,
 }
 
-impl Frame {
-    fn base(&self, key: u64) -> &[u64] {
-        match self.entities.binary_search_by_key(&key, |(k, _)| *k) {
-            Ok(i) => &self.entities[i].1,
-            Err(_) => &[],
-        }
-    }
-
-    /// Appends this frame's encoding against `base`.
-    fn encode(&self, base: &Frame, out: &mut Vec<u8>) {
-        codec::encode(&base.head, &self.head, out);
-        codec::put_varint(out, self.entities.len() as u64);
-        // Keys are sorted: each is stored as the step from the previous one.
-        let mut prev = 0;
-        for (key, fields) in &self.entities {
-            codec::put_varint(out, key.wrapping_sub(prev));
-            prev = *key;
-            codec::encode(base.base(*key), fields, out);
-        }
-    }
-
-    fn decode(base: &Frame, bytes: &[u8]) -> Option<Frame> {
+impl<'a> Cursor<'a> {
+    /// A cursor at the first entity of `bytes`; `None` if its head is corrupt.
+    fn new(bytes: &'a [u8]) -> Option<Cursor<'a>> {
         let mut pos = 0;
-        let mut frame = Frame::default();
-        codec::decode(&base.head, bytes, &mut pos, &mut frame.head)?;
-        let count = usize::try_from(codec::get_varint(bytes, &mut pos)?).ok()?;
-        // Each entity takes at least three bytes: no buffer backs a larger count.
-        frame.entities.reserve(count.min(bytes.len() / 3));
-        let mut key = 0u64;
-        for _ in 0..count {
-            key = key.wrapping_add(codec::get_varint(bytes, &mut pos)?);
-            let mut fields = Vec::new();
-            codec::decode(base.base(key), bytes, &mut pos, &mut fields)?;
-            frame.entities.push((key, fields));
+        let mut head = Vec::new();
+        codec::decode(&[], bytes, &mut pos, &mut head)?;
+        let left = codec::get_varint(bytes, &mut pos)?;
+        Some(Cursor {
+            bytes,
+            pos,
+            head,
+            left,
+            key: 0,
+            current: None,
+        })
+    }
+
+    /// The fields of entity `key` (empty if the frame has none), for keys
+    /// asked in ascending order; `None` if the bytes are corrupt.
+    fn seek(&mut self, key: u64) -> Option<&[u64]> {
+        loop {
+            if let Some((k, _)) = &self.current
+                && *k >= key
+            {
+                break;
+            }
+            if self.left == 0 {
+                break;
+            }
+            self.left -= 1;
+            self.key = self
+                .key
+                .wrapping_add(codec::get_varint(self.bytes, &mut self.pos)?);
+            let (_, fields) = self.current.get_or_insert_with(|| (0, Vec::new()));
+            codec::decode(&[], self.bytes, &mut self.pos, fields)?;
+            if let Some(current) = &mut self.current {
+                current.0 = self.key;
+            }
         }
-        Some(frame)
+        Some(match &self.current {
+            Some((k, fields)) if *k == key => fields.as_slice(),
+            _ => &[],
+        })
+    }
+}
+
+/// Writes a frame of `records` (taken in the order of `order`, sorted by
+/// key) with `head`, each entity against its namesake in `base` (a key
+/// frame's bytes; `None` for zeros). `fields` is a scratch buffer.
+fn write_frame<R: Record>(
+    base: Option<&[u8]>,
+    head: &[u64],
+    records: &[R],
+    order: &[(u64, usize)],
+    fields: &mut Vec<u64>,
+    out: &mut Vec<u8>,
+) {
+    let mut cursor = base.and_then(Cursor::new);
+    let no_head: &[u64] = &[];
+    codec::encode(cursor.as_ref().map_or(no_head, |c| &c.head), head, out);
+    codec::put_varint(out, order.len() as u64);
+    // Keys are sorted: each is stored as the step from the previous one.
+    let mut prev = 0;
+    for &(key, i) in order {
+        codec::put_varint(out, key.wrapping_sub(prev));
+        prev = key;
+        fields.clear();
+        if let Some(r) = records.get(i) {
+            r.pack(fields);
+        }
+        // A key frame this encoder wrote is never corrupt: zeros otherwise.
+        let base = cursor.as_mut().and_then(|c| c.seek(key)).unwrap_or(&[]);
+        codec::encode(base, fields, out);
     }
 }
 
@@ -304,48 +351,63 @@ impl Packed {
         &self.key
     }
 
-    fn frame(&self) -> Option<Frame> {
-        let key = Frame::decode(&Frame::default(), &self.key.bytes)?;
-        Frame::decode(&key, &self.delta)
+    /// The head fields and records of the delta, each rebuilt against its
+    /// entity of the key frame as it is read.
+    fn try_unpack<R: Record>(&self) -> Option<(Vec<u64>, Vec<R>)> {
+        let mut base = Cursor::new(&self.key.bytes)?;
+        let bytes = &self.delta;
+        let mut pos = 0;
+        let mut head = Vec::new();
+        codec::decode(&base.head, bytes, &mut pos, &mut head)?;
+        let count = usize::try_from(codec::get_varint(bytes, &mut pos)?).ok()?;
+        // Each entity takes at least three bytes: no buffer backs a larger count.
+        let mut records = Vec::with_capacity(count.min(bytes.len() / 3));
+        let mut fields = Vec::new();
+        let mut key = 0u64;
+        for _ in 0..count {
+            key = key.wrapping_add(codec::get_varint(bytes, &mut pos)?);
+            codec::decode(base.seek(key)?, bytes, &mut pos, &mut fields)?;
+            records.push(R::unpack(key, &fields));
+        }
+        Some((head, records))
     }
 
     /// The records, sorted by key, and the head fields. Empty when the
     /// bytes are corrupt, which [`Encoder`] never writes.
     pub(crate) fn unpack<R: Record>(&self) -> (Vec<u64>, Vec<R>) {
-        let frame = self.frame().unwrap_or_default();
-        let records = frame
-            .entities
-            .iter()
-            .map(|(k, f)| R::unpack(*k, f))
-            .collect();
-        (frame.head, records)
+        self.try_unpack().unwrap_or_default()
     }
 }
 
 /// Writes the frames of one kind of entity, snapshot after snapshot.
+///
+/// It keeps the current key frame as bytes only and writes each record
+/// against its entity there as it goes, so what it holds besides those
+/// bytes is 16 bytes a record (the key order), not a decoded frame.
 #[derive(Debug)]
 pub(crate) struct Encoder {
-    /// The current key frame, encoded and decoded.
-    key: (Arc<KeyFrame>, Frame),
+    /// The current key frame.
+    key: Arc<KeyFrame>,
     since_key: u32,
-    frame: Frame,
+    /// `(key, index)` of the records, sorted (reused from call to call).
+    order: Vec<(u64, usize)>,
+    /// One record's fields (reused).
+    fields: Vec<u64>,
     bytes: Vec<u8>,
 }
 
 impl Default for Encoder {
     fn default() -> Self {
         let mut bytes = Vec::new();
-        Frame::default().encode(&Frame::default(), &mut bytes);
+        write_frame::<LoopStats>(None, &[], &[], &[], &mut Vec::new(), &mut bytes);
         Encoder {
-            key: (
-                Arc::new(KeyFrame {
-                    bytes: bytes.as_slice().into(),
-                }),
-                Frame::default(),
-            ),
+            key: Arc::new(KeyFrame {
+                bytes: bytes.as_slice().into(),
+            }),
             // The first call writes a key frame.
             since_key: KEY_FRAME_EVERY,
-            frame: Frame::default(),
+            order: Vec::new(),
+            fields: Vec::new(),
             bytes,
         }
     }
@@ -358,39 +420,34 @@ impl Encoder {
         let Encoder {
             key,
             since_key,
-            frame,
+            order,
+            fields,
             bytes,
         } = self;
-        frame.head.clear();
-        frame.head.extend_from_slice(head);
-        // Reuse the field buffers of the previous call.
-        frame.entities.truncate(records.len());
-        while frame.entities.len() < records.len() {
-            frame.entities.push((0, Vec::new()));
+        order.clear();
+        order.extend(records.iter().enumerate().map(|(i, r)| (r.key(), i)));
+        order.sort_unstable();
+        if order.capacity() > 2 * order.len().max(64) {
+            // The process had far more threads once: give that back.
+            order.shrink_to_fit();
         }
-        for (slot, r) in frame.entities.iter_mut().zip(records) {
-            slot.0 = r.key();
-            slot.1.clear();
-            r.pack(&mut slot.1);
-        }
-        frame.entities.sort_unstable_by_key(|(k, _)| *k);
 
         if *since_key >= KEY_FRAME_EVERY {
             bytes.clear();
-            frame.encode(&Frame::default(), bytes);
-            *key = (
-                Arc::new(KeyFrame {
-                    bytes: bytes.as_slice().into(),
-                }),
-                frame.clone(),
-            );
+            write_frame(None, head, records, order, fields, bytes);
+            *key = Arc::new(KeyFrame {
+                bytes: bytes.as_slice().into(),
+            });
             *since_key = 0;
         }
         *since_key += 1;
         bytes.clear();
-        frame.encode(&key.1, bytes);
+        write_frame(Some(&key.bytes), head, records, order, fields, bytes);
+        if bytes.capacity() > 2 * bytes.len().max(4096) {
+            bytes.shrink_to_fit();
+        }
         Packed {
-            key: key.0.clone(),
+            key: key.clone(),
             delta: bytes.as_slice().into(),
         }
     }
@@ -554,7 +611,16 @@ mod tests {
                 bytes in vec(any::<u8>(), 0..128),
                 fields in vec(any::<u64>(), 0..300),
             ) {
-                let _ = Frame::decode(&Frame::default(), &bytes);
+                if let Some(mut c) = Cursor::new(&bytes) {
+                    for key in 0..4 {
+                        let _ = c.seek(key);
+                    }
+                }
+                let p = Packed {
+                    key: Arc::new(KeyFrame { bytes: bytes.as_slice().into() }),
+                    delta: bytes.as_slice().into(),
+                };
+                let _ = p.unpack::<KernelThreadStats>();
                 let _ = KernelThreadStats::unpack(1, &fields);
                 let _ = LoopStats::unpack(2, &fields);
                 let _ = SleepStats::unpack(3, &fields);

@@ -1,0 +1,152 @@
+//! Memory of `watch` with eBPF on a process of many threads: the
+//! watcher's peak RSS (`VmHWM`) stays within a fixed part plus a bound per
+//! watched thread. Before the eBPF read streamed the task iterator's output
+//! and the history stopped decoding whole frames, a 20,000-thread target
+//! cost the watcher about 16 KiB a thread (359-371 MB); this test fails
+//! well below that. The target is this test binary, started again as
+//! `child_process` with many parked threads.
+
+#![cfg(any(target_os = "linux", target_os = "android"))]
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::watch;
+
+const CHILD_ENV: &str = "WAKEMETER_CLI_EBPF_MEMORY_CHILD";
+/// Parked threads of the child: enough that a cost per thread dominates,
+/// few enough to start and read in a few seconds on a busy machine.
+const THREADS: u64 = 4_000;
+/// Reports to wait for: the history holds several frames (and a key frame)
+/// by then, and every per-read buffer has been used more than once.
+const REPORTS: usize = 8;
+/// What the watcher takes whatever the target (the debug binary's mapped
+/// code, the kernel's BTF parsed at attach, the history's first frames),
+/// in KiB: 28 MiB measured with a one-thread target.
+const FIXED_KIB: u64 = 32 * 1024;
+/// Bound per watched thread, in KiB (measured: about 4.2 KiB at 20,000
+/// threads with the history full; 16 KiB before the fix).
+const PER_THREAD_KIB: u64 = 4;
+
+/// The child: `THREADS` parked threads; says "ready", exits when its stdin
+/// closes. Does nothing in a normal test run.
+#[test]
+fn child_process() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    for i in 0..THREADS {
+        std::thread::Builder::new()
+            .name(format!("parked-{i}"))
+            .stack_size(64 * 1024)
+            .spawn(|| {
+                loop {
+                    std::thread::park();
+                }
+            })
+            .unwrap();
+    }
+    println!("ready");
+    let _ = std::io::stdin().read(&mut [0u8; 1]);
+    std::process::exit(0);
+}
+
+/// A child process killed and reaped when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_target() -> Reaped {
+    let mut child = Reaped(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // libtest may print "test child_process ... " before it on the same line.
+    let ready = BufReader::new(child.0.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.ends_with("ready"));
+    assert!(ready, "the child did not start its threads");
+    child
+}
+
+#[test]
+#[ignore = "needs root"]
+fn watch_with_ebpf_stays_within_a_bound_per_thread() {
+    let target = spawn_target();
+    let pid = target.0.id();
+    let tasks = wakemeter_procfs::process::tids(pid).unwrap().len() as u64;
+    assert!(tasks > THREADS, "{tasks} threads");
+
+    let mut watcher = Reaped(
+        watch(pid, &["--interval", "1", "--json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = watcher.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if !v["interval"].is_null() {
+                // The eBPF view is each listed thread's `kernel` part.
+                let ebpf = v["interval"]["threads"]
+                    .as_array()
+                    .is_some_and(|ts| ts.iter().any(|t| !t["kernel"].is_null()));
+                if tx.send(ebpf).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    // Hang guard: minutes, for a busy machine; the test waits for reports,
+    // not for a time.
+    for n in 0..REPORTS {
+        match rx.recv_timeout(Duration::from_secs(180)) {
+            Ok(ebpf) => assert!(ebpf, "report {n} has no eBPF view"),
+            Err(e) => {
+                let _ = watcher.0.kill();
+                let mut err = String::new();
+                let _ = watcher.0.stderr.take().unwrap().read_to_string(&mut err);
+                panic!("report {n} did not come ({e}): {err}");
+            }
+        }
+    }
+    let status = wakemeter_procfs::process::status(watcher.0.id()).unwrap();
+    let hwm_kib = wakemeter_procfs::parse::status_field(&status, b"VmHWM").unwrap();
+    drop(watcher);
+    drop(target);
+
+    let bound_kib = FIXED_KIB + PER_THREAD_KIB * tasks;
+    eprintln!(
+        "watcher VmHWM {hwm_kib} KiB for {tasks} threads ({:.2} KiB a thread over the fixed {FIXED_KIB} KiB); bound {bound_kib} KiB",
+        hwm_kib.saturating_sub(FIXED_KIB) as f64 / tasks as f64
+    );
+    assert!(
+        hwm_kib <= bound_kib,
+        "watcher VmHWM {hwm_kib} KiB > {bound_kib} KiB for {tasks} threads"
+    );
+}
