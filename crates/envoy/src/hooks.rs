@@ -4,8 +4,6 @@
 
 use std::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::abi::{
@@ -13,66 +11,9 @@ use crate::abi::{
     ExtensionEnvoyPtr, ExtensionModulePtr, LogLevel,
 };
 use crate::config::{ModuleConfig, PanicSite};
-use crate::module::{DISABLED, Module, lock};
+use crate::guard::{guarded, install_panic_hook};
+use crate::module::Module;
 use crate::render::{self, Format, PageContext};
-
-/// The message and place of the last panic, kept by the panic hook
-/// installed at program init (which prints nothing: the one line about it
-/// goes through Envoy's log).
-static LAST_PANIC: Mutex<Option<String>> = Mutex::new(None);
-
-fn install_panic_hook() {
-    // This hook is this library's own: the cdylib carries its own copy of
-    // std, so Envoy's process and other modules are not affected.
-    std::panic::set_hook(Box::new(|info| {
-        let msg = if let Some(s) = info.payload().downcast_ref::<&str>() {
-            (*s).to_owned()
-        } else if let Some(s) = info.payload().downcast_ref::<String>() {
-            s.clone()
-        } else {
-            "a panic".to_owned()
-        };
-        let place = info
-            .location()
-            .map(|l| format!(" at {}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        *lock(&LAST_PANIC) = Some(format!("{msg}{place}"));
-    }));
-}
-
-/// Disables the module after a caught panic in `site`, and says so in one
-/// error line of Envoy's log.
-pub(crate) fn disable(cb: &Callbacks, site: &str) {
-    let first = !DISABLED.swap(true, Ordering::SeqCst);
-    let what = lock(&LAST_PANIC)
-        .take()
-        .unwrap_or_else(|| "a panic".to_owned());
-    if first {
-        cb.log(
-            LogLevel::Error,
-            &format!("wakemeter: internal error in {site} ({what}); the module is disabled, Envoy keeps serving"),
-        );
-    }
-}
-
-/// Runs `f` unless the module is disabled; a panic inside becomes
-/// `fallback`, one log line and a disabled module.
-fn guarded<R>(site: &str, fallback: R, f: impl FnOnce() -> R) -> R {
-    if DISABLED.load(Ordering::Relaxed) {
-        return fallback;
-    }
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(_) => {
-            if let Ok(cb) = Callbacks::get() {
-                disable(cb, site);
-            } else {
-                DISABLED.store(true, Ordering::SeqCst);
-            }
-            fallback
-        }
-    }
-}
 
 /// What `config_new` returns under `envoy --mode validate`: the config was
 /// checked, and nothing is started (no sampler, no threads, no eBPF).

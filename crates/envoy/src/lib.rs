@@ -12,14 +12,17 @@
 //! kind) that Envoy's own `/stats/prometheus` carries.
 //!
 //! Envoy's ABI is declared in [`abi`] from its C header; the hooks Envoy
-//! calls are in `hooks.rs`. A panic never crosses into Envoy: it is caught,
-//! logged as one error line through Envoy's log, and disables the module.
+//! calls are in `hooks.rs`. A panic never crosses into Envoy (`guard.rs`): it
+//! is caught, logged as one error line through Envoy's log, and disables the
+//! module.
 //! The bootstrap YAML and the module's JSON config are in the crate README
 //! and `docs/envoy.md`.
 
 #[cfg(target_os = "linux")]
 pub mod abi;
 pub mod config;
+#[cfg(target_os = "linux")]
+mod guard;
 #[cfg(target_os = "linux")]
 mod hooks;
 #[cfg(target_os = "linux")]

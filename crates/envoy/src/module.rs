@@ -27,10 +27,7 @@ use wakemeter::{
 
 use crate::abi::{Callbacks, ConfigEnvoyPtr, LogLevel, SchedulerPtr};
 use crate::config::{ModuleConfig, PanicSite};
-
-/// Set once a panic was caught: every hook then does nothing (the admin
-/// path answers 503), and the module's threads stop.
-pub(crate) static DISABLED: AtomicBool = AtomicBool::new(false);
+use crate::guard::DISABLED;
 
 // A poisoned lock's data is taken (a panic elsewhere has already disabled
 // the module; what matters here is not to panic again).
@@ -617,7 +614,7 @@ fn publish_loop(shared: &Arc<Shared>, guard: SamplingGuard) {
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| publish_loop_inner(shared)));
     drop(guard);
     if run.is_err() {
-        crate::hooks::disable(shared.cb, "the publisher thread");
+        crate::guard::disable(shared.cb, "the publisher thread");
     }
 }
 
