@@ -5,13 +5,13 @@
 //! most [`MAX_PROCESSES`] processes' `stat` files, the names of the top
 //! [`TOP`] only.
 
-use std::collections::HashMap;
-
 /// Processes whose `stat` a probe reads at most (one read each); beyond
 /// it the rest of `/proc` is left out and the top is of those read.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) const MAX_PROCESSES: usize = 4096;
 
 /// Competitors named.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) const TOP: usize = 3;
 
 /// Another process's use of the CPU over the probe's span.
@@ -83,7 +83,9 @@ impl CompetitionProbe {
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux {
-    use super::{Competition, Competitor, HashMap, MAX_PROCESSES, Quota, TOP};
+    use std::collections::HashMap;
+
+    use super::{Competition, Competitor, MAX_PROCESSES, Quota, TOP};
     use crate::platform::{clock, system::clock_ticks_per_sec};
     use wakemeter_procfs::{cgroup, parse, process, system};
 
