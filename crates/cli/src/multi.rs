@@ -419,24 +419,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if !trace_ok {
         return Ok(ExitCode::FAILURE);
     }
-    let missing = left_out.never_started();
-    if !missing.is_empty() {
-        let list: Vec<String> = missing.iter().map(u32::to_string).collect();
-        print::note(&format!(
-            "wakemeter: {}: {} selected process{} never watched: {}",
-            if o.allow_partial { "warning" } else { "error" },
-            missing.len(),
-            if missing.len() == 1 {
-                " was"
-            } else {
-                "es were"
-            },
-            list.join(", ")
-        ));
-        if !o.allow_partial {
-            print::note("wakemeter: the watch is incomplete (--allow-partial accepts that)");
-            return Ok(ExitCode::FAILURE);
-        }
+    if !left_out.accept_missing("watched", "watch", o.allow_partial) {
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -254,9 +254,33 @@ impl LeftOut {
         self.said = pids;
     }
 
-    /// Processes left out at some look and never started since.
-    pub(crate) fn never_started(&self) -> &BTreeSet<u32> {
-        &self.never_started
+    /// Says which selected processes were never `done` (watched, recorded)
+    /// and whether that makes the `run` (watch, recording) incomplete;
+    /// returns whether the command may still succeed: nothing was left
+    /// out, or `allow_partial` accepts it.
+    pub(crate) fn accept_missing(&self, done: &str, run: &str, allow_partial: bool) -> bool {
+        let missing = &self.never_started;
+        if missing.is_empty() {
+            return true;
+        }
+        let list: Vec<String> = missing.iter().map(u32::to_string).collect();
+        print::note(&format!(
+            "wakemeter: {}: {} selected process{} never {done}: {}",
+            if allow_partial { "warning" } else { "error" },
+            missing.len(),
+            if missing.len() == 1 {
+                " was"
+            } else {
+                "es were"
+            },
+            list.join(", ")
+        ));
+        if !allow_partial {
+            print::note(&format!(
+                "wakemeter: the {run} is incomplete (--allow-partial accepts that)"
+            ));
+        }
+        allow_partial
     }
 }
 

@@ -165,24 +165,8 @@ pub fn record(o: &RecordOptions) -> Result<ExitCode, Box<dyn Error>> {
         "wakemeter: recorded {written} intervals of {what} to {}{why}",
         print::safe(&target.to_string_lossy())
     ));
-    let missing = left_out.never_started();
-    if !missing.is_empty() {
-        let list: Vec<String> = missing.iter().map(u32::to_string).collect();
-        print::note(&format!(
-            "wakemeter: {}: {} selected process{} never recorded: {}",
-            if o.allow_partial { "warning" } else { "error" },
-            missing.len(),
-            if missing.len() == 1 {
-                " was"
-            } else {
-                "es were"
-            },
-            list.join(", ")
-        ));
-        if !o.allow_partial {
-            print::note("wakemeter: the recording is incomplete (--allow-partial accepts that)");
-            return Ok(ExitCode::FAILURE);
-        }
+    if !left_out.accept_missing("recorded", "recording", o.allow_partial) {
+        return Ok(ExitCode::FAILURE);
     }
     if !trace_ok {
         return Ok(ExitCode::FAILURE);
