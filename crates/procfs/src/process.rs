@@ -218,4 +218,3 @@ mod tests {
         assert!(!cmdline(me).expect("cmdline").is_empty());
     }
 }
-
