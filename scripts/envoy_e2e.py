@@ -67,7 +67,10 @@ def start_upstream():
     return srv, srv.server_address[1]
 
 
-def bootstrap(upstream_port, module_config, with_module=True):
+def bootstrap(upstream_port, module_config, with_module=True, admin_port=0, listen_port=0):
+    """Envoy's bootstrap YAML: a listener proxying to upstream_port, the admin
+    port, and (with_module) the wakemeter module given the JSON text
+    module_config. Port 0: the kernel picks one."""
     ext = ""
     if with_module:
         ext = f"""
@@ -83,13 +86,13 @@ bootstrap_extensions:
 """
     return f"""
 admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}}}
 stats_flush_interval: 1s
 enable_dispatcher_stats: true
 static_resources:
   listeners:
   - name: ingress
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen_port}}}}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -229,9 +232,17 @@ def drive_load(port, seconds, clients=2):
     return done[0]
 
 
+LOOP_STATS = "/stats?format=json&histogram_buckets=cumulative&filter=dispatcher.loop_duration_us"
+
+
 def loop_counts(envoy):
     """Envoy's own loop count per worker: histogram sample counts."""
-    body = json.loads(envoy.get("/stats?format=json&histogram_buckets=cumulative&filter=dispatcher.loop_duration_us")[1])
+    return loop_counts_of(envoy.get(LOOP_STATS)[1])
+
+
+def loop_counts_of(stats_json):
+    """{worker_N: loops} from the JSON of the admin's LOOP_STATS page."""
+    body = json.loads(stats_json)
     counts = {}
     for s in body.get("stats", []):
         for h in s.get("histograms", []) if isinstance(s.get("histograms"), list) else []:

@@ -29,6 +29,8 @@ import sys
 import time
 import urllib.request
 
+from envoy_e2e import LOOP_STATS, bootstrap, loop_counts_of
+
 NGINX_PORT = 20010
 ENVOY_PORT = 20011
 ADMIN_PORT = 20012
@@ -52,50 +54,10 @@ http {{
 
 
 def envoy_yaml(out, name, module_config=None):
-    ext = ""
-    if module_config is not None:
-        ext = f"""
-bootstrap_extensions:
-- name: envoy.bootstrap.dynamic_modules
-  typed_config:
-    "@type": type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension
-    dynamic_module_config: {{name: wakemeter_envoy}}
-    extension_name: wakemeter
-    extension_config:
-      "@type": type.googleapis.com/google.protobuf.StringValue
-      value: {json.dumps(json.dumps(module_config))}
-"""
     path = os.path.join(out, f"{name}.yaml")
     with open(path, "w") as f:
-        f.write(f"""admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {ADMIN_PORT}}}}}
-stats_flush_interval: 1s
-enable_dispatcher_stats: true
-static_resources:
-  listeners:
-  - name: ingress
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {ENVOY_PORT}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes: [{{match: {{prefix: "/"}}, route: {{cluster: upstream}}}}]
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
-  clusters:
-  - name: upstream
-    type: STATIC
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {NGINX_PORT}}}}}}}}}]}}]
-{ext}""")
+        f.write(bootstrap(NGINX_PORT, json.dumps(module_config), with_module=module_config is not None,
+                          admin_port=ADMIN_PORT, listen_port=ENVOY_PORT))
     return path
 
 
@@ -156,14 +118,7 @@ def task_cpu(pid):
 
 
 def loop_counts():
-    body = json.loads(admin("/stats?format=json&histogram_buckets=cumulative&filter=dispatcher.loop_duration_us"))
-    counts = {}
-    for s in body.get("stats", []):
-        for h in s.get("histograms", []) if isinstance(s.get("histograms"), list) else []:
-            m = re.match(r".*worker_(\d+)\.dispatcher\.loop_duration_us$", h["name"])
-            if m and h.get("buckets"):
-                counts[f"worker_{m.group(1)}"] = h["buckets"][-1]["cumulative"]
-    return counts
+    return loop_counts_of(admin(LOOP_STATS))
 
 
 def module_polls():

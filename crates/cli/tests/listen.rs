@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -87,20 +87,7 @@ fn listening(
     .spawn()
     .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "no address announced"
-        );
-        if let Some(rest) = line
-            .trim()
-            .strip_prefix("wakemeter: serving metrics at http://")
-        {
-            break rest.trim_end_matches("/metrics").to_string();
-        }
-    };
+    let addr = common::metrics_address(&mut err);
     (child, addr, err)
 }
 

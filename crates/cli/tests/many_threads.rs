@@ -9,12 +9,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{run, watch};
 use wakemeter::config::DEFAULT_REPORT_THREADS;
+use wakemeter_testkit::{park_threads, ready_until_stdin_closes, start_until_ready, this_test};
 
 const CHILD_ENV: &str = "WAKEMETER_CLI_MANY_THREADS_CHILD";
 /// Parked `worker-N` threads of the child.
@@ -27,61 +26,16 @@ fn child_process() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
-    for i in 0..WORKERS {
-        std::thread::Builder::new()
-            .name(format!("worker-{i}"))
-            .stack_size(64 * 1024)
-            .spawn(|| {
-                loop {
-                    std::thread::park();
-                }
-            })
-            .unwrap();
-    }
-    println!("ready");
-    let _ = std::io::stdin().read(&mut [0u8; 1]);
-    std::process::exit(0);
-}
-
-struct ChildProcess(Child);
-
-impl ChildProcess {
-    fn spawn() -> ChildProcess {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // libtest may print "test child_process ... " before it on the same line.
-        let ready = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.ends_with("ready"));
-        assert!(ready, "the child did not start its threads");
-        ChildProcess(child)
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    park_threads("worker", WORKERS);
+    ready_until_stdin_closes();
 }
 
 /// Runs `watch --json` on a fresh child with `extra` arguments and checks
 /// every report against the kernel's task list: `listed` threads one by
 /// one, every thread counted in the groups.
 fn reports_list(extra: &[&str], listed: usize) {
-    let child = ChildProcess::spawn();
-    let pid = child.0.id();
+    let child = start_until_ready(&mut this_test("child_process", CHILD_ENV, "1"));
+    let pid = child.pid();
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .count();
@@ -132,8 +86,8 @@ fn report_threads_sets_how_many_threads_are_listed() {
 
 #[test]
 fn the_tables_say_how_many_threads_were_folded() {
-    let child = ChildProcess::spawn();
-    let pid = child.0.id();
+    let child = start_until_ready(&mut this_test("child_process", CHILD_ENV, "1"));
+    let pid = child.pid();
     let r = run(
         &mut watch(pid, &["--every", "1", "--seconds", "2", "--no-ebpf"]),
         Duration::from_secs(60),

@@ -7,7 +7,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -264,20 +264,7 @@ fn listen_labels_each_process_and_follows_a_restart() {
             .unwrap(),
     );
     let mut err = BufReader::new(watcher.0.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "no address announced"
-        );
-        if let Some(rest) = line
-            .trim()
-            .strip_prefix("wakemeter: serving metrics at http://")
-        {
-            break rest.trim_end_matches("/metrics").to_string();
-        }
-    };
+    let addr = common::metrics_address(&mut err);
     // Keep reading stderr, so the watcher never blocks on it.
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
     let threads =

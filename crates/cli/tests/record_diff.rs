@@ -138,14 +138,8 @@ fn record_then_diff_runs_and_repeated_runs() {
 fn bad_recordings_and_targets_are_clear_errors_and_write_nothing() {
     let d = dir("bad");
     let out = d.join("never.ndjson");
-    let r = record(4_294_967_000, &out);
-    assert_eq!(r.code, Some(2), "{}", r.said());
-    assert_eq!(
-        r.stderr(),
-        "wakemeter: no process with pid 4294967000\n",
-        "{}",
-        r.said()
-    );
+    let r = record(common::NO_SUCH_PID, &out);
+    common::assert_no_such_pid(&r);
     assert!(
         std::fs::read_dir(&d).unwrap().next().is_none(),
         "something was written"

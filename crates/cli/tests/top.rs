@@ -455,17 +455,10 @@ fn piped_stdout_gets_plain_frames_one_per_interval() {
 #[test]
 fn a_missing_pid_is_one_clear_error() {
     let r = run(
-        bin().args(["top", "--pid", "4294967000"]),
+        bin().args(["top", "--pid", &common::NO_SUCH_PID.to_string()]),
         Duration::from_secs(30),
     );
-    assert_eq!(r.code, Some(2), "{}", r.said());
-    assert_eq!(
-        r.stderr(),
-        "wakemeter: no process with pid 4294967000\n",
-        "{}",
-        r.said()
-    );
-    assert!(r.stdout.is_empty(), "{}", r.said());
+    common::assert_no_such_pid(&r);
 }
 
 #[test]

@@ -32,15 +32,8 @@ fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
 #[test]
 fn a_missing_pid_is_one_clear_error_before_any_ebpf_attempt() {
     // eBPF left on: the old watcher tried (and reported) it before noticing.
-    let r = run(&mut watch(4_294_967_000, &["--every", "1"]), LIMIT);
-    assert_eq!(r.code, Some(2), "{}", r.said());
-    assert_eq!(
-        r.stderr(),
-        "wakemeter: no process with pid 4294967000\n",
-        "{}",
-        r.said()
-    );
-    assert!(r.stdout.is_empty(), "{}", r.said());
+    let r = run(&mut watch(common::NO_SUCH_PID, &["--every", "1"]), LIMIT);
+    common::assert_no_such_pid(&r);
 }
 
 #[test]

@@ -8,7 +8,7 @@
 // Test helpers outside #[test] functions unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -96,9 +96,7 @@ fn off_cpu_of(sample: &KernelSample, tid: u64) -> wakemeter::kernel::OffCpuTime 
 #[ignore = "needs root"]
 fn threads_blocked_since_before_the_attach_have_their_wait_by_cause() {
     let helper = Running(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "helper_main", "--nocapture"])
-            .env("WAKEMETER_BLOCKED_HELPER", "1")
+        wakemeter_testkit::this_test("helper_main", "WAKEMETER_BLOCKED_HELPER", "1")
             .stdout(Stdio::null())
             .spawn()
             .unwrap(),

@@ -53,6 +53,34 @@ enum Via {
     PerSyscall,
 }
 
+/// One root-only test per way of reading syscalls: `NAME::tp_btf`,
+/// `NAME::raw_tp` and `NAME::per_syscall` each run `body` with its [`Via`].
+macro_rules! each_via {
+    ($name:ident => $body:ident) => {
+        mod $name {
+            use super::{Via, $body};
+
+            #[test]
+            #[ignore = "needs root"]
+            fn tp_btf() {
+                $body(Via::TpBtf);
+            }
+
+            #[test]
+            #[ignore = "needs root"]
+            fn raw_tp() {
+                $body(Via::RawTp);
+            }
+
+            #[test]
+            #[ignore = "needs root"]
+            fn per_syscall() {
+                $body(Via::PerSyscall);
+            }
+        }
+    };
+}
+
 /// tracefs, mounted by the test when no tracefs was; unmounted on drop.
 struct TracefsForTest {
     mounted_here: bool,
@@ -393,23 +421,7 @@ fn poll_on_idle_pipe(via: Via) {
     );
 }
 
-#[test]
-#[ignore = "needs root"]
-fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_tp_btf() {
-    poll_on_idle_pipe(Via::TpBtf);
-}
-
-#[test]
-#[ignore = "needs root"]
-fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_raw_tp() {
-    poll_on_idle_pipe(Via::RawTp);
-}
-
-#[test]
-#[ignore = "needs root"]
-fn poll_on_idle_pipe_counts_zero_returns_and_timeouts_per_syscall() {
-    poll_on_idle_pipe(Via::PerSyscall);
-}
+each_via!(poll_on_idle_pipe_counts_zero_returns_and_timeouts => poll_on_idle_pipe);
 
 fn nanosleep_requested_and_actual(via: Via) {
     const SLEEPS: u64 = 30;
@@ -466,23 +478,7 @@ fn nanosleep_requested_and_actual(via: Via) {
     );
 }
 
-#[test]
-#[ignore = "needs root"]
-fn nanosleep_requested_and_actual_agree_with_userspace_tp_btf() {
-    nanosleep_requested_and_actual(Via::TpBtf);
-}
-
-#[test]
-#[ignore = "needs root"]
-fn nanosleep_requested_and_actual_agree_with_userspace_raw_tp() {
-    nanosleep_requested_and_actual(Via::RawTp);
-}
-
-#[test]
-#[ignore = "needs root"]
-fn nanosleep_requested_and_actual_agree_with_userspace_per_syscall() {
-    nanosleep_requested_and_actual(Via::PerSyscall);
-}
+each_via!(nanosleep_requested_and_actual_agree_with_userspace => nanosleep_requested_and_actual);
 
 fn wakers_and_lock_waits_are_attributed(kind: AttachKind) {
     const MESSAGES: u64 = 20;
@@ -649,24 +645,6 @@ fn open_fds() -> usize {
 }
 
 /// Ids of the loaded BPF programs named like ours (any process).
-/// Ids of the BPF programs this process holds a descriptor of (a program
-/// or a link: `prog_id` in `/proc/self/fdinfo`). Other processes on a
-/// shared machine load programs of the same names at the same time: the
-/// programs a test attached are those new ones that it holds.
-fn held_program_ids() -> HashSet<u32> {
-    let Ok(fds) = fs::read_dir("/proc/self/fdinfo") else {
-        return HashSet::new();
-    };
-    fds.flatten()
-        .filter_map(|fd| fs::read_to_string(fd.path()).ok())
-        .filter_map(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("prog_id:"))
-                .and_then(|id| id.trim().parse().ok())
-        })
-        .collect()
-}
-
 fn our_program_ids() -> HashSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
@@ -696,7 +674,7 @@ fn drop_detaches_and_frees_everything() {
         source.attach_kind()
     );
     assert!(open_fds() > fds_before);
-    let held = held_program_ids();
+    let held = wakemeter_testkit::held_bpf_program_ids(None);
     let ours: HashSet<u32> = our_program_ids()
         .difference(&programs_before)
         .filter(|id| held.contains(id))
@@ -978,31 +956,10 @@ fn helper_process_main() {
 
 /// This test binary as a helper process of `kind` (see `helper_process_main`).
 fn helper(kind: &str) -> std::process::Command {
-    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
-    c.args([
-        "--exact",
-        "helper_process_main",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("WAKEMETER_EBPF_TEST_HELPER", kind)
-    .stdout(std::process::Stdio::null());
+    let mut c =
+        wakemeter_testkit::this_test("helper_process_main", "WAKEMETER_EBPF_TEST_HELPER", kind);
+    c.stdout(std::process::Stdio::null());
     c
-}
-
-/// The tid of the thread named `name` in process `pid`, waiting for it.
-fn thread_named(pid: u32, name: &str) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        for entry in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-            let path = entry.unwrap().path();
-            if fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim_end() == name) {
-                return path.file_name().unwrap().to_str().unwrap().parse().unwrap();
-            }
-        }
-        assert!(Instant::now() < deadline, "no thread {name} in {pid}");
-        thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]
@@ -1014,7 +971,7 @@ fn exec_from_a_thread_leaves_no_ghost() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let execer = u64::from(thread_named(pid, "wm-execer"));
+    let execer = u64::from(wakemeter_testkit::thread_named(pid, "wm-execer"));
     assert_ne!(
         execer,
         u64::from(pid),
@@ -1074,7 +1031,7 @@ fn observes_another_process_by_pid_until_it_exits() {
         "observes_another_process",
         EbpfSource::builder(Target::Pid(pid)),
     );
-    let held = held_program_ids();
+    let held = wakemeter_testkit::held_bpf_program_ids(None);
     let ours: HashSet<u32> = our_program_ids()
         .difference(&programs_before)
         .filter(|id| held.contains(id))

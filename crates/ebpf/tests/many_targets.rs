@@ -31,25 +31,6 @@ fn ours(name: &str) -> bool {
 }
 
 /// Ids of the loaded BPF programs named like ours (any process).
-/// Ids of the BPF programs process `pid` ("self" for this one) holds a
-/// descriptor of (a program or a link: `prog_id` in `/proc/PID/fdinfo`).
-/// Other processes on a shared machine load programs of the same names at
-/// the same time: the programs a test attached are those new ones that
-/// the attaching process holds.
-fn held_program_ids(pid: &str) -> HashSet<u32> {
-    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return HashSet::new();
-    };
-    fds.flatten()
-        .filter_map(|fd| fs::read_to_string(fd.path()).ok())
-        .filter_map(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("prog_id:"))
-                .and_then(|id| id.trim().parse().ok())
-        })
-        .collect()
-}
-
 fn program_ids() -> HashSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
@@ -108,10 +89,8 @@ fn helper_main() {
 }
 
 fn helper(kind: &str) -> Command {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", "helper_main", "--nocapture", "--test-threads=1"])
-        .env("WAKEMETER_MANY_TARGETS_HELPER", kind)
-        .stdout(Stdio::null());
+    let mut c = wakemeter_testkit::this_test("helper_main", "WAKEMETER_MANY_TARGETS_HELPER", kind);
+    c.stdout(Stdio::null());
     c
 }
 
@@ -172,7 +151,7 @@ fn many_processes_share_one_program_set() {
     let mut sources: Vec<EbpfSource> = pids.iter().map(|&p| attach_pid(p)).collect();
     let loaded = sources.iter().filter(|s| s.loaded_programs()).count();
     assert_eq!(loaded, 1, "one attach loads, the others join");
-    let held = held_program_ids("self");
+    let held = wakemeter_testkit::held_bpf_program_ids(None);
     let programs: HashSet<u32> = program_ids()
         .difference(&programs_before)
         .filter(|id| held.contains(id))
@@ -308,7 +287,7 @@ fn a_killed_watcher_leaves_no_program_or_map_behind() {
         .map_while(Result::ok)
         .any(|line| line.trim() == "watcher-ready");
     assert!(ready, "the watcher attached");
-    let held = held_program_ids(&watcher.id().to_string());
+    let held = wakemeter_testkit::held_bpf_program_ids(Some(watcher.id()));
     let programs: HashSet<u32> = program_ids()
         .difference(&programs_before)
         .filter(|id| held.contains(id))

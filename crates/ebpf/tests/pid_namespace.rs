@@ -109,20 +109,6 @@ fn proc_switches(pid: u32, tid: u32) -> (char, u64, u64) {
     )
 }
 
-fn thread_named(pid: u32, name: &str) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        for entry in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-            let path = entry.unwrap().path();
-            if fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim_end() == name) {
-                return path.file_name().unwrap().to_str().unwrap().parse().unwrap();
-            }
-        }
-        assert!(Instant::now() < deadline, "no thread {name} in {pid}");
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 fn observer() {
     let ns = fs::read_link("/proc/self/ns/pid").unwrap();
     assert_ne!(
@@ -145,7 +131,7 @@ fn observer() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let tid = thread_named(pid, "wm-ns-sleeper");
+    let tid = wakemeter_testkit::thread_named(pid, "wm-ns-sleeper");
     let mut source = match EbpfSource::attach(Target::Pid(pid)) {
         Ok(s) => s,
         Err(e) => panic!(

@@ -275,16 +275,22 @@ fn node_set_interval_1ms_is_not_busy() {
     let p = Program::node("timer.js");
     let (f, i) = watch_with_interval(&p, true);
     assert!(of_kind(&f, FindingKind::BusyPoller).is_empty(), "{f:#?}");
-    let main = i
+    let thread = i
         .threads
         .iter()
         .find(|t| t.tid == u64::from(p.pid()))
-        .and_then(|t| t.kernel.clone())
         .unwrap();
+    let main = thread.kernel.clone().unwrap();
     // The libuv pattern: about one zero-timeout epoll_pwait per blocking one.
     let pre_polls = main.poll_calls_per_sec / main.blocking_polls_per_sec.max(1.0);
     assert!((1.5..=2.5).contains(&pre_polls), "{main:#?}");
-    assert!(main.blocked_percent > 50.0, "{main:#?}");
+    // Not busy: blocked far longer than it runs. (On a loaded machine much
+    // of the rest is run-queue wait, so no fixed share of the window.)
+    assert!(
+        main.blocked_percent > 5.0 * main.on_cpu_percent,
+        "{main:#?} {:?}",
+        thread.run_queue_wait_percent
+    );
     assert!(
         main.calls_by_syscall
             .iter()

@@ -46,6 +46,25 @@ fn thresholds() -> Thresholds {
         .with_min_window(Duration::from_millis(500))
 }
 
+/// A sampler of this process, sampled once, with a busy poller (so that
+/// findings are open when a trace ends) and 32 threads waking every
+/// millisecond (so that every interval has several KB of tracks). The
+/// workers run as long as the returned ones live.
+fn sampled_busy_process() -> (Sampler, Vec<Worker>) {
+    let s = SamplerBuilder::new()
+        .with_thresholds(thresholds())
+        .build()
+        .expect("sampler");
+    let mut workers = vec![spinner(&s)];
+    workers.extend((0..32).map(|n| {
+        Worker::spawn(&format!("w{n}"), || {
+            std::thread::sleep(Duration::from_millis(1))
+        })
+    }));
+    s.sample().expect("first sample");
+    (s, workers)
+}
+
 /// Samples by hand, one interval written at a time, until the trace ends
 /// (size cap, full disk), within generous bounds.
 fn sample_until_ended(s: &Sampler, trace: &PerfettoTrace, pause: Duration) {
@@ -154,21 +173,7 @@ fn unwritable_path_is_an_error_before_sampling() {
 #[test]
 fn size_cap_ends_with_a_complete_trace() {
     let dir = out_dir("cap");
-    let s = SamplerBuilder::new()
-        .with_thresholds(thresholds())
-        .build()
-        .expect("sampler");
-    // A busy poller, so that findings are open when the trace ends, and
-    // threads enough that every interval has several KB of tracks.
-    let _spin = spinner(&s);
-    let _busy: Vec<Worker> = (0..32)
-        .map(|n| {
-            Worker::spawn(&format!("w{n}"), || {
-                std::thread::sleep(Duration::from_millis(1))
-            })
-        })
-        .collect();
-    s.sample().expect("first sample");
+    let (s, _workers) = sampled_busy_process();
     let path = dir.join("cap.perfetto-trace");
     let cap = wakemeter_perfetto::MIN_MAX_BYTES + 48 * 1024;
     let trace =
@@ -202,19 +207,7 @@ fn full_disk_leaves_a_readable_trace() {
         }
     }
     let _unmount = Unmount(dir.clone());
-    let s = SamplerBuilder::new()
-        .with_thresholds(thresholds())
-        .build()
-        .expect("sampler");
-    let _spin = spinner(&s);
-    let _busy: Vec<Worker> = (0..32)
-        .map(|n| {
-            Worker::spawn(&format!("w{n}"), || {
-                std::thread::sleep(Duration::from_millis(1))
-            })
-        })
-        .collect();
-    s.sample().expect("first sample");
+    let (s, _workers) = sampled_busy_process();
     let path = dir.join("full.perfetto-trace");
     let trace = PerfettoTrace::start(&s, &path, TraceConfig::default()).expect("start");
     sample_until_ended(&s, &trace, Duration::from_millis(40));

@@ -7,12 +7,13 @@
 #![cfg(any(target_os = "linux", target_os = "android"))]
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use wakemeter::compare::DEFAULT_MAX_GROUPS;
 use wakemeter::{SamplerBuilder, Target};
+use wakemeter_testkit::{
+    Running, park_threads, ready_until_stdin_closes, start_until_ready, this_test,
+};
 
 /// Set in the child's environment.
 const CHILD_ENV: &str = "WAKEMETER_MANY_THREADS_CHILD";
@@ -38,13 +39,7 @@ fn child_process() {
             .spawn(body)
             .unwrap();
     };
-    for i in 0..IDLE {
-        spawn(format!("worker-{i}"), || {
-            loop {
-                std::thread::park();
-            }
-        });
-    }
+    park_threads("worker", IDLE);
     for i in 0..BUSY {
         spawn(format!("busy-{i}"), || {
             loop {
@@ -63,53 +58,17 @@ fn child_process() {
             }
         });
     }
-    println!("ready");
-    let _ = std::io::stdin().read(&mut [0u8; 1]);
-    std::process::exit(0);
+    ready_until_stdin_closes();
 }
 
-/// The child process, killed when dropped.
-struct ChildProcess(Child);
-
-impl ChildProcess {
-    fn spawn() -> ChildProcess {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        // libtest may print "test child_process ... " before it on the same line.
-        let ready = out
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.ends_with("ready"));
-        assert!(ready, "the child did not start its threads");
-        ChildProcess(child)
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The child process (killed when dropped).
+fn spawn_child() -> Running {
+    start_until_ready(&mut this_test("child_process", CHILD_ENV, "1"))
 }
 
 #[test]
 fn a_report_of_hundreds_of_threads_lists_few_and_groups_all() {
-    let child = ChildProcess::spawn();
+    let child = spawn_child();
     let pid = child.pid();
     let sampler = SamplerBuilder::new()
         .with_target(Target::Pid(pid))

@@ -8,6 +8,11 @@
 //! - [`Work`]: what a process's threads did so far, by the kernel's own
 //!   accounting (`schedstat`, `status`), to wait for work instead of for
 //!   a fixed time.
+//! - [`this_test`], [`start_until_ready`], [`ready_until_stdin_closes`]
+//!   and [`park_threads`]: the test binary started again as a target
+//!   with the threads a test watches.
+//! - [`thread_named`] and [`held_bpf_program_ids`]: a thread found by
+//!   name, the BPF programs a process holds.
 //! - [`run`] and [`run_until`]: a command run to its end under a hang
 //!   guard ([`HANG_GUARD`]), with what it printed.
 //! - [`state`] and [`wait_for_zombie`]: a process's scheduler state.
@@ -15,10 +20,16 @@
 //! A failed setup is a failed test: these helpers panic with a message
 //! saying what is missing.
 
-use std::io::{BufRead, BufReader, Read};
+mod child;
+mod kernel;
+
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub use child::{park_threads, ready_until_stdin_closes, start_until_ready, this_test};
+pub use kernel::{held_bpf_program_ids, thread_named};
 
 /// The least time [`run`] gives a command before it calls it hung: on a
 /// machine at load 200 a run of a few seconds took over 20 s, so a test
@@ -83,27 +94,10 @@ pub fn build_c(src: &Path, out_dir: &Path, out_name: &str, flags: &[&str]) -> Pa
     }
 }
 
-/// Starts `program args` with its stdout piped and waits for its first
-/// line, which must be `ready`.
+/// Starts `program args` with its stdout piped and waits for it to say
+/// `ready` (see [`start_until_ready`]).
 pub fn start_ready(program: &Path, args: &[&str]) -> Running {
-    let child = match Command::new(program)
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => panic!("{} does not start: {e}", program.display()),
-    };
-    let mut running = Running(child);
-    let Some(stdout) = running.0.stdout.take() else {
-        panic!("{}: no piped stdout", program.display());
-    };
-    let mut line = String::new();
-    if let Err(e) = BufReader::new(stdout).read_line(&mut line) {
-        panic!("{}: reading its ready line: {e}", program.display());
-    }
-    assert_eq!(line.trim(), "ready", "test program did not start");
-    running
+    start_until_ready(Command::new(program).args(args))
 }
 
 /// What a process's threads have done so far, summed over its threads:

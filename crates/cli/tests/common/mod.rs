@@ -17,3 +17,38 @@ pub fn watch(pid: u32, extra: &[&str]) -> Command {
     c.args(["watch", "--pid", &pid.to_string()]).args(extra);
     c
 }
+
+/// A pid no process has (above the kernel's `pid_max` limit).
+pub const NO_SUCH_PID: u32 = 4_294_967_000;
+
+/// Checks that a command given [`NO_SUCH_PID`] failed the way a user
+/// relies on: exit 2, one line naming the pid, nothing on stdout.
+pub fn assert_no_such_pid(r: &Run) {
+    assert_eq!(r.code, Some(2), "{}", r.said());
+    assert_eq!(
+        r.stderr(),
+        format!("wakemeter: no process with pid {NO_SUCH_PID}\n"),
+        "{}",
+        r.said()
+    );
+    assert!(r.stdout.is_empty(), "{}", r.said());
+}
+
+/// Reads a `--listen` command's stderr until it announces where it
+/// serves, and returns that `host:port`. Panics when stderr ends first.
+pub fn metrics_address(stderr: &mut impl std::io::BufRead) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match stderr.read_line(&mut line) {
+            Ok(n) if n > 0 => {}
+            other => panic!("no address announced ({other:?})"),
+        }
+        if let Some(rest) = line
+            .trim()
+            .strip_prefix("wakemeter: serving metrics at http://")
+        {
+            return rest.trim_end_matches("/metrics").to_string();
+        }
+    }
+}
