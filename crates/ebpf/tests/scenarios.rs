@@ -63,6 +63,31 @@ impl Program {
         )
     }
 
+    /// `tests/scenarios/<class>.java`, compiled by `javac` and run by
+    /// `java` (OpenJDK), settled once its threads have been on a CPU a
+    /// thousand times (the JVM's start-up, then the program's own work).
+    fn java(class: &str) -> Program {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scenario-java");
+        std::fs::create_dir_all(&out).unwrap();
+        let src = sources().join(format!("{class}.java"));
+        let status = Command::new("javac")
+            .arg("-d")
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("a JDK (javac, java) to build the Java scenarios");
+        assert!(status.success(), "javac {}", src.display());
+        Program::spawn(
+            Command::new("java")
+                .arg("-cp")
+                .arg(&out)
+                .arg(class)
+                .arg(PROGRAM_SECONDS),
+            1000,
+            u64::MAX,
+        )
+    }
+
     fn node(script: &str) -> Program {
         Program::spawn(
             Command::new("node")
@@ -398,6 +423,40 @@ fn libevent_edge_triggered_on_poll_never_blocks_and_is_named() {
     let control = Program::spawn(Command::new(&exe).arg(PROGRAM_SECONDS), 1, 1);
     let f = watch(&control, true);
     assert!(of_kind(&f, FindingKind::BusyPoller).is_empty(), "{f:#?}");
+}
+
+/// A JVM `scheduleAtFixedRate` every 10 ms: its thread waits in timed
+/// futex waits (no sleep or poll call), which the kernel view sees time
+/// out. The finding names the runtime's timer instead of "woken by
+/// interrupts, a timer or I/O", and its counts agree with the thread's
+/// wakes (sched_waking, an independent counter): one timeout per run.
+#[test]
+#[ignore = "needs root"]
+fn jvm_fixed_rate_timed_waits_are_the_runtimes_timer() {
+    let _one = one_at_a_time();
+    let p = Program::java("FixedRate");
+    let (f, i) = watch_with_interval(&p, true);
+    let ticker = i
+        .threads
+        .iter()
+        .find(|t| t.name == "ticker")
+        .unwrap_or_else(|| panic!("no \"ticker\" thread: {i:#?}"));
+    let s = about(&f, FindingKind::PeriodicWakeups, ticker.tid)
+        .unwrap_or_else(|| panic!("periodic_wakeups on the ticker: {f:#?}"));
+    assert!(s.summary.contains("its own timed waits time out"), "{s:#?}");
+    assert!(s.summary.contains("ScheduledExecutor"), "{s:#?}");
+    assert!(!s.summary.contains("a timer or I/O"), "{s:#?}");
+    assert!(s.advice.contains("scheduleAtFixedRate"), "{s:#?}");
+    eprintln!("{}", s.summary);
+    let k = ticker.kernel.as_ref().unwrap();
+    let (timeouts, wakes) = (k.futex_timeouts_per_sec, k.wakes_per_sec);
+    // Every run ends one timed wait by its timeout; a wake the executor
+    // did not ask for (a GC safepoint) may add to the wakes.
+    assert!(
+        timeouts >= 0.8 * wakes && timeouts <= 1.02 * wakes + 1.0,
+        "{timeouts} futex timeouts/s against {wakes} wakes/s: {k:#?}"
+    );
+    assert!(k.timed_futex_waits_per_sec >= timeouts, "{k:#?}");
 }
 
 /// Class 2: 10 ms sleeps cut short by a 1 kHz signal timer are signal

@@ -267,6 +267,16 @@ pub struct KernelThreadStats {
     /// Returns of each poll-family and sleep syscall the thread made, in
     /// [`Syscall::ALL`] order, zero counts left out (at most nine entries).
     pub calls_by_syscall: Vec<SyscallCalls>,
+    /// `futex` waits with a timeout (`FUTEX_WAIT`, `FUTEX_WAIT_BITSET`) that
+    /// returned: a runtime's timed condition waits and parks. Absent from
+    /// reports written before it existed (reads as 0).
+    #[serde(default)]
+    pub total_timed_futex_waits: u64,
+    /// Those of them that returned `ETIMEDOUT`: no other thread ended the
+    /// wait, its timeout did (the thread's own timer). A wait ended by
+    /// `FUTEX_WAKE` (another thread) returns 0 instead.
+    #[serde(default)]
+    pub total_futex_timeouts: u64,
 }
 
 /// One read of a kernel source.

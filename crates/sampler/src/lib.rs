@@ -36,7 +36,7 @@ pub use interval::{
     Interval, KernelThreadInterval, LoopInterval, ProcessInterval, SleepInterval, SyscallRate,
     ThreadInterval,
 };
-pub use model::{LoopStats, SleepStats, Target};
+pub use model::{LoopKind, LoopStats, SleepStats, Target};
 pub use probe::{LoopProbe, SleepProbe, WaitGuard};
 pub use sampler::{
     REPORT_SCHEMA_VERSION, Report, SampleWait, Sampler, SamplerBuilder, SamplerStats, SamplingGuard,

@@ -751,11 +751,45 @@ static __always_inline bool interrupted(long ret)
 	       (ret <= -WM_ERESTARTSYS && ret >= -WM_ERESTARTNOHAND);
 }
 
+/* futex operations (include/uapi/linux/futex.h). */
+#define WM_FUTEX_WAIT 0
+#define WM_FUTEX_WAIT_BITSET 9
+#define WM_FUTEX_CMD_MASK 0x7f /* without FUTEX_PRIVATE_FLAG, FUTEX_CLOCK_REALTIME */
+#define WM_ETIMEDOUT 110
+
+/* Counts a returning futex call of thread `id` when it was a wait with a
+ * timeout: its arguments are still in the saved registers. Other futex
+ * calls (wakes, untimed waits, the PI and requeue operations) cost the two
+ * register reads and no map lookup. */
+static __always_inline int futex_returned(__u64 id, long ret, struct pt_regs *regs,
+					  const bool btf)
+{
+	if (!regs)
+		return 0;
+	__u64 op = 0, timeout = 0;
+	WM_READ(btf, op, WM_SYSCALL_ARG1(regs));
+	__u64 cmd = op & WM_FUTEX_CMD_MASK;
+	if (cmd != WM_FUTEX_WAIT && cmd != WM_FUTEX_WAIT_BITSET)
+		return 0;
+	WM_READ(btf, timeout, WM_SYSCALL_ARG3(regs));
+	if (!timeout)
+		return 0;
+	struct wm_thread *st = thread_entry((__u32)id, (__u32)(id >> 32), NULL, btf);
+	if (!st)
+		return 0;
+	st->futex_timed_waits += 1;
+	if (ret == -WM_ETIMEDOUT)
+		st->futex_timeouts += 1;
+	return 0;
+}
+
 /* Counts the return of syscall `nr` (result `ret`, saved registers `regs`)
  * by thread `id` (pid_tgid) of the target. */
 static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct pt_regs *regs,
 					    const bool btf)
 {
+	if (nr == NR_FUTEX)
+		return futex_returned(id, ret, regs, btf);
 	__u32 cls = syscall_class(nr);
 	/* The target's other syscalls cost no map lookup. */
 	if (cls != WM_SC_POLL && cls != WM_SC_SLEEP && cls != WM_SC_RENAME)
@@ -918,7 +952,7 @@ int tpbtf_calibrate(__u64 *ctx) { return 0; }
 SEC("raw_tp/sched_switch")
 int rawtp_calibrate(__u64 *ctx) { return 0; }
 
-_Static_assert(sizeof(struct wm_thread) == 2448, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_thread) == 2464, "wm_thread layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_target) == 24, "wm_target layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_iter_ctl) == 8, "wm_iter_ctl layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_iter_row) == 8, "wm_iter_row layout changed: update abi.rs");

@@ -135,6 +135,12 @@ struct wm_thread {
 	/* The process the thread belongs to (initial-namespace id): one map
 	 * serves every watched process, and its reader splits it by this. */
 	__u64 tgid;
+	/* futex waits with a timeout (FUTEX_WAIT, FUTEX_WAIT_BITSET) that
+	 * returned, and those of them that returned -ETIMEDOUT: a timed wait
+	 * that nobody ended, i.e. the thread's own timer (a runtime's timed
+	 * condition wait, ScheduledExecutor, a tokio park with a deadline). */
+	__u64 futex_timed_waits;
+	__u64 futex_timeouts;
 };
 
 /* The watched set: bit (tgid % 64) of word (tgid / 64). PID_MAX_LIMIT is

@@ -81,6 +81,9 @@ pub(crate) struct WmThread {
     pub waker_ns_tid: [u32; WAKER_SLOTS],
     pub ns_tid: u64,
     pub tgid: u64,
+    /// futex waits with a timeout that returned, and those that timed out.
+    pub futex_timed_waits: u64,
+    pub futex_timeouts: u64,
 }
 
 impl WmThread {
@@ -124,6 +127,8 @@ impl WmThread {
         waker_ns_tid: [0; WAKER_SLOTS],
         ns_tid: 0,
         tgid: 0,
+        futex_timed_waits: 0,
+        futex_timeouts: 0,
     };
 
     /// Occupied waker slots.
@@ -132,7 +137,7 @@ impl WmThread {
     }
 }
 
-const _: () = assert!(size_of::<WmThread>() == 2448);
+const _: () = assert!(size_of::<WmThread>() == 2464);
 // Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
 // side only fails the build instead of reading garbage.
 const _: () = assert!(std::mem::offset_of!(WmThread, run_delay_mark) == 24);

@@ -75,6 +75,8 @@ pub(super) fn thread_stats(
         .collect();
     t.poll = poll;
     t.sleep = sleep;
+    t.total_timed_futex_waits = raw.futex_timed_waits;
+    t.total_futex_timeouts = raw.futex_timeouts;
     t.top_wakers = wakers_of(raw, top_wakers);
     t
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::codec::{self, Fields, push_str};
 use crate::histogram::{LOG2_BUCKETS, Log2Histogram};
 use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime, Syscall, SyscallCalls, Waker};
-use crate::model::{LoopStats, SleepStats};
+use crate::model::{LoopKind, LoopStats, SleepStats};
 
 /// A new key frame is written every this many snapshots (at most): a
 /// longer period stores less, a shorter one keeps deltas smaller. 32 keeps
@@ -69,6 +69,7 @@ impl Record for LoopStats {
         ]);
         push_histogram(f, &self.poll_delay_histogram);
         push_str(f, &self.name);
+        f.push(self.kind.code());
     }
     fn unpack(id: u64, fields: &[u64]) -> Self {
         let mut f = Fields::new(fields);
@@ -88,6 +89,7 @@ impl Record for LoopStats {
             current_wait_ns: f.next(),
             poll_delay_histogram: histogram(&mut f),
             name: f.string(),
+            kind: LoopKind::from_code(f.next()),
         }
     }
 }
@@ -175,6 +177,7 @@ impl Record for KernelThreadStats {
                 .find(|c| c.syscall == *sc)
                 .map_or(0, |c| c.total_calls)
         }));
+        f.extend([self.total_timed_futex_waits, self.total_futex_timeouts]);
     }
     fn unpack(tid: u64, fields: &[u64]) -> Self {
         let mut f = Fields::new(fields);
@@ -223,6 +226,8 @@ impl Record for KernelThreadStats {
             .map(|sc| SyscallCalls::new(*sc, f.next()))
             .filter(|c| c.total_calls > 0)
             .collect();
+        t.total_timed_futex_waits = f.next();
+        t.total_futex_timeouts = f.next();
         t
     }
 }

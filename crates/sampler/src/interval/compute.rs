@@ -120,6 +120,11 @@ fn kernel_interval(
             .unwrap_or(0),
         top_wakers: k.top_wakers.clone(),
         calls_by_syscall,
+        timed_futex_waits_per_sec: per_sec(
+            sub(k.total_timed_futex_waits, e.total_timed_futex_waits),
+            d,
+        ),
+        futex_timeouts_per_sec: per_sec(sub(k.total_futex_timeouts, e.total_futex_timeouts), d),
     }
 }
 
@@ -550,6 +555,7 @@ fn loop_interval(e: Option<&LoopStats>, l: &LoopStats, d: u64) -> LoopInterval {
     LoopInterval {
         id: l.id,
         name: l.name.clone(),
+        kind: l.kind,
         tid: l.tid,
         wakeups,
         wakeups_per_sec: per_sec(wakeups, d),

@@ -129,6 +129,15 @@ pub struct KernelThreadInterval {
     pub calls_by_syscall: Vec<SyscallRate>,
     /// The threads that woke it most since the source attached, most first.
     pub top_wakers: Vec<Waker>,
+    /// `futex` waits with a timeout per second that returned (see
+    /// [`KernelThreadStats::total_timed_futex_waits`](crate::KernelThreadStats::total_timed_futex_waits)).
+    /// Absent from reports written before it existed (reads as 0).
+    #[serde(default)]
+    pub timed_futex_waits_per_sec: f64,
+    /// Those of them per second that timed out (`ETIMEDOUT`): the thread's
+    /// own timer ended the wait, not another thread's `FUTEX_WAKE`.
+    #[serde(default)]
+    pub futex_timeouts_per_sec: f64,
 }
 
 /// How often one syscall returned over an interval.
@@ -176,6 +185,8 @@ pub struct LoopInterval {
     pub id: u64,
     /// Probe name.
     pub name: String,
+    /// What kind of loop it is (see [`LoopStats::kind`](crate::LoopStats::kind)).
+    pub kind: crate::LoopKind,
     /// Thread that last waited, if any.
     pub tid: Option<u64>,
     /// Wakeups (returns from the wait) during the interval.

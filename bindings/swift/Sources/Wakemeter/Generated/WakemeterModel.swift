@@ -1238,6 +1238,17 @@ public struct KernelThreadInterval: Equatable, Hashable {
      * The threads that woke it most since the source attached, most first.
      */
     public var topWakers: [Waker]
+    /**
+     * `futex` waits with a timeout per second that returned (see
+     * [`KernelThreadStats::total_timed_futex_waits`](crate::KernelThreadStats::total_timed_futex_waits)).
+     * Absent from reports written before it existed (reads as 0).
+     */
+    public var timedFutexWaitsPerSec: Double
+    /**
+     * Those of them per second that timed out (`ETIMEDOUT`): the thread's
+     * own timer ended the wait, not another thread's `FUTEX_WAKE`.
+     */
+    public var futexTimeoutsPerSec: Double
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1327,7 +1338,16 @@ public struct KernelThreadInterval: Equatable, Hashable {
          */callsBySyscall: [SyscallRate], 
         /**
          * The threads that woke it most since the source attached, most first.
-         */topWakers: [Waker]) {
+         */topWakers: [Waker], 
+        /**
+         * `futex` waits with a timeout per second that returned (see
+         * [`KernelThreadStats::total_timed_futex_waits`](crate::KernelThreadStats::total_timed_futex_waits)).
+         * Absent from reports written before it existed (reads as 0).
+         */timedFutexWaitsPerSec: Double, 
+        /**
+         * Those of them per second that timed out (`ETIMEDOUT`): the thread's
+         * own timer ended the wait, not another thread's `FUTEX_WAKE`.
+         */futexTimeoutsPerSec: Double) {
         self.onCpuPercent = onCpuPercent
         self.voluntarySwitchesPerSec = voluntarySwitchesPerSec
         self.involuntarySwitchesPerSec = involuntarySwitchesPerSec
@@ -1349,6 +1369,8 @@ public struct KernelThreadInterval: Equatable, Hashable {
         self.meanSleepActualNs = meanSleepActualNs
         self.callsBySyscall = callsBySyscall
         self.topWakers = topWakers
+        self.timedFutexWaitsPerSec = timedFutexWaitsPerSec
+        self.futexTimeoutsPerSec = futexTimeoutsPerSec
     }
 
     
@@ -1387,7 +1409,9 @@ public struct FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer {
                 unknownRequestSleeps: FfiConverterUInt64.read(from: &buf), 
                 meanSleepActualNs: FfiConverterUInt64.read(from: &buf), 
                 callsBySyscall: FfiConverterSequenceTypeSyscallRate.read(from: &buf), 
-                topWakers: FfiConverterSequenceTypeWaker.read(from: &buf)
+                topWakers: FfiConverterSequenceTypeWaker.read(from: &buf), 
+                timedFutexWaitsPerSec: FfiConverterDouble.read(from: &buf), 
+                futexTimeoutsPerSec: FfiConverterDouble.read(from: &buf)
         )
     }
 
@@ -1413,6 +1437,8 @@ public struct FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer {
         FfiConverterUInt64.write(value.meanSleepActualNs, into: &buf)
         FfiConverterSequenceTypeSyscallRate.write(value.callsBySyscall, into: &buf)
         FfiConverterSequenceTypeWaker.write(value.topWakers, into: &buf)
+        FfiConverterDouble.write(value.timedFutexWaitsPerSec, into: &buf)
+        FfiConverterDouble.write(value.futexTimeoutsPerSec, into: &buf)
     }
 }
 
@@ -1512,6 +1538,18 @@ public struct KernelThreadStats: Equatable, Hashable {
      * [`Syscall::ALL`] order, zero counts left out (at most nine entries).
      */
     public var callsBySyscall: [SyscallCalls]
+    /**
+     * `futex` waits with a timeout (`FUTEX_WAIT`, `FUTEX_WAIT_BITSET`) that
+     * returned: a runtime's timed condition waits and parks. Absent from
+     * reports written before it existed (reads as 0).
+     */
+    public var totalTimedFutexWaits: UInt64
+    /**
+     * Those of them that returned `ETIMEDOUT`: no other thread ended the
+     * wait, its timeout did (the thread's own timer). A wait ended by
+     * `FUTEX_WAKE` (another thread) returns 0 instead.
+     */
+    public var totalFutexTimeouts: UInt64
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1575,7 +1613,17 @@ public struct KernelThreadStats: Equatable, Hashable {
         /**
          * Returns of each poll-family and sleep syscall the thread made, in
          * [`Syscall::ALL`] order, zero counts left out (at most nine entries).
-         */callsBySyscall: [SyscallCalls]) {
+         */callsBySyscall: [SyscallCalls], 
+        /**
+         * `futex` waits with a timeout (`FUTEX_WAIT`, `FUTEX_WAIT_BITSET`) that
+         * returned: a runtime's timed condition waits and parks. Absent from
+         * reports written before it existed (reads as 0).
+         */totalTimedFutexWaits: UInt64, 
+        /**
+         * Those of them that returned `ETIMEDOUT`: no other thread ended the
+         * wait, its timeout did (the thread's own timer). A wait ended by
+         * `FUTEX_WAKE` (another thread) returns 0 instead.
+         */totalFutexTimeouts: UInt64) {
         self.tid = tid
         self.name = name
         self.totalOnCpuNs = totalOnCpuNs
@@ -1592,6 +1640,8 @@ public struct KernelThreadStats: Equatable, Hashable {
         self.poll = poll
         self.sleep = sleep
         self.callsBySyscall = callsBySyscall
+        self.totalTimedFutexWaits = totalTimedFutexWaits
+        self.totalFutexTimeouts = totalFutexTimeouts
     }
 
     
@@ -1625,7 +1675,9 @@ public struct FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer {
                 topWakers: FfiConverterSequenceTypeWaker.read(from: &buf), 
                 poll: FfiConverterTypePollSyscallStats.read(from: &buf), 
                 sleep: FfiConverterTypeSleepSyscallStats.read(from: &buf), 
-                callsBySyscall: FfiConverterSequenceTypeSyscallCalls.read(from: &buf)
+                callsBySyscall: FfiConverterSequenceTypeSyscallCalls.read(from: &buf), 
+                totalTimedFutexWaits: FfiConverterUInt64.read(from: &buf), 
+                totalFutexTimeouts: FfiConverterUInt64.read(from: &buf)
         )
     }
 
@@ -1646,6 +1698,8 @@ public struct FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer {
         FfiConverterTypePollSyscallStats.write(value.poll, into: &buf)
         FfiConverterTypeSleepSyscallStats.write(value.sleep, into: &buf)
         FfiConverterSequenceTypeSyscallCalls.write(value.callsBySyscall, into: &buf)
+        FfiConverterUInt64.write(value.totalTimedFutexWaits, into: &buf)
+        FfiConverterUInt64.write(value.totalFutexTimeouts, into: &buf)
     }
 }
 
@@ -1741,6 +1795,10 @@ public struct LoopInterval: Equatable, Hashable {
      */
     public var name: String
     /**
+     * What kind of loop it is (see [`LoopStats::kind`](crate::LoopStats::kind)).
+     */
+    public var kind: LoopKind
+    /**
      * Thread that last waited, if any.
      */
     public var tid: UInt64?
@@ -1823,6 +1881,9 @@ public struct LoopInterval: Equatable, Hashable {
          * Probe name.
          */name: String, 
         /**
+         * What kind of loop it is (see [`LoopStats::kind`](crate::LoopStats::kind)).
+         */kind: LoopKind, 
+        /**
          * Thread that last waited, if any.
          */tid: UInt64?, 
         /**
@@ -1878,6 +1939,7 @@ public struct LoopInterval: Equatable, Hashable {
          */currentWaitNs: UInt64) {
         self.id = id
         self.name = name
+        self.kind = kind
         self.tid = tid
         self.wakeups = wakeups
         self.wakeupsPerSec = wakeupsPerSec
@@ -1916,6 +1978,7 @@ public struct FfiConverterTypeLoopInterval: FfiConverterRustBuffer {
             try LoopInterval(
                 id: FfiConverterUInt64.read(from: &buf), 
                 name: FfiConverterString.read(from: &buf), 
+                kind: FfiConverterTypeLoopKind.read(from: &buf), 
                 tid: FfiConverterOptionUInt64.read(from: &buf), 
                 wakeups: FfiConverterUInt64.read(from: &buf), 
                 wakeupsPerSec: FfiConverterDouble.read(from: &buf), 
@@ -1940,6 +2003,7 @@ public struct FfiConverterTypeLoopInterval: FfiConverterRustBuffer {
     public static func write(_ value: LoopInterval, into buf: inout [UInt8]) {
         FfiConverterUInt64.write(value.id, into: &buf)
         FfiConverterString.write(value.name, into: &buf)
+        FfiConverterTypeLoopKind.write(value.kind, into: &buf)
         FfiConverterOptionUInt64.write(value.tid, into: &buf)
         FfiConverterUInt64.write(value.wakeups, into: &buf)
         FfiConverterDouble.write(value.wakeupsPerSec, into: &buf)
@@ -1992,6 +2056,10 @@ public struct LoopStats: Equatable, Hashable {
      * Name given when the probe was created.
      */
     public var name: String
+    /**
+     * What kind of loop it is (an application's loop, a tokio worker).
+     */
+    public var kind: LoopKind
     /**
      * OS id of the thread that last waited (see [`crate::ThreadSample::tid`]); `None` before the first wait.
      */
@@ -2059,6 +2127,9 @@ public struct LoopStats: Equatable, Hashable {
          * Name given when the probe was created.
          */name: String, 
         /**
+         * What kind of loop it is (an application's loop, a tokio worker).
+         */kind: LoopKind, 
+        /**
          * OS id of the thread that last waited (see [`crate::ThreadSample::tid`]); `None` before the first wait.
          */tid: UInt64?, 
         /**
@@ -2103,6 +2174,7 @@ public struct LoopStats: Equatable, Hashable {
          */currentWaitNs: UInt64) {
         self.id = id
         self.name = name
+        self.kind = kind
         self.tid = tid
         self.totalWakeups = totalWakeups
         self.totalIdleWakeups = totalIdleWakeups
@@ -2136,6 +2208,7 @@ public struct FfiConverterTypeLoopStats: FfiConverterRustBuffer {
             try LoopStats(
                 id: FfiConverterUInt64.read(from: &buf), 
                 name: FfiConverterString.read(from: &buf), 
+                kind: FfiConverterTypeLoopKind.read(from: &buf), 
                 tid: FfiConverterOptionUInt64.read(from: &buf), 
                 totalWakeups: FfiConverterUInt64.read(from: &buf), 
                 totalIdleWakeups: FfiConverterUInt64.read(from: &buf), 
@@ -2155,6 +2228,7 @@ public struct FfiConverterTypeLoopStats: FfiConverterRustBuffer {
     public static func write(_ value: LoopStats, into buf: inout [UInt8]) {
         FfiConverterUInt64.write(value.id, into: &buf)
         FfiConverterString.write(value.name, into: &buf)
+        FfiConverterTypeLoopKind.write(value.kind, into: &buf)
         FfiConverterOptionUInt64.write(value.tid, into: &buf)
         FfiConverterUInt64.write(value.totalWakeups, into: &buf)
         FfiConverterUInt64.write(value.totalIdleWakeups, into: &buf)
@@ -5628,6 +5702,86 @@ public func FfiConverterTypeFindingKind_lift(_ buf: RustBuffer) throws -> Findin
 #endif
 public func FfiConverterTypeFindingKind_lower(_ value: FindingKind) -> RustBuffer {
     return FfiConverterTypeFindingKind.lower(value)
+}
+
+
+
+/**
+ * What kind of loop a probe instruments: who made the probe, and so what
+ * its waits are.
+ */
+
+public enum LoopKind: Equatable, Hashable {
+    
+    /**
+     * A loop the application instruments itself with a [`crate::LoopProbe`]
+     * (its poll, epoll_wait or kevent calls, with their timeouts).
+     */
+    case application
+    /**
+     * A tokio runtime worker instrumented by `wakemeter::runtime::instrument`:
+     * a wait is a park, a wakeup an unpark. A worker parks with a timeout
+     * only while the runtime's timer has a deadline armed (a
+     * `tokio::time::interval` or `sleep` in a task).
+     */
+    case tokioWorker
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension LoopKind: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeLoopKind: FfiConverterRustBuffer {
+    typealias SwiftType = LoopKind
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> LoopKind {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .application
+        
+        case 2: return .tokioWorker
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: LoopKind, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .application:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .tokioWorker:
+            writeInt(&buf, Int32(2))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLoopKind_lift(_ buf: RustBuffer) throws -> LoopKind {
+    return try FfiConverterTypeLoopKind.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLoopKind_lower(_ value: LoopKind) -> RustBuffer {
+    return FfiConverterTypeLoopKind.lower(value)
 }
 
 

@@ -1622,6 +1622,19 @@ data class KernelThreadInterval (
      * The threads that woke it most since the source attached, most first.
      */
     val `topWakers`: List<Waker>
+    , 
+    /**
+     * `futex` waits with a timeout per second that returned (see
+     * [`KernelThreadStats::total_timed_futex_waits`](crate::KernelThreadStats::total_timed_futex_waits)).
+     * Absent from reports written before it existed (reads as 0).
+     */
+    val `timedFutexWaitsPerSec`: kotlin.Double
+    , 
+    /**
+     * Those of them per second that timed out (`ETIMEDOUT`): the thread's
+     * own timer ended the wait, not another thread's `FUTEX_WAKE`.
+     */
+    val `futexTimeoutsPerSec`: kotlin.Double
     
 ){
     
@@ -1659,6 +1672,8 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterULong.read(buf),
             FfiConverterSequenceTypeSyscallRate.read(buf),
             FfiConverterSequenceTypeWaker.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
         )
     }
 
@@ -1683,7 +1698,9 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterULong.allocationSize(value.`unknownRequestSleeps`) +
             FfiConverterULong.allocationSize(value.`meanSleepActualNs`) +
             FfiConverterSequenceTypeSyscallRate.allocationSize(value.`callsBySyscall`) +
-            FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`)
+            FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`) +
+            FfiConverterDouble.allocationSize(value.`timedFutexWaitsPerSec`) +
+            FfiConverterDouble.allocationSize(value.`futexTimeoutsPerSec`)
     )
 
     override fun write(value: KernelThreadInterval, buf: ByteBuffer) {
@@ -1708,6 +1725,8 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterULong.write(value.`meanSleepActualNs`, buf)
             FfiConverterSequenceTypeSyscallRate.write(value.`callsBySyscall`, buf)
             FfiConverterSequenceTypeWaker.write(value.`topWakers`, buf)
+            FfiConverterDouble.write(value.`timedFutexWaitsPerSec`, buf)
+            FfiConverterDouble.write(value.`futexTimeoutsPerSec`, buf)
     }
 }
 
@@ -1808,6 +1827,20 @@ data class KernelThreadStats (
      * [`Syscall::ALL`] order, zero counts left out (at most nine entries).
      */
     val `callsBySyscall`: List<SyscallCalls>
+    , 
+    /**
+     * `futex` waits with a timeout (`FUTEX_WAIT`, `FUTEX_WAIT_BITSET`) that
+     * returned: a runtime's timed condition waits and parks. Absent from
+     * reports written before it existed (reads as 0).
+     */
+    val `totalTimedFutexWaits`: kotlin.ULong
+    , 
+    /**
+     * Those of them that returned `ETIMEDOUT`: no other thread ended the
+     * wait, its timeout did (the thread's own timer). A wait ended by
+     * `FUTEX_WAKE` (another thread) returns 0 instead.
+     */
+    val `totalFutexTimeouts`: kotlin.ULong
     
 ){
     
@@ -1840,6 +1873,8 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterTypePollSyscallStats.read(buf),
             FfiConverterTypeSleepSyscallStats.read(buf),
             FfiConverterSequenceTypeSyscallCalls.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
         )
     }
 
@@ -1859,7 +1894,9 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`) +
             FfiConverterTypePollSyscallStats.allocationSize(value.`poll`) +
             FfiConverterTypeSleepSyscallStats.allocationSize(value.`sleep`) +
-            FfiConverterSequenceTypeSyscallCalls.allocationSize(value.`callsBySyscall`)
+            FfiConverterSequenceTypeSyscallCalls.allocationSize(value.`callsBySyscall`) +
+            FfiConverterULong.allocationSize(value.`totalTimedFutexWaits`) +
+            FfiConverterULong.allocationSize(value.`totalFutexTimeouts`)
     )
 
     override fun write(value: KernelThreadStats, buf: ByteBuffer) {
@@ -1879,6 +1916,8 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterTypePollSyscallStats.write(value.`poll`, buf)
             FfiConverterTypeSleepSyscallStats.write(value.`sleep`, buf)
             FfiConverterSequenceTypeSyscallCalls.write(value.`callsBySyscall`, buf)
+            FfiConverterULong.write(value.`totalTimedFutexWaits`, buf)
+            FfiConverterULong.write(value.`totalFutexTimeouts`, buf)
     }
 }
 
@@ -1940,6 +1979,11 @@ data class LoopInterval (
      * Probe name.
      */
     val `name`: kotlin.String
+    , 
+    /**
+     * What kind of loop it is (see [`LoopStats::kind`](crate::LoopStats::kind)).
+     */
+    val `kind`: LoopKind
     , 
     /**
      * Thread that last waited, if any.
@@ -2048,6 +2092,7 @@ public object FfiConverterTypeLoopInterval: FfiConverterRustBuffer<LoopInterval>
         return LoopInterval(
             FfiConverterULong.read(buf),
             FfiConverterString.read(buf),
+            FfiConverterTypeLoopKind.read(buf),
             FfiConverterOptionalULong.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterDouble.read(buf),
@@ -2072,6 +2117,7 @@ public object FfiConverterTypeLoopInterval: FfiConverterRustBuffer<LoopInterval>
     override fun allocationSize(value: LoopInterval) = (
             FfiConverterULong.allocationSize(value.`id`) +
             FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterTypeLoopKind.allocationSize(value.`kind`) +
             FfiConverterOptionalULong.allocationSize(value.`tid`) +
             FfiConverterULong.allocationSize(value.`wakeups`) +
             FfiConverterDouble.allocationSize(value.`wakeupsPerSec`) +
@@ -2095,6 +2141,7 @@ public object FfiConverterTypeLoopInterval: FfiConverterRustBuffer<LoopInterval>
     override fun write(value: LoopInterval, buf: ByteBuffer) {
             FfiConverterULong.write(value.`id`, buf)
             FfiConverterString.write(value.`name`, buf)
+            FfiConverterTypeLoopKind.write(value.`kind`, buf)
             FfiConverterOptionalULong.write(value.`tid`, buf)
             FfiConverterULong.write(value.`wakeups`, buf)
             FfiConverterDouble.write(value.`wakeupsPerSec`, buf)
@@ -2134,6 +2181,11 @@ data class LoopStats (
      * Name given when the probe was created.
      */
     val `name`: kotlin.String
+    , 
+    /**
+     * What kind of loop it is (an application's loop, a tokio worker).
+     */
+    val `kind`: LoopKind
     , 
     /**
      * OS id of the thread that last waited (see [`crate::ThreadSample::tid`]); `None` before the first wait.
@@ -2221,6 +2273,7 @@ public object FfiConverterTypeLoopStats: FfiConverterRustBuffer<LoopStats> {
         return LoopStats(
             FfiConverterULong.read(buf),
             FfiConverterString.read(buf),
+            FfiConverterTypeLoopKind.read(buf),
             FfiConverterOptionalULong.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
@@ -2240,6 +2293,7 @@ public object FfiConverterTypeLoopStats: FfiConverterRustBuffer<LoopStats> {
     override fun allocationSize(value: LoopStats) = (
             FfiConverterULong.allocationSize(value.`id`) +
             FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterTypeLoopKind.allocationSize(value.`kind`) +
             FfiConverterOptionalULong.allocationSize(value.`tid`) +
             FfiConverterULong.allocationSize(value.`totalWakeups`) +
             FfiConverterULong.allocationSize(value.`totalIdleWakeups`) +
@@ -2258,6 +2312,7 @@ public object FfiConverterTypeLoopStats: FfiConverterRustBuffer<LoopStats> {
     override fun write(value: LoopStats, buf: ByteBuffer) {
             FfiConverterULong.write(value.`id`, buf)
             FfiConverterString.write(value.`name`, buf)
+            FfiConverterTypeLoopKind.write(value.`kind`, buf)
             FfiConverterOptionalULong.write(value.`tid`, buf)
             FfiConverterULong.write(value.`totalWakeups`, buf)
             FfiConverterULong.write(value.`totalIdleWakeups`, buf)
@@ -4695,6 +4750,54 @@ public object FfiConverterTypeFindingKind: FfiConverterRustBuffer<FindingKind> {
     override fun allocationSize(value: FindingKind) = 4UL
 
     override fun write(value: FindingKind, buf: ByteBuffer) {
+        buf.putInt(value.ordinal + 1)
+    }
+}
+
+
+
+
+
+/**
+ * What kind of loop a probe instruments: who made the probe, and so what
+ * its waits are.
+ */
+
+enum class LoopKind {
+    
+    /**
+     * A loop the application instruments itself with a [`crate::LoopProbe`]
+     * (its poll, epoll_wait or kevent calls, with their timeouts).
+     */
+    APPLICATION,
+    /**
+     * A tokio runtime worker instrumented by `wakemeter::runtime::instrument`:
+     * a wait is a park, a wakeup an unpark. A worker parks with a timeout
+     * only while the runtime's timer has a deadline armed (a
+     * `tokio::time::interval` or `sleep` in a task).
+     */
+    TOKIO_WORKER;
+
+    
+
+
+    companion object
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeLoopKind: FfiConverterRustBuffer<LoopKind> {
+    override fun read(buf: ByteBuffer) = try {
+        LoopKind.values()[buf.getInt() - 1]
+    } catch (e: IndexOutOfBoundsException) {
+        throw RuntimeException("invalid enum value, something is very wrong!!", e)
+    }
+
+    override fun allocationSize(value: LoopKind) = 4UL
+
+    override fun write(value: LoopKind, buf: ByteBuffer) {
         buf.putInt(value.ordinal + 1)
     }
 }
