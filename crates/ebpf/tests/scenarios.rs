@@ -411,6 +411,28 @@ fn libevent_edge_triggered_on_poll_never_blocks_and_is_named() {
     assert!(b.summary.contains("poll(2)"), "{b:#?}");
     assert!(b.summary.contains("return ready at once"), "{b:#?}");
     assert!(b.summary.contains("EV_ET"), "{b:#?}");
+    // The descriptor that stays ready: the program's one eventfd, the
+    // number its own descriptor table gives (the kernel view read the
+    // poll array; /proc/PID/fd the kind).
+    let eventfds: Vec<f64> = std::fs::read_dir(format!("/proc/{}/fd", spin.pid()))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|l| l.to_string_lossy() == "anon_inode:[eventfd]")
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    assert_eq!(eventfds.len(), 1, "{eventfds:?}");
+    assert_eq!(b.evidence("ready_fd"), Some(eventfds[0]), "{b:#?}");
+    assert!(
+        b.summary.contains(&format!(
+            "Descriptor {} (an eventfd) stays ready",
+            eventfds[0]
+        )),
+        "{b:#?}"
+    );
+    eprintln!("{}", b.summary);
     assert!(b.advice.contains("epoll, kqueue"), "{b:#?}");
     assert!(b.evidence("ready_at_once_ratio").unwrap() >= 0.9, "{b:#?}");
     assert!(

@@ -125,6 +125,7 @@ fn kernel_interval(
             d,
         ),
         futex_timeouts_per_sec: per_sec(sub(k.total_futex_timeouts, e.total_futex_timeouts), d),
+        ready_fds: k.ready_fds.clone(),
     }
 }
 

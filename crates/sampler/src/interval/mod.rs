@@ -138,6 +138,11 @@ pub struct KernelThreadInterval {
     /// own timer ended the wait, not another thread's `FUTEX_WAKE`.
     #[serde(default)]
     pub futex_timeouts_per_sec: f64,
+    /// The descriptors its last poll calls found ready without blocking,
+    /// as of the end of the interval (see
+    /// [`KernelThreadStats::ready_fds`](crate::KernelThreadStats::ready_fds)).
+    #[serde(default)]
+    pub ready_fds: Vec<crate::ReadyFd>,
 }
 
 /// How often one syscall returned over an interval.
@@ -186,6 +191,8 @@ pub struct LoopInterval {
     /// Probe name.
     pub name: String,
     /// What kind of loop it is (see [`LoopStats::kind`](crate::LoopStats::kind)).
+    /// Absent from reports written before it existed (reads as `application`).
+    #[serde(default)]
     pub kind: crate::LoopKind,
     /// Thread that last waited, if any.
     pub tid: Option<u64>,

@@ -53,6 +53,8 @@ pub struct LoopStats {
     /// Name given when the probe was created.
     pub name: String,
     /// What kind of loop it is (an application's loop, a tokio worker).
+    /// Absent from reports written before it existed (reads as `application`).
+    #[serde(default)]
     pub kind: LoopKind,
     /// OS id of the thread that last waited (see [`crate::ThreadSample::tid`]); `None` before the first wait.
     pub tid: Option<u64>,

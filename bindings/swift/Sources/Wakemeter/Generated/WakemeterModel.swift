@@ -481,6 +481,22 @@ fileprivate struct FfiConverterUInt32: FfiConverterPrimitive {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterInt32: FfiConverterPrimitive {
+    typealias FfiType = Int32
+    typealias SwiftType = Int32
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Int32 {
+        return try lift(readInt(&buf))
+    }
+
+    public static func write(_ value: Int32, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterUInt64: FfiConverterPrimitive {
     typealias FfiType = UInt64
     typealias SwiftType = UInt64
@@ -1249,6 +1265,12 @@ public struct KernelThreadInterval: Equatable, Hashable {
      * own timer ended the wait, not another thread's `FUTEX_WAKE`.
      */
     public var futexTimeoutsPerSec: Double
+    /**
+     * The descriptors its last poll calls found ready without blocking,
+     * as of the end of the interval (see
+     * [`KernelThreadStats::ready_fds`](crate::KernelThreadStats::ready_fds)).
+     */
+    public var readyFds: [ReadyFd]
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1347,7 +1369,12 @@ public struct KernelThreadInterval: Equatable, Hashable {
         /**
          * Those of them per second that timed out (`ETIMEDOUT`): the thread's
          * own timer ended the wait, not another thread's `FUTEX_WAKE`.
-         */futexTimeoutsPerSec: Double) {
+         */futexTimeoutsPerSec: Double, 
+        /**
+         * The descriptors its last poll calls found ready without blocking,
+         * as of the end of the interval (see
+         * [`KernelThreadStats::ready_fds`](crate::KernelThreadStats::ready_fds)).
+         */readyFds: [ReadyFd]) {
         self.onCpuPercent = onCpuPercent
         self.voluntarySwitchesPerSec = voluntarySwitchesPerSec
         self.involuntarySwitchesPerSec = involuntarySwitchesPerSec
@@ -1371,6 +1398,7 @@ public struct KernelThreadInterval: Equatable, Hashable {
         self.topWakers = topWakers
         self.timedFutexWaitsPerSec = timedFutexWaitsPerSec
         self.futexTimeoutsPerSec = futexTimeoutsPerSec
+        self.readyFds = readyFds
     }
 
     
@@ -1411,7 +1439,8 @@ public struct FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer {
                 callsBySyscall: FfiConverterSequenceTypeSyscallRate.read(from: &buf), 
                 topWakers: FfiConverterSequenceTypeWaker.read(from: &buf), 
                 timedFutexWaitsPerSec: FfiConverterDouble.read(from: &buf), 
-                futexTimeoutsPerSec: FfiConverterDouble.read(from: &buf)
+                futexTimeoutsPerSec: FfiConverterDouble.read(from: &buf), 
+                readyFds: FfiConverterSequenceTypeReadyFd.read(from: &buf)
         )
     }
 
@@ -1439,6 +1468,7 @@ public struct FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer {
         FfiConverterSequenceTypeWaker.write(value.topWakers, into: &buf)
         FfiConverterDouble.write(value.timedFutexWaitsPerSec, into: &buf)
         FfiConverterDouble.write(value.futexTimeoutsPerSec, into: &buf)
+        FfiConverterSequenceTypeReadyFd.write(value.readyFds, into: &buf)
     }
 }
 
@@ -1550,6 +1580,14 @@ public struct KernelThreadStats: Equatable, Hashable {
      * `FUTEX_WAKE` (another thread) returns 0 instead.
      */
     public var totalFutexTimeouts: UInt64
+    /**
+     * The descriptors the thread's last `poll`/`ppoll` call looked at
+     * (one in 64 of those that returned ready without blocking; `poll`
+     * and `ppoll` only, the first 8 entries of its array) found ready:
+     * what a loop that never blocks keeps polling. Empty when none was
+     * seen. Absent from reports written before it existed.
+     */
+    public var readyFds: [ReadyFd]
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1623,7 +1661,14 @@ public struct KernelThreadStats: Equatable, Hashable {
          * Those of them that returned `ETIMEDOUT`: no other thread ended the
          * wait, its timeout did (the thread's own timer). A wait ended by
          * `FUTEX_WAKE` (another thread) returns 0 instead.
-         */totalFutexTimeouts: UInt64) {
+         */totalFutexTimeouts: UInt64, 
+        /**
+         * The descriptors the thread's last `poll`/`ppoll` call looked at
+         * (one in 64 of those that returned ready without blocking; `poll`
+         * and `ppoll` only, the first 8 entries of its array) found ready:
+         * what a loop that never blocks keeps polling. Empty when none was
+         * seen. Absent from reports written before it existed.
+         */readyFds: [ReadyFd]) {
         self.tid = tid
         self.name = name
         self.totalOnCpuNs = totalOnCpuNs
@@ -1642,6 +1687,7 @@ public struct KernelThreadStats: Equatable, Hashable {
         self.callsBySyscall = callsBySyscall
         self.totalTimedFutexWaits = totalTimedFutexWaits
         self.totalFutexTimeouts = totalFutexTimeouts
+        self.readyFds = readyFds
     }
 
     
@@ -1677,7 +1723,8 @@ public struct FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer {
                 sleep: FfiConverterTypeSleepSyscallStats.read(from: &buf), 
                 callsBySyscall: FfiConverterSequenceTypeSyscallCalls.read(from: &buf), 
                 totalTimedFutexWaits: FfiConverterUInt64.read(from: &buf), 
-                totalFutexTimeouts: FfiConverterUInt64.read(from: &buf)
+                totalFutexTimeouts: FfiConverterUInt64.read(from: &buf), 
+                readyFds: FfiConverterSequenceTypeReadyFd.read(from: &buf)
         )
     }
 
@@ -1700,6 +1747,7 @@ public struct FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer {
         FfiConverterSequenceTypeSyscallCalls.write(value.callsBySyscall, into: &buf)
         FfiConverterUInt64.write(value.totalTimedFutexWaits, into: &buf)
         FfiConverterUInt64.write(value.totalFutexTimeouts, into: &buf)
+        FfiConverterSequenceTypeReadyFd.write(value.readyFds, into: &buf)
     }
 }
 
@@ -1796,6 +1844,7 @@ public struct LoopInterval: Equatable, Hashable {
     public var name: String
     /**
      * What kind of loop it is (see [`LoopStats::kind`](crate::LoopStats::kind)).
+     * Absent from reports written before it existed (reads as `application`).
      */
     public var kind: LoopKind
     /**
@@ -1882,6 +1931,7 @@ public struct LoopInterval: Equatable, Hashable {
          */name: String, 
         /**
          * What kind of loop it is (see [`LoopStats::kind`](crate::LoopStats::kind)).
+         * Absent from reports written before it existed (reads as `application`).
          */kind: LoopKind, 
         /**
          * Thread that last waited, if any.
@@ -2058,6 +2108,7 @@ public struct LoopStats: Equatable, Hashable {
     public var name: String
     /**
      * What kind of loop it is (an application's loop, a tokio worker).
+     * Absent from reports written before it existed (reads as `application`).
      */
     public var kind: LoopKind
     /**
@@ -2128,6 +2179,7 @@ public struct LoopStats: Equatable, Hashable {
          */name: String, 
         /**
          * What kind of loop it is (an application's loop, a tokio worker).
+         * Absent from reports written before it existed (reads as `application`).
          */kind: LoopKind, 
         /**
          * OS id of the thread that last waited (see [`crate::ThreadSample::tid`]); `None` before the first wait.
@@ -2782,6 +2834,75 @@ public func FfiConverterTypeProcessSample_lift(_ buf: RustBuffer) throws -> Proc
 #endif
 public func FfiConverterTypeProcessSample_lower(_ value: ProcessSample) -> RustBuffer {
     return FfiConverterTypeProcessSample.lower(value)
+}
+
+
+/**
+ * A descriptor a poll call found ready without blocking.
+ */
+public struct ReadyFd: Equatable, Hashable {
+    /**
+     * The descriptor's number in the target process.
+     */
+    public var fd: Int32
+    /**
+     * What it is, looked up when the kernel source was read.
+     */
+    public var kind: FdKind
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The descriptor's number in the target process.
+         */fd: Int32, 
+        /**
+         * What it is, looked up when the kernel source was read.
+         */kind: FdKind) {
+        self.fd = fd
+        self.kind = kind
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension ReadyFd: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeReadyFd: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ReadyFd {
+        return
+            try ReadyFd(
+                fd: FfiConverterInt32.read(from: &buf), 
+                kind: FfiConverterTypeFdKind.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: ReadyFd, into buf: inout [UInt8]) {
+        FfiConverterInt32.write(value.fd, into: &buf)
+        FfiConverterTypeFdKind.write(value.kind, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeReadyFd_lift(_ buf: RustBuffer) throws -> ReadyFd {
+    return try FfiConverterTypeReadyFd.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeReadyFd_lower(_ value: ReadyFd) -> RustBuffer {
+    return FfiConverterTypeReadyFd.lower(value)
 }
 
 
@@ -5570,6 +5691,192 @@ public func FfiConverterTypeCpuTimeSource_lower(_ value: CpuTimeSource) -> RustB
 
 
 /**
+ * What a file descriptor is (its `/proc/<pid>/fd` link, and for a
+ * socket the protocol table that lists it).
+ */
+
+public enum FdKind: Equatable, Hashable {
+    
+    /**
+     * A TCP socket (IPv4 or IPv6).
+     */
+    case tcpSocket
+    /**
+     * A UDP socket (IPv4 or IPv6).
+     */
+    case udpSocket
+    /**
+     * A Unix-domain socket.
+     */
+    case unixSocket
+    /**
+     * Another socket (netlink, raw, ...).
+     */
+    case socket
+    /**
+     * A pipe or FIFO.
+     */
+    case pipe
+    /**
+     * An `eventfd`.
+     */
+    case eventfd
+    /**
+     * A `timerfd`.
+     */
+    case timerfd
+    /**
+     * A `signalfd`.
+     */
+    case signalfd
+    /**
+     * An epoll instance.
+     */
+    case epoll
+    /**
+     * A terminal.
+     */
+    case tty
+    /**
+     * A regular file or another path (a device).
+     */
+    case file
+    /**
+     * Another anonymous inode.
+     */
+    case other
+    /**
+     * Not known: closed before it was looked up, or not readable.
+     */
+    case unknown
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension FdKind: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeFdKind: FfiConverterRustBuffer {
+    typealias SwiftType = FdKind
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> FdKind {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .tcpSocket
+        
+        case 2: return .udpSocket
+        
+        case 3: return .unixSocket
+        
+        case 4: return .socket
+        
+        case 5: return .pipe
+        
+        case 6: return .eventfd
+        
+        case 7: return .timerfd
+        
+        case 8: return .signalfd
+        
+        case 9: return .epoll
+        
+        case 10: return .tty
+        
+        case 11: return .file
+        
+        case 12: return .other
+        
+        case 13: return .unknown
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: FdKind, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .tcpSocket:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .udpSocket:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .unixSocket:
+            writeInt(&buf, Int32(3))
+        
+        
+        case .socket:
+            writeInt(&buf, Int32(4))
+        
+        
+        case .pipe:
+            writeInt(&buf, Int32(5))
+        
+        
+        case .eventfd:
+            writeInt(&buf, Int32(6))
+        
+        
+        case .timerfd:
+            writeInt(&buf, Int32(7))
+        
+        
+        case .signalfd:
+            writeInt(&buf, Int32(8))
+        
+        
+        case .epoll:
+            writeInt(&buf, Int32(9))
+        
+        
+        case .tty:
+            writeInt(&buf, Int32(10))
+        
+        
+        case .file:
+            writeInt(&buf, Int32(11))
+        
+        
+        case .other:
+            writeInt(&buf, Int32(12))
+        
+        
+        case .unknown:
+            writeInt(&buf, Int32(13))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFdKind_lift(_ buf: RustBuffer) throws -> FdKind {
+    return try FfiConverterTypeFdKind.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFdKind_lower(_ value: FdKind) -> RustBuffer {
+    return FfiConverterTypeFdKind.lower(value)
+}
+
+
+
+/**
  * What a finding is about.
  */
 
@@ -6703,6 +7010,31 @@ fileprivate struct FfiConverterSequenceTypeLoopStats: FfiConverterRustBuffer {
         seq.reserveCapacity(Int(len))
         for _ in 0 ..< len {
             seq.append(try FfiConverterTypeLoopStats.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeReadyFd: FfiConverterRustBuffer {
+    typealias SwiftType = [ReadyFd]
+
+    public static func write(_ value: [ReadyFd], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeReadyFd.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [ReadyFd] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [ReadyFd]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeReadyFd.read(from: &buf))
         }
         return seq
     }

@@ -941,6 +941,29 @@ public object FfiConverterUInt: FfiConverter<UInt, Int> {
 /**
  * @suppress
  */
+public object FfiConverterInt: FfiConverter<Int, Int> {
+    override fun lift(value: Int): Int {
+        return value
+    }
+
+    override fun read(buf: ByteBuffer): Int {
+        return buf.getInt()
+    }
+
+    override fun lower(value: Int): Int {
+        return value
+    }
+
+    override fun allocationSize(value: Int) = 4UL
+
+    override fun write(value: Int, buf: ByteBuffer) {
+        buf.putInt(value)
+    }
+}
+
+/**
+ * @suppress
+ */
 public object FfiConverterULong: FfiConverter<ULong, Long> {
     override fun lift(value: Long): ULong {
         return value.toULong()
@@ -1635,6 +1658,13 @@ data class KernelThreadInterval (
      * own timer ended the wait, not another thread's `FUTEX_WAKE`.
      */
     val `futexTimeoutsPerSec`: kotlin.Double
+    , 
+    /**
+     * The descriptors its last poll calls found ready without blocking,
+     * as of the end of the interval (see
+     * [`KernelThreadStats::ready_fds`](crate::KernelThreadStats::ready_fds)).
+     */
+    val `readyFds`: List<ReadyFd>
     
 ){
     
@@ -1674,6 +1704,7 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterSequenceTypeWaker.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterDouble.read(buf),
+            FfiConverterSequenceTypeReadyFd.read(buf),
         )
     }
 
@@ -1700,7 +1731,8 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterSequenceTypeSyscallRate.allocationSize(value.`callsBySyscall`) +
             FfiConverterSequenceTypeWaker.allocationSize(value.`topWakers`) +
             FfiConverterDouble.allocationSize(value.`timedFutexWaitsPerSec`) +
-            FfiConverterDouble.allocationSize(value.`futexTimeoutsPerSec`)
+            FfiConverterDouble.allocationSize(value.`futexTimeoutsPerSec`) +
+            FfiConverterSequenceTypeReadyFd.allocationSize(value.`readyFds`)
     )
 
     override fun write(value: KernelThreadInterval, buf: ByteBuffer) {
@@ -1727,6 +1759,7 @@ public object FfiConverterTypeKernelThreadInterval: FfiConverterRustBuffer<Kerne
             FfiConverterSequenceTypeWaker.write(value.`topWakers`, buf)
             FfiConverterDouble.write(value.`timedFutexWaitsPerSec`, buf)
             FfiConverterDouble.write(value.`futexTimeoutsPerSec`, buf)
+            FfiConverterSequenceTypeReadyFd.write(value.`readyFds`, buf)
     }
 }
 
@@ -1841,6 +1874,15 @@ data class KernelThreadStats (
      * `FUTEX_WAKE` (another thread) returns 0 instead.
      */
     val `totalFutexTimeouts`: kotlin.ULong
+    , 
+    /**
+     * The descriptors the thread's last `poll`/`ppoll` call looked at
+     * (one in 64 of those that returned ready without blocking; `poll`
+     * and `ppoll` only, the first 8 entries of its array) found ready:
+     * what a loop that never blocks keeps polling. Empty when none was
+     * seen. Absent from reports written before it existed.
+     */
+    val `readyFds`: List<ReadyFd>
     
 ){
     
@@ -1875,6 +1917,7 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterSequenceTypeSyscallCalls.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterSequenceTypeReadyFd.read(buf),
         )
     }
 
@@ -1896,7 +1939,8 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterTypeSleepSyscallStats.allocationSize(value.`sleep`) +
             FfiConverterSequenceTypeSyscallCalls.allocationSize(value.`callsBySyscall`) +
             FfiConverterULong.allocationSize(value.`totalTimedFutexWaits`) +
-            FfiConverterULong.allocationSize(value.`totalFutexTimeouts`)
+            FfiConverterULong.allocationSize(value.`totalFutexTimeouts`) +
+            FfiConverterSequenceTypeReadyFd.allocationSize(value.`readyFds`)
     )
 
     override fun write(value: KernelThreadStats, buf: ByteBuffer) {
@@ -1918,6 +1962,7 @@ public object FfiConverterTypeKernelThreadStats: FfiConverterRustBuffer<KernelTh
             FfiConverterSequenceTypeSyscallCalls.write(value.`callsBySyscall`, buf)
             FfiConverterULong.write(value.`totalTimedFutexWaits`, buf)
             FfiConverterULong.write(value.`totalFutexTimeouts`, buf)
+            FfiConverterSequenceTypeReadyFd.write(value.`readyFds`, buf)
     }
 }
 
@@ -1982,6 +2027,7 @@ data class LoopInterval (
     , 
     /**
      * What kind of loop it is (see [`LoopStats::kind`](crate::LoopStats::kind)).
+     * Absent from reports written before it existed (reads as `application`).
      */
     val `kind`: LoopKind
     , 
@@ -2184,6 +2230,7 @@ data class LoopStats (
     , 
     /**
      * What kind of loop it is (an application's loop, a tokio worker).
+     * Absent from reports written before it existed (reads as `application`).
      */
     val `kind`: LoopKind
     , 
@@ -2708,6 +2755,53 @@ public object FfiConverterTypeProcessSample: FfiConverterRustBuffer<ProcessSampl
             FfiConverterUInt.write(value.`threadCount`, buf)
             FfiConverterOptionalULong.write(value.`totalInterruptWakeups`, buf)
             FfiConverterOptionalULong.write(value.`totalPlatformIdleWakeups`, buf)
+    }
+}
+
+
+
+/**
+ * A descriptor a poll call found ready without blocking.
+ */
+data class ReadyFd (
+    /**
+     * The descriptor's number in the target process.
+     */
+    val `fd`: kotlin.Int
+    , 
+    /**
+     * What it is, looked up when the kernel source was read.
+     */
+    val `kind`: FdKind
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeReadyFd: FfiConverterRustBuffer<ReadyFd> {
+    override fun read(buf: ByteBuffer): ReadyFd {
+        return ReadyFd(
+            FfiConverterInt.read(buf),
+            FfiConverterTypeFdKind.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: ReadyFd) = (
+            FfiConverterInt.allocationSize(value.`fd`) +
+            FfiConverterTypeFdKind.allocationSize(value.`kind`)
+    )
+
+    override fun write(value: ReadyFd, buf: ByteBuffer) {
+            FfiConverterInt.write(value.`fd`, buf)
+            FfiConverterTypeFdKind.write(value.`kind`, buf)
     }
 }
 
@@ -4690,6 +4784,94 @@ public object FfiConverterTypeCpuTimeSource: FfiConverterRustBuffer<CpuTimeSourc
 
 
 /**
+ * What a file descriptor is (its `/proc/<pid>/fd` link, and for a
+ * socket the protocol table that lists it).
+ */
+
+enum class FdKind {
+    
+    /**
+     * A TCP socket (IPv4 or IPv6).
+     */
+    TCP_SOCKET,
+    /**
+     * A UDP socket (IPv4 or IPv6).
+     */
+    UDP_SOCKET,
+    /**
+     * A Unix-domain socket.
+     */
+    UNIX_SOCKET,
+    /**
+     * Another socket (netlink, raw, ...).
+     */
+    SOCKET,
+    /**
+     * A pipe or FIFO.
+     */
+    PIPE,
+    /**
+     * An `eventfd`.
+     */
+    EVENTFD,
+    /**
+     * A `timerfd`.
+     */
+    TIMERFD,
+    /**
+     * A `signalfd`.
+     */
+    SIGNALFD,
+    /**
+     * An epoll instance.
+     */
+    EPOLL,
+    /**
+     * A terminal.
+     */
+    TTY,
+    /**
+     * A regular file or another path (a device).
+     */
+    FILE,
+    /**
+     * Another anonymous inode.
+     */
+    OTHER,
+    /**
+     * Not known: closed before it was looked up, or not readable.
+     */
+    UNKNOWN;
+
+    
+
+
+    companion object
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeFdKind: FfiConverterRustBuffer<FdKind> {
+    override fun read(buf: ByteBuffer) = try {
+        FdKind.values()[buf.getInt() - 1]
+    } catch (e: IndexOutOfBoundsException) {
+        throw RuntimeException("invalid enum value, something is very wrong!!", e)
+    }
+
+    override fun allocationSize(value: FdKind) = 4UL
+
+    override fun write(value: FdKind, buf: ByteBuffer) {
+        buf.putInt(value.ordinal + 1)
+    }
+}
+
+
+
+
+
+/**
  * What a finding is about.
  */
 
@@ -5799,6 +5981,34 @@ public object FfiConverterSequenceTypeLoopStats: FfiConverterRustBuffer<List<Loo
         buf.putInt(value.size)
         value.iterator().forEach {
             FfiConverterTypeLoopStats.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeReadyFd: FfiConverterRustBuffer<List<ReadyFd>> {
+    override fun read(buf: ByteBuffer): List<ReadyFd> {
+        val len = buf.getInt()
+        return List<ReadyFd>(len) {
+            FfiConverterTypeReadyFd.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<ReadyFd>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeReadyFd.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<ReadyFd>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeReadyFd.write(it, buf)
         }
     }
 }
