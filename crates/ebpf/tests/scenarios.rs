@@ -344,16 +344,14 @@ fn zero_timeout_pollers_are_busy_and_their_syscall_is_named() {
     }
 }
 
-/// A thread's time is on a CPU, waiting for one, or blocked. In the
-/// kernel view the three shares add up to 100 within a point: the
-/// off-CPU stretches run to the switch-in, so they hold the wait for a
-/// CPU after each wake, and blocked is that less the scheduler's run-queue
-/// wait. Before, a 1 ms timer loop (about 1,000 wakes/s) on a loaded
-/// machine summed to 101-144 (ACCURACY.md, issue 39). With /proc's CPU
-/// share in place of the kernel view's on-CPU share the sum passes 100 by
-/// no more than the gap between the two (known, not yet closed: /proc
-/// charges a thread that wakes ~900 times a second about twice the
-/// on-CPU time the switch tracepoints see), plus a point.
+/// A thread's time is on a CPU, waiting for one, or blocked. With /proc's
+/// CPU share (the scheduler's accounting, the reference) the three shares
+/// add up to 100 within a point. Before, a 1 ms timer loop (about 1,000
+/// wakes/s) on a loaded machine summed to 101-144 (ACCURACY.md, issue
+/// 39), and then to 101.4-101.6: the scheduler counts the woken thread's
+/// run time from its wake (the clock update skipped after a wake that
+/// preempts), which blocked held too. The kernel view's on-CPU share is
+/// the switch tracepoints' and sums to 100 less that difference.
 #[test]
 #[ignore = "needs root"]
 fn cpu_run_queue_wait_and_blocked_add_up_to_the_interval() {
@@ -367,22 +365,27 @@ fn cpu_run_queue_wait_and_blocked_add_up_to_the_interval() {
         .expect("the timer loop's thread");
     let k = th.kernel.as_ref().expect("a kernel view");
     let wait = th.run_queue_wait_percent.expect("schedstat read");
-    let kernel_sum = k.on_cpu_percent + wait + k.blocked_percent;
-    assert!(
-        (kernel_sum - 100.0).abs() <= 1.0,
-        "on-CPU {} + run-queue wait {wait} + blocked {} = {kernel_sum}",
-        k.on_cpu_percent,
-        k.blocked_percent,
-    );
     let sum = th.cpu_percent + wait + k.blocked_percent;
-    let gap = (th.cpu_percent - k.on_cpu_percent).max(0.0);
+    eprintln!(
+        "cpu {} + run-queue wait {wait} + blocked {} = {sum} (on-CPU {}, {} wakes/s)",
+        th.cpu_percent, k.blocked_percent, k.on_cpu_percent, k.wakes_per_sec
+    );
     assert!(
-        sum >= 99.0 && sum - 100.0 <= gap + 1.0,
+        (sum - 100.0).abs() <= 1.0,
         "cpu {} + run-queue wait {wait} + blocked {} = {sum} (on-CPU {}, {} wakes/s)",
         th.cpu_percent,
         k.blocked_percent,
         k.on_cpu_percent,
         k.wakes_per_sec
+    );
+    let gap = (th.cpu_percent - k.on_cpu_percent).max(0.0);
+    let kernel_sum = k.on_cpu_percent + wait + k.blocked_percent;
+    assert!(
+        (kernel_sum + gap - 100.0).abs() <= 1.0,
+        "on-CPU {} + run-queue wait {wait} + blocked {} = {kernel_sum}, /proc's CPU {} more",
+        k.on_cpu_percent,
+        k.blocked_percent,
+        gap
     );
     assert!(k.wakes_per_sec >= 100.0, "{k:#?}");
 }
