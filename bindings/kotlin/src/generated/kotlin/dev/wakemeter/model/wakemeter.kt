@@ -1526,8 +1526,13 @@ data class KernelThreadInterval (
      * within a fraction of a point on a steady thread (ACCURACY.md), and
      * differ where the task clock leaves time out: time a hypervisor stole
      * while the thread ran (paravirt steal accounting) and, with IRQ time
-     * accounting, interrupts handled on its CPU; and in the first interval
-     * after attaching, which misses a running stretch that began before.
+     * accounting, interrupts handled on its CPU; in the first interval
+     * after attaching, which misses a running stretch that began before;
+     * and where the task clock adds time: after a wake that preempts (onto
+     * an idle CPU) the kernel skips the run queue's clock update at the
+     * next schedule, so the woken thread's run time counts from its wake,
+     * not its switch-in (7.4 µs a switch measured on a 2-vCPU VM: a 1 ms
+     * timer loop at 1.6% here against 2.3% in /proc).
      */
     val `onCpuPercent`: kotlin.Double
     , 
@@ -1551,11 +1556,12 @@ data class KernelThreadInterval (
      * interval: 95 for a loop that waits 95% of the time, near 0 for a
      * thread that spins. It is the off-CPU time less the thread's
      * run-queue wait ([`ThreadInterval::run_queue_wait_ns`], after
-     * preemptions and after wakes), so that it, the CPU share and the
-     * run-queue wait share add up to 100 (within the difference between
-     * [`KernelThreadInterval::on_cpu_percent`] and
-     * [`ThreadInterval::cpu_percent`]); without the run-queue wait, the
-     * off-CPU time less the preempted stretches.
+     * preemptions and after wakes) and less the CPU time the scheduler
+     * charged beyond the switch tracepoints' (its wait from a wake to the
+     * switch-in, see [`KernelThreadInterval::on_cpu_percent`]), so that
+     * it, [`ThreadInterval::cpu_percent`] and the run-queue wait share
+     * add up to 100; without the run-queue wait, the off-CPU time less
+     * the preempted stretches.
      */
     val `blockedPercent`: kotlin.Double
     , 
