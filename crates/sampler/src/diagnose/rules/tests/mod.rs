@@ -466,6 +466,20 @@ fn timed_futex_waits_that_time_out_are_the_runtimes_timer() {
         WakeSource::of(Some(&futex_only(0.0)), &t),
         WakeSource::Interrupt
     );
+    // On a tokio worker, timed waits that time out (its parks with the
+    // timer's deadline) are the runtime's timer, with no hedge; without
+    // the kernel view the words say what would look alike.
+    let worker = source.runtime_timer_cause(Some(&jvm));
+    assert!(
+        worker.contains("parks end at the timer's deadline") && !worker.contains("look alike"),
+        "{worker}"
+    );
+    assert!(
+        WakeSource::Unknown
+            .runtime_timer_cause(None)
+            .contains("would look alike")
+    );
+    assert!(!WakeSource::ProcessThreads.may_be_runtime_timer());
     // Sleeps ending on time with a few futex timeouts: a plain timer.
     let mut sleeper = woken(100.0, 0.0, 0.0);
     sleeper.futex_timeouts_per_sec = 5.0;
