@@ -12,7 +12,9 @@
 //!   sampler's `platform/linux` does on every sample.
 //! - [`process`]: whole-file reads of `/proc/<pid>` files, for callers off
 //!   the sampling path; [`system`]: machine-wide files (BTF, tracefs,
-//!   clocksource, boot time); [`cgroup`]: the cgroup v2 hierarchy.
+//!   clocksource, boot time); [`cgroup`]: the cgroup v2 hierarchy;
+//!   [`fd`]: what a process's file descriptor is (a TCP, UDP or Unix
+//!   socket, a pipe, an eventfd, a timerfd, a file, a terminal).
 //!
 //! # Why not the `procfs` crate
 //!
@@ -33,6 +35,8 @@
 //! reading the same files would not.
 
 pub mod cgroup;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub mod fd;
 pub mod maps;
 pub mod parse;
 pub mod process;

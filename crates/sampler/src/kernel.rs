@@ -218,6 +218,110 @@ pub struct SleepSyscallStats {
     pub total_interrupted_ns: u64,
 }
 
+/// What a file descriptor is (its `/proc/<pid>/fd` link, and for a
+/// socket the protocol table that lists it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Enum))]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FdKind {
+    /// A TCP socket (IPv4 or IPv6).
+    TcpSocket,
+    /// A UDP socket (IPv4 or IPv6).
+    UdpSocket,
+    /// A Unix-domain socket.
+    UnixSocket,
+    /// Another socket (netlink, raw, ...).
+    Socket,
+    /// A pipe or FIFO.
+    Pipe,
+    /// An `eventfd`.
+    Eventfd,
+    /// A `timerfd`.
+    Timerfd,
+    /// A `signalfd`.
+    Signalfd,
+    /// An epoll instance.
+    Epoll,
+    /// A terminal.
+    Tty,
+    /// A regular file or another path (a device).
+    File,
+    /// Another anonymous inode.
+    Other,
+    /// Not known: closed before it was looked up, or not readable.
+    Unknown,
+}
+
+impl FdKind {
+    /// The kind in words ("an eventfd", "a TCP socket").
+    pub fn describe(self) -> &'static str {
+        match self {
+            FdKind::TcpSocket => "a TCP socket",
+            FdKind::UdpSocket => "a UDP socket",
+            FdKind::UnixSocket => "a Unix socket",
+            FdKind::Socket => "a socket",
+            FdKind::Pipe => "a pipe",
+            FdKind::Eventfd => "an eventfd",
+            FdKind::Timerfd => "a timerfd",
+            FdKind::Signalfd => "a signalfd",
+            FdKind::Epoll => "an epoll descriptor",
+            FdKind::Tty => "a terminal",
+            FdKind::File => "a file",
+            FdKind::Other => "an anonymous inode",
+            FdKind::Unknown => "of unknown kind",
+        }
+    }
+
+    /// Its number in the packed history.
+    pub(crate) fn code(self) -> u64 {
+        FdKind::ALL.iter().position(|k| *k == self).unwrap_or(0) as u64
+    }
+
+    /// The kind of a packed number; unknown numbers are [`FdKind::Unknown`].
+    pub(crate) fn from_code(code: u64) -> FdKind {
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| FdKind::ALL.get(i))
+            .copied()
+            .unwrap_or(FdKind::Unknown)
+    }
+
+    const ALL: [FdKind; 13] = [
+        FdKind::Unknown,
+        FdKind::TcpSocket,
+        FdKind::UdpSocket,
+        FdKind::UnixSocket,
+        FdKind::Socket,
+        FdKind::Pipe,
+        FdKind::Eventfd,
+        FdKind::Timerfd,
+        FdKind::Signalfd,
+        FdKind::Epoll,
+        FdKind::Tty,
+        FdKind::File,
+        FdKind::Other,
+    ];
+}
+
+/// A descriptor a poll call found ready without blocking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
+#[non_exhaustive]
+pub struct ReadyFd {
+    /// The descriptor's number in the target process.
+    pub fd: i32,
+    /// What it is, looked up when the kernel source was read.
+    pub kind: FdKind,
+}
+
+impl ReadyFd {
+    /// Descriptor `fd`, of kind `kind`.
+    pub fn new(fd: i32, kind: FdKind) -> ReadyFd {
+        ReadyFd { fd, kind }
+    }
+}
+
 /// What the kernel saw of one thread, cumulative since the source attached.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "uniffi", derive(uniffi::Record))]
@@ -267,6 +371,23 @@ pub struct KernelThreadStats {
     /// Returns of each poll-family and sleep syscall the thread made, in
     /// [`Syscall::ALL`] order, zero counts left out (at most nine entries).
     pub calls_by_syscall: Vec<SyscallCalls>,
+    /// `futex` waits with a timeout (`FUTEX_WAIT`, `FUTEX_WAIT_BITSET`) that
+    /// returned: a runtime's timed condition waits and parks. Absent from
+    /// reports written before it existed (reads as 0).
+    #[serde(default)]
+    pub total_timed_futex_waits: u64,
+    /// Those of them that returned `ETIMEDOUT`: no other thread ended the
+    /// wait, its timeout did (the thread's own timer). A wait ended by
+    /// `FUTEX_WAKE` (another thread) returns 0 instead.
+    #[serde(default)]
+    pub total_futex_timeouts: u64,
+    /// The descriptors the thread's last `poll`/`ppoll` call looked at
+    /// (one in 64 of those that returned ready without blocking; `poll`
+    /// and `ppoll` only, the first 8 entries of its array) found ready:
+    /// what a loop that never blocks keeps polling. Empty when none was
+    /// seen. Absent from reports written before it existed.
+    #[serde(default)]
+    pub ready_fds: Vec<ReadyFd>,
 }
 
 /// One read of a kernel source.

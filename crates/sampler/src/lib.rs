@@ -18,7 +18,9 @@ pub mod runtime;
 pub use config::{SamplerConfig, default_sampler_config, default_thresholds};
 pub use error::{Error, Result};
 pub use histogram::Log2Histogram;
-pub use kernel::{KernelSample, KernelSource, KernelSourceError, KernelThreadStats};
+pub use kernel::{
+    FdKind, KernelSample, KernelSource, KernelSourceError, KernelThreadStats, ReadyFd,
+};
 pub use kernel::{OffCpuTime, PollSyscallStats, SleepSyscallStats, Syscall, SyscallCalls, Waker};
 pub use model::{
     CpuTimeSource, ProcessSample, SampleWarning, Snapshot, SystemInfo, TargetIdentity, ThreadSample,
@@ -36,7 +38,7 @@ pub use interval::{
     Interval, KernelThreadInterval, LoopInterval, ProcessInterval, SleepInterval, SyscallRate,
     ThreadInterval,
 };
-pub use model::{LoopStats, SleepStats, Target};
+pub use model::{LoopKind, LoopStats, SleepStats, Target};
 pub use probe::{LoopProbe, SleepProbe, WaitGuard};
 pub use sampler::{
     REPORT_SCHEMA_VERSION, Report, SampleWait, Sampler, SamplerBuilder, SamplerStats, SamplingGuard,

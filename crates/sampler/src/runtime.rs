@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::mpsc;
 
+use crate::model::LoopKind;
 use crate::probe::LoopProbe;
 use crate::probe::duration_ns;
 use crate::sampler::{Report, SampleWait, Sampler};
@@ -138,7 +139,7 @@ pub fn instrument_with<'b>(
                     return;
                 };
                 if slot.is_none() {
-                    *slot = s.loop_probe(&name).ok();
+                    *slot = s.loop_probe_of_kind(&name, LoopKind::TokioWorker).ok();
                 }
                 if let Some(p) = slot.as_mut() {
                     p.before_wait(None);

@@ -99,7 +99,11 @@ fn watch_streams_reports() {
 /// A 1 ms `tokio::time::interval` in a task wakes an instrumented worker
 /// about 1000 times/s: the worker thread gets a periodic-wakeups finding
 /// whose rate is its wakes (the loop probe cannot tell timer wakes from
-/// others, the thread's switches can).
+/// others, the thread's switches can). The worker's probe is a tokio
+/// worker's (`LoopKind::TokioWorker`), so the finding names the runtime's
+/// timer and its advice is tokio's (not "woken by a timer, another thread
+/// or I/O" with the OS's timer-slack advice), and its parks, as tokio's
+/// hooks counted them, agree with the thread's wakes.
 #[test]
 fn timer_driven_worker_wakeups_are_periodic() {
     let sampler = SamplerBuilder::new()
@@ -158,6 +162,33 @@ fn timer_driven_worker_wakeups_are_periodic() {
         (200.0..=3000.0).contains(&rate),
         "{rate} wakes/s: {}",
         f.summary
+    );
+    assert!(
+        f.summary.contains("tokio worker")
+            && f.summary
+                .contains("the tokio runtime's timer (a tokio::time::interval or sleep"),
+        "{}",
+        f.summary
+    );
+    assert!(f.advice.contains("MissedTickBehavior"), "{}", f.advice);
+    eprintln!("{}\n{}\n{:?}", f.summary, f.advice, f.evidence);
+    // Every wake of the worker ends one of its parks: tokio's unparks
+    // (the probe's count) are its wakes (voluntary switches), within what
+    // other blocking (a lock) adds to the wakes, or a park that found its
+    // token set and returned without blocking adds to the parks.
+    let parks = f.evidence("parks_ended_per_sec").unwrap();
+    assert!(
+        parks >= 0.5 * rate && parks <= 1.5 * rate,
+        "{parks} parks ended/s against {rate} wakes/s: {}",
+        f.summary
+    );
+    let snap = sampler.latest().unwrap();
+    assert!(
+        snap.loops
+            .iter()
+            .all(|l| l.kind == wakemeter::LoopKind::TokioWorker),
+        "{:?}",
+        snap.loops
     );
     drop(rt);
 }

@@ -39,10 +39,13 @@ final class ProbeTests: XCTestCase {
         XCTAssertEqual(st.totalZeroTimeoutWaits, 1)
         XCTAssertGreaterThanOrEqual(st.totalWaitNs, 1_000_000)
         XCTAssertEqual(st.totalUnmatchedCalls, 0)
+        // The app's own probe: not a runtime's worker.
+        XCTAssertEqual(st.kind, .application)
         #if os(Linux)
         XCTAssertEqual(st.tid, currentTid())
         #endif
         XCTAssertEqual(try s.sampleNow().loops.map(\.id), [loop.id()])
+        XCTAssertEqual(try s.sampleNow().loops.map(\.kind), [.application])
         XCTAssertEqual(loop.name(), "queue")
     }
 

@@ -751,11 +751,80 @@ static __always_inline bool interrupted(long ret)
 	       (ret <= -WM_ERESTARTSYS && ret >= -WM_ERESTARTNOHAND);
 }
 
+/* futex operations (include/uapi/linux/futex.h). */
+#define WM_FUTEX_WAIT 0
+#define WM_FUTEX_WAIT_BITSET 9
+#define WM_FUTEX_CMD_MASK 0x7f /* without FUTEX_PRIVATE_FLAG, FUTEX_CLOCK_REALTIME */
+#define WM_ETIMEDOUT 110
+
+/* Counts a returning futex call of thread `id` when it was a wait with a
+ * timeout: its arguments are still in the saved registers. Other futex
+ * calls (wakes, untimed waits, the PI and requeue operations) cost the two
+ * register reads and no map lookup. */
+static __always_inline int futex_returned(__u64 id, long ret, struct pt_regs *regs,
+					  const bool btf)
+{
+	if (!regs)
+		return 0;
+	__u64 op = 0, timeout = 0;
+	WM_READ(btf, op, WM_SYSCALL_ARG1(regs));
+	__u64 cmd = op & WM_FUTEX_CMD_MASK;
+	if (cmd != WM_FUTEX_WAIT && cmd != WM_FUTEX_WAIT_BITSET)
+		return 0;
+	WM_READ(btf, timeout, WM_SYSCALL_ARG3(regs));
+	if (!timeout)
+		return 0;
+	struct wm_thread *st = thread_entry((__u32)id, (__u32)(id >> 32), NULL, btf);
+	if (!st)
+		return 0;
+	st->futex_timed_waits += 1;
+	if (ret == -WM_ETIMEDOUT)
+		st->futex_timeouts += 1;
+	return 0;
+}
+
+/* The user's struct pollfd. */
+struct wm_pollfd {
+	__s32 fd;
+	__u16 events;
+	__u16 revents;
+};
+
+/* Notes which descriptors a poll or ppoll call that returned `ret` ready
+ * descriptors without blocking found ready: the array is still where its
+ * first argument points. Looked at in one call of WM_READY_SAMPLE (the
+ * thread's poll count), so that a loop making 500,000 such calls a second
+ * pays the user-memory reads on a few thousand. */
+static __always_inline void note_ready_fds(struct wm_thread *st, long ret, struct pt_regs *regs,
+					   const bool btf)
+{
+	if (ret <= 0 || (st->poll_calls % WM_READY_SAMPLE) != 1)
+		return;
+	__u64 fds = 0, nfds = 0;
+	WM_READ(btf, fds, WM_SYSCALL_ARG0(regs));
+	WM_READ(btf, nfds, WM_SYSCALL_ARG1(regs));
+	if (!fds)
+		return;
+	__u32 found = 0;
+	for (__u32 i = 0; i < WM_READY_SCAN; i++) {
+		if (i >= nfds || found >= WM_READY_FDS)
+			break;
+		struct wm_pollfd p = {};
+		if (bpf_probe_read_user(&p, sizeof(p), (void *)(fds + i * sizeof(p))))
+			break;
+		if (p.revents && p.fd >= 0)
+			st->ready_fd[found++ & (WM_READY_FDS - 1)] = p.fd;
+	}
+	st->ready_fds = found;
+}
+
 /* Counts the return of syscall `nr` (result `ret`, saved registers `regs`)
  * by thread `id` (pid_tgid) of the target. */
 static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct pt_regs *regs,
 					    const bool btf)
 {
+	if (nr == NR_FUTEX)
+		return futex_returned(id, ret, regs, btf);
 	__u32 cls = syscall_class(nr);
 	/* The target's other syscalls cost no map lookup. */
 	if (cls != WM_SC_POLL && cls != WM_SC_SLEEP && cls != WM_SC_RENAME)
@@ -802,6 +871,12 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 			if (!did_block)
 				st->poll_idle_nonblocking += 1;
 		}
+#ifdef NR_POLL
+		if (!did_block && regs && (nr == NR_POLL || nr == NR_PPOLL))
+#else
+		if (!did_block && regs && nr == NR_PPOLL)
+#endif
+			note_ready_fds(st, ret, regs, btf);
 		if (arg == WM_ARG_INFINITE)
 			st->poll_infinite_timeouts += 1;
 		else if (arg != WM_ARG_UNKNOWN) {
@@ -918,7 +993,7 @@ int tpbtf_calibrate(__u64 *ctx) { return 0; }
 SEC("raw_tp/sched_switch")
 int rawtp_calibrate(__u64 *ctx) { return 0; }
 
-_Static_assert(sizeof(struct wm_thread) == 2448, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_thread) == 2488, "wm_thread layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_target) == 24, "wm_target layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_iter_ctl) == 8, "wm_iter_ctl layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_iter_row) == 8, "wm_iter_row layout changed: update abi.rs");

@@ -62,6 +62,12 @@
  * wakeup from another CPU does not pull that line away from the thread's
  * CPU; it writes only `wakes_by` and the waker slots. The syscall fields
  * are touched only on the thread's own CPU and stay out of that span. */
+/* Ready descriptors kept per thread, entries of a poll array scanned for
+ * them, and one ready-at-once call in this many looked at. */
+#define WM_READY_FDS 4
+#define WM_READY_SCAN 8
+#define WM_READY_SAMPLE 64
+
 struct wm_thread {
 	/* Scheduling state (0 = unknown / not set), CLOCK_MONOTONIC ns. */
 	__u64 on_since_ns;
@@ -135,6 +141,19 @@ struct wm_thread {
 	/* The process the thread belongs to (initial-namespace id): one map
 	 * serves every watched process, and its reader splits it by this. */
 	__u64 tgid;
+	/* futex waits with a timeout (FUTEX_WAIT, FUTEX_WAIT_BITSET) that
+	 * returned, and those of them that returned -ETIMEDOUT: a timed wait
+	 * that nobody ended, i.e. the thread's own timer (a runtime's timed
+	 * condition wait, ScheduledExecutor, a tokio park with a deadline). */
+	__u64 futex_timed_waits;
+	__u64 futex_timeouts;
+	/* The descriptors a poll or ppoll call found ready without blocking,
+	 * as of the last such call looked at (one in WM_READY_SAMPLE): at most
+	 * WM_READY_FDS of the first WM_READY_SCAN entries of its array, and
+	 * how many (0: none seen). What a loop that never blocks polls. */
+	__s32 ready_fd[WM_READY_FDS];
+	__u32 ready_fds;
+	__u32 ready_pad;
 };
 
 /* The watched set: bit (tgid % 64) of word (tgid / 64). PID_MAX_LIMIT is

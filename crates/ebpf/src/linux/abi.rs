@@ -7,6 +7,8 @@ pub(crate) const BUCKETS: usize = 65;
 pub(crate) const COMM_LEN: usize = 16;
 /// Waker slots per thread (`WM_WAKER_SLOTS`), same as [`crate::WAKER_SLOTS`].
 pub(crate) const WAKER_SLOTS: usize = 16;
+/// Ready descriptors kept per thread (`WM_READY_FDS`).
+pub(crate) const READY_FDS: usize = 4;
 
 /// Indexes of `WmThread::off_ns` (`WM_OFF_*`).
 pub(crate) const OFF_SLEEP: usize = 0;
@@ -81,6 +83,14 @@ pub(crate) struct WmThread {
     pub waker_ns_tid: [u32; WAKER_SLOTS],
     pub ns_tid: u64,
     pub tgid: u64,
+    /// futex waits with a timeout that returned, and those that timed out.
+    pub futex_timed_waits: u64,
+    pub futex_timeouts: u64,
+    /// The descriptors the last poll/ppoll call looked at found ready
+    /// without blocking, and how many of `ready_fd` are set.
+    pub ready_fd: [i32; READY_FDS],
+    pub ready_fds: u32,
+    pub ready_pad: u32,
 }
 
 impl WmThread {
@@ -124,6 +134,11 @@ impl WmThread {
         waker_ns_tid: [0; WAKER_SLOTS],
         ns_tid: 0,
         tgid: 0,
+        futex_timed_waits: 0,
+        futex_timeouts: 0,
+        ready_fd: [0; READY_FDS],
+        ready_fds: 0,
+        ready_pad: 0,
     };
 
     /// Occupied waker slots.
@@ -132,7 +147,7 @@ impl WmThread {
     }
 }
 
-const _: () = assert!(size_of::<WmThread>() == 2448);
+const _: () = assert!(size_of::<WmThread>() == 2488);
 // Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
 // side only fails the build instead of reading garbage.
 const _: () = assert!(std::mem::offset_of!(WmThread, run_delay_mark) == 24);

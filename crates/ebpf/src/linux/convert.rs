@@ -75,6 +75,8 @@ pub(super) fn thread_stats(
         .collect();
     t.poll = poll;
     t.sleep = sleep;
+    t.total_timed_futex_waits = raw.futex_timed_waits;
+    t.total_futex_timeouts = raw.futex_timeouts;
     t.top_wakers = wakers_of(raw, top_wakers);
     t
 }
@@ -108,4 +110,64 @@ pub(super) fn namespace_waker(raw: &WmThread, host_tid: u64) -> u64 {
     (0..abi::WAKER_SLOTS)
         .find(|&i| raw.waker_count[i] != 0 && u64::from(raw.waker_tid[i]) == host_tid)
         .map_or(0, |i| u64::from(raw.waker_ns_tid[i]))
+}
+
+/// Socket kinds by inode, for the ready descriptors of one target; cleared
+/// when it reaches [`SocketKinds::MAX`] entries (a server accepting
+/// connections makes new sockets all the time).
+#[derive(Debug, Default)]
+pub(super) struct SocketKinds(std::collections::HashMap<u64, FdKind>);
+
+impl SocketKinds {
+    const MAX: usize = 1024;
+
+    /// The ready descriptors of one kernel record, each with its kind as
+    /// process `pid`'s descriptor table says now (`Unknown` when it was
+    /// closed since, or cannot be read).
+    pub(super) fn ready_fds(&mut self, pid: u32, raw: &WmThread) -> Vec<ReadyFd> {
+        let n = usize::try_from(raw.ready_fds)
+            .unwrap_or(0)
+            .min(abi::READY_FDS);
+        raw.ready_fd
+            .iter()
+            .take(n)
+            .map(|&fd| ReadyFd::new(fd, self.kind(pid, fd)))
+            .collect()
+    }
+
+    fn kind(&mut self, pid: u32, fd: i32) -> FdKind {
+        use wakemeter_procfs::fd::{self as procfd, FdLink};
+        match procfd::fd_link(pid, fd) {
+            Err(_) => FdKind::Unknown,
+            Ok(FdLink::Kind(kind)) => fd_kind(kind),
+            Ok(FdLink::Socket(inode)) => {
+                if self.0.len() >= Self::MAX {
+                    self.0.clear();
+                }
+                *self
+                    .0
+                    .entry(inode)
+                    .or_insert_with(|| fd_kind(procfd::socket_kind(pid, inode)))
+            }
+        }
+    }
+}
+
+/// The core's name of a descriptor kind.
+fn fd_kind(kind: wakemeter_procfs::fd::FdKind) -> FdKind {
+    use wakemeter_procfs::fd::FdKind as P;
+    match kind {
+        P::TcpSocket => FdKind::TcpSocket,
+        P::UdpSocket => FdKind::UdpSocket,
+        P::UnixSocket => FdKind::UnixSocket,
+        P::Socket => FdKind::Socket,
+        P::Pipe => FdKind::Pipe,
+        P::Eventfd => FdKind::Eventfd,
+        P::Timerfd => FdKind::Timerfd,
+        P::Signalfd => FdKind::Signalfd,
+        P::Epoll => FdKind::Epoll,
+        P::Tty => FdKind::Tty,
+        P::File => FdKind::File,
+        P::Other => FdKind::Other,
+    }
 }

@@ -52,7 +52,8 @@ pub(super) const CALIBRATION: Hook = Hook {
 pub(super) const PER_SYSCALL_PROGRAM: &str = "tp_sys_exits";
 
 /// The `syscalls/sys_exit_<name>` tracepoints it goes on: the poll, sleep
-/// and rename families of the kernel side's `syscall_class`...
+/// and rename families of the kernel side's `syscall_class`, and `futex`
+/// (its timed waits and their timeouts)...
 pub(super) const PER_SYSCALL_EXITS: &[&str] = &[
     "epoll_pwait",
     "epoll_pwait2",
@@ -63,6 +64,7 @@ pub(super) const PER_SYSCALL_EXITS: &[&str] = &[
     "prctl",
     "execve",
     "execveat",
+    "futex",
 ];
 /// ...and those only x86_64 has (aarch64 has no `poll`, `select` or `epoll_wait`).
 #[cfg(target_arch = "x86_64")]

@@ -19,7 +19,7 @@ use wakemeter::histogram::Log2Histogram;
 use wakemeter::kernel::{
     OffCpuTime, PollSyscallStats, SleepSyscallStats, Syscall, SyscallCalls, Waker,
 };
-use wakemeter::{KernelSample, KernelSourceError, KernelThreadStats};
+use wakemeter::{FdKind, KernelSample, KernelSourceError, KernelThreadStats, ReadyFd};
 
 use self::abi::{WmTarget, WmThread};
 use self::store::Store;

@@ -20,6 +20,9 @@ pub(crate) struct Session {
     last_read_entries: u32,
     /// Thread ids of the last listing (a reused buffer).
     tids: Vec<u32>,
+    /// The kind of each socket (by inode) a ready descriptor was, so that
+    /// a socket's protocol tables are read once, not at every read.
+    socket_kinds: SocketKinds,
     /// `None` once the target has exited (it left the set).
     set: Option<Arc<Mutex<ProgramSet>>>,
     /// Kind, hook and capacity of the set, kept after it is gone.
@@ -120,6 +123,7 @@ impl Session {
             top_wakers: options.top_wakers.min(abi::WAKER_SLOTS),
             last_read_entries: 0,
             tids: Vec::new(),
+            socket_kinds: SocketKinds::default(),
             set: Some(set),
             kind,
             syscall_hook,
@@ -248,12 +252,15 @@ impl Session {
         // of 20,000 threads (about 360 bytes an entry) would hold up to
         // twice what it needs.
         let mut threads = Vec::with_capacity(self.last_read_entries as usize);
+        let socket_kinds = &mut self.socket_kinds;
         let mut each = |tid: u32, raw: &WmThread| {
             if raw.tgid != u64::from(tgid) {
                 return;
             }
             if !in_namespace {
-                threads.push(thread_stats(tid, raw, now, top_wakers));
+                let mut t = thread_stats(tid, raw, now, top_wakers);
+                t.ready_fds = socket_kinds.ready_fds(pid, raw);
+                threads.push(t);
             } else if let Ok(ns_tid) = u32::try_from(raw.ns_tid)
                 && ns_tid != 0
             {
@@ -261,6 +268,7 @@ impl Session {
                 // target is; an entry without an id there cannot be joined
                 // to the threads of /proc, so it is left out.
                 let mut t = thread_stats(ns_tid, raw, now, top_wakers);
+                t.ready_fds = socket_kinds.ready_fds(pid, raw);
                 for w in &mut t.top_wakers {
                     w.tid = namespace_waker(raw, w.tid);
                 }

@@ -16,8 +16,10 @@ use std::sync::Arc;
 
 use super::codec::{self, Fields, push_str};
 use crate::histogram::{LOG2_BUCKETS, Log2Histogram};
-use crate::kernel::{KernelSample, KernelThreadStats, OffCpuTime, Syscall, SyscallCalls, Waker};
-use crate::model::{LoopStats, SleepStats};
+use crate::kernel::{
+    FdKind, KernelSample, KernelThreadStats, OffCpuTime, ReadyFd, Syscall, SyscallCalls, Waker,
+};
+use crate::model::{LoopKind, LoopStats, SleepStats};
 
 /// A new key frame is written every this many snapshots (at most): a
 /// longer period stores less, a shorter one keeps deltas smaller. 32 keeps
@@ -69,6 +71,7 @@ impl Record for LoopStats {
         ]);
         push_histogram(f, &self.poll_delay_histogram);
         push_str(f, &self.name);
+        f.push(self.kind.code());
     }
     fn unpack(id: u64, fields: &[u64]) -> Self {
         let mut f = Fields::new(fields);
@@ -88,6 +91,7 @@ impl Record for LoopStats {
             current_wait_ns: f.next(),
             poll_delay_histogram: histogram(&mut f),
             name: f.string(),
+            kind: LoopKind::from_code(f.next()),
         }
     }
 }
@@ -175,6 +179,12 @@ impl Record for KernelThreadStats {
                 .find(|c| c.syscall == *sc)
                 .map_or(0, |c| c.total_calls)
         }));
+        f.extend([self.total_timed_futex_waits, self.total_futex_timeouts]);
+        f.push(self.ready_fds.len() as u64);
+        for r in &self.ready_fds {
+            // The number as its 32 bits (a descriptor is never negative).
+            f.extend([u64::from(r.fd.unsigned_abs()), r.kind.code()]);
+        }
     }
     fn unpack(tid: u64, fields: &[u64]) -> Self {
         let mut f = Fields::new(fields);
@@ -222,6 +232,16 @@ impl Record for KernelThreadStats {
             .iter()
             .map(|sc| SyscallCalls::new(*sc, f.next()))
             .filter(|c| c.total_calls > 0)
+            .collect();
+        t.total_timed_futex_waits = f.next();
+        t.total_futex_timeouts = f.next();
+        // Bounded by the fields present: a descriptor takes two.
+        let ready = usize::try_from(f.next()).unwrap_or(0).min(fields.len() / 2);
+        t.ready_fds = (0..ready)
+            .map(|_| {
+                let fd = i32::try_from(f.next()).unwrap_or(i32::MAX);
+                ReadyFd::new(fd, FdKind::from_code(f.next()))
+            })
             .collect();
         t
     }
@@ -530,6 +550,11 @@ mod tests {
             total_interrupt_wakes: n / 5,
             total_process_thread_wakes: n / 6,
             total_other_process_wakes: n / 7,
+            total_timed_futex_waits: n / 2,
+            total_futex_timeouts: n / 3,
+            ready_fds: (0..n.min(3))
+                .map(|i| ReadyFd::new(i as i32 + 3, FdKind::from_code(i + 5)))
+                .collect(),
             // Zero counts are left out, as the kernel source does.
             calls_by_syscall: [
                 SyscallCalls::new(Syscall::Poll, 2 * n + 1),
@@ -574,6 +599,7 @@ mod tests {
             id: 3,
             name: "io-loop".into(),
             tid: Some(77),
+            kind: LoopKind::TokioWorker,
             total_wakeups: 1000,
             ..Default::default()
         };

@@ -17,7 +17,7 @@ mod target;
 mod thread;
 mod warning;
 
-pub use probes::{LoopStats, SleepStats};
+pub use probes::{LoopKind, LoopStats, SleepStats};
 pub use process::ProcessSample;
 pub(crate) use row::{ABSENT, ThreadIdent, ThreadRow, present};
 pub use snapshot::Snapshot;

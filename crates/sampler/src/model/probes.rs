@@ -4,6 +4,42 @@ use serde::{Deserialize, Serialize};
 
 use crate::histogram::Log2Histogram;
 
+/// What kind of loop a probe instruments: who made the probe, and so what
+/// its waits are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "uniffi", derive(uniffi::Enum))]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LoopKind {
+    /// A loop the application instruments itself with a [`crate::LoopProbe`]
+    /// (its poll, epoll_wait or kevent calls, with their timeouts).
+    #[default]
+    Application,
+    /// A tokio runtime worker instrumented by `wakemeter::runtime::instrument`:
+    /// a wait is a park, a wakeup an unpark. A worker parks with a timeout
+    /// only while the runtime's timer has a deadline armed (a
+    /// `tokio::time::interval` or `sleep` in a task).
+    TokioWorker,
+}
+
+impl LoopKind {
+    /// Its number in the packed history (0 for the default).
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            LoopKind::Application => 0,
+            LoopKind::TokioWorker => 1,
+        }
+    }
+
+    /// The kind of a packed history number; unknown numbers are the default.
+    pub(crate) fn from_code(code: u64) -> LoopKind {
+        match code {
+            1 => LoopKind::TokioWorker,
+            _ => LoopKind::Application,
+        }
+    }
+}
+
 /// Cumulative counters of one instrumented loop (since the probe was created).
 ///
 /// A *wakeup* is one return from the loop's wait (poll, epoll_wait, kevent,
@@ -16,6 +52,10 @@ pub struct LoopStats {
     pub id: u64,
     /// Name given when the probe was created.
     pub name: String,
+    /// What kind of loop it is (an application's loop, a tokio worker).
+    /// Absent from reports written before it existed (reads as `application`).
+    #[serde(default)]
+    pub kind: LoopKind,
     /// OS id of the thread that last waited (see [`crate::ThreadSample::tid`]); `None` before the first wait.
     pub tid: Option<u64>,
     /// Returns from the wait.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cells::{Counter, Histogram};
-use crate::model::LoopStats;
+use crate::model::{LoopKind, LoopStats};
 use crate::platform::clock::{current_tid, duration_ns, now_ns};
 use crate::platform::ticks;
 
@@ -13,6 +13,7 @@ use crate::platform::ticks;
 pub(crate) struct LoopCells {
     pub id: u64,
     pub name: String,
+    pub kind: LoopKind,
     pub tid: Counter,
     pub wakeups: Counter,
     pub idle_wakeups: Counter,
@@ -37,6 +38,7 @@ impl LoopCells {
         LoopStats {
             id: self.id,
             name: self.name.clone(),
+            kind: self.kind,
             tid: (tid != 0).then_some(tid),
             total_wakeups: self.wakeups.get(),
             total_idle_wakeups: self.idle_wakeups.get(),

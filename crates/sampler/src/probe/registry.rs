@@ -7,7 +7,7 @@ use super::loop_probe::{LoopCells, LoopProbe};
 use super::sleep_probe::{SleepCells, SleepProbe};
 use super::{MAX_PROBE_NAME_BYTES, MAX_PROBES};
 use crate::error::{Error, Result};
-use crate::model::{LoopStats, SleepStats};
+use crate::model::{LoopKind, LoopStats, SleepStats};
 use crate::sync::lock;
 
 /// Probes registered with one sampler. A dropped probe is reported in one
@@ -121,7 +121,7 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 impl ProbeRegistry {
-    pub(crate) fn loop_probe(&self, name: &str) -> Result<LoopProbe> {
+    pub(crate) fn loop_probe(&self, name: &str, kind: LoopKind) -> Result<LoopProbe> {
         check_name(name)?;
         let mut loops = lock(&self.loops);
         loops.make_room()?;
@@ -129,6 +129,7 @@ impl ProbeRegistry {
         let cells = Arc::new(LoopCells {
             id,
             name: name.to_string(),
+            kind,
             ..Default::default()
         });
         loops.cells.push(cells.clone());

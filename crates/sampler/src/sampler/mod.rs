@@ -13,7 +13,9 @@ use crate::error::Result;
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
 use crate::interval::{Interval, between_in_history, between_in_history_reusing, percent};
 use crate::kernel::{KernelSource, KernelSourceError};
-use crate::model::{SampleWarning, Snapshot, SystemInfo, Target, TargetIdentity, ThreadRow};
+use crate::model::{
+    LoopKind, SampleWarning, Snapshot, SystemInfo, Target, TargetIdentity, ThreadRow,
+};
 use crate::platform::{self, Backend, SampleRequest, clock, ticks};
 use crate::probe::{LoopProbe, ProbeRegistry, SleepProbe};
 use crate::sync::lock;
@@ -216,7 +218,14 @@ impl Sampler {
     /// alive; [`Error::ProbeNameTooLong`] for a name over
     /// [`crate::probe::MAX_PROBE_NAME_BYTES`].
     pub fn loop_probe(&self, name: &str) -> Result<LoopProbe> {
-        self.inner.probes.loop_probe(name)
+        self.inner.probes.loop_probe(name, LoopKind::Application)
+    }
+
+    /// A new [`LoopProbe`] of a loop of `kind` (the tokio integration's
+    /// workers), as [`Sampler::loop_probe`].
+    #[cfg(feature = "tokio")]
+    pub(crate) fn loop_probe_of_kind(&self, name: &str, kind: LoopKind) -> Result<LoopProbe> {
+        self.inner.probes.loop_probe(name, kind)
     }
 
     /// A new [`SleepProbe`] reported in this sampler's snapshots.

@@ -166,6 +166,43 @@ fn kernel_ready_poller(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadIn
     } else {
         format!(" ({mix})")
     };
+    // Which descriptors: the ones its poll calls found ready (poll and
+    // ppoll; the kernel view reads their arrays), with what each is.
+    let (which, stays) = match k.ready_fds.as_slice() {
+        [] => ("A descriptor".to_string(), "stays"),
+        [one] => (
+            format!("Descriptor {} ({})", one.fd, one.kind.describe()),
+            "stays",
+        ),
+        many => (
+            format!(
+                "Descriptors {}",
+                many.iter()
+                    .map(|r| format!("{} ({})", r.fd, r.kind.describe()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "stay",
+        ),
+    };
+    let mut evidence = vec![
+        number("poll_calls_per_sec", k.poll_calls_per_sec, "1/s"),
+        number("ready_at_once_polls_per_sec", ready, "1/s"),
+        number("ready_at_once_ratio", share, "ratio"),
+        number("blocking_polls_per_sec", k.blocking_polls_per_sec, "1/s"),
+        number(
+            "zero_timeout_poll_ratio",
+            k.zero_timeout_poll_ratio,
+            "ratio",
+        ),
+        number("blocked_percent", k.blocked_percent, "%"),
+        number("thread_cpu_percent", th.cpu_percent, "%"),
+    ];
+    evidence.extend(
+        k.ready_fds
+            .iter()
+            .map(|r| number("ready_fd", f64::from(r.fd), "fd")),
+    );
     cx.push(
         FindingKind::BusyPoller,
         Severity::Critical,
@@ -176,7 +213,7 @@ fn kernel_ready_poller(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadIn
         move || format!(
             "thread {} \"{}\" polls {:.0} times/s{mix} and {:.0}% of its polls return ready at once, although \
              {:.0}% have a non-zero timeout: it never blocks (blocked {:.0}% of the time, kernel view), using {:.0}% \
-             of a core. A descriptor stays ready in {backend}: an edge-triggered event on a backend without edge \
+             of a core. {which} {stays} ready in {backend}: an edge-triggered event on a backend without edge \
              triggering (libevent EV_ET on poll or select), or one never drained",
             th.tid,
             th.name,
@@ -186,15 +223,7 @@ fn kernel_ready_poller(cx: &mut Ctx<'_>, th: &ThreadInterval, k: &KernelThreadIn
             k.blocked_percent,
             th.cpu_percent
         ),
-        vec![
-            number("poll_calls_per_sec", k.poll_calls_per_sec, "1/s"),
-            number("ready_at_once_polls_per_sec", ready, "1/s"),
-            number("ready_at_once_ratio", share, "ratio"),
-            number("blocking_polls_per_sec", k.blocking_polls_per_sec, "1/s"),
-            number("zero_timeout_poll_ratio", k.zero_timeout_poll_ratio, "ratio"),
-            number("blocked_percent", k.blocked_percent, "%"),
-            number("thread_cpu_percent", th.cpu_percent, "%"),
-        ],
+        evidence,
         READY_LOOP_ADVICE,
     );
     true

@@ -26,6 +26,19 @@ pub(super) fn periodic_advice(os: &str) -> &'static str {
     }
 }
 
+/// What to do about a tokio runtime's timer that wakes a worker every
+/// period (a `tokio::time::interval` or `sleep` in a task).
+pub(super) const TOKIO_TIMER_ADVICE: &str = "A task's tokio::time::interval (or a sleep in a loop) wakes the runtime \
+every period even when there is nothing to do. Wait for the work itself instead of polling on a tick (a channel, \
+tokio::sync::Notify, a watch), or lengthen the period and do the work of several ticks in one batch; for an interval \
+that must stay, set MissedTickBehavior::Delay or Skip so that a late tick does not fire a burst of catch-up ticks. \
+tokio's timer has a 1 ms resolution: a 1 ms interval is the most often it can fire.";
+
+const TIMED_WAIT_ADVICE: &str = "A timer inside the process's runtime wakes it: a scheduled task (Java's \
+ScheduledExecutorService.scheduleAtFixedRate or a java.util.Timer), or a loop around a wait with a timeout \
+(Condvar::wait_timeout, Object.wait(ms), parkNanos) that finds nothing to do when it times out. Submit the work when \
+it arrives instead of checking for it on a schedule, lengthen the period, or do several periods' work in one run.";
+
 const THREADS_ADVICE: &str = "Other threads of this process wake it, one small handoff at a time. Hand work over \
 in batches (one notification per batch, not per item), reuse threads from a pool instead of starting and joining \
 short-lived ones, and check for condition variables signalled (or futexes woken) when nothing changed.";
@@ -45,6 +58,23 @@ const UNKNOWN_SOURCE_ADVICE: &str = "Find what wakes it: a timer of its own, ano
 With the kernel view attached (eBPF, as root) wakemeter names the source. Then make the wakeups fewer: timers armed \
 on demand or coalesced, work handed over in batches.";
 
+/// The split of a thread's wakes by source, in words ("" without the kernel view).
+fn shares(k: Option<&KernelThreadInterval>) -> String {
+    k.map(|k| {
+        let total = (k.interrupt_wakes_per_sec
+            + k.process_thread_wakes_per_sec
+            + k.other_process_wakes_per_sec)
+            .max(f64::MIN_POSITIVE);
+        format!(
+            "{:.0}% of its wakes by interrupts, {:.0}% by threads of this process, {:.0}% by other processes",
+            k.interrupt_wakes_per_sec * 100.0 / total,
+            k.process_thread_wakes_per_sec * 100.0 / total,
+            k.other_process_wakes_per_sec * 100.0 / total
+        )
+    })
+    .unwrap_or_default()
+}
+
 /// What makes a thread runnable, as far as the kernel view tells.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum WakeSource {
@@ -53,6 +83,10 @@ pub(super) enum WakeSource {
     /// Interrupts, with its waits ending on I/O (poll calls returning
     /// events, uninterruptible I/O): network or disk completions.
     Io,
+    /// Interrupts, with its timed `futex` waits ending on their timeout: a
+    /// timer inside a runtime (a scheduled executor, a condition variable
+    /// waited on with a timeout, a runtime's timed park).
+    TimedWait,
     /// Interrupts, with nothing to tell a timer from I/O.
     Interrupt,
     /// Other threads of this process.
@@ -82,11 +116,17 @@ impl WakeSource {
             let idle_polls = k.idle_poll_ratio * k.poll_calls_per_sec;
             let timed_out_polls = (idle_polls - k.idle_nonblocking_polls_per_sec).max(0.0);
             let polls_with_events = (k.blocking_polls_per_sec - timed_out_polls).max(0.0);
-            let timer = k.sleeps_per_sec + timed_out_polls;
+            // A futex wait that returned ETIMEDOUT was ended by its
+            // timeout (the timer interrupt), not by another thread.
+            let timer = k.sleeps_per_sec + timed_out_polls + k.futex_timeouts_per_sec;
             let io_time = k.off_cpu.io_ns as f64;
             let wait_time = (k.off_cpu.sleep_ns + k.off_cpu.poll_ns) as f64;
             return if timer > 0.0 && timer >= t.wake_source_ratio * (timer + polls_with_events) {
-                WakeSource::Timer
+                if k.futex_timeouts_per_sec >= t.wake_source_ratio * timer {
+                    WakeSource::TimedWait
+                } else {
+                    WakeSource::Timer
+                }
             } else if polls_with_events > timer || io_time > wait_time {
                 WakeSource::Io
             } else {
@@ -108,6 +148,7 @@ impl WakeSource {
     pub(super) fn advice(self, os: &str) -> &'static str {
         match self {
             WakeSource::Timer | WakeSource::Interrupt => periodic_advice(os),
+            WakeSource::TimedWait => TIMED_WAIT_ADVICE,
             WakeSource::Io => IO_ADVICE,
             WakeSource::ProcessThreads => THREADS_ADVICE,
             WakeSource::OtherProcesses => OTHER_PROCESS_ADVICE,
@@ -116,22 +157,39 @@ impl WakeSource {
         }
     }
 
+    /// Whether a tokio worker woken from this source is woken by its
+    /// runtime's timer: interrupts that end its timed parks (the kernel
+    /// view), or no kernel view at all (then the worker's own parks are
+    /// what is known, and the words say what would look alike).
+    pub(super) fn may_be_runtime_timer(self) -> bool {
+        matches!(
+            self,
+            WakeSource::Timer | WakeSource::TimedWait | WakeSource::Interrupt | WakeSource::Unknown
+        )
+    }
+
+    /// The end of a periodic-wakeups summary of a tokio worker woken from
+    /// this source (see [`WakeSource::may_be_runtime_timer`]; other
+    /// sources keep [`WakeSource::cause`]). A tokio worker parks with a
+    /// timeout only while the runtime's timer has a deadline armed, so
+    /// interrupts that end its parks are that timer.
+    pub(super) fn runtime_timer_cause(self, k: Option<&KernelThreadInterval>) -> String {
+        match (self, k) {
+            (WakeSource::Timer | WakeSource::TimedWait | WakeSource::Interrupt, Some(_)) => format!(
+                "the tokio runtime's timer (a tokio::time::interval or sleep in a task): the worker's parks \
+                 end at the timer's deadline, woken by the timer interrupt, with little work each ({})",
+                shares(k)
+            ),
+            _ => "the tokio runtime's timer (a tokio::time::interval or sleep in a task) ends its parks, \
+                  with little work each; a task woken from outside the runtime at this rate would look alike \
+                  (the kernel view, with eBPF, names the waker)"
+                .to_string(),
+        }
+    }
+
     /// The end of a periodic-wakeups summary.
     pub(super) fn cause(self, k: Option<&KernelThreadInterval>) -> String {
-        let shares = k
-            .map(|k| {
-                let total = (k.interrupt_wakes_per_sec
-                    + k.process_thread_wakes_per_sec
-                    + k.other_process_wakes_per_sec)
-                    .max(f64::MIN_POSITIVE);
-                format!(
-                    "{:.0}% of its wakes by interrupts, {:.0}% by threads of this process, {:.0}% by other processes",
-                    k.interrupt_wakes_per_sec * 100.0 / total,
-                    k.process_thread_wakes_per_sec * 100.0 / total,
-                    k.other_process_wakes_per_sec * 100.0 / total
-                )
-            })
-            .unwrap_or_default();
+        let shares = shares(k);
         let top_thread = k
             .and_then(|k| k.top_wakers.iter().find(|w| w.tid != 0))
             .map(|w| format!(" (top waker: {} \"{}\")", w.tid, w.name))
@@ -139,6 +197,21 @@ impl WakeSource {
         match self {
             WakeSource::Timer => {
                 format!("a periodic timer: its waits end on their timeout, with little work each ({shares})")
+            }
+            WakeSource::TimedWait => {
+                let (timeouts, woken) = k
+                    .map(|k| {
+                        (
+                            k.futex_timeouts_per_sec,
+                            (k.timed_futex_waits_per_sec - k.futex_timeouts_per_sec).max(0.0),
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "its own timed waits time out ({timeouts:.0}/s futex waits ended by their timeout, \
+                     {woken:.0}/s woken by another thread): a timer in the runtime, e.g. a ScheduledExecutor \
+                     or Condvar.wait_timeout, with little work each ({shares})"
+                )
             }
             WakeSource::Io => format!("woken by I/O interrupts with little work each ({shares})"),
             WakeSource::Interrupt => {

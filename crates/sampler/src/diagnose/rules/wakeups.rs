@@ -1,11 +1,12 @@
 //! Findings on wakeups: periodic wakeups of a thread, and Apple's wakeups
 //! budget of the process.
 
-use super::wake_source::WakeSource;
+use super::wake_source::{TOKIO_TIMER_ADVICE, WakeSource};
 use super::{Ctx, FindingKind, Grade, Severity, Subject, ns, number};
 use crate::history::{History, Stored};
 use crate::interval::groups::group_name;
 use crate::interval::{Interval, ThreadInterval, between_stored, per_sec};
+use crate::model::LoopKind;
 
 /// A thread's wakes per second over the interval and where the figure
 /// comes from: the kernel view's wakes when attached, else its voluntary
@@ -183,13 +184,28 @@ pub(super) fn periodic_threads(
             .map(|r| format!("; its {r:.0} preemptions/s are not counted"))
             .unwrap_or_default();
         let source = WakeSource::of(th.kernel.as_ref(), t);
-        let advice = source.advice(cx.os);
+        // A tokio worker (its probe made by `runtime::instrument`) whose
+        // wakes may be its runtime's timer: the words and advice name it.
+        let worker = i
+            .loops
+            .iter()
+            .find(|l| l.tid == Some(th.tid) && l.kind == LoopKind::TokioWorker);
+        let runtime_timer = worker.is_some() && source.may_be_runtime_timer();
+        let advice = if runtime_timer {
+            TOKIO_TIMER_ADVICE
+        } else {
+            source.advice(cx.os)
+        };
         let mut evidence = vec![
             number("wakeups_per_sec", wakes, "1/s"),
             number("period_ms", period_ms, "ms"),
             number("rate_variation", cv, "ratio"),
             number("thread_cpu_percent", th.cpu_percent, "%"),
         ];
+        if let Some(w) = worker {
+            // The worker's unparks, as tokio's hooks counted them.
+            evidence.push(number("parks_ended_per_sec", w.wakeups_per_sec, "1/s"));
+        }
         if let Some(k) = &th.kernel {
             evidence.extend([
                 number("interrupt_wakes_per_sec", k.interrupt_wakes_per_sec, "1/s"),
@@ -204,6 +220,12 @@ pub(super) fn periodic_threads(
                     "1/s",
                 ),
                 number("blocked_percent", k.blocked_percent, "%"),
+                number(
+                    "timed_futex_waits_per_sec",
+                    k.timed_futex_waits_per_sec,
+                    "1/s",
+                ),
+                number("futex_timeouts_per_sec", k.futex_timeouts_per_sec, "1/s"),
             ]);
         }
         cx.explained.insert(th.tid);
@@ -224,12 +246,17 @@ pub(super) fn periodic_threads(
                 } else {
                     format!("wakes every {period_ms:.1} ms ({wakes:.0}/s from {counted}, steady{preempted})")
                 };
+                let cause = if runtime_timer {
+                    source.runtime_timer_cause(th.kernel.as_ref())
+                } else {
+                    source.cause(th.kernel.as_ref())
+                };
+                let what = if runtime_timer { "tokio worker" } else { "thread" };
                 format!(
-                    "thread {} \"{}\" {rate} and uses {:.2}% CPU: {}",
+                    "{what} {} \"{}\" {rate} and uses {:.2}% CPU: {cause}",
                     th.tid,
                     th.name,
                     th.cpu_percent,
-                    source.cause(th.kernel.as_ref())
                 )
             },
             evidence,

@@ -435,6 +435,57 @@ fn no_clear_majority_is_mixed_with_the_split() {
     assert_eq!(WakeSource::of(Some(&ticker), &t), WakeSource::Timer);
 }
 
+/// A JVM `scheduleAtFixedRate` worker: woken by interrupts, in timed
+/// futex waits (parkNanos) that return ETIMEDOUT, no sleep or poll call.
+/// The timeouts make it the runtime's timer, with the counts in words;
+/// the same futex waits ended by another thread's FUTEX_WAKE do not.
+#[test]
+fn timed_futex_waits_that_time_out_are_the_runtimes_timer() {
+    let t = Thresholds::default();
+    let futex_only = |timeouts: f64| {
+        let mut k = woken(100.0, 0.0, 0.0);
+        k.sleeps_per_sec = 0.0;
+        k.off_cpu.sleep_ns = 0;
+        k.off_cpu.lock_ns = 900_000_000;
+        k.timed_futex_waits_per_sec = 100.0;
+        k.futex_timeouts_per_sec = timeouts;
+        k
+    };
+    let jvm = futex_only(99.0);
+    let source = WakeSource::of(Some(&jvm), &t);
+    assert_eq!(source, WakeSource::TimedWait);
+    let cause = source.cause(Some(&jvm));
+    assert!(
+        cause.contains("its own timed waits time out (99/s futex waits ended by their timeout, 1/s woken by another thread)"),
+        "{cause}"
+    );
+    assert!(cause.contains("ScheduledExecutor"), "{cause}");
+    assert!(source.advice("linux").contains("scheduleAtFixedRate"));
+    // No timeouts: the hedged interrupt words stay (nothing tells a timer).
+    assert_eq!(
+        WakeSource::of(Some(&futex_only(0.0)), &t),
+        WakeSource::Interrupt
+    );
+    // On a tokio worker, timed waits that time out (its parks with the
+    // timer's deadline) are the runtime's timer, with no hedge; without
+    // the kernel view the words say what would look alike.
+    let worker = source.runtime_timer_cause(Some(&jvm));
+    assert!(
+        worker.contains("parks end at the timer's deadline") && !worker.contains("look alike"),
+        "{worker}"
+    );
+    assert!(
+        WakeSource::Unknown
+            .runtime_timer_cause(None)
+            .contains("would look alike")
+    );
+    assert!(!WakeSource::ProcessThreads.may_be_runtime_timer());
+    // Sleeps ending on time with a few futex timeouts: a plain timer.
+    let mut sleeper = woken(100.0, 0.0, 0.0);
+    sleeper.futex_timeouts_per_sec = 5.0;
+    assert_eq!(WakeSource::of(Some(&sleeper), &t), WakeSource::Timer);
+}
+
 #[test]
 fn steadiness_does_not_split_alike_threads() {
     let with_cv = |cv: f64| {

@@ -2,6 +2,7 @@ package dev.wakemeter
 
 import dev.wakemeter.model.Finding
 import dev.wakemeter.model.FindingKind
+import dev.wakemeter.model.LoopKind
 import dev.wakemeter.model.Severity
 import dev.wakemeter.model.Subject
 import dev.wakemeter.model.Thresholds
@@ -60,8 +61,11 @@ class ProbeAndFindingTest {
                 assertTrue(st.totalWaitNs >= 1_000_000uL)
                 assertNotNull(st.tid)
                 assertEquals(0uL, st.totalUnmatchedCalls)
+                // The app's own probe: not a runtime's worker.
+                assertEquals(LoopKind.APPLICATION, st.kind)
                 val snap = s.sampleNow()
                 assertEquals(listOf(loop.probe.id()), snap.loops.map { it.id })
+                assertEquals(listOf(LoopKind.APPLICATION), snap.loops.map { it.kind })
                 assertEquals("queue", loop.probe.name())
             }
             // A closed probe is forgotten after one more snapshot.
