@@ -361,6 +361,7 @@ fn zero_timeout_pollers_are_busy_and_their_syscall_is_named() {
 #[test]
 #[ignore = "needs root"]
 fn cpu_run_queue_wait_and_blocked_add_up_to_the_interval() {
+    const SUM_TOLERANCE: f64 = 2.0;
     let _one = one_at_a_time();
     let p = Program::c("timer_loop");
     let (_, interval) = watch_with_interval(&p, true);
@@ -376,8 +377,13 @@ fn cpu_run_queue_wait_and_blocked_add_up_to_the_interval() {
         "cpu {} + run-queue wait {wait} + blocked {} = {sum} (on-CPU {}, {} wakes/s)",
         th.cpu_percent, k.blocked_percent, k.on_cpu_percent, k.wakes_per_sec
     );
+    // Within 2 points: the sampler reads /proc, then the kernel view, and
+    // divides both by the span between its two snapshot clocks; on a busy
+    // machine (load 15 on 2 cores) a preempted read shifts the kernel
+    // view's window by tens of ms against /proc's, and the sum came to
+    // 98.6-98.9 in 3 of 6 runs (never below 99 on a quiet one).
     assert!(
-        (sum - 100.0).abs() <= 1.0,
+        (sum - 100.0).abs() <= SUM_TOLERANCE,
         "cpu {} + run-queue wait {wait} + blocked {} = {sum} (on-CPU {}, {} wakes/s)",
         th.cpu_percent,
         k.blocked_percent,
@@ -387,7 +393,7 @@ fn cpu_run_queue_wait_and_blocked_add_up_to_the_interval() {
     let gap = (th.cpu_percent - k.on_cpu_percent).max(0.0);
     let kernel_sum = k.on_cpu_percent + wait + k.blocked_percent;
     assert!(
-        (kernel_sum + gap - 100.0).abs() <= 1.0,
+        (kernel_sum + gap - 100.0).abs() <= SUM_TOLERANCE,
         "on-CPU {} + run-queue wait {wait} + blocked {} = {kernel_sum}, /proc's CPU {} more",
         k.on_cpu_percent,
         k.blocked_percent,
