@@ -51,8 +51,14 @@ use super::abi::{
 pub(crate) const MAX_LEAF_ROWS: usize = 262_144;
 
 /// Largest distance from `sp` to a return address that the table keeps, in
-/// bytes: beyond it the frame is left to the walk.
-const MAX_RA_OFFSET: i64 = 4096;
+/// bytes: beyond it the frame is left to the walk. 8 MiB, the default stack
+/// size (`ulimit -s`) of a main thread and of a thread's stack: no frame of a
+/// running program is larger, so only corrupt CFI is refused. Real frames
+/// are far larger than a page: Debian's memcached 1.6 keeps a 16 KiB buffer
+/// on the stack of the function that calls `sendmsg` (CFA = `%rsp` +
+/// 16,496), and with the earlier bound of 4 KiB every stack through it
+/// ended there.
+const MAX_RA_OFFSET: i64 = 8 << 20;
 
 /// `PF_X`: an executable segment.
 const PF_X: u32 = 1;
@@ -669,6 +675,11 @@ mod tests {
         assert_eq!(
             row_rule(&rbp(16), ra(), Some(RegisterRule::Offset(-16))),
             (8, rule(CFA_RBP, -16))
+        );
+        // A 16 KiB buffer on the stack (memcached's transmit path).
+        assert_eq!(
+            row_rule(&rsp(16_496), ra(), Some(RegisterRule::Offset(-16))),
+            (16_488, rule(CFA_RSP, -16))
         );
         // A frameless function that saved %rbp among other registers.
         let (off, r) = row_rule(&rsp(0x38), ra(), Some(RegisterRule::Offset(-24)));
