@@ -546,13 +546,15 @@ class Postgres(Server):
     def start(self):
         data = os.path.join(self.dir, "data")
         os.chmod(self.dir, 0o755)
-        os.makedirs(data)
-        shutil.chown(data, "postgres", "postgres")
+        sock = os.path.join(self.dir, "sock")
+        for d in (data, sock):
+            os.makedirs(d)
+            shutil.chown(d, "postgres", "postgres")
         b = self.bindir()
         subprocess.run(self.as_postgres([f"{b}/initdb", "-D", data, "-A", "trust"]),
                        check=True, stdout=subprocess.DEVNULL)
         self.spawn(self.as_postgres(
-            [f"{b}/postgres", "-D", data, "-p", str(self.port), "-k", self.dir,
+            [f"{b}/postgres", "-D", data, "-p", str(self.port), "-k", sock,
              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]))
         self.stop_cmds.append(self.as_postgres([f"{b}/pg_ctl", "-D", data, "-m", "fast", "stop"]))
         wait_port(self.port, "postgres")
@@ -700,7 +702,7 @@ def run_main(argv):
                 break
         scope = ["-p", str(pid)] if a.perf_per_thread else ["-a"]
         perf = subprocess.Popen(
-            ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(a.frequency),
+            ["perf", "record", "-m", "4M", "-e", "cpu-clock", "-F", str(a.frequency),
              "--call-graph", f"dwarf,{PERF_STACK_BYTES}", "-o", data] + scope + ["--", "sleep", str(a.seconds)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
@@ -709,6 +711,9 @@ def run_main(argv):
         perf_err = perf.communicate()[1]
         if perf.returncode != 0:
             sys.exit(f"perf record failed: {perf_err.strip()}")
+        for line in perf_err.splitlines():
+            if "lost" in line.lower():
+                log(f"perf: {line.strip()}")
         if load.poll() is not None and load.returncode != 0:
             log(f"the load exited with {load.returncode} before the window ended")
         if not os.path.exists(folded):
