@@ -63,8 +63,7 @@ starts the server on 127.0.0.1 (ports from --port, default 24000, in a
 scratch directory), drives a bounded load (wrk, redis-benchmark,
 memcaslap, pgbench), and in one window runs
 `wakemeter profile --pid P --on-cpu --frequency F --seconds S` and,
-once it has attached, `perf record -e cpu-clock -F F --call-graph dwarf,65528` (perf's largest
-stack copy: its default 8 KiB ends stacks under a 16 KiB frame)
+once it has attached, `perf record -e cpu-clock -F F --call-graph dwarf`
 on the same process: per CPU with `-a` then `perf script --pid P`
 (default: per-CPU timers, as wakemeter's; ACCURACY.md, issue 27, shows a
 per-thread event takes more samples as a thread is switched back in),
@@ -111,11 +110,31 @@ def canonical(name):
     functions) and only with --canonical (run mode)."""
     if name.startswith("[") or UNNAMED.search(name):
         return name
+    name = without_parameters(name)
     stripped = name.lstrip("_")
     for prefix in ("GI_", "libc_"):
         if stripped.startswith(prefix):
             stripped = stripped[len(prefix):].lstrip("_")
     return stripped or name
+
+
+def without_parameters(name):
+    """A demangled C++ name without its parameter list and qualifiers
+    (`SBuf::~SBuf()` and `f(int) const` as perf prints them: `SBuf::~SBuf`,
+    `f`); `(anonymous namespace)::g` keeps its first group."""
+    trimmed = re.sub(r"\s*(const|volatile|&|&&|noexcept)$", "", name.rstrip())
+    if not trimmed.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(trimmed) - 1, -1, -1):
+        c = trimmed[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                return trimmed[:i] if i > 0 else name
+    return name
 
 
 def left_out(name):
@@ -340,9 +359,12 @@ ENTRIES = {
 }
 
 
-# perf's largest user-stack copy per sample (its default, 8 KiB, ends
-# stacks under a large frame: memcached's 16 KiB send buffer).
-PERF_STACK_BYTES = 65528
+# perf's user-stack copy per sample, its default: 8 KiB. More does not
+# take perf past memcached's 16 KiB frame (its unwinder stops there with
+# 64 KiB copies too: 43.6% against 42.6%) and with `-a`, which copies
+# the stacks of every process on the machine, 64 KiB makes 380 MB of
+# perf.data in 30 s.
+PERF_STACK_BYTES = 8192
 
 
 def log(msg):
@@ -590,16 +612,24 @@ class Squid(Server):
         origin.procs = self.procs
         origin.start()
         conf = os.path.join(self.dir, "squid.conf")
+        # Squid refuses to run as root: Debian's user `proxy`, with its own
+        # directory for the pid file and the log.
+        run = os.path.join(self.dir, "squid")
+        os.makedirs(run)
+        shutil.chown(run, "proxy", "proxy")
+        os.chmod(self.dir, 0o755)
         with open(conf, "w") as f:
             f.write(
                 f"http_port 127.0.0.1:{self.port} accel defaultsite=127.0.0.1 no-vhost\n"
                 f"cache_peer 127.0.0.1 parent {self.port + 1} 0 no-query originserver name=o\n"
                 "cache deny all\nhttp_access allow all\ncache_peer_access o allow all\n"
-                f"pid_filename {self.dir}/squid.pid\n"
-                f"cache_log {self.dir}/cache.log\naccess_log none\n"
-                f"coredump_dir {self.dir}\nworkers 1\n"
-                "cache_effective_user root\n"
+                f"pid_filename {run}/squid.pid\n"
+                f"cache_log {run}/cache.log\naccess_log none\n"
+                f"coredump_dir {run}\nworkers 1\n"
+                "cache_effective_user proxy\n"
                 "shutdown_lifetime 1 seconds\n"
+                # No shared memory segment (one would outlive a killed squid).
+                "collapsed_forwarding_shared_entries_limit 0\n"
             )
         master = self.spawn(["squid", "-N", "-f", conf])
         wait_port(self.port, "squid", timeout=90)
@@ -666,8 +696,16 @@ def run_main(argv):
                     help="the wakemeter binary")
     ap.add_argument("--perf-per-thread", action="store_true",
                     help="perf record -p PID (a per-thread timer) instead of -a + --pid")
-    ap.add_argument("--keep", metavar="DIR", help="copy perf.data, wm.folded and logs here")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep wm.folded, wakemeter's summary and perf's script text here")
     a = ap.parse_args(argv)
+
+    def stop(signum, _frame):
+        # The servers and the load are stopped by the `finally` below.
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     if os.geteuid() != 0:
         sys.exit("run as root (perf -a, eBPF, apt-get)")
 
@@ -718,13 +756,23 @@ def run_main(argv):
             log(f"the load exited with {load.returncode} before the window ended")
         if not os.path.exists(folded):
             sys.exit(f"wakemeter wrote no profile (exit {wm.returncode})")
+        # The target's samples as text; perf.data (every process's with
+        # `-a`) is removed at once.
+        text = os.path.join(scratch, "perf.txt")
+        with open(text, "w") as f:
+            subprocess.run(
+                ["perf", "script", "--no-inline", "-i", data]
+                + ([] if a.perf_per_thread else ["--pid", str(pid)]),
+                check=True, stdout=f, stderr=subprocess.DEVNULL,
+            )
+        os.unlink(data)
         if a.keep:
             os.makedirs(a.keep, exist_ok=True)
-            for f in (folded, data):
+            for f in (folded, text):
                 shutil.copy(f, a.keep)
             with open(os.path.join(a.keep, "wm.summary"), "w") as f:
                 f.write(wm_out)
-        report(a, server, data, folded, pid, wm_out)
+        report(a, server, text, folded, wm_out)
     finally:
         if load is not None and load.poll() is None:
             os.killpg(load.pid, signal.SIGTERM)
@@ -732,8 +780,8 @@ def run_main(argv):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def report(a, server, data, folded, pid, wm_out):
-    ps = parse_perf(data, False, None if a.perf_per_thread else pid, canon=True)
+def report(a, server, text, folded, wm_out):
+    ps = parse_perf(text, False, None, canon=True)
     ws = parse_folded(folded, False, canon=True)
     n_p, tot_p = shares(ps)
     n_w, tot_w = shares(ws)
