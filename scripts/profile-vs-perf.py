@@ -717,6 +717,7 @@ def run_main(argv):
     scratch = tempfile.mkdtemp(prefix=f"wm-vs-perf-{a.server}-")
     server = cls(a, scratch)
     load = None
+    tools = []  # wakemeter and perf, stopped if still running at the end
     try:
         pid = server.start()
         warm = 3
@@ -733,6 +734,7 @@ def run_main(argv):
              str(a.frequency), "--seconds", str(a.seconds), "--folded", folded],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
+        tools.append(wm)
         # perf starts once wakemeter has attached, for the same window.
         for line in wm.stderr:
             sys.stderr.write(line)
@@ -744,6 +746,7 @@ def run_main(argv):
              "--call-graph", f"dwarf,{PERF_STACK_BYTES}", "-o", data] + scope + ["--", "sleep", str(a.seconds)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
+        tools.append(perf)
         wm_out, wm_err = wm.communicate()
         sys.stderr.write(wm_err)
         perf_err = perf.communicate()[1]
@@ -774,6 +777,14 @@ def run_main(argv):
                 f.write(wm_out)
         report(a, server, text, folded, wm_out)
     finally:
+        for t in tools:
+            if t.poll() is None:
+                t.send_signal(signal.SIGINT)
+                try:
+                    t.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    t.kill()
+                    t.wait()
         if load is not None and load.poll() is None:
             os.killpg(load.pid, signal.SIGTERM)
         server.stop()

@@ -108,12 +108,18 @@ impl Mapping {
     }
 }
 
-/// The executable file mappings of a `/proc/<pid>/maps` text, first one per
-/// path.
+/// The name of the vDSO's mapping in a maps text.
+const VDSO: &str = "[vdso]";
+
+/// The executable file mappings of a `/proc/<pid>/maps` text, and the
+/// vDSO's, first one per path.
 fn exec_mappings(maps: &str) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
     for m in wakemeter_procfs::maps::lines(maps) {
-        if !m.executable || !m.path.starts_with('/') || out.iter().any(|o| o.path == m.path) {
+        if !m.executable
+            || !(m.path.starts_with('/') || m.path == VDSO)
+            || out.iter().any(|o| o.path == m.path)
+        {
             continue;
         }
         out.push(Mapping {
@@ -182,8 +188,16 @@ impl LeafBuilder {
         Some(table)
     }
 
-    /// The rows of one module, from the file the process maps.
+    /// The rows of one module, from the file the process maps (the vDSO:
+    /// from this process's own copy of it).
     fn read_module(&self, mapping: &Mapping) -> Option<ModuleRows> {
+        if mapping.path == VDSO {
+            return own_vdso()
+                .filter(|image| {
+                    u64::try_from(image.len()).ok() == Some(mapping.end - mapping.start)
+                })
+                .and_then(|image| module_rows(image, mapping));
+        }
         // map_files opens what is mapped even from another mount namespace
         // or when the file was replaced; the path is the fallback.
         let file = process::open_mapped_file(self.pid, mapping.start, mapping.end, &mapping.path);
@@ -260,6 +274,27 @@ impl LeafBuilder {
         }
         table
     }
+}
+
+/// This process's vDSO image, as the kernel mapped it: the same image the
+/// kernel maps into every 64-bit process (a target's own copy cannot be
+/// read without reading its memory; its mapping's size is checked against
+/// this one's before it is used). Its `.eh_frame` covers `clock_gettime`
+/// and the other calls a loop makes without entering the kernel.
+fn own_vdso() -> Option<&'static [u8]> {
+    // SAFETY: getauxval reads this process's auxiliary vector; it has no
+    // preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    if base == 0 {
+        return None;
+    }
+    let maps = process::maps(process::Process::Current).ok()?;
+    let own = wakemeter_procfs::maps::lines(&maps).find(|m| m.path == VDSO && m.start == base)?;
+    let len = usize::try_from(own.end.checked_sub(own.start)?).ok()?;
+    // SAFETY: [base, base + len) is this process's vDSO mapping, as its
+    // maps list it: readable, mapped by the kernel at exec and never
+    // unmapped for the life of the process, never written.
+    Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) })
 }
 
 /// Whether `path` is the C library or its dynamic loader (glibc, musl).
@@ -515,7 +550,7 @@ mod tests {
     }
 
     #[test]
-    fn maps_lines_give_executable_file_mappings_once_per_path() {
+    fn maps_lines_give_executable_file_mappings_and_the_vdso_once_per_path() {
         let maps = "\
 55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 123 /usr/bin/busy poll
 55d0c0a01000-55d0c0a02000 r-xp 00001000 fe:01 123 /usr/bin/busy poll
@@ -540,6 +575,13 @@ mod tests {
                     offset: 0x26000,
                     inode: 456,
                     path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into()
+                },
+                Mapping {
+                    start: 0x7ffd_0010_0000,
+                    end: 0x7ffd_0010_2000,
+                    offset: 0,
+                    inode: 0,
+                    path: VDSO.into()
                 },
             ]
         );
@@ -668,6 +710,38 @@ mod tests {
         assert_eq!(table.stats.modules_with_rows, 0);
     }
 
+    /// The vDSO gets rows from its `.eh_frame`, at its mapping: the row of
+    /// `clock_gettime` (a dynamic symbol of the image) has the return
+    /// address at `%rsp` + n, as `__vdso_clock_gettime`'s CFI says.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_vdso_gets_rows() {
+        use object::ObjectSymbol;
+        let maps = process::maps(process::Process::Current).expect("maps");
+        let vdso = exec_mappings(&maps)
+            .into_iter()
+            .find(|m| m.path == VDSO)
+            .expect("a vDSO mapping");
+        let builder = LeafBuilder::new(std::process::id());
+        let Some(rows) = builder.read_module(&vdso) else {
+            panic!("no rows for the vDSO");
+        };
+        assert!(!rows.rows.is_empty());
+        assert!(
+            rows.rows
+                .iter()
+                .all(|r| (vdso.start..=vdso.end).contains(&r.start))
+        );
+        let image = own_vdso().expect("own vDSO");
+        let elf = ElfFile64::<object::Endianness, _>::parse(image).expect("ELF");
+        let clock_gettime = elf
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok("__vdso_clock_gettime"))
+            .expect("__vdso_clock_gettime");
+        let at = vdso.start + clock_gettime.address();
+        assert!(ra_offset(&rows.rows, at).is_some(), "no row at {at:#x}");
+    }
+
     /// Modules left out for lack of room still end their stacks: with room
     /// for no module's rows, the table holds the outermost frames' rows
     /// (this test binary's `_start`, the C library's thread entry), each
@@ -677,14 +751,19 @@ mod tests {
     fn modules_left_out_keep_their_outermost_frames() {
         let mut builder = LeafBuilder::new(std::process::id());
         let table = builder.build_if_changed(64, true).expect("own maps");
-        assert_eq!(table.stats.modules_with_rows, 0, "{:?}", table.stats);
+        // The vDSO's few rows fit; no file module's do.
+        let maps = process::maps(process::Process::Current).expect("maps");
+        let vdso = exec_mappings(&maps)
+            .into_iter()
+            .find(|m| m.path == VDSO)
+            .map_or(0..0, |m| m.start..m.end + 1);
+        assert!(table.stats.modules_with_rows <= 1, "{:?}", table.stats);
         let ends = table.rows.iter().filter(|r| r.rule == CFA_END).count();
         assert!(ends >= 2, "{:?}", table.rows);
         assert!(
-            table
-                .rows
-                .iter()
-                .all(|r| r.rule == CFA_END || (r.rule == CFA_NONE && r.ra_offset == NO_RA_OFFSET)),
+            table.rows.iter().all(|r| vdso.contains(&r.start)
+                || r.rule == CFA_END
+                || (r.rule == CFA_NONE && r.ra_offset == NO_RA_OFFSET)),
             "{:?}",
             table.rows
         );
@@ -693,7 +772,6 @@ mod tests {
         let data = fs::read(&exe).expect("read own executable");
         let elf = ElfFile64::<object::Endianness, _>::parse(&data[..]).expect("ELF");
         let entry = elf.entry();
-        let maps = process::maps(process::Process::Current).expect("maps");
         let own = exec_mappings(&maps)
             .into_iter()
             .find(|m| std::path::Path::new(&m.path) == exe)
