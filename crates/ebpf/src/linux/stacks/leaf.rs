@@ -46,9 +46,13 @@ use super::abi::{
     CFA_END, CFA_NONE, CFA_RBP, CFA_RSP, LeafRow, NO_RA_OFFSET, RULE_UNENCODED, rule,
 };
 
-/// Most rows uploaded (16 bytes of kernel memory each: at most 4 MiB). The
-/// C library takes about 7,000 after merging.
-pub(crate) const MAX_LEAF_ROWS: usize = 262_144;
+/// Most rows uploaded per half of the table (16 bytes of kernel memory
+/// each: at most 8 MiB a half; a half is sized to the target's rows, see
+/// `leaf_capacity`). Debian 12's C library takes about 28,000 after
+/// merging, libstdc++ 34,000, squid 112,000: squid's 36 modules need about
+/// 300,000, and with half as many its TLS and Kerberos libraries were
+/// left out (their stacks cut in nettle's MD5).
+pub(crate) const MAX_LEAF_ROWS: usize = 524_288;
 
 /// Largest distance from `sp` to a return address that the table keeps, in
 /// bytes: beyond it the frame is left to the walk. 8 MiB, the default stack
