@@ -55,14 +55,41 @@ back in (innermost frame `finish_task_switch`) than a per-CPU event does,
 which moves every share by a few points (ACCURACY.md); the text of
 `perf script --no-inline -i perf.data` works as PERF too.
 
+Run mode: `profile-vs-perf.py run SERVER [...]` does the whole
+measurement for one of Debian's own (stripped) builds, SERVER one of
+nginx, redis, memcached, postgres, haproxy, squid (C++): it installs the
+package with apt-get when missing (and linux-perf, wrk, the load client),
+starts the server on 127.0.0.1 (ports from --port, default 24000, in a
+scratch directory), drives a bounded load (wrk, redis-benchmark,
+memcaslap, pgbench), and in one window runs
+`wakemeter profile --pid P --on-cpu --frequency F --seconds S` and,
+once it has attached, `perf record -e cpu-clock -F F --call-graph dwarf`
+on the same process: per CPU with `-a` then `perf script --pid P`
+(default: per-CPU timers, as wakemeter's; ACCURACY.md, issue 27, shows a
+per-thread event takes more samples as a thread is switched back in),
+or with `-p P` (--perf-per-thread). It prints, for each tool: samples,
+the share of samples whose stack reaches the thread's entry (`main`,
+`start_thread`, `clone3`, `clone`, `_start` or the C library's
+`__libc_start_*` above a stripped `main`), the top 10 functions by self
+share (innermost frame) and by total share, the largest gap over each,
+and wakemeter's own summary lines (samples kept / due, the unwinding
+stops by reason and module). Everything it started is stopped at the
+end. Servers run as root from the scratch directory; nothing is kept.
+
 Standard library only (Python 3.8+).
 """
 
 import argparse
 import math
+import os
 import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections import Counter
 
 KERNEL_START = 0xFFFF800000000000
@@ -73,13 +100,50 @@ VERSION = re.compile(r"@@?[A-Z][A-Za-z0-9_.]*$")
 UNNAMED = re.compile(r"(^0x[0-9a-fA-F]+$)|(\+0x[0-9a-fA-F]+$)")
 
 
+def canonical(name):
+    """One name for the aliases of one user-space address that the two
+    symbolizers pick differently: the C library's internal and versioned
+    names (`__GI___libc_read`, `__libc_read` and `read`;
+    `___pthread_mutex_lock` and `pthread_mutex_lock`). Leading
+    underscores, `GI_` and `libc_` are dropped. Only for user frames (the
+    kernel's `__tcp_transmit_skb` and `tcp_transmit_skb` are two
+    functions) and only with --canonical (run mode)."""
+    if name.startswith("[") or UNNAMED.search(name):
+        return name
+    name = without_parameters(name)
+    stripped = name.lstrip("_")
+    for prefix in ("GI_", "libc_"):
+        if stripped.startswith(prefix):
+            stripped = stripped[len(prefix):].lstrip("_")
+    return stripped or name
+
+
+def without_parameters(name):
+    """A demangled C++ name without its parameter list and qualifiers
+    (`SBuf::~SBuf()` and `f(int) const` as perf prints them: `SBuf::~SBuf`,
+    `f`); `(anonymous namespace)::g` keeps its first group."""
+    trimmed = re.sub(r"\s*(const|volatile|&|&&|noexcept)$", "", name.rstrip())
+    if not trimmed.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(trimmed) - 1, -1, -1):
+        c = trimmed[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                return trimmed[:i] if i > 0 else name
+    return name
+
+
 def left_out(name):
     """Frames that never enter the top list (see the module doc)."""
     return (
         name == "[unknown]"
         or name.startswith("[")
-        or name == "_start"
-        or name.startswith("__libc_start")
+        or name in ("_start", "start")
+        or name.startswith(("__libc_start", "start_main", "start_call_main"))
     )
 
 
@@ -113,7 +177,7 @@ def drop_leaf(samples, leaves):
     return [s for s in samples if s[2] not in leaves]
 
 
-def parse_perf(path, user_only, pid=None):
+def parse_perf(path, user_only, pid=None, canon=False):
     """Samples of `perf script` as (set of function names, 1, leaf)."""
     samples = []
     frames = None
@@ -147,13 +211,13 @@ def parse_perf(path, user_only, pid=None):
         if user_only and kernel:
             continue
         name = VERSION.sub("", OFFSET.sub("", rest.strip())) or "[unknown]"
-        frames.append(name)
+        frames.append(canonical(name) if canon and not kernel else name)
     if frames is not None:
         samples.append(frames)
     return [(set(f), 1, f[0] if f else "") for f in samples]
 
 
-def parse_folded(path, user_only):
+def parse_folded(path, user_only, canon=False):
     """Lines of wakemeter's folded stacks as (set of names, count, leaf)."""
     samples = []
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -173,7 +237,7 @@ def parse_folded(path, user_only):
                 elif UNNAMED.search(p):
                     p = "[unknown]"
                 p = VERSION.sub("", p)
-                names.append(p)
+                names.append(canonical(p) if canon and not kernel else p)
             leaf = names[-1] if names else ""
             samples.append((set(names), int(count), leaf))
     return samples
@@ -198,7 +262,7 @@ def se(p, n):
     return math.sqrt(p * (1 - p) / n) if n else 0.0
 
 
-def main():
+def compare_main():
     ap = argparse.ArgumentParser(
         description="Total (inclusive) function shares: perf against wakemeter."
     )
@@ -278,5 +342,487 @@ def main():
     )
 
 
+# ---------------------------------------------------------------- run mode
+
+# Frames that mean a stack reached its thread's entry. A stripped `main`
+# is unnamed, so the C library's frames above it count too.
+ENTRIES = {
+    "main",
+    "start_thread",
+    "clone3",
+    "__clone3",
+    "clone",
+    "__clone",
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+}
+
+
+# perf's user-stack copy per sample, its default: 8 KiB. More does not
+# take perf past memcached's 16 KiB frame (its unwinder stops there with
+# 64 KiB copies too: 43.6% against 42.6%) and with `-a`, which copies
+# the stacks of every process on the machine, 64 KiB makes 380 MB of
+# perf.data in 30 s.
+PERF_STACK_BYTES = 8192
+
+
+def log(msg):
+    print(f"profile-vs-perf: {msg}", file=sys.stderr, flush=True)
+
+
+def apt_install(packages, commands):
+    """Installs the Debian packages when one of `commands` is missing."""
+    if all(shutil.which(c) or os.path.exists(c) for c in commands):
+        return
+    log(f"apt-get install {' '.join(packages)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(
+        ["apt-get", "install", "-y", "--no-install-recommends"] + packages,
+        check=True, env=env, stdout=subprocess.DEVNULL,
+    )
+
+
+def package_version(package):
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", package],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    return out.stdout.strip() or "?"
+
+
+def wait_port(port, what, timeout=60):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    sys.exit(f"{what} did not listen on 127.0.0.1:{port} within {timeout} s")
+
+
+def children(pid):
+    """The pids whose parent is `pid` (from ps: no procfs paths here)."""
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], stdout=subprocess.PIPE, text=True
+    ).stdout
+    return [int(x) for x in out.split()]
+
+
+def command_of(pid):
+    return subprocess.run(
+        ["ps", "-o", "args=", "-p", str(pid)], stdout=subprocess.PIPE, text=True
+    ).stdout.strip()
+
+
+class Server:
+    """One server: its package, how it starts, which process is profiled
+    and the load that drives it."""
+
+    def __init__(self, a, scratch):
+        self.a = a
+        self.dir = scratch
+        self.port = a.port
+        self.procs = []  # what we started, stopped at the end
+        self.stop_cmds = []
+
+    def spawn(self, cmd, **kw):
+        p = subprocess.Popen(
+            cmd, cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, **kw,
+        )
+        self.procs.append(p)
+        return p
+
+    def load(self, seconds):
+        """The load for `seconds` (a Popen)."""
+        return self.spawn(
+            ["wrk", "-t1", "-c20", f"-d{seconds}s", f"http://127.0.0.1:{self.port}/"]
+        )
+
+    def stop(self):
+        for cmd in self.stop_cmds:
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+class Nginx(Server):
+    packages, commands, package = ["nginx-light"], ["nginx"], "nginx-light"
+    load_text = "wrk -t1 -c20, `return 200`"
+
+    def start(self):
+        conf = os.path.join(self.dir, "nginx.conf")
+        # nginx gives its temp paths to the worker's user: not the scratch
+        # directory itself, where the outputs are written.
+        tmp = os.path.join(self.dir, f"nginx-{self.port}")
+        os.makedirs(tmp)
+        with open(conf, "w") as f:
+            f.write(
+                "worker_processes 1; daemon off; master_process on;\n"
+                f"pid {self.dir}/nginx.pid; error_log {self.dir}/error.log;\n"
+                "events { worker_connections 1024; }\n"
+                f"http {{ access_log off; client_body_temp_path {tmp}; "
+                f"proxy_temp_path {tmp}; fastcgi_temp_path {tmp}; "
+                f"uwsgi_temp_path {tmp}; scgi_temp_path {tmp};\n"
+                f"  server {{ listen 127.0.0.1:{self.port}; "
+                "location / { return 200 'ok\\n'; } } }\n"
+            )
+        master = self.spawn(["nginx", "-c", conf, "-p", self.dir])
+        wait_port(self.port, "nginx")
+        workers = children(master.pid)
+        if len(workers) != 1:
+            sys.exit(f"nginx: {len(workers)} workers, expected 1")
+        return workers[0]
+
+
+class Redis(Server):
+    packages, commands, package = ["redis-server", "redis-tools"], ["redis-server", "redis-benchmark"], "redis-server"
+    load_text = "redis-benchmark -t get,set -c 50"
+
+    def start(self):
+        p = self.spawn(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.dir]
+        )
+        wait_port(self.port, "redis")
+        return p.pid
+
+    def load(self, seconds):
+        # -n large and stopped when the window ends (redis-benchmark has no
+        # duration option).
+        p = self.spawn(
+            ["timeout", str(seconds), "redis-benchmark", "-p", str(self.port),
+             "-t", "get,set", "-n", "100000000", "-c", "50", "-q"]
+        )
+        return p
+
+
+class Memcached(Server):
+    packages, commands, package = ["memcached", "libmemcached-tools"], ["memcached", "memcaslap"], "memcached"
+    load_text = "memcaslap -c 32 -T 1 (9:1 get/set)"
+
+    def start(self):
+        p = self.spawn(
+            ["memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(self.port),
+             "-U", "0", "-t", "2", "-m", "64"]
+        )
+        wait_port(self.port, "memcached")
+        return p.pid
+
+    def load(self, seconds):
+        return self.spawn(
+            ["memcaslap", "-s", f"127.0.0.1:{self.port}", "-c", "32", "-T", "1",
+             "-t", f"{seconds}s"]
+        )
+
+
+class Haproxy(Server):
+    packages, commands, package = ["haproxy"], ["haproxy"], "haproxy"
+    load_text = "wrk -t1 -c20, `http-request return status 200`"
+
+    def start(self):
+        conf = os.path.join(self.dir, "haproxy.cfg")
+        with open(conf, "w") as f:
+            f.write(
+                "global\n  nbthread 2\n"
+                "defaults\n  mode http\n  timeout client 10s\n"
+                "  timeout server 10s\n  timeout connect 2s\n"
+                f"frontend fe\n  bind 127.0.0.1:{self.port}\n"
+                "  http-request return status 200 content-type text/plain string ok\n"
+            )
+        p = self.spawn(["haproxy", "-db", "-f", conf])
+        wait_port(self.port, "haproxy")
+        return p.pid
+
+
+class Postgres(Server):
+    packages, commands = ["postgresql", "postgresql-contrib"], ["pgbench"]
+    load_text = "pgbench -S -c 1 (select-only), one backend"
+
+    def bindir(self):
+        out = subprocess.run(["pg_config", "--bindir"], stdout=subprocess.PIPE, text=True)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+        versions = sorted(os.listdir("/usr/lib/postgresql"), key=lambda v: int(v))
+        return f"/usr/lib/postgresql/{versions[-1]}/bin"
+
+    @property
+    def package(self):
+        return "postgresql-" + os.path.basename(os.path.dirname(self.bindir()))
+
+    def as_postgres(self, cmd, **kw):
+        return ["runuser", "-u", "postgres", "--"] + cmd
+
+    def start(self):
+        data = os.path.join(self.dir, "data")
+        os.chmod(self.dir, 0o755)
+        sock = os.path.join(self.dir, "sock")
+        for d in (data, sock):
+            os.makedirs(d)
+            shutil.chown(d, "postgres", "postgres")
+        b = self.bindir()
+        subprocess.run(self.as_postgres([f"{b}/initdb", "-D", data, "-A", "trust"]),
+                       check=True, stdout=subprocess.DEVNULL)
+        self.spawn(self.as_postgres(
+            [f"{b}/postgres", "-D", data, "-p", str(self.port), "-k", sock,
+             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]))
+        self.stop_cmds.append(self.as_postgres([f"{b}/pg_ctl", "-D", data, "-m", "fast", "stop"]))
+        wait_port(self.port, "postgres")
+        self.pg = ["-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"]
+        subprocess.run(self.as_postgres(["pgbench", "-i", "-s", "2", "-q"] + self.pg + ["postgres"]),
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.master = self.procs[-1].pid
+        return None  # the backend is known once the load connects
+
+    def load(self, seconds):
+        return self.spawn(self.as_postgres(
+            ["pgbench", "-S", "-c", "1", "-j", "1", "-T", str(seconds)] + self.pg + ["postgres"]))
+
+    def backend(self):
+        """The one backend serving pgbench (a child of the postmaster)."""
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            for top in children(self.master):
+                for pid in [top] + children(top):
+                    if "postgres: postgres postgres 127.0.0.1" in command_of(pid):
+                        return pid
+            time.sleep(0.2)
+        sys.exit("postgres: no backend for pgbench")
+
+
+class Squid(Server):
+    packages, commands, package = ["squid", "nginx-light"], ["squid", "nginx"], "squid"
+    load_text = "wrk -t1 -c20 through squid (accel, no cache) to nginx"
+
+    def start(self):
+        origin = Nginx(self.a, self.dir)
+        origin.port = self.port + 1
+        origin.procs = self.procs
+        origin.start()
+        conf = os.path.join(self.dir, "squid.conf")
+        # Squid refuses to run as root: Debian's user `proxy`, with its own
+        # directory for the pid file and the log.
+        run = os.path.join(self.dir, "squid")
+        os.makedirs(run)
+        shutil.chown(run, "proxy", "proxy")
+        os.chmod(self.dir, 0o755)
+        with open(conf, "w") as f:
+            f.write(
+                f"http_port 127.0.0.1:{self.port} accel defaultsite=127.0.0.1 no-vhost\n"
+                f"cache_peer 127.0.0.1 parent {self.port + 1} 0 no-query originserver name=o\n"
+                "cache deny all\nhttp_access allow all\ncache_peer_access o allow all\n"
+                f"pid_filename {run}/squid.pid\n"
+                f"cache_log {run}/cache.log\naccess_log none\n"
+                f"coredump_dir {run}\nworkers 1\n"
+                "cache_effective_user proxy\n"
+                "shutdown_lifetime 1 seconds\n"
+                # No shared memory segment (one would outlive a killed squid).
+                "collapsed_forwarding_shared_entries_limit 0\n"
+            )
+        master = self.spawn(["squid", "-N", "-f", conf])
+        wait_port(self.port, "squid", timeout=90)
+        return master.pid
+
+
+SERVERS = {
+    "nginx": Nginx,
+    "redis": Redis,
+    "memcached": Memcached,
+    "haproxy": Haproxy,
+    "postgres": Postgres,
+    "squid": Squid,
+}
+
+
+def self_shares(samples):
+    """Share of samples whose innermost frame is each function."""
+    total = sum(s[1] for s in samples)
+    per = Counter()
+    for _, c, leaf in samples:
+        per[leaf] += c
+    return {n: v / total for n, v in per.items()} if total else {}
+
+
+def top_gap(sh_p, sh_w, n_p, n_w, top_n):
+    def top(sh):
+        named = [(v, n) for n, v in sh.items() if not left_out(n) and n]
+        return [n for _, n in sorted(named, key=lambda t: (-t[0], t[1]))[:top_n]]
+
+    tp, tw = top(sh_p), top(sh_w)
+    rows = []
+    for n in set(tp) | set(tw):
+        p, w = sh_p.get(n, 0.0), sh_w.get(n, 0.0)
+        sd = math.sqrt(se(p, n_p) ** 2 + se(w, n_w) ** 2)
+        rows.append((n, p, w, sd))
+    rows.sort(key=lambda r: (-(r[1] + r[2]), r[0]))
+    return rows
+
+
+def print_rows(title, rows):
+    if not rows:
+        return 0.0
+    width = max(len(r[0]) for r in rows)
+    print(f"\n{title}\n{'function':<{width}}  {'perf':>6}  {'wakem.':>6}  {'diff':>6}  {'se':>4}")
+    for n, p, w, sd in rows:
+        print(f"{n:<{width}}  {100 * p:6.1f}  {100 * w:6.1f}  {100 * (w - p):+6.1f}  {100 * sd:4.1f}")
+    worst = max(rows, key=lambda r: abs(r[2] - r[1]))
+    gap = abs(worst[2] - worst[1])
+    print(f"largest gap: {100 * gap:.1f} points ({worst[0]})")
+    return gap
+
+
+def run_main(argv):
+    ap = argparse.ArgumentParser(
+        prog="profile-vs-perf.py run",
+        description="Start a Debian server under load; wakemeter profile beside perf record.",
+    )
+    ap.add_argument("server", choices=sorted(SERVERS))
+    ap.add_argument("--seconds", type=int, default=20, help="capture window (20)")
+    ap.add_argument("--frequency", type=int, default=99, help="Hz per CPU (99)")
+    ap.add_argument("--port", type=int, default=24000, help="first port (24000; squid takes 2)")
+    ap.add_argument("--wakemeter", default=shutil.which("wakemeter") or "wakemeter",
+                    help="the wakemeter binary")
+    ap.add_argument("--perf-per-thread", action="store_true",
+                    help="perf record -p PID (a per-thread timer) instead of -a + --pid")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep wm.folded, wakemeter's summary and perf's script text here")
+    a = ap.parse_args(argv)
+
+    def stop(signum, _frame):
+        # The servers and the load are stopped by the `finally` below.
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if os.geteuid() != 0:
+        sys.exit("run as root (perf -a, eBPF, apt-get)")
+
+    apt_install(["linux-perf"], ["perf"])
+    apt_install(["wrk"], ["wrk"])
+    cls = SERVERS[a.server]
+    apt_install(cls.packages, cls.commands)
+
+    scratch = tempfile.mkdtemp(prefix=f"wm-vs-perf-{a.server}-")
+    server = cls(a, scratch)
+    load = None
+    tools = []  # wakemeter and perf, stopped if still running at the end
+    try:
+        pid = server.start()
+        warm = 3
+        load = server.load(a.seconds + warm + 15)
+        if pid is None:
+            pid = server.backend()
+        time.sleep(warm)
+        log(f"{a.server} ({server.package} {package_version(server.package)}) pid {pid}, "
+            f"load: {cls.load_text}")
+        folded = os.path.join(scratch, "wm.folded")
+        data = os.path.join(scratch, "perf.data")
+        wm = subprocess.Popen(
+            [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
+             str(a.frequency), "--seconds", str(a.seconds), "--folded", folded],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        tools.append(wm)
+        # perf starts once wakemeter has attached, for the same window.
+        for line in wm.stderr:
+            sys.stderr.write(line)
+            if "profiling" in line:
+                break
+        scope = ["-p", str(pid)] if a.perf_per_thread else ["-a"]
+        perf = subprocess.Popen(
+            ["perf", "record", "-m", "4M", "-e", "cpu-clock", "-F", str(a.frequency),
+             "--call-graph", f"dwarf,{PERF_STACK_BYTES}", "-o", data] + scope + ["--", "sleep", str(a.seconds)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        tools.append(perf)
+        wm_out, wm_err = wm.communicate()
+        sys.stderr.write(wm_err)
+        perf_err = perf.communicate()[1]
+        if perf.returncode != 0:
+            sys.exit(f"perf record failed: {perf_err.strip()}")
+        for line in perf_err.splitlines():
+            if "lost" in line.lower():
+                log(f"perf: {line.strip()}")
+        if load.poll() is not None and load.returncode != 0:
+            log(f"the load exited with {load.returncode} before the window ended")
+        if not os.path.exists(folded):
+            sys.exit(f"wakemeter wrote no profile (exit {wm.returncode})")
+        # The target's samples as text; perf.data (every process's with
+        # `-a`) is removed at once.
+        text = os.path.join(scratch, "perf.txt")
+        with open(text, "w") as f:
+            subprocess.run(
+                ["perf", "script", "--no-inline", "-i", data]
+                + ([] if a.perf_per_thread else ["--pid", str(pid)]),
+                check=True, stdout=f, stderr=subprocess.DEVNULL,
+            )
+        os.unlink(data)
+        if a.keep:
+            os.makedirs(a.keep, exist_ok=True)
+            for f in (folded, text):
+                shutil.copy(f, a.keep)
+            with open(os.path.join(a.keep, "wm.summary"), "w") as f:
+                f.write(wm_out)
+        report(a, server, text, folded, wm_out)
+    finally:
+        for t in tools:
+            if t.poll() is None:
+                t.send_signal(signal.SIGINT)
+                try:
+                    t.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    t.kill()
+                    t.wait()
+        if load is not None and load.poll() is None:
+            os.killpg(load.pid, signal.SIGTERM)
+        server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def report(a, server, text, folded, wm_out):
+    ps = parse_perf(text, False, None, canon=True)
+    ws = parse_folded(folded, False, canon=True)
+    n_p, tot_p = shares(ps)
+    n_w, tot_w = shares(ws)
+    if not n_p or not n_w:
+        sys.exit(f"no samples: perf {n_p}, wakemeter {n_w}")
+    entries = {canonical(n) for n in ENTRIES}
+    r_p, r_w = reach(ps, entries), reach(ws, entries)
+    print(f"server: {a.server} ({server.package} {package_version(server.package)}), "
+          f"load: {server.load_text}, {a.frequency} Hz, {a.seconds} s, perf "
+          f"{'-p' if a.perf_per_thread else '-a --pid'}")
+    print(f"samples: perf {n_p}, wakemeter {n_w}")
+    print(f"reach the thread's entry: perf {100 * r_p:.1f}%, wakemeter {100 * r_w:.1f}% "
+          f"(gap {100 * (r_w - r_p):+.1f})")
+    g_self = print_rows("top 10 by self share (innermost frame):",
+                        top_gap(self_shares(ps), self_shares(ws), n_p, n_w, 10))
+    g_tot = print_rows("top 10 by total share (anywhere in the stack):",
+                       top_gap(tot_p, tot_w, n_p, n_w, 10))
+    print("\nwakemeter's summary:")
+    shown = False
+    for line in wm_out.splitlines():
+        shown = (shown or line.startswith("samples kept")) and not line.startswith("top ")
+        if shown:
+            print("  " + line)
+    print(f"\nrow: | {a.server} | {server.package} {package_version(server.package)} | "
+          f"{server.load_text} | {n_w} / {n_p} | {100 * r_w:.1f}% / {100 * r_p:.1f}% | "
+          f"{100 * g_self:.1f} | {100 * g_tot:.1f} |")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        run_main(sys.argv[2:])
+    else:
+        compare_main()

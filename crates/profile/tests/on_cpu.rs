@@ -174,6 +174,38 @@ fn stacks_without_frame_pointers_are_unwound_from_eh_frame() {
     );
 }
 
+/// A caller with a 20 KiB frame (memcached keeps 16 KiB above `sendmsg`):
+/// its stacks are unwound through it to `main`, none stops there.
+#[test]
+#[ignore = "needs root"]
+fn stacks_through_a_large_frame_reach_main() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let program = common::build(
+        "bigframe",
+        "bigframe-nofp",
+        &["-g", "-O1", "-fomit-frame-pointer"],
+    );
+    let child = common::start(&program, &[common::PROGRAM_SECONDS]);
+    // 2 CPU-seconds of the program: about 200 samples at 99 Hz.
+    let profile = common::capture_until(
+        &Profiler::new(),
+        child.pid(),
+        &ProfileOptions::new(StackKind::OnCpu),
+        |w| w.cpu_ns >= 2_000_000_000,
+    );
+    let through = profile.inclusive_share("with_buffer");
+    assert!(through >= 0.9, "with_buffer in {through}");
+    let main = profile.inclusive_share("main");
+    assert!(main >= 0.95, "main in {main}: {:?}", profile.unwind_stops);
+    let stops: u64 = profile
+        .unwind_stops
+        .iter()
+        .filter(|s| s.module.as_deref().is_some_and(|m| m.contains("bigframe")))
+        .map(|s| s.events)
+        .sum();
+    assert_eq!(stops, 0, "{:?}", profile.unwind_stops);
+}
+
 /// A target that exits mid-capture ends the capture early, labelled
 /// partial, and its stacks are still symbolized.
 #[test]

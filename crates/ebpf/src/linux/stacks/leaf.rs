@@ -46,16 +46,29 @@ use super::abi::{
     CFA_END, CFA_NONE, CFA_RBP, CFA_RSP, LeafRow, NO_RA_OFFSET, RULE_UNENCODED, rule,
 };
 
-/// Most rows uploaded (16 bytes of kernel memory each: at most 4 MiB). The
-/// C library takes about 7,000 after merging.
-pub(crate) const MAX_LEAF_ROWS: usize = 262_144;
+/// Most rows uploaded per half of the table (16 bytes of kernel memory
+/// each: at most 8 MiB a half; a half is sized to the target's rows, see
+/// `leaf_capacity`). Debian 12's C library takes about 28,000 after
+/// merging, libstdc++ 34,000, squid 112,000: squid's 36 modules need about
+/// 300,000, and with half as many its TLS and Kerberos libraries were
+/// left out (their stacks cut in nettle's MD5).
+pub(crate) const MAX_LEAF_ROWS: usize = 524_288;
 
 /// Largest distance from `sp` to a return address that the table keeps, in
-/// bytes: beyond it the frame is left to the walk.
-const MAX_RA_OFFSET: i64 = 4096;
+/// bytes: beyond it the frame is left to the walk. 8 MiB, the default stack
+/// size (`ulimit -s`) of a main thread and of a thread's stack: no frame of a
+/// running program is larger, so only corrupt CFI is refused. Real frames
+/// are far larger than a page: Debian's memcached 1.6 keeps a 16 KiB buffer
+/// on the stack of the function that calls `sendmsg` (CFA = `%rsp` +
+/// 16,496), and with the earlier bound of 4 KiB every stack through it
+/// ended there.
+const MAX_RA_OFFSET: i64 = 8 << 20;
 
 /// `PF_X`: an executable segment.
 const PF_X: u32 = 1;
+
+/// x86_64's page size, in bytes: mappings start at multiples of it.
+const PAGE_SIZE: u64 = 4096;
 
 /// What building a table found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -99,12 +112,18 @@ impl Mapping {
     }
 }
 
-/// The executable file mappings of a `/proc/<pid>/maps` text, first one per
-/// path.
+/// The name of the vDSO's mapping in a maps text.
+const VDSO: &str = "[vdso]";
+
+/// The executable file mappings of a `/proc/<pid>/maps` text, and the
+/// vDSO's, first one per path.
 fn exec_mappings(maps: &str) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
     for m in wakemeter_procfs::maps::lines(maps) {
-        if !m.executable || !m.path.starts_with('/') || out.iter().any(|o| o.path == m.path) {
+        if !m.executable
+            || !(m.path.starts_with('/') || m.path == VDSO)
+            || out.iter().any(|o| o.path == m.path)
+        {
             continue;
         }
         out.push(Mapping {
@@ -128,10 +147,11 @@ pub(crate) struct LeafBuilder {
     /// before the first).
     mappings: Option<Vec<Mapping>>,
     /// The rows of each module mapped then, by [`Mapping::key`]; `None`
-    /// for a module without usable CFI, and for one left out of the table
-    /// for lack of room (its rows are not kept: what the builder holds is
+    /// for a module without usable CFI. A module left out of the table for
+    /// lack of room keeps only its outermost-frame rows
+    /// ([`ModuleRows::ends`]), not the others: what the builder holds is
     /// bounded by the table's size, whatever the process maps; such a
-    /// module stays out until it is mapped again).
+    /// module stays out until it is mapped again.
     modules: HashMap<(u64, u64, u64, String), Option<ModuleRows>>,
 }
 
@@ -172,8 +192,16 @@ impl LeafBuilder {
         Some(table)
     }
 
-    /// The rows of one module, from the file the process maps.
+    /// The rows of one module, from the file the process maps (the vDSO:
+    /// from this process's own copy of it).
     fn read_module(&self, mapping: &Mapping) -> Option<ModuleRows> {
+        if mapping.path == VDSO {
+            return own_vdso()
+                .filter(|image| {
+                    u64::try_from(image.len()).ok() == Some(mapping.end - mapping.start)
+                })
+                .and_then(|image| module_rows(image, mapping));
+        }
         // map_files opens what is mapped even from another mount namespace
         // or when the file was replaced; the path is the fallback.
         let file = process::open_mapped_file(self.pid, mapping.start, mapping.end, &mapping.path);
@@ -182,7 +210,8 @@ impl LeafBuilder {
     }
 
     /// The table from the rows read, at most `capacity` rows; the rows of
-    /// modules left out for lack of room are dropped.
+    /// modules left out for lack of room are dropped, but for their
+    /// outermost frames' ([`ModuleRows::ends`]), added while there is room.
     fn table(&mut self, mappings: &[Mapping], capacity: usize) -> LeafTable {
         let mut table = LeafTable::default();
         let mut rows = Vec::new();
@@ -195,40 +224,81 @@ impl LeafBuilder {
         // Modules with frame pointers come after the others: the walk is
         // right in most of their code, the rows make it exact in their leaf
         // functions and prologues when there is room.
-        let mut deferred: Vec<(&Mapping, &[LeafRow])> = Vec::new();
-        let mut left_out = Vec::new();
+        let mut deferred: Vec<(&Mapping, &ModuleRows)> = Vec::new();
+        let mut left_out: Vec<(&Mapping, &ModuleRows)> = Vec::new();
         for mapping in mappings {
             table.stats.modules += 1;
             match self.modules.get(&mapping.key()).and_then(Option::as_ref) {
-                Some(ModuleRows::FramePointers(new)) => {
+                Some(m) if m.frame_pointers => {
                     table.stats.frame_pointer_modules += 1;
-                    deferred.push((mapping, new));
+                    deferred.push((mapping, m));
                 }
-                Some(ModuleRows::Rows(new)) if rows.len() + new.len() <= capacity => {
+                Some(m) if !m.rows.is_empty() && rows.len() + m.rows.len() <= capacity => {
                     table.stats.modules_with_rows += 1;
-                    rows.extend_from_slice(new);
+                    rows.extend_from_slice(&m.rows);
                 }
-                Some(ModuleRows::Rows(_)) => {
+                Some(m) => {
                     table.stats.skipped_modules += 1;
-                    left_out.push(mapping.key());
+                    left_out.push((mapping, m));
                 }
                 None => table.stats.skipped_modules += 1,
             }
         }
-        for (mapping, new) in deferred {
-            if rows.len() + new.len() <= capacity {
+        for (mapping, m) in deferred {
+            if !m.rows.is_empty() && rows.len() + m.rows.len() <= capacity {
                 table.stats.modules_with_rows += 1;
-                rows.extend_from_slice(new);
+                rows.extend_from_slice(&m.rows);
             } else {
-                left_out.push(mapping.key());
+                left_out.push((mapping, m));
             }
         }
+        // A module left out still ends its stacks where its CFI says the
+        // outermost frame is (`_start`, a thread's entry): without these
+        // rows the walk, right through the module by its frame pointers,
+        // stepped past `_start` with a null %rbp and marked every stack
+        // truncated (Debian's postgres, built with frame pointers, comes
+        // after OpenSSL, ICU and the others and did not fit).
+        let mut ends_only = Vec::new();
+        for (mapping, m) in left_out {
+            if rows.len() + m.ends.len() <= capacity {
+                rows.extend_from_slice(&m.ends);
+            }
+            ends_only.push((mapping.key(), m.ends.clone()));
+        }
         table.rows = normalize(rows);
-        for key in left_out {
-            self.modules.insert(key, None);
+        for (key, ends) in ends_only {
+            self.modules.insert(
+                key,
+                Some(ModuleRows {
+                    frame_pointers: false,
+                    rows: Vec::new(),
+                    ends,
+                }),
+            );
         }
         table
     }
+}
+
+/// This process's vDSO image, as the kernel mapped it: the same image the
+/// kernel maps into every 64-bit process (a target's own copy cannot be
+/// read without reading its memory; its mapping's size is checked against
+/// this one's before it is used). Its `.eh_frame` covers `clock_gettime`
+/// and the other calls a loop makes without entering the kernel.
+fn own_vdso() -> Option<&'static [u8]> {
+    // SAFETY: getauxval reads this process's auxiliary vector; it has no
+    // preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    if base == 0 {
+        return None;
+    }
+    let maps = process::maps(process::Process::Current).ok()?;
+    let own = wakemeter_procfs::maps::lines(&maps).find(|m| m.path == VDSO && m.start == base)?;
+    let len = usize::try_from(own.end.checked_sub(own.start)?).ok()?;
+    // SAFETY: [base, base + len) is this process's vDSO mapping, as its
+    // maps list it: readable, mapped by the kernel at exec and never
+    // unmapped for the life of the process, never written.
+    Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) })
 }
 
 /// Whether `path` is the C library or its dynamic loader (glibc, musl).
@@ -246,14 +316,20 @@ fn is_c_library(path: &str) -> bool {
     .any(|p| name.starts_with(p))
 }
 
-/// The rows of one module, or why it has none.
+/// The rows of one module.
 #[derive(Debug)]
-enum ModuleRows {
-    /// Most of its functions set up a frame pointer: its rows, to add when
-    /// there is room.
-    FramePointers(Vec<LeafRow>),
-    /// Its rows, merged, at the addresses of the mapping.
-    Rows(Vec<LeafRow>),
+struct ModuleRows {
+    /// Most of its functions set up a frame pointer: its rows are added
+    /// after the other modules', when there is room.
+    frame_pointers: bool,
+    /// Its rows, merged, at the addresses of the mapping (empty once the
+    /// module was left out of a table for lack of room).
+    rows: Vec<LeafRow>,
+    /// The rows of its outermost frames only (a return address the CFI
+    /// says is undefined: `_start`, a new thread's first frame), each
+    /// followed by a row that ends it: what a table gets of a module left
+    /// out, a few rows.
+    ends: Vec<LeafRow>,
 }
 
 /// The rows of the ELF file `data` mapped by `mapping`; `None` when it has
@@ -262,12 +338,17 @@ fn module_rows<'a, R: object::ReadRef<'a>>(data: R, mapping: &Mapping) -> Option
     let elf = ElfFile64::<object::Endianness, R>::parse(data).ok()?;
     // The load bias: the executable segment holding the mapping's file
     // offset is mapped at mapping.start + (its offset - mapping.offset).
+    // The mapping starts at the page holding the segment's first byte: LLD
+    // (Rust's default linker on x86_64 Linux since 1.90) does not align
+    // the executable segment's file offset to a page (0x80be0, mapped from
+    // 0x80000), so the segment is matched from its first page.
     let bias = elf.segments().find_map(|segment| {
         let SegmentFlags::Elf { p_flags } = segment.flags() else {
             return None;
         };
         let (offset, size) = segment.file_range();
-        (p_flags & PF_X != 0 && (offset..offset.saturating_add(size)).contains(&mapping.offset))
+        let first_page = offset & !(PAGE_SIZE - 1);
+        (p_flags & PF_X != 0 && (first_page..offset.saturating_add(size)).contains(&mapping.offset))
             .then(|| {
                 mapping
                     .start
@@ -311,6 +392,7 @@ fn cfi_rows(
     let mut context = Box::new(UnwindContext::new());
     let mut entries = section.entries(bases);
     let mut rows = Vec::new();
+    let mut ends = Vec::new();
     let (mut functions, mut with_frame_pointer) = (0u32, 0u32);
     while let Some(entry) = entries.next()? {
         let CieOrFde::Fde(partial) = entry else {
@@ -341,8 +423,17 @@ fn cfi_rows(
                     row.register(X86_64::RBP),
                 )
             };
+            let start = row.start_address().wrapping_add(bias);
+            if rule == CFA_END {
+                ends.push(LeafRow {
+                    start,
+                    ra_offset,
+                    rule,
+                });
+                ends.push(row_at(row.end_address().wrapping_add(bias), NO_RA_OFFSET));
+            }
             rows.push(LeafRow {
-                start: row.start_address().wrapping_add(bias),
+                start,
                 ra_offset,
                 rule,
             });
@@ -350,10 +441,11 @@ fn cfi_rows(
         rows.push(row_at(fde.end_address().wrapping_add(bias), NO_RA_OFFSET));
         with_frame_pointer += u32::from(sets_frame_pointer);
     }
-    if functions > 0 && with_frame_pointer >= functions / 2 {
-        return Ok(ModuleRows::FramePointers(normalize(rows)));
-    }
-    Ok(ModuleRows::Rows(normalize(rows)))
+    Ok(ModuleRows {
+        frame_pointers: functions > 0 && with_frame_pointer >= functions / 2,
+        rows: normalize(rows),
+        ends,
+    })
 }
 
 /// One row's `ra_offset` and `rule` from its CFI: the CFA as `%rsp` or
@@ -462,7 +554,7 @@ mod tests {
     }
 
     #[test]
-    fn maps_lines_give_executable_file_mappings_once_per_path() {
+    fn maps_lines_give_executable_file_mappings_and_the_vdso_once_per_path() {
         let maps = "\
 55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 123 /usr/bin/busy poll
 55d0c0a01000-55d0c0a02000 r-xp 00001000 fe:01 123 /usr/bin/busy poll
@@ -488,6 +580,13 @@ mod tests {
                     inode: 456,
                     path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into()
                 },
+                Mapping {
+                    start: 0x7ffd_0010_0000,
+                    end: 0x7ffd_0010_2000,
+                    offset: 0,
+                    inode: 0,
+                    path: VDSO.into()
+                },
             ]
         );
     }
@@ -509,7 +608,12 @@ mod tests {
         let cache = ReadCache::new(file);
         let elf = ElfFile64::<object::Endianness, _>::parse(&cache).expect("ELF");
         // Bias 0: the file's own addresses, as readelf prints them.
-        let Some(ModuleRows::Rows(rows)) = eh_frame_rows(&elf, 0) else {
+        let Some(ModuleRows {
+            frame_pointers: false,
+            rows,
+            ..
+        }) = eh_frame_rows(&elf, 0)
+        else {
             panic!("the C library should get rows (it has no frame pointers)");
         };
         let output = std::process::Command::new("readelf")
@@ -590,19 +694,13 @@ mod tests {
     }
 
     /// What the builder keeps between rebuilds is bounded by the table:
-    /// the rows of modules left out for lack of room are dropped.
+    /// the rows of modules left out for lack of room are dropped, but for
+    /// the few of their outermost frames.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn rows_of_modules_left_out_are_not_kept() {
-        let kept = |b: &LeafBuilder| -> usize {
-            b.modules
-                .values()
-                .flatten()
-                .map(|m| match m {
-                    ModuleRows::Rows(r) | ModuleRows::FramePointers(r) => r.len(),
-                })
-                .sum()
-        };
+        let kept =
+            |b: &LeafBuilder| -> usize { b.modules.values().flatten().map(|m| m.rows.len()).sum() };
         let mut full = LeafBuilder::new(std::process::id());
         let table = full
             .build_if_changed(MAX_LEAF_ROWS, true)
@@ -614,6 +712,92 @@ mod tests {
         assert!(table.rows.len() <= 1);
         assert_eq!(kept(&small), 0);
         assert_eq!(table.stats.modules_with_rows, 0);
+    }
+
+    /// The vDSO gets rows from its `.eh_frame`, at its mapping: the row of
+    /// `clock_gettime` (a dynamic symbol of the image) has the return
+    /// address at `%rsp` + n, as `__vdso_clock_gettime`'s CFI says.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_vdso_gets_rows() {
+        use object::ObjectSymbol;
+        let maps = process::maps(process::Process::Current).expect("maps");
+        let vdso = exec_mappings(&maps)
+            .into_iter()
+            .find(|m| m.path == VDSO)
+            .expect("a vDSO mapping");
+        let builder = LeafBuilder::new(std::process::id());
+        let Some(rows) = builder.read_module(&vdso) else {
+            panic!("no rows for the vDSO");
+        };
+        assert!(!rows.rows.is_empty());
+        assert!(
+            rows.rows
+                .iter()
+                .all(|r| (vdso.start..=vdso.end).contains(&r.start))
+        );
+        let image = own_vdso().expect("own vDSO");
+        let elf = ElfFile64::<object::Endianness, _>::parse(image).expect("ELF");
+        let clock_gettime = elf
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok("__vdso_clock_gettime"))
+            .expect("__vdso_clock_gettime");
+        let at = vdso.start + clock_gettime.address();
+        assert!(ra_offset(&rows.rows, at).is_some(), "no row at {at:#x}");
+    }
+
+    /// Modules left out for lack of room still end their stacks: with room
+    /// for no module's rows, the table holds the outermost frames' rows
+    /// (this test binary's `_start`, the C library's thread entry), each
+    /// closed by a row for the walk, and nothing else; a rebuild keeps them.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn modules_left_out_keep_their_outermost_frames() {
+        let mut builder = LeafBuilder::new(std::process::id());
+        let table = builder.build_if_changed(64, true).expect("own maps");
+        // The vDSO's few rows fit; no file module's do.
+        let maps = process::maps(process::Process::Current).expect("maps");
+        let vdso = exec_mappings(&maps)
+            .into_iter()
+            .find(|m| m.path == VDSO)
+            .map_or(0..0, |m| m.start..m.end + 1);
+        assert!(table.stats.modules_with_rows <= 1, "{:?}", table.stats);
+        let ends = table.rows.iter().filter(|r| r.rule == CFA_END).count();
+        assert!(ends >= 2, "{:?}", table.rows);
+        assert!(
+            table.rows.iter().all(|r| vdso.contains(&r.start)
+                || r.rule == CFA_END
+                || (r.rule == CFA_NONE && r.ra_offset == NO_RA_OFFSET)),
+            "{:?}",
+            table.rows
+        );
+        // Our own entry point: the ELF header's, at the mapping's bias.
+        let exe = std::env::current_exe().expect("exe");
+        let data = fs::read(&exe).expect("read own executable");
+        let elf = ElfFile64::<object::Endianness, _>::parse(&data[..]).expect("ELF");
+        let entry = elf.entry();
+        let own = exec_mappings(&maps)
+            .into_iter()
+            .find(|m| std::path::Path::new(&m.path) == exe)
+            .expect("own mapping");
+        // This binary is linked by LLD: its executable segment's file
+        // offset is not a page's (the bias is found from its first page).
+        let Some(rows) = module_rows(&data[..], &own) else {
+            panic!(
+                "own CFI, mapped at {:#x} from offset {:#x}",
+                own.start, own.offset
+            );
+        };
+        let at_entry = rows
+            .ends
+            .first()
+            .map(|r| r.start)
+            .expect("_start has an undefined return address");
+        let row = table.rows[table.rows.partition_point(|r| r.start <= at_entry) - 1];
+        assert_eq!(row.rule, CFA_END);
+        assert_eq!(at_entry.wrapping_sub(own.start) & 0xfff, entry & 0xfff);
+        let again = builder.build_if_changed(64, true).expect("own maps");
+        assert_eq!(again.rows, table.rows);
     }
 
     /// Bad input gives no rows, never made-up ones: a file that is no ELF
@@ -632,7 +816,7 @@ mod tests {
         let garbage = [0xffu8; 64];
         assert!(!matches!(
             cfi_rows(&garbage, &bases, 0, &[]),
-            Ok(ModuleRows::Rows(ref r)) if !r.is_empty()
+            Ok(ModuleRows { ref rows, .. }) if !rows.is_empty()
         ));
         // The C library's own .eh_frame, cut in the middle of an entry.
         #[cfg(target_arch = "x86_64")]
@@ -669,6 +853,11 @@ mod tests {
         assert_eq!(
             row_rule(&rbp(16), ra(), Some(RegisterRule::Offset(-16))),
             (8, rule(CFA_RBP, -16))
+        );
+        // A 16 KiB buffer on the stack (memcached's transmit path).
+        assert_eq!(
+            row_rule(&rsp(16_496), ra(), Some(RegisterRule::Offset(-16))),
+            (16_488, rule(CFA_RSP, -16))
         );
         // A frameless function that saved %rbp among other registers.
         let (off, r) = row_rule(&rsp(0x38), ra(), Some(RegisterRule::Offset(-24)));
