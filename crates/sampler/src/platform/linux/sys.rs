@@ -81,7 +81,9 @@ pub(crate) struct LinuxSys {
     process_clock: libc::clockid_t,
     /// The target's start time (`stat`, clock ticks after boot), read when
     /// the task directory is first released: what tells the process from a
-    /// later one with its PID once no descriptor is kept.
+    /// later one with its PID once no descriptor is kept. A successor
+    /// started within the same tick (10 ms) would go unseen: that needs a
+    /// target that lived less than a tick and its PID reused at once.
     start_ticks: Option<u64>,
     page_size: u64,
     ticks_per_sec: u64,
