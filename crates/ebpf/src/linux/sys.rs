@@ -535,6 +535,32 @@ pub(crate) fn parse_start_time(stat: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn past_the_pidfd_share_an_exit_is_told_by_the_start_time() {
+        use super::{ExitWatch, Ordering, PIDFDS_HELD};
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        // A pidfd on kernels that have them (5.3+).
+        let within = ExitWatch::new(pid).expect("watch");
+        // The share taken (by other targets): no pidfd is opened.
+        const TAKEN: u64 = u64::MAX / 2;
+        PIDFDS_HELD.fetch_add(TAKEN, Ordering::Relaxed);
+        let past = ExitWatch::new(pid);
+        PIDFDS_HELD.fetch_sub(TAKEN, Ordering::Relaxed);
+        let past = past.expect("watch");
+        assert!(
+            matches!(past, ExitWatch::StartTime(p, _) if p == pid),
+            "{past:?}"
+        );
+        assert!(!within.has_exited() && !past.has_exited());
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        assert!(within.has_exited() && past.has_exited());
+    }
+
+    #[test]
     fn blocked_threads_are_classified_as_the_kernel_side_does() {
         use super::{abi, blocked_cause};
         assert_eq!(
