@@ -18,6 +18,10 @@
 //! wall time of the wakemeter sample is printed beside it. Ratios are taken
 //! within the same run.
 //!
+//! Then another process's process files kept between samples against
+//! opened for each sample, alternated sample by sample (`-- --process-files`
+//! runs only these, about 2 minutes).
+//!
 //! Run (about 12 minutes): `cargo bench -p wakemeter-benches --bench sample`
 //! Quick (about 1 minute): `cargo bench -p wakemeter-benches --bench sample -- --quick`
 //! (or `WAKEMETER_BENCH_QUICK=1`).
@@ -233,6 +237,61 @@ fn print_row(r: &mut Row) {
     );
 }
 
+/// A warm sampler of process `pid`, its process files (task directory,
+/// `statm`, `status`) kept between samples or opened for each.
+fn pid_sampler(pid: u32, per_sample: bool) -> Sampler {
+    let s = SamplerBuilder::new()
+        .with_target(Target::Pid(pid))
+        .with_history(4)
+        .with_process_files_per_sample(per_sample)
+        .build()
+        .expect("sampler");
+    for _ in 0..3 {
+        let _ = s.sample();
+    }
+    s
+}
+
+/// Another process's process files kept between samples against opened
+/// for each sample (what a sampler does past its part of the descriptor
+/// budget): the sampling thread's CPU per whole sample, the two
+/// alternated sample by sample so both see the same machine.
+fn process_files(plan: &Plan) {
+    println!("\n== another process by PID: process files kept / opened per sample ==");
+    println!(
+        "{:>7} {:>6} {:>10} {:>10} {:>7}",
+        "threads", "gap ms", "kept ns", "opened ns", "ratio"
+    );
+    let sizes: &[usize] = if plan.quick {
+        &[1, 65]
+    } else {
+        &[1, 17, 65, 257]
+    };
+    for &size in sizes {
+        let child = ChildProcess::spawn(size);
+        let pid = child.0.id();
+        for &gap in &plan.gaps {
+            let kept = pid_sampler(pid, false);
+            let opened = pid_sampler(pid, true);
+            let (mut a, mut b) = (Cell::default(), Cell::default());
+            for _ in 0..plan.samples(gap) * 2 {
+                for (s, cell) in [(&kept, &mut a), (&opened, &mut b)] {
+                    let one = measure(gap, 1, || {
+                        let _ = s.sample();
+                    });
+                    cell.cpu.extend(one.cpu);
+                }
+            }
+            let (k, o) = (median(&mut a.cpu), median(&mut b.cpu));
+            println!(
+                "{size:>7} {:>6} {k:>10.0} {o:>10.0} {:>7.3}",
+                gap.as_millis(),
+                o / k
+            );
+        }
+    }
+}
+
 /// The child process: `n` active threads until its stdin closes.
 fn child(n: usize) {
     let _active = ActiveThreads::spawn(n);
@@ -382,6 +441,11 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick")
         || std::env::var_os("WAKEMETER_BENCH_QUICK").is_some();
     let plan = Plan::new(quick);
+    // `-- --process-files`: only the process files kept / opened per sample.
+    if std::env::args().any(|a| a == "--process-files") {
+        process_files(&plan);
+        return;
+    }
     // `-- --background`: only the background runs, full length (about 50 s).
     if std::env::args().any(|a| a == "--background") {
         for active in Plan::new(false).background_active {
@@ -420,6 +484,7 @@ fn main() {
             print_row(&mut row(&plan, Target::Pid(pid), pid, gap));
         }
     }
+    process_files(&plan);
     println!();
     for &active in &plan.background_active {
         background(plan.background, active);

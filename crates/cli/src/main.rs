@@ -214,7 +214,8 @@ enum Command {
     /// Where in the code, off-CPU or wakeup stacks of a process
     /// (eBPF, needs root or CAP_BPF+CAP_PERFMON), as a flame graph SVG,
     /// folded stacks or pprof. Without an output file, prints the
-    /// heaviest stacks.
+    /// heaviest stacks. SIGINT or SIGTERM ends the capture early and
+    /// writes what it holds, marked partial; a second one exits at once.
     #[cfg(feature = "profile")]
     Profile(ProfileArgs),
 }

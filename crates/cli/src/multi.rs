@@ -51,15 +51,18 @@ pub struct Options {
 const DESCRIPTOR_HEADROOM: u64 = 64;
 
 /// What starting one more process costs in descriptors before any was
-/// measured: a sampler's three process-level files (task directory,
-/// `statm`, `status`).
-const DESCRIPTORS_PER_PROCESS_GUESS: u64 = 3;
+/// measured: none. A sampler keeps its three process-level files (task
+/// directory, `statm`, `status`) only while they fit in a fixed part of
+/// the core's share (an eighth of the limit in all, whatever the number
+/// of samplers); beyond it a sampler opens them for each sample and holds
+/// none between samples. What an eBPF source adds is measured.
+const DESCRIPTORS_PER_PROCESS_GUESS: u64 = 0;
 
 /// The descriptor budget of `watch` over several processes, from the
 /// real soft `RLIMIT_NOFILE` (read at start and at every look) and the
 /// descriptors open then, with what each started process cost measured
 /// as it starts (an eBPF source that joins the shared programs adds a
-/// few; /proc sampling three).
+/// few; /proc sampling three for the first samplers, none after).
 ///
 /// Why: under `ulimit -n 256`, 300 processes each built a sampler until
 /// the table was full; every later look then attached eBPF to each of the
@@ -68,15 +71,37 @@ const DESCRIPTORS_PER_PROCESS_GUESS: u64 = 3;
 /// left out before anything is attached to it.
 #[derive(Debug)]
 struct DescriptorBudget {
-    /// Descriptors the latest start took (at least the guess).
+    /// Descriptors the latest start took.
     per_process: u64,
+    /// Why a start of this look failed for want of descriptors: the
+    /// others of the look are refused before anything is attached to them.
+    ///
+    /// Why: a start that fails gives back what it took (with eBPF, the
+    /// kernel programs it was the first to load), so the count alone would
+    /// let the next process try again. Under `ulimit -n 80` with eBPF,
+    /// every process of every look loaded the programs (1.5 s each) and
+    /// failed: `--seconds 2` ran for minutes.
+    exhausted: Option<String>,
+}
+
+/// Why a process could not be started.
+struct StartFailure {
+    why: String,
+    /// The process or the system ran out of file descriptors.
+    out_of_descriptors: bool,
 }
 
 impl DescriptorBudget {
     fn new() -> Self {
         DescriptorBudget {
             per_process: DESCRIPTORS_PER_PROCESS_GUESS,
+            exhausted: None,
         }
+    }
+
+    /// A new look at the selection: starts may be tried again.
+    fn begin_look(&mut self) {
+        self.exhausted = None;
     }
 
     /// The soft limit and the descriptors open now; `None` when either
@@ -96,19 +121,25 @@ impl DescriptorBudget {
         Some((r.rlim_cur, open))
     }
 
-    /// How many more processes fit now, `None` when unknown.
+    /// How many more processes fit now, `None` when unknown; unbounded
+    /// (`u64::MAX`) while a start holds no descriptor and some are free.
     fn room(&self) -> Option<u64> {
         let (limit, open) = Self::now()?;
-        Some(
-            limit
-                .saturating_sub(DESCRIPTOR_HEADROOM)
-                .saturating_sub(open)
-                / self.per_process.max(1),
-        )
+        let free = limit
+            .saturating_sub(DESCRIPTOR_HEADROOM)
+            .saturating_sub(open);
+        Some(match self.per_process {
+            0 if free > 0 => u64::MAX,
+            0 => 0,
+            n => free / n,
+        })
     }
 
     /// Why one more process cannot be started now, if it cannot.
     fn refuse(&self) -> Option<String> {
+        if let Some(why) = &self.exhausted {
+            return Some(why.clone());
+        }
         let (limit, open) = Self::now()?;
         (self.room()? == 0).then(|| {
             format!(
@@ -121,16 +152,19 @@ impl DescriptorBudget {
     }
 
     /// Starts a process with `start`, measuring what it took.
-    fn start<T>(&mut self, start: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    fn start<T>(&mut self, start: impl FnOnce() -> Result<T, StartFailure>) -> Result<T, String> {
         if let Some(why) = self.refuse() {
             return Err(why);
         }
         let before = Self::now().map(|(_, open)| open);
-        let started = start()?;
+        let started = start().map_err(|f| {
+            if f.out_of_descriptors {
+                self.exhausted = Some(f.why.clone());
+            }
+            f.why
+        })?;
         if let (Some(before), Some((_, after))) = (before, Self::now()) {
-            self.per_process = after
-                .saturating_sub(before)
-                .max(DESCRIPTORS_PER_PROCESS_GUESS);
+            self.per_process = after.saturating_sub(before);
         }
         Ok(started)
     }
@@ -148,8 +182,12 @@ struct Watched {
 }
 
 impl Watched {
-    fn start(pid: u32, o: &Options) -> Result<Watched, String> {
-        let target = target::resolve(pid)?;
+    fn start(pid: u32, o: &Options) -> Result<Watched, StartFailure> {
+        let failed = |why: String| StartFailure {
+            why,
+            out_of_descriptors: false,
+        };
+        let target = target::resolve(pid).map_err(failed)?;
         let kernel = match kernel::attach(Target::Pid(pid), o.kernel) {
             Ok(src) => Some(src),
             Err(why) => {
@@ -160,8 +198,11 @@ impl Watched {
             }
         };
         let sampler = session::sampler(pid, Duration::from_secs(o.every), o.report_threads, kernel)
-            .map_err(|e| e.to_string())?;
-        let guard = sampler.start().map_err(|e| e.to_string())?;
+            .map_err(|e| StartFailure {
+                out_of_descriptors: matches!(e, wakemeter::Error::DescriptorsExhausted { .. }),
+                why: e.to_string(),
+            })?;
+        let guard = sampler.start().map_err(|e| failed(e.to_string()))?;
         Ok(Watched {
             target,
             sampler,
@@ -267,6 +308,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     let mut budget = DescriptorBudget::new();
     let attaching = Instant::now();
     left_out.begin();
+    budget.begin_look();
     let first = sel.resolve_capped("watching", &mut last_dropped)?;
     if let (Some(room), Some((limit, _))) = (budget.room(), DescriptorBudget::now())
         && (first.len() as u64) > room
@@ -347,6 +389,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             // Resolve again: new processes of the name or cgroup join.
             let kept = sel.resolve_capped("watching", &mut last_dropped)?;
             left_out.begin();
+            budget.begin_look();
             for pid in kept {
                 if set.contains_key(&pid) {
                     continue;

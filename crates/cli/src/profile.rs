@@ -5,12 +5,13 @@ use std::error::Error;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use wakemeter_outfile::{Options as OutOptions, OutFile, Publish};
 
-use wakemeter_profile::{Profile, ProfileOptions, Profiler, StackKind, Target};
+use wakemeter_profile::{Profile, ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
 
-use crate::{print, target};
+use crate::{print, signals, target};
 
 /// Stacks printed when no output file is asked for.
 const TOP_STACKS: usize = 10;
@@ -23,8 +24,9 @@ const TOP_FRAMES: usize = 8;
 /// the user's own code.
 const KERNEL_FRAMES: usize = 3;
 
-/// How often a capture checks whether its target exited (it then ends early).
-const EXIT_CHECK: Duration = Duration::from_millis(100);
+/// How often a capture checks whether its target exited or a signal asked
+/// it to stop (it then ends early).
+const EXIT_CHECK: Duration = signals::STOP_POLL;
 
 /// What the user asked for.
 #[derive(Debug, Clone)]
@@ -56,6 +58,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         .into());
     }
     let resolved = target::resolve(o.pid)?;
+    // SIGINT/SIGTERM end the capture early and the profile is still read
+    // and written; a second one exits at once (reading a big profile and
+    // symbolizing it can take seconds).
+    let stop = signals::stop_then_exit_on_signals()?;
     let options = ProfileOptions::new(o.kind).with_frequency_hz(o.frequency_hz);
     let profiler = Profiler::with_debug_dirs(&o.debug_dirs);
     // Attach first: without privilege (or BTF) this fails, and nothing has
@@ -68,11 +74,21 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
         resolved.name,
         o.seconds.as_secs_f64()
     ));
-    while capture.elapsed() < o.seconds && !capture.target_exited() {
+    let stopped = || stop.load(Ordering::Relaxed);
+    while capture.elapsed() < o.seconds && !capture.target_exited() && !stopped() {
         std::thread::sleep(EXIT_CHECK.min(o.seconds.saturating_sub(capture.elapsed())));
         capture.refresh_modules();
     }
-    let profile = capture.finish(&profiler)?;
+    let interrupted = stopped() && capture.elapsed() < o.seconds;
+    if interrupted {
+        print::note(
+            "wakemeter: interrupted: stopping the capture and writing what it holds (again to quit at once)",
+        );
+    }
+    let mut profile = capture.finish(&profiler)?;
+    if interrupted {
+        profile.mark_interrupted(o.seconds);
+    }
     for w in &profile.warnings {
         print::note(&format!("wakemeter: {w}"));
     }
@@ -92,7 +108,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     if !wrote || o.folded.as_deref() != Some(Path::new("-")) {
         summary(&mut io::stdout().lock(), &profile)?;
     }
-    Ok(if profile.is_partial() {
+    // Interrupted by the user: a success when something was captured (as
+    // `record` and `watch`); a target that exited under it is a failure.
+    let exited = profile.warnings.contains(&ProfileWarning::TargetExited);
+    Ok(if exited || (interrupted && profile.samples.is_empty()) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -131,6 +150,16 @@ fn summary(out: &mut impl Write, p: &Profile) -> io::Result<()> {
     let sum = p.samples.iter().fold(0u64, |a, s| {
         a.saturating_add(wakemeter_profile::folded::folded_value(p.kind, s))
     });
+    // A partial profile says so first: the shares below cover less than
+    // the window asked for.
+    for w in p.warnings.iter().filter(|w| {
+        matches!(
+            w,
+            ProfileWarning::TargetExited | ProfileWarning::Interrupted { .. }
+        )
+    }) {
+        writeln!(out, "{w}")?;
+    }
     writeln!(
         out,
         "{} distinct stacks, {sum} {unit} in all",

@@ -18,3 +18,19 @@ pub fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     }
     Ok(flag)
 }
+
+/// As [`stop_on_signals`], and a second SIGINT or SIGTERM ends the process
+/// at once (status 128 + the signal), for a command whose work after the
+/// first signal (reading and symbolizing a profile) can take a while.
+pub fn stop_then_exit_on_signals() -> Result<Arc<AtomicBool>, String> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registered first, so it runs before the flag is set: the first
+        // signal finds the flag clear and only sets it, the second exits.
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, Arc::clone(&flag))
+            .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
+    }
+    Ok(flag)
+}

@@ -204,9 +204,11 @@ fn record(flock: &Flock, out: &Path, extra: &[&str]) -> common::Run {
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    // 128 descriptors hold about 25 recorded processes (a sampler's three
-    // files and its section file each, within the headroom left to the host).
-    run(&mut limited(128, &args), LIMIT)
+    // 80 descriptors leave 16 below the top 64 (the host's): a few
+    // recorded processes (a section file each, and the samplers' kept
+    // files). (128 held all 60 once samplers beyond a part of the budget
+    // stopped keeping their process files between samples.)
+    run(&mut limited(80, &args), LIMIT)
 }
 
 #[test]
@@ -246,11 +248,8 @@ fn a_record_that_cannot_cover_its_selection_fails_and_names_what_is_missing() {
     );
 }
 
-/// `watch --name` over 300 processes under `ulimit -n 256` (issue 38):
-/// it watched 63 of them and exited 0. The processes that do not fit are
-/// named, the exit status is 1 unless `--allow-partial`, and every process
-/// is either reported or named.
-fn watch_limited(flock: &Flock, extra: &[&str]) -> common::Run {
+/// `watch --name` over the flock under `ulimit -n nofile`, `--seconds 2`.
+fn watch_limited(flock: &Flock, nofile: u32, extra: &[&str]) -> common::Run {
     let mut args = vec![
         "watch",
         "--name",
@@ -264,28 +263,95 @@ fn watch_limited(flock: &Flock, extra: &[&str]) -> common::Run {
         "--json",
     ];
     args.extend_from_slice(extra);
-    run(&mut limited(256, &args), LIMIT)
+    run(&mut limited(nofile, &args), LIMIT)
+}
+
+/// Reports per PID (JSON lines of `watch`).
+fn reports(r: &common::Run) -> std::collections::BTreeMap<u64, usize> {
+    let mut by_pid = std::collections::BTreeMap::new();
+    for l in r.stdout().lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        *by_pid
+            .entry(v["target"]["pid"].as_u64().unwrap())
+            .or_insert(0) += 1;
+    }
+    by_pid
 }
 
 fn reported_pids(r: &common::Run) -> BTreeSet<u64> {
-    r.stdout()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["target"]["pid"].as_u64().unwrap()
-        })
-        .collect()
+    reports(r).into_keys().collect()
 }
 
+/// Issue 38: under `ulimit -n 256`, `watch --name` over 300 processes
+/// watched 62 of them: each sampler held 3 process-level descriptors for
+/// life. Now the first samplers keep theirs within a fixed part of the
+/// budget and the others hold none between samples: all 300 are watched
+/// and reported, and the top of the table stays the host's.
+#[test]
+fn three_hundred_processes_under_256_descriptors_are_all_watched() {
+    let flock = Flock::new("a", 300, 0);
+    let mut cmd = limited(
+        256,
+        &[
+            "watch",
+            "--name",
+            &flock.name,
+            "--max-processes",
+            "1024",
+            "--every",
+            "1",
+            "--seconds",
+            "3",
+            "--json",
+            "--no-ebpf",
+        ],
+    );
+    let (out, err) = (flock.dir.join("all.out"), flock.dir.join("all.err"));
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let most = most_descriptors_while_running(&mut child);
+    let status = child.wait().unwrap();
+    let r = common::Run {
+        code: status.code(),
+        stdout: std::fs::read(&out).unwrap(),
+        stderr: std::fs::read(&err).unwrap(),
+        elapsed: Duration::ZERO,
+        timed_out: false,
+    };
+    let by_pid = reports(&r);
+    let mut per = std::collections::BTreeMap::<usize, usize>::new();
+    for n in by_pid.values() {
+        *per.entry(*n).or_insert(0) += 1;
+    }
+    eprintln!(
+        "ulimit -n 256, 300 processes: {} watched, at most {most} descriptors; \
+         processes by reports: {per:?}",
+        by_pid.len()
+    );
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    assert!(!r.stderr().contains("never watched"), "{}", r.said());
+    assert_eq!(reported_pids(&r), flock.pids(), "{}", r.said());
+    assert!(
+        most <= 256 - 64 + 4,
+        "the top of the table is the host's: {most}"
+    );
+}
+
+/// Under a limit too low for the selection (`ulimit -n 80`: the top 64
+/// are the host's), the processes that do not fit are named, the exit
+/// status is 1 unless `--allow-partial`, and every process is either
+/// reported or named.
 #[test]
 fn a_watch_that_cannot_cover_its_selection_fails_and_names_what_is_missing() {
     let flock = Flock::new("p", 300, 0);
-    let r = watch_limited(&flock, &["--no-ebpf"]);
+    let r = watch_limited(&flock, 80, &["--no-ebpf"]);
     assert_eq!(r.code, Some(1), "{}", r.said());
     let missing = named(&r.stderr(), "never watched");
     let reported = reported_pids(&r);
     eprintln!(
-        "ulimit -n 256, 300 processes: {} watched, {} named never watched",
+        "ulimit -n 80, 300 processes: {} watched, {} named never watched",
         reported.len(),
         missing.len()
     );
@@ -299,12 +365,12 @@ fn a_watch_that_cannot_cover_its_selection_fails_and_names_what_is_missing() {
     );
     assert!(r.stderr().contains("--allow-partial"), "{}", r.said());
     assert!(
-        r.stderr().contains("the descriptor limit (256"),
-        "said at start: {}",
+        r.stderr().contains("out of file descriptors"),
+        "said why: {}",
         r.said()
     );
 
-    let accepted = watch_limited(&flock, &["--no-ebpf", "--allow-partial"]);
+    let accepted = watch_limited(&flock, 80, &["--no-ebpf", "--allow-partial"]);
     assert_eq!(accepted.code, Some(0), "{}", accepted.said());
     assert!(
         !named(&accepted.stderr(), "never watched").is_empty(),
@@ -313,31 +379,51 @@ fn a_watch_that_cannot_cover_its_selection_fails_and_names_what_is_missing() {
     );
 }
 
-/// With eBPF (root): a process that cannot fit is left out before
-/// anything is attached to it. Before, every look attached each of the
-/// processes left out to the shared programs (561 "joined" lines for
-/// processes never watched) before their sampler was refused.
+/// With eBPF (root), under `ulimit -n 256`, all 300 processes are watched
+/// (an exit watch holds a pidfd only within its share of the limit; past
+/// it, the start time tells an exit). Under `ulimit -n 80` a process that
+/// cannot fit is left out before anything is attached to it: before,
+/// every look attached each of the processes left out to the shared
+/// programs (561 "joined" lines for processes never watched) before their
+/// sampler was refused.
 #[test]
 #[ignore = "needs root"]
-fn with_ebpf_no_process_left_out_is_attached() {
+fn with_ebpf_all_fit_and_no_process_left_out_is_attached() {
     let flock = Flock::new("e", 300, 0);
-    let r = watch_limited(&flock, &["--allow-partial"]);
-    assert_eq!(r.code, Some(0), "{}", r.said());
-    let reported = reported_pids(&r);
-    let joined: BTreeSet<u64> = r
-        .stderr()
-        .lines()
-        .filter(|l| l.contains("joined the attached programs"))
-        .filter_map(|l| l.split_whitespace().nth(2)?.parse().ok())
-        .collect();
-    let missing = named(&r.stderr(), "never watched");
+    let joined = |r: &common::Run| -> BTreeSet<u64> {
+        r.stderr()
+            .lines()
+            .filter(|l| l.contains("joined the attached programs"))
+            .filter_map(|l| l.split_whitespace().nth(2)?.parse().ok())
+            .collect()
+    };
+    let all = watch_limited(&flock, 256, &[]);
     eprintln!(
-        "ulimit -n 256, 300 processes with eBPF: {} watched, {} joined, {} never watched",
+        "ulimit -n 256, 300 processes with eBPF: {} watched, {} joined",
+        reported_pids(&all).len(),
+        joined(&all).len()
+    );
+    assert_eq!(all.code, Some(0), "{}", all.said());
+    assert_eq!(reported_pids(&all), flock.pids(), "{}", all.said());
+    assert!(joined(&all).is_subset(&flock.pids()), "{}", all.said());
+
+    // The kernel programs alone take most of what 80 leave: maybe none
+    // fits. It ends (a start that ran out of descriptors ends the look)
+    // and names what it left out.
+    let r = watch_limited(&flock, 80, &[]);
+    assert_eq!(r.code, Some(1), "{}", r.said());
+    let reported = reported_pids(&r);
+    // Named in the warning of the look (when nothing was measured, there
+    // is no closing list).
+    let missing = &named(&r.stderr(), "are not watched") | &named(&r.stderr(), "never watched");
+    eprintln!(
+        "ulimit -n 80, 300 processes with eBPF: {} watched, {} joined, {} never watched",
         reported.len(),
-        joined.len(),
+        joined(&r).len(),
         missing.len()
     );
-    assert!(!reported.is_empty(), "{}", r.said());
-    assert!(joined.is_subset(&reported), "{}", r.said());
-    assert!(joined.is_disjoint(&missing), "{}", r.said());
+    assert!(!missing.is_empty(), "{}", r.said());
+    assert_eq!(&missing | &reported, flock.pids(), "{}", r.said());
+    assert!(joined(&r).is_subset(&reported), "{}", r.said());
+    assert!(joined(&r).is_disjoint(&missing), "{}", r.said());
 }

@@ -28,17 +28,20 @@ fn dir(name: &str) -> PathBuf {
 struct Running {
     child: Child,
     stderr: PathBuf,
+    stdout: PathBuf,
     what: String,
 }
 
 fn start(what: &str, mut cmd: Command, d: &Path) -> Running {
     let stderr = d.join(format!("{}.stderr", what.replace(' ', "_")));
+    let stdout = d.join(format!("{}.stdout", what.replace(' ', "_")));
     cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(File::create(&stdout).unwrap())
         .stderr(File::create(&stderr).unwrap());
     Running {
         child: cmd.spawn().unwrap(),
         stderr,
+        stdout,
         what: what.to_string(),
     }
 }
@@ -70,8 +73,17 @@ impl Running {
 
     /// Sends `sig` and returns how long the exit took, and the exit code.
     fn stop(mut self, sig: i32) -> (Duration, Option<i32>) {
-        // SAFETY: kill(2) on a child we started; no memory involved.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+        self.stop_with(&[sig])
+    }
+
+    /// Sends the signals `sigs` one right after the other and returns how
+    /// long the exit took after the first, and the exit code.
+    fn stop_with(&mut self, sigs: &[i32]) -> (Duration, Option<i32>) {
+        let sig = sigs[0];
+        for &s in sigs {
+            // SAFETY: kill(2) on a child we started; no memory involved.
+            assert_eq!(unsafe { libc::kill(self.child.id() as i32, s) }, 0);
+        }
         let sent = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
@@ -289,5 +301,92 @@ fn top_plain_and_diff_stop() {
     let began = Instant::now();
     r.wait_for("reading", |_| began.elapsed() > Duration::from_millis(300));
     r.stop(libc::SIGINT);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A process that spins on one CPU (killed on drop): an on-CPU profile of
+/// it has samples as soon as it has had CPU time.
+fn spinner() -> wakemeter_testkit::Running {
+    wakemeter_testkit::Running(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+#[ignore = "needs root"]
+fn profile_stops_on_a_signal_and_writes_what_it_captured_marked_partial() {
+    let d = dir("profile");
+    let target = spinner();
+    let pid = target.pid();
+    for (what, sig) in [
+        ("profile SIGINT", libc::SIGINT),
+        ("profile SIGTERM", libc::SIGTERM),
+    ] {
+        let (svg, folded, pprof) = (d.join("p.svg"), d.join("p.folded"), d.join("p.pb.gz"));
+        for f in [&svg, &folded, &pprof] {
+            let _ = std::fs::remove_file(f);
+        }
+        let mut c = bin();
+        c.args(["profile", "--pid", &pid.to_string(), "--on-cpu"])
+            .args(["--seconds", "3600", "--svg"])
+            .arg(&svg)
+            .arg("--folded")
+            .arg(&folded)
+            .arg("--pprof")
+            .arg(&pprof);
+        let mut r = start(what, c, &d);
+        r.wait_for("capturing", |r| r.said().contains("wakemeter: profiling"));
+        // Wait for work to profile: CPU time of the spinner since then
+        // (the busy machine may give it little).
+        let from = wakemeter_testkit::Work::of(pid);
+        r.wait_for("the spinner's CPU time", |_| {
+            wakemeter_testkit::Work::of(pid).since(from).cpu_ns >= 300_000_000
+        });
+        let stdout = r.stdout.clone();
+        let (_, code) = r.stop(sig);
+        let summary = std::fs::read_to_string(&stdout).unwrap();
+        assert_eq!(code, Some(0), "{what}: something was captured\n{summary}");
+        // The summary says first that it covers part of the window.
+        let first = summary.lines().next().unwrap_or_default();
+        let covered: f64 = first
+            .strip_prefix("partial: interrupted, the profile covers ")
+            .and_then(|rest| rest.strip_suffix(" s of the 3600.0 s asked for"))
+            .unwrap_or_else(|| panic!("{what}: not marked partial:\n{summary}"))
+            .parse()
+            .unwrap();
+        assert!(covered > 0.0 && covered < 3600.0, "{what}: {first}");
+        // The outputs parse: folded lines end in a count, the pprof is
+        // gzip, the flame graph says it was cut short and of what.
+        let text = std::fs::read_to_string(&folded).unwrap();
+        let samples: u64 = text
+            .lines()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert!(samples > 0, "{what}: no samples in\n{text}");
+        let gz = std::fs::read(&pprof).unwrap();
+        assert_eq!(&gz[..2], &[0x1f, 0x8b], "{what}: pprof is not gzip");
+        let svg = std::fs::read_to_string(&svg).unwrap();
+        assert!(svg.contains("of 3600.0 s asked, interrupted"), "{what}");
+        assert!(svg.trim_end().ends_with("</svg>"), "{what}");
+    }
+    // A second signal right after the first ends it at once, without
+    // reading or writing the profile: status 128 + the signal handled
+    // second (both are pending at once, so either may be).
+    let mut c = bin();
+    c.args(["profile", "--pid", &pid.to_string(), "--on-cpu"])
+        .args(["--seconds", "3600", "--svg"])
+        .arg(d.join("twice.svg"));
+    let mut r = start("profile, signalled twice", c, &d);
+    r.wait_for("capturing", |r| r.said().contains("wakemeter: profiling"));
+    let (_, code) = r.stop_with(&[libc::SIGINT, libc::SIGTERM]);
+    assert!(
+        [Some(128 + libc::SIGINT), Some(128 + libc::SIGTERM)].contains(&code),
+        "{code:?}: {}",
+        r.said()
+    );
+    assert!(!d.join("twice.svg").exists());
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -41,12 +41,44 @@ pub fn proc_mounted() -> bool {
 }
 
 /// One process's `/proc/<pid>` (or `/proc/self`), its task directory kept
-/// open.
+/// open, or closed between uses ([`ProcessDir::close`],
+/// [`ProcessDir::reopen`]) by a caller that may not hold a descriptor.
 #[derive(Debug)]
 pub struct ProcessDir {
     base: String,
-    task_dir: OwnedFd,
+    /// `<base>/task`, built once so that reopening allocates nothing.
+    task_path: CString,
+    /// `None` between [`ProcessDir::close`] and [`ProcessDir::reopen`].
+    task_dir: Option<OwnedFd>,
     dirent_buf: Box<[u8]>,
+}
+
+/// A file of the process directory opened without allocating
+/// ([`ProcessDir::open_process_file`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessFile {
+    /// `statm`: memory in pages.
+    Statm,
+    /// `status`: thread count, peak RSS, state.
+    Status,
+    /// `stat`: start time (the process's identity beside its PID).
+    Stat,
+}
+
+impl ProcessFile {
+    /// The file relative to the task directory.
+    fn path_from_task_dir(self) -> &'static CStr {
+        match self {
+            ProcessFile::Statm => c"../statm",
+            ProcessFile::Status => c"../status",
+            ProcessFile::Stat => c"../stat",
+        }
+    }
+}
+
+/// The error of a use of a closed [`ProcessDir`] (`EBADF`).
+fn closed() -> io::Error {
+    io::Error::from_raw_os_error(libc::EBADF)
 }
 
 fn last_os_error() -> io::Error {
@@ -113,12 +145,78 @@ impl ProcessDir {
     }
 
     fn open_base(base: String) -> io::Result<ProcessDir> {
-        let task_dir = open_path(&format!("{base}/task"), libc::O_DIRECTORY)?;
-        Ok(ProcessDir {
+        let task_path = CString::new(format!("{base}/task"))
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let mut dir = ProcessDir {
             base,
-            task_dir,
+            task_path,
+            task_dir: None,
             dirent_buf: vec![0u8; 16 * 1024].into_boxed_slice(),
-        })
+        };
+        dir.reopen()?;
+        Ok(dir)
+    }
+
+    /// Closes the task directory: the caller holds no descriptor of it
+    /// until [`ProcessDir::reopen`]. Meanwhile every other method fails
+    /// with `EBADF` ([`ProcessDir::task_count`] gives `None`).
+    pub fn close(&mut self) {
+        self.task_dir = None;
+    }
+
+    /// Opens the task directory again by its path, without allocating (a
+    /// no-op while it is open). The path names a PID: after the process
+    /// exited and its PID was reused, this opens the new process's
+    /// directory; check its identity (`stat`'s start time,
+    /// [`ProcessDir::open_process_file`]).
+    ///
+    /// # Errors
+    /// The error of open(2) (`NotFound` when there is no such process).
+    pub fn reopen(&mut self) -> io::Result<()> {
+        if self.task_dir.is_none() {
+            // SAFETY: `task_path` is NUL-terminated and outlives the call.
+            let fd = unsafe {
+                libc::open(
+                    self.task_path.as_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY,
+                )
+            };
+            if fd < 0 {
+                return Err(last_os_error());
+            }
+            // SAFETY: `fd` was just returned by open(2) and is owned by nobody else.
+            self.task_dir = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        Ok(())
+    }
+
+    /// Whether the task directory is open.
+    pub fn is_open(&self) -> bool {
+        self.task_dir.is_some()
+    }
+
+    /// Opens a file of the process directory, read-only, without
+    /// allocating: relative to the open task directory, so it is the file
+    /// of the process that directory belongs to.
+    ///
+    /// # Errors
+    /// The error of openat(2); `EBADF` while the directory is closed.
+    pub fn open_process_file(&self, file: ProcessFile) -> io::Result<OwnedFd> {
+        let dir = self.task_dir.as_ref().ok_or_else(closed)?;
+        // SAFETY: the path is a NUL-terminated static string; the directory
+        // fd is owned and open.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                file.path_from_task_dir().as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(last_os_error());
+        }
+        // SAFETY: `fd` was just returned by openat(2) and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     /// The printable path of the directory, for messages (`/proc/self`, `/proc/42`).
@@ -159,11 +257,12 @@ impl ProcessDir {
         let mut buf = [0u8; TASK_PATH_MAX];
         let path = task_path(tid, file.name(), &mut buf)
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let dir = self.task_dir.as_ref().ok_or_else(closed)?;
         // SAFETY: `path` is NUL-terminated and outlives the call; the
         // directory fd is owned and open.
         let fd = unsafe {
             libc::openat(
-                self.task_dir.as_raw_fd(),
+                dir.as_raw_fd(),
                 path.as_ptr(),
                 libc::O_RDONLY | libc::O_CLOEXEC,
             )
@@ -188,7 +287,7 @@ impl ProcessDir {
     /// is empty (the process is gone).
     pub fn list_tids(&mut self, out: &mut Vec<u32>) -> io::Result<()> {
         out.clear();
-        let fd = self.task_dir.as_raw_fd();
+        let fd = self.task_dir.as_ref().ok_or_else(closed)?.as_raw_fd();
         // SAFETY: lseek on an owned directory fd has no memory-safety preconditions.
         if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
             return Err(last_os_error());
@@ -213,7 +312,7 @@ impl ProcessDir {
     }
 
     /// The process's thread count without reading a file, `None` when
-    /// unknown.
+    /// unknown (or while the directory is closed).
     ///
     /// `fstat` of the kept task directory: procfs reports 2 + the number
     /// of threads as its link count (proc_task_getattr, since Linux
@@ -224,7 +323,7 @@ impl ProcessDir {
         // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `st` is a valid out-pointer; the directory fd is owned and open.
-        if unsafe { libc::fstat(self.task_dir.as_raw_fd(), &mut st) } != 0 {
+        if unsafe { libc::fstat(self.task_dir.as_ref()?.as_raw_fd(), &mut st) } != 0 {
             return None;
         }
         #[allow(clippy::useless_conversion)] // nlink_t is 32-bit on some targets
@@ -292,5 +391,39 @@ mod tests {
         let mut buf = [0u8; 4096];
         let n = pread(&status, &mut buf).expect("pread");
         assert_eq!(parse::status_field(&buf[..n], b"Tgid"), Some(u64::from(me)));
+    }
+
+    #[test]
+    fn a_closed_directory_holds_no_descriptor_and_reopens_to_the_same_files() {
+        let me = std::process::id();
+        let mut dir = ProcessDir::open_pid(me).expect("task directory");
+        let read = |dir: &ProcessDir, file| {
+            let fd = dir.open_process_file(file).expect("process file");
+            let mut buf = [0u8; 4096];
+            let n = pread(&fd, &mut buf).expect("pread");
+            buf[..n].to_vec()
+        };
+        let status = read(&dir, ProcessFile::Status);
+        assert_eq!(parse::status_field(&status, b"Tgid"), Some(u64::from(me)));
+        let start = parse::stat_start_ticks(&read(&dir, ProcessFile::Stat));
+        assert!(start.is_some());
+        assert!(
+            parse::statm_resident_pages(&read(&dir, ProcessFile::Statm)).is_some_and(|p| p > 0)
+        );
+        dir.close();
+        assert!(!dir.is_open());
+        let closed = |e: io::Error| e.raw_os_error() == Some(libc::EBADF);
+        assert!(dir.open_process_file(ProcessFile::Stat).is_err_and(closed));
+        assert!(dir.open_task(me, TaskFile::Stat).is_err_and(closed));
+        assert!(dir.list_tids(&mut Vec::new()).is_err_and(closed));
+        assert_eq!(dir.task_count(), None);
+        dir.reopen().expect("reopen");
+        assert_eq!(
+            parse::stat_start_ticks(&read(&dir, ProcessFile::Stat)),
+            start
+        );
+        let mut tids = Vec::new();
+        dir.list_tids(&mut tids).expect("list");
+        assert!(tids.contains(&me));
     }
 }

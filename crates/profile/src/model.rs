@@ -167,6 +167,15 @@ pub enum ProfileWarning {
     /// The target exited during the capture: the profile covers only the
     /// time until then.
     TargetExited,
+    /// The capture was stopped early (SIGINT or SIGTERM to `wakemeter
+    /// profile`): the profile covers the first `covered_seconds` of the
+    /// `asked_seconds` asked for.
+    Interrupted {
+        /// Seconds of stacks the profile holds (wall time of the capture).
+        covered_seconds: f64,
+        /// Seconds the capture was asked to run.
+        asked_seconds: f64,
+    },
     /// Events or stacks were lost because a kernel map was full or had a
     /// collision (raise the map sizes).
     StacksLost {
@@ -213,6 +222,13 @@ impl std::fmt::Display for ProfileWarning {
             ProfileWarning::TargetExited => {
                 write!(f, "partial: the target exited during the capture")
             }
+            ProfileWarning::Interrupted {
+                covered_seconds,
+                asked_seconds,
+            } => write!(
+                f,
+                "partial: interrupted, the profile covers {covered_seconds:.1} s of the {asked_seconds:.1} s asked for"
+            ),
             ProfileWarning::StacksLost { events, stacks } => write!(
                 f,
                 "{events} events and {stacks} stacks lost to full kernel maps or collisions"
@@ -432,9 +448,25 @@ impl Profile {
         out
     }
 
-    /// Whether the profile is partial (the target exited during it).
+    /// Whether the profile is partial: the target exited during it, or the
+    /// capture was interrupted ([`Profile::mark_interrupted`]).
     pub fn is_partial(&self) -> bool {
-        self.warnings.contains(&ProfileWarning::TargetExited)
+        self.warnings.iter().any(|w| {
+            matches!(
+                w,
+                ProfileWarning::TargetExited | ProfileWarning::Interrupted { .. }
+            )
+        })
+    }
+
+    /// Records that the capture was stopped before the `asked` length (a
+    /// signal): adds [`ProfileWarning::Interrupted`] with the time covered
+    /// ([`Profile::duration`]), so that every output says it is partial.
+    pub fn mark_interrupted(&mut self, asked: Duration) {
+        self.warnings.push(ProfileWarning::Interrupted {
+            covered_seconds: self.duration.as_secs_f64(),
+            asked_seconds: asked.as_secs_f64(),
+        });
     }
 
     /// The stacks of thread `tid`, heaviest first.
@@ -562,6 +594,18 @@ pub(crate) mod tests {
         assert!((p.inclusive_share("main") - 1.0).abs() < 1e-9);
         assert_eq!(p.inclusive_share("absent"), 0.0);
         assert!(p.is_partial());
+        let mut whole = off_cpu_profile();
+        whole.warnings.clear();
+        assert!(!whole.is_partial());
+        whole.mark_interrupted(Duration::from_secs(30));
+        assert!(whole.is_partial());
+        assert!(
+            whole.warnings[0]
+                .to_string()
+                .contains("covers 1.0 s of the 30.0 s asked for"),
+            "{}",
+            whole.warnings[0]
+        );
         let labels: Vec<String> = p.samples[0].frames.iter().map(Frame::label).collect();
         assert_eq!(
             labels,

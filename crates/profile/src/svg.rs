@@ -19,11 +19,7 @@ pub fn write_svg(profile: &Profile, out: impl Write) -> Result<(), ProfileError>
         kind_label(profile.kind).replace('_', "-"),
         profile.pid,
         profile.duration.as_secs_f64(),
-        if profile.is_partial() {
-            ", partial"
-        } else {
-            ""
-        }
+        partial_note(profile)
     );
     options.count_name = value_unit(profile.kind).to_owned();
     // An empty input is an error in inferno; an empty profile is not.
@@ -40,6 +36,20 @@ pub fn write_svg(profile: &Profile, out: impl Write) -> Result<(), ProfileError>
             source,
         }
     })
+}
+
+/// The title's note on a partial profile: interrupted (with the share of
+/// the window asked for), or partial (the target exited).
+fn partial_note(profile: &Profile) -> String {
+    let asked = profile.warnings.iter().find_map(|w| match w {
+        crate::ProfileWarning::Interrupted { asked_seconds, .. } => Some(*asked_seconds),
+        _ => None,
+    });
+    match asked {
+        Some(asked) => format!(" of {asked:.1} s asked, interrupted"),
+        None if profile.is_partial() => ", partial".to_owned(),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -177,6 +177,49 @@ fn lost_kernel_events_surface_as_a_warning_per_snapshot() {
 }
 
 #[test]
+fn a_target_sampled_with_its_process_files_opened_per_sample_holds_none_and_exits() {
+    let mut child = Command::new("sleep").arg("30").spawn().expect("spawn");
+    let pid = child.id();
+    // Descriptors of this process open on the target's process files
+    // (its task directory, statm, status), found by where they point.
+    let process_files = || {
+        let names = ["statm", "status", "task"].map(|f| format!("/proc/{pid}/{f}"));
+        std::fs::read_dir("/proc/self/fd")
+            .expect("fd directory")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|link| names.iter().any(|n| link.as_os_str() == n.as_str()))
+            .count()
+    };
+    let sampler = SamplerBuilder::new()
+        .with_target(Target::Pid(pid))
+        .with_process_files_per_sample(true)
+        .build()
+        .expect("build");
+    for _ in 0..3 {
+        let snapshot = sampler.sample_now().expect("sample");
+        assert_eq!(snapshot.process.pid, pid);
+        assert!(snapshot.process.rss_bytes > 0);
+        assert_eq!(snapshot.threads.len(), 1);
+        // Only the thread's kept files may stay open between samples.
+        assert_eq!(process_files(), 0);
+    }
+    // A sampler keeping them (the default, within the budget) holds three.
+    let keeping = SamplerBuilder::new()
+        .with_target(Target::Pid(pid))
+        .build()
+        .expect("build");
+    keeping.sample_now().expect("sample");
+    assert_eq!(process_files(), 3);
+    drop(keeping);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    assert!(
+        matches!(sampler.sample_now(), Err(Error::NoSuchProcess { pid: p }) if p == pid),
+        "the exit is seen"
+    );
+}
+
+#[test]
 fn a_zombie_target_reads_as_exited() {
     let mut child = Command::new("true").spawn().expect("spawn true");
     let stat = format!("/proc/{}/stat", child.id());
@@ -288,14 +331,34 @@ fn spawn_with_pid(pid: u32) -> Option<std::process::Child> {
 #[test]
 #[ignore = "needs root"]
 fn a_reused_pid_is_reported_as_such() {
+    reused_pid_is_reported(false);
+}
+
+/// A sampler that holds no process-level descriptor between samples (as
+/// one past its part of the descriptor budget) tells a reused PID by the
+/// process's start time.
+#[test]
+#[ignore = "needs root"]
+fn a_reused_pid_is_reported_as_such_with_process_files_opened_per_sample() {
+    reused_pid_is_reported(true);
+}
+
+fn reused_pid_is_reported(per_sample: bool) {
     for _attempt in 0..50 {
         let mut first = Command::new("sleep").arg("30").spawn().expect("spawn");
         let pid = first.id();
         let sampler = SamplerBuilder::new()
             .with_target(Target::Pid(pid))
+            .with_process_files_per_sample(per_sample)
             .build()
             .expect("build");
         sampler.sample_now().expect("sample");
+        if per_sample {
+            // The start time that tells the processes apart is in clock
+            // ticks (10 ms): a process must outlive one for its successor
+            // under the same PID to differ (a watched process always has).
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
         first.kill().expect("kill");
         first.wait().expect("reap");
         let Some(mut second) = spawn_with_pid(pid) else {

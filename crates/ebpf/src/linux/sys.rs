@@ -3,6 +3,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use wakemeter_procfs::parse::{self, TaskSyscall};
 use wakemeter_procfs::{process, system};
@@ -405,12 +406,69 @@ pub(crate) fn lookup_batch<K: aya::Pod, V: aya::Pod>(
     }
 }
 
+/// The part of the soft `RLIMIT_NOFILE` that the exit watches of all the
+/// targets of this process may hold as pidfds, as a divisor: an eighth
+/// (128 under the common limit of 1024). Targets beyond it are watched by
+/// their start time.
+///
+/// Why: a pidfd per target held for life made `watch --name` over 300
+/// processes under `ulimit -n 256` run out of descriptors at about 97. A
+/// pidfd check is one `poll`; a start-time check reads `/proc/<pid>/stat`
+/// (a few µs a read, once per sample), cheap enough for the targets past
+/// the first hundred.
+const PIDFD_SHARE_DIVISOR: u64 = 8;
+
+/// Pidfds held now by the exit watches of this process.
+static PIDFDS_HELD: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one more pidfd if the share allows it.
+fn take_pidfd_slot() -> bool {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct we own.
+    let allowed = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        u64::MAX
+    } else {
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        // rlim_t is 32-bit on some targets
+        let limit = u64::from(r.rlim_cur);
+        limit / PIDFD_SHARE_DIVISOR
+    };
+    PIDFDS_HELD
+        .try_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+            (h < allowed).then_some(h + 1)
+        })
+        .is_ok()
+}
+
+/// A pidfd of an exit watch, its slot in [`PIDFDS_HELD`] given back on drop.
+#[derive(Debug)]
+pub(crate) struct CountedPidFd(OwnedFd);
+
+impl Drop for CountedPidFd {
+    fn drop(&mut self) {
+        release_pidfd_slot();
+    }
+}
+
+/// Gives back a slot of [`take_pidfd_slot`].
+fn release_pidfd_slot() {
+    let _ = PIDFDS_HELD.try_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+        Some(h.saturating_sub(1))
+    });
+}
+
 /// A handle on a process that tells when it has exited: a pidfd where the
-/// kernel has them (5.3+), the process start time in `/proc` otherwise.
+/// kernel has them (5.3+) and the share allows ([`PIDFD_SHARE_DIVISOR`]),
+/// the process start time in `/proc` otherwise.
 #[derive(Debug)]
 pub(crate) enum ExitWatch {
     /// Readable once the process has exited.
-    PidFd(OwnedFd),
+    PidFd(CountedPidFd),
     /// `(pid, starttime)` from `/proc/<pid>/stat`; a different or missing
     /// start time means the process is gone (and maybe the id reused).
     StartTime(u32, u64),
@@ -419,27 +477,31 @@ pub(crate) enum ExitWatch {
 impl ExitWatch {
     pub(crate) fn new(pid: u32) -> Result<ExitWatch, EbpfError> {
         let pid_t = libc::pid_t::try_from(pid).map_err(|_| EbpfError::NoSuchProcess { pid })?;
-        // SAFETY: pidfd_open takes a pid and flags by value; no memory is shared.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid_t, 0) };
-        if fd >= 0 {
-            let raw = i32::try_from(fd).map_err(|_| EbpfError::NoSuchProcess { pid })?;
-            // SAFETY: the kernel just returned this fd to us and nothing else owns it.
-            return Ok(ExitWatch::PidFd(unsafe { OwnedFd::from_raw_fd(raw) }));
+        if take_pidfd_slot() {
+            // SAFETY: pidfd_open takes a pid and flags by value; no memory is shared.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid_t, 0) };
+            if fd >= 0 {
+                let raw = i32::try_from(fd).map_err(|_| EbpfError::NoSuchProcess { pid })?;
+                // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+                let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+                return Ok(ExitWatch::PidFd(CountedPidFd(fd)));
+            }
+            let err = io::Error::last_os_error();
+            release_pidfd_slot();
+            if err.raw_os_error() == Some(libc::ESRCH) {
+                return Err(EbpfError::NoSuchProcess { pid });
+            }
         }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::ESRCH) => Err(EbpfError::NoSuchProcess { pid }),
-            _ => match start_time(pid) {
-                Some(t) => Ok(ExitWatch::StartTime(pid, t)),
-                None => Err(EbpfError::NoSuchProcess { pid }),
-            },
+        match start_time(pid) {
+            Some(t) => Ok(ExitWatch::StartTime(pid, t)),
+            None => Err(EbpfError::NoSuchProcess { pid }),
         }
     }
 
     /// Whether the process has exited (a zombie counts as exited).
     pub(crate) fn has_exited(&self) -> bool {
         match self {
-            ExitWatch::PidFd(fd) => {
+            ExitWatch::PidFd(CountedPidFd(fd)) => {
                 let mut pfd = libc::pollfd {
                     fd: fd.as_raw_fd(),
                     events: libc::POLLIN,
@@ -472,6 +534,32 @@ pub(crate) fn parse_start_time(stat: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn past_the_pidfd_share_an_exit_is_told_by_the_start_time() {
+        use super::{ExitWatch, Ordering, PIDFDS_HELD};
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        // A pidfd on kernels that have them (5.3+).
+        let within = ExitWatch::new(pid).expect("watch");
+        // The share taken (by other targets): no pidfd is opened.
+        const TAKEN: u64 = u64::MAX / 2;
+        PIDFDS_HELD.fetch_add(TAKEN, Ordering::Relaxed);
+        let past = ExitWatch::new(pid);
+        PIDFDS_HELD.fetch_sub(TAKEN, Ordering::Relaxed);
+        let past = past.expect("watch");
+        assert!(
+            matches!(past, ExitWatch::StartTime(p, _) if p == pid),
+            "{past:?}"
+        );
+        assert!(!within.has_exited() && !past.has_exited());
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        assert!(within.has_exited() && past.has_exited());
+    }
+
     #[test]
     fn blocked_threads_are_classified_as_the_kernel_side_does() {
         use super::{abi, blocked_cause};

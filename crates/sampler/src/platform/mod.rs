@@ -46,16 +46,22 @@ pub(crate) trait Backend: Send {
 /// # Errors
 /// [`crate::Error::NoSuchProcess`], [`crate::Error::Unreadable`] when `/proc`
 /// is missing, [`crate::Error::Unsupported`] on platforms without a backend
-/// and for another process's PID on macOS/iOS.
+/// and for another process's PID on macOS/iOS. `process_files_per_sample`:
+/// see [`crate::SamplerBuilder::with_process_files_per_sample`].
 #[allow(unreachable_code)]
-pub(crate) fn backend_for(target: Target) -> Result<Box<dyn Backend>> {
+pub(crate) fn backend_for(
+    target: Target,
+    process_files_per_sample: bool,
+) -> Result<Box<dyn Backend>> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
-        return Ok(Box::new(linux::LinuxBackend::new(
+        return Ok(Box::new(linux::LinuxBackend::with_process_files(
             linux::LinuxSys::open(target)?,
             target,
+            process_files_per_sample,
         )?));
     }
+    let _ = process_files_per_sample;
     #[cfg(target_vendor = "apple")]
     {
         return Ok(Box::new(darwin::DarwinBackend::new(

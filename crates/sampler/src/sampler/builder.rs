@@ -30,6 +30,7 @@ use crate::probe::ProbeRegistry;
 pub struct SamplerBuilder {
     config: SamplerConfig,
     kernel_source: Option<Box<dyn KernelSource>>,
+    process_files_per_sample: bool,
 }
 
 impl std::fmt::Debug for SamplerBuilder {
@@ -37,6 +38,7 @@ impl std::fmt::Debug for SamplerBuilder {
         f.debug_struct("SamplerBuilder")
             .field("config", &self.config)
             .field("kernel_source", &self.kernel_source.is_some())
+            .field("process_files_per_sample", &self.process_files_per_sample)
             .finish()
     }
 }
@@ -53,6 +55,7 @@ impl SamplerBuilder {
         SamplerBuilder {
             config,
             kernel_source: None,
+            process_files_per_sample: false,
         }
     }
 
@@ -61,6 +64,19 @@ impl SamplerBuilder {
     /// Attaches a kernel-side source (e.g. `wakemeter-ebpf`) read with every snapshot.
     pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {
         self.kernel_source = Some(source);
+        self
+    }
+
+    /// Linux and Android, a sampler of another process: open the
+    /// process's task directory, `statm` and `status` for each sample and
+    /// close them after it, holding no process-level descriptor between
+    /// samples (about four opens a sample more). By default (`false`) they
+    /// stay open while every sampler's together fit in an eighth of the
+    /// soft `RLIMIT_NOFILE`, and are opened per sample beyond it. Ignored
+    /// for [`Target::SelfProcess`](crate::Target::SelfProcess) and on
+    /// Apple platforms.
+    pub fn with_process_files_per_sample(mut self, per_sample: bool) -> Self {
+        self.process_files_per_sample = per_sample;
         self
     }
 
@@ -75,7 +91,7 @@ impl SamplerBuilder {
     pub fn build(self) -> Result<Sampler> {
         let config = self.config;
         config.validate()?;
-        let backend = platform::backend_for(config.target)?;
+        let backend = platform::backend_for(config.target, self.process_files_per_sample)?;
         let identity = platform::identity(config.target);
         // Once per process: may the loop probes use the CPU's counter?
         platform::ticks::init();

@@ -28,6 +28,22 @@ use super::{TaskFile, TidHasher, Tracked};
 /// lowered share are closed on the next sample.
 pub(crate) const KEPT_SHARE_DIVISOR: u64 = 4;
 
+/// The part of the share ([`KEPT_SHARE_DIVISOR`]) that samplers' kept
+/// process-level files (task directory, `statm`, `status`) may fill, as a
+/// divisor of the share: half. A sampler of another process built when
+/// they would pass it keeps none: it opens its task directory at the start
+/// of each sample (checking the process's start time against its PID),
+/// opens `statm` and `status` for their reads, and closes all of them when
+/// the sample ends.
+///
+/// Why: with three descriptors held for life per sampler, `watch --name`
+/// under `ulimit -n 256` fitted 62 of 300 processes. Kept, they cost
+/// nothing per sample; opened per sample, about four opens (BENCHMARKS.md,
+/// "Process files kept or opened per sample"). So the first samplers keep
+/// them, up to half the share (the other half stays for per-thread
+/// files, read on every sample too), and the rest, however many, hold none.
+pub(crate) const PROCESS_FILES_SHARE_DIVISOR: u64 = 2;
+
 /// The top of the descriptor table the sampler never keeps, in descriptors:
 /// a freshly opened descriptor numbered `limit - 64` or higher is read and
 /// closed at once instead of kept.
@@ -81,6 +97,16 @@ impl DescriptorPool {
     /// sampler's process-level files).
     pub(super) fn add(&self, n: u64) {
         self.held.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts `n` descriptors if the pool then holds at most `allowed`;
+    /// `false` (nothing counted) otherwise.
+    pub(super) fn try_add(&self, n: u64, allowed: u64) -> bool {
+        self.held
+            .try_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                (h.saturating_add(n) <= allowed).then_some(h + n)
+            })
+            .is_ok()
     }
 
     /// Takes one descriptor from the budget if fewer than `allowed` are held.

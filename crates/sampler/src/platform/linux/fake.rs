@@ -208,6 +208,15 @@ impl Sys for FakeSys {
         self.open(&format!("task/{tid}/{}", file.name()))
     }
 
+    fn open_process(&mut self, file: super::sys::ProcessFile) -> io::Result<FakeFile> {
+        use super::sys::ProcessFile;
+        self.open(match file {
+            ProcessFile::Statm => "statm",
+            ProcessFile::Status => "status",
+            ProcessFile::Stat => "stat",
+        })
+    }
+
     fn descriptor_number(&self, file: &FakeFile) -> u64 {
         file.number as u64
     }

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use descriptors::Descriptors;
 pub(crate) use descriptors::{DescriptorPool, HEADROOM_DESCRIPTORS};
 use reader::*;
-pub(crate) use sys::{LinuxSys, Sys, TaskFile};
+pub(crate) use sys::{LinuxSys, ProcessFile, Sys, TaskFile};
 use wakemeter_procfs::parse;
 
 use crate::error::{Error, Result};
@@ -181,12 +181,20 @@ impl Hasher for TidHasher {
 }
 
 impl<S: Sys> LinuxBackend<S> {
-    /// Opens the process-level files and detects whether `schedstat` exists.
+    /// The backend with the default descriptor policy.
+    #[cfg(test)]
+    pub(crate) fn new(sys: S, target: Target) -> Result<Self> {
+        Self::with_process_files(sys, target, false)
+    }
+
+    /// Opens the process-level files and detects whether `schedstat`
+    /// exists; with `per_sample`, a backend of another process keeps no
+    /// process-level descriptor whatever the budget.
     ///
     /// # Errors
     /// [`Error::NoSuchProcess`] or [`Error::Unreadable`] when the target's
     /// `statm`/`status` cannot be opened.
-    pub(crate) fn new(mut sys: S, target: Target) -> Result<Self> {
+    pub(crate) fn with_process_files(mut sys: S, target: Target, per_sample: bool) -> Result<Self> {
         let open_proc = |sys: &mut S, rel: &str| {
             sys.open(rel).map_err(|e| {
                 if is_gone(&e) {
@@ -196,7 +204,7 @@ impl<S: Sys> LinuxBackend<S> {
                 }
             })
         };
-        let statm = open_proc(&mut sys, "statm")?;
+        let mut statm = Some(open_proc(&mut sys, "statm")?);
         let status = open_proc(&mut sys, "status")?;
         // A sampler built while the host is at the top of its table would
         // take the host's last descriptors for as long as it lives: refuse
@@ -222,10 +230,22 @@ impl<S: Sys> LinuxBackend<S> {
             }
         };
         // The task directory, `statm` and `status` stay open while the
-        // sampler lives: they count against the shared budget.
+        // sampler lives, counted against the shared budget, when they fit
+        // in its part for process files; another process's sampler built
+        // beyond it holds none between samples (see
+        // [`descriptors::PROCESS_FILES_SHARE_DIVISOR`]).
         let pool = sys.descriptor_pool();
-        let fixed = sys.fixed_descriptors() + 2;
-        pool.add(fixed);
+        let mut fixed = sys.fixed_descriptors() + 2;
+        let process_files_allowed = sys.nofile_limit().map_or(u64::MAX, |l| {
+            l / descriptors::KEPT_SHARE_DIVISOR / descriptors::PROCESS_FILES_SHARE_DIVISOR
+        });
+        let mut status = Some(status);
+        if matches!(target, Target::SelfProcess) {
+            pool.add(fixed);
+        } else if per_sample || !pool.try_add(fixed, process_files_allowed) {
+            sys.release();
+            (statm, status, fixed) = (None, None, 0);
+        }
         Ok(LinuxBackend {
             reader: Reader {
                 sys,
@@ -326,6 +346,28 @@ impl<S: Sys> Backend for LinuxBackend<S> {
     // unchanged and the listing is skipped. Any exit or new thread makes the
     // numbers differ, and the sample lists and discovers as usual.
     fn sample(
+        &mut self,
+        request: SampleRequest,
+        threads: &mut Vec<ThreadRow>,
+        warnings: &mut Vec<SampleWarning>,
+    ) -> Result<ProcessSample> {
+        // A backend that keeps no process-level descriptor opens its task
+        // directory for this sample only.
+        let transient = self.reader.status.is_none();
+        if transient && let Err(e) = self.reader.sys.reacquire() {
+            return Err(self.reader.process_error(e, "task"));
+        }
+        let sampled = self.sample_open(request, threads, warnings);
+        if transient {
+            self.reader.sys.release();
+        }
+        sampled
+    }
+}
+
+impl<S: Sys> LinuxBackend<S> {
+    /// One sample, the task directory open.
+    fn sample_open(
         &mut self,
         request: SampleRequest,
         threads: &mut Vec<ThreadRow>,

@@ -13,8 +13,10 @@ pub(super) struct Reader<S: Sys> {
     pub(super) counter_file: CounterFile,
     pub(super) buf: Box<[u8]>,
     pub(super) next_serial: u64,
-    pub(super) statm: S::File,
-    pub(super) status: S::File,
+    /// Kept process-level descriptors; `None` when the backend keeps none
+    /// (opened, read and closed each sample: see `ProcessFiles`).
+    pub(super) statm: Option<S::File>,
+    pub(super) status: Option<S::File>,
     pub(super) fds: Descriptors,
     /// Highest resident set seen so far, in bytes (`VmHWM` or a later RSS).
     pub(super) peak_rss_bytes: Option<u64>,
@@ -380,16 +382,31 @@ impl<S: Sys> Reader<S> {
                 pid: self.sys.pid(),
             }
         } else {
-            Error::Unreadable {
-                path: format!("{}/{file}", self.sys.base()),
-                source: e,
+            // EMFILE/ENFILE of a file opened for this sample: out of
+            // descriptors (this sample fails, the next may not).
+            Error::from_open(format!("{}/{file}", self.sys.base()), e)
+        }
+    }
+
+    /// Reads a process-level file into the scratch buffer: through its kept
+    /// descriptor, or opened, read and closed.
+    fn read_process_file(&mut self, file: ProcessFile) -> io::Result<usize> {
+        let kept = match file {
+            ProcessFile::Statm => &self.statm,
+            _ => &self.status,
+        };
+        match kept {
+            Some(f) => self.sys.pread(f, &mut self.buf),
+            None => {
+                let f = self.sys.open_process(file)?;
+                self.sys.pread(&f, &mut self.buf)
             }
         }
     }
 
     /// Reads the process `status`: (`Threads:` count, `VmHWM:` in KiB).
     pub(super) fn process_status(&mut self) -> Result<(Option<u64>, Option<u64>)> {
-        let n = match self.sys.pread(&self.status, &mut self.buf) {
+        let n = match self.read_process_file(ProcessFile::Status) {
             Ok(n) => n,
             Err(e) => return Err(self.process_error(e, "status")),
         };
@@ -436,7 +453,7 @@ impl<S: Sys> Reader<S> {
         thread_count: u32,
         peak_kib: Option<u64>,
     ) -> Result<ProcessSample> {
-        let n = match self.sys.pread(&self.statm, &mut self.buf) {
+        let n = match self.read_process_file(ProcessFile::Statm) {
             Ok(n) => n,
             Err(e) => return Err(self.process_error(e, "statm")),
         };

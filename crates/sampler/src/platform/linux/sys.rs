@@ -4,8 +4,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-pub(crate) use wakemeter_procfs::task::TaskFile;
 use wakemeter_procfs::task::{self, ProcessDir};
+pub(crate) use wakemeter_procfs::task::{ProcessFile, TaskFile};
 
 use crate::error::{Error, Result};
 use crate::model::Target;
@@ -22,6 +22,21 @@ pub(crate) trait Sys: Send {
     /// Opens one thread's file, read-only, without allocating (it runs on
     /// the sampling path for threads read by open-read-close).
     fn open_task(&mut self, tid: u32, file: TaskFile) -> io::Result<Self::File>;
+    /// Opens a process-level file, read-only, without allocating (the
+    /// sampling path of a backend that keeps no process-level descriptor).
+    fn open_process(&mut self, file: ProcessFile) -> io::Result<Self::File>;
+    /// Closes what this `Sys` keeps open (the task directory) until
+    /// [`Sys::reacquire`]: the backend holds no descriptor between samples.
+    fn release(&mut self) {}
+    /// Opens again what [`Sys::release`] closed, before a sample, and checks
+    /// that the PID still names the same process.
+    ///
+    /// # Errors
+    /// The error of open(2) (`ENOENT`: the process is gone); `ESRCH` when
+    /// the PID now names another process.
+    fn reacquire(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// The descriptor number of `file` (open(2) returns the lowest free
     /// number, so every number below it was in use when it was opened).
     fn descriptor_number(&self, file: &Self::File) -> u64;
@@ -64,6 +79,12 @@ pub(crate) struct LinuxSys {
     dir: ProcessDir,
     pid: u32,
     process_clock: libc::clockid_t,
+    /// The target's start time (`stat`, clock ticks after boot), read when
+    /// the task directory is first released: what tells the process from a
+    /// later one with its PID once no descriptor is kept. A successor
+    /// started within the same tick (10 ms) would go unseen: that needs a
+    /// target that lived less than a tick and its PID reused at once.
+    start_ticks: Option<u64>,
     page_size: u64,
     ticks_per_sec: u64,
 }
@@ -124,9 +145,25 @@ impl LinuxSys {
             dir,
             pid,
             process_clock,
+            start_ticks: None,
             page_size: if page > 0 { page as u64 } else { 4096 },
             ticks_per_sec: crate::platform::system::clock_ticks_per_sec(),
         })
+    }
+}
+
+/// Bytes read of a process's `stat` for its start time: the line is about
+/// 300 bytes; its 52 fields stay under 1.2 KiB even at their widest.
+const STAT_BUF: usize = 2048;
+
+impl LinuxSys {
+    /// The target's start time from its `stat`, through the open task
+    /// directory (no allocation: a stack buffer); `None` when unreadable.
+    fn read_start_ticks(&self) -> Option<u64> {
+        let file = self.dir.open_process_file(ProcessFile::Stat).ok()?;
+        let mut buf = [0u8; STAT_BUF];
+        let n = task::pread(&file, &mut buf).ok()?;
+        wakemeter_procfs::parse::stat_start_ticks(buf.get(..n)?)
     }
 }
 
@@ -139,6 +176,33 @@ impl Sys for LinuxSys {
 
     fn open_task(&mut self, tid: u32, file: TaskFile) -> io::Result<OwnedFd> {
         self.dir.open_task(tid, file)
+    }
+
+    fn open_process(&mut self, file: ProcessFile) -> io::Result<OwnedFd> {
+        self.dir.open_process_file(file)
+    }
+
+    fn release(&mut self) {
+        if self.start_ticks.is_none() {
+            // Read while the directory opened at the start is still open:
+            // the process the sampler was built for.
+            self.start_ticks = self.read_start_ticks();
+        }
+        self.dir.close();
+    }
+
+    fn reacquire(&mut self) -> io::Result<()> {
+        if self.dir.is_open() {
+            return Ok(());
+        }
+        self.dir.reopen()?;
+        match (self.start_ticks, self.read_start_ticks()) {
+            (Some(then), Some(now)) if then != now => {
+                self.dir.close();
+                Err(io::Error::from_raw_os_error(libc::ESRCH))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn descriptor_number(&self, file: &OwnedFd) -> u64 {

@@ -519,6 +519,53 @@ fn samplers_of_one_process_share_one_budget() {
 }
 
 #[test]
+fn samplers_beyond_the_process_files_share_hold_no_process_descriptor() {
+    // 300 samplers of one host process (`watch --name` over 300 processes)
+    // under a limit of 256: the process files of the first ones fill their
+    // part of the share; the others hold none between samples, and every
+    // one samples its whole process.
+    let pool = std::sync::Arc::new(DescriptorPool::default());
+    let base = OPEN.with(|c| c.get());
+    let mut backends: Vec<_> = (0..300u32)
+        .map(|i| {
+            let mut sys = many_threads(10 + i * 1000, 3);
+            sys.nofile = Some(256);
+            sys.pool = pool.clone();
+            backend(sys, Target::Pid(10 + i * 1000))
+        })
+        .collect();
+    let part = 256 / KEPT_SHARE_DIVISOR / descriptors::PROCESS_FILES_SHARE_DIVISOR;
+    let keeping = backends
+        .iter()
+        .filter(|b| b.reader.status.is_some())
+        .count() as u64;
+    // The fake keeps no task directory: two process files a sampler.
+    assert_eq!(keeping, part / 2);
+    for _ in 0..3 {
+        for b in &mut backends {
+            let opens = b.reader.sys.opens;
+            let (threads, _, process) = sample(b, true);
+            assert_complete(&threads, 4, true);
+            assert_eq!(process.rss_bytes, 100 * 4096);
+            if b.reader.status.is_none() {
+                // statm and status opened for this sample.
+                assert!(b.reader.sys.opens >= opens + 2);
+            }
+        }
+        let held = OPEN.with(|c| c.get()) - base;
+        assert_eq!(
+            held as u64,
+            pool.held(),
+            "only what the pool counts is open"
+        );
+        assert!(pool.held() <= 256 / KEPT_SHARE_DIVISOR, "{}", pool.held());
+    }
+    drop(backends);
+    assert_eq!(OPEN.with(|c| c.get()), base);
+    assert_eq!(pool.held(), 0);
+}
+
+#[test]
 fn a_sampler_built_at_the_top_of_the_table_is_refused() {
     let mut sys = many_threads(10, 3);
     sys.nofile = Some(HEADROOM_DESCRIPTORS);
