@@ -12,11 +12,14 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use common::watch;
+use wakemeter_testkit::{
+    Running, park_threads, ready_until_stdin_closes, start_until_ready, this_test,
+};
 
 const CHILD_ENV: &str = "WAKEMETER_CLI_EBPF_MEMORY_CHILD";
 /// Parked threads of the child: enough that a cost per thread dominates,
@@ -40,65 +43,19 @@ fn child_process() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
-    for i in 0..THREADS {
-        std::thread::Builder::new()
-            .name(format!("parked-{i}"))
-            .stack_size(64 * 1024)
-            .spawn(|| {
-                loop {
-                    std::thread::park();
-                }
-            })
-            .unwrap();
-    }
-    println!("ready");
-    let _ = std::io::stdin().read(&mut [0u8; 1]);
-    std::process::exit(0);
-}
-
-/// A child process killed and reaped when dropped.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn_target() -> Reaped {
-    let mut child = Reaped(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    // libtest may print "test child_process ... " before it on the same line.
-    let ready = BufReader::new(child.0.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.ends_with("ready"));
-    assert!(ready, "the child did not start its threads");
-    child
+    park_threads("parked", THREADS as usize);
+    ready_until_stdin_closes();
 }
 
 #[test]
 #[ignore = "needs root"]
 fn watch_with_ebpf_stays_within_a_bound_per_thread() {
-    let target = spawn_target();
-    let pid = target.0.id();
+    let target = start_until_ready(&mut this_test("child_process", CHILD_ENV, "1"));
+    let pid = target.pid();
     let tasks = wakemeter_procfs::process::tids(pid).unwrap().len() as u64;
     assert!(tasks > THREADS, "{tasks} threads");
 
-    let mut watcher = Reaped(
+    let mut watcher = Running(
         watch(pid, &["--interval", "1", "--json"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
