@@ -119,6 +119,12 @@ for n in "${names[@]}"; do
     "$(awk -v a="${pct[$n]}" -v b="${pct[top]}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }')"
 done
 
+# The two figures issue 42 tracks: watch --json with eBPF and without,
+# each against pidstat of the same run (target: at most 0.1x each).
+ratio() { awk -v a="$1" -v b="${pct[pidstat]}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }'; }
+echo "summary: watch --json with eBPF ${pct[wm-json-ebpf]}% = $(ratio "${pct[wm-json-ebpf]}")x pidstat;" \
+  "with /proc only (--no-ebpf) ${pct[wm-json]}% = $(ratio "${pct[wm-json]}")x pidstat (target <= 0.1x each)"
+
 reports=$(wc -l <"$tmp/watch.json")
 bytes=$(wc -c <"$tmp/watch.json")
 if [ "$reports" -gt 0 ]; then

@@ -29,7 +29,9 @@
 //! `tracefs.rs`).
 //!
 //! Run: `cargo bench -p wakemeter-benches --bench ebpf`
-//! (`WAKEMETER_EBPF_BENCH=pool` for the 64-thread part alone, `=many` for
+//! (`WAKEMETER_EBPF_BENCH=pool` for the 64-thread part alone, `=parts` for
+//! where its cost goes (each part of our programs switched off in turn),
+//! `=many` for
 //! one against 64 watched processes alone,
 //! `WAKEMETER_BENCH_ROUNDS=N` for its rounds).
 
@@ -88,7 +90,10 @@ fn linux_main() {
         }
     }
 
-    if std::env::var("WAKEMETER_EBPF_BENCH").as_deref() == Ok("pool") {
+    if matches!(
+        std::env::var("WAKEMETER_EBPF_BENCH").as_deref(),
+        Ok("pool" | "parts")
+    ) {
         pool::run();
         return;
     }

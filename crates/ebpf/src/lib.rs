@@ -75,6 +75,62 @@ pub enum SyscallHook {
     PerSyscall,
 }
 
+/// A part of the kernel programs that a cost measurement can switch off
+/// ([`EbpfSourceBuilder::with_part_off`]), to find what it costs per run.
+/// With a part off, the counters it feeds are wrong: for benchmarks only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProgramPart {
+    /// The off-CPU cause of `sched_switch`: the saved registers and the
+    /// syscall the thread blocks in (every voluntary switch is then
+    /// "other", and no poll or sleep call is timed).
+    OffCpuCause,
+    /// Reaching each thread's own entry (task storage, or the hash map):
+    /// every event then writes one per-CPU scratch entry, and reads find
+    /// no thread.
+    ThreadEntries,
+    /// The waker slots of `sched_waking` (wakes are still counted by source).
+    WakerSlots,
+    /// The schedstat read of `sched_switch` (`sched_info.run_delay`, the
+    /// run-queue wait histogram).
+    RunDelay,
+    /// The clock read of `sched_switch` (on- and off-CPU times then stay 0).
+    Clock,
+}
+
+impl ProgramPart {
+    /// Every part, in the order the benches print them.
+    pub const ALL: [ProgramPart; 5] = [
+        ProgramPart::OffCpuCause,
+        ProgramPart::ThreadEntries,
+        ProgramPart::WakerSlots,
+        ProgramPart::RunDelay,
+        ProgramPart::Clock,
+    ];
+
+    /// Its bit in the programs' `parts_off` (`WM_PART_*` of the kernel side).
+    pub(crate) fn bit(self) -> u32 {
+        match self {
+            ProgramPart::OffCpuCause => 1,
+            ProgramPart::ThreadEntries => 2,
+            ProgramPart::WakerSlots => 4,
+            ProgramPart::RunDelay => 8,
+            ProgramPart::Clock => 16,
+        }
+    }
+
+    /// A short name for tables: `cause`, `entries`, `wakers`, `run_delay`, `clock`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProgramPart::OffCpuCause => "cause",
+            ProgramPart::ThreadEntries => "entries",
+            ProgramPart::WakerSlots => "wakers",
+            ProgramPart::RunDelay => "run_delay",
+            ProgramPart::Clock => "clock",
+        }
+    }
+}
+
 /// Options of an attach; start with [`EbpfSource::builder`].
 #[derive(Debug, Clone)]
 pub struct EbpfSourceBuilder {
@@ -85,6 +141,8 @@ pub struct EbpfSourceBuilder {
     top_wakers: usize,
     syscalls: bool,
     calibration: bool,
+    /// [`ProgramPart`] bits switched off (0 but in benches).
+    parts_off: u32,
     /// `None`: `/sys/kernel/btf/vmlinux`.
     kernel_btf: Option<std::path::PathBuf>,
 }
@@ -100,6 +158,7 @@ impl EbpfSourceBuilder {
             top_wakers: DEFAULT_TOP_WAKERS,
             syscalls: true,
             calibration: false,
+            parts_off: 0,
             kernel_btf: None,
         }
     }
@@ -158,6 +217,16 @@ impl EbpfSourceBuilder {
     /// accounting. Meant for benchmarks.
     pub fn with_calibration_program(mut self, on: bool) -> Self {
         self.calibration = on;
+        self
+    }
+
+    /// Switches `part` of the kernel programs off, to measure what it costs
+    /// per run (the programs' run time against a run with it on). The
+    /// counters it feeds are then wrong: meant for benchmarks. Like
+    /// [`EbpfSourceBuilder::with_calibration_program`], it loads a program
+    /// set of its own.
+    pub fn with_part_off(mut self, part: ProgramPart) -> Self {
+        self.parts_off |= part.bit();
         self
     }
 

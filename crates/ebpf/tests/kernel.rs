@@ -1088,3 +1088,91 @@ fn observes_another_process_by_pid_until_it_exits() {
         Err(KernelSourceError::TargetExited { .. })
     ));
 }
+
+/// A thread blocked between two reads: its entry does not change, so the
+/// task iterator hands the second read its head alone and the source
+/// answers from what it kept. That answer must be what a whole entry
+/// gives: the same counters as a second source's first read (whole), and
+/// the off-CPU span in progress grown to the read's moment.
+#[test]
+#[ignore = "needs root"]
+fn unchanged_entries_read_again_agree_with_a_whole_read() {
+    let _serial = serial();
+    let test = "unchanged_entries_read_again_agree_with_a_whole_read";
+    let mut first = attach(test, EbpfSource::builder(Target::SelfProcess));
+    on_parked_thread(
+        || {
+            for _ in 0..20 {
+                thread::sleep(Duration::from_millis(1));
+            }
+        },
+        |tid, ()| {
+            // Whole: the first read of this session.
+            let (one, state_one) = read_while_parked(&mut first, tid);
+            thread::sleep(Duration::from_millis(20));
+            // Unchanged since: answered from what the session kept.
+            let (two, state_two) = read_while_parked(&mut first, tid);
+            assert_eq!(
+                state_one, state_two,
+                "{test}: the thread ran between the reads"
+            );
+            // Another session of the same program set: its first walk
+            // gets every entry whole.
+            let mut second = attach(test, EbpfSource::builder(Target::SelfProcess));
+            let (whole, state_whole) = read_while_parked(&mut second, tid);
+            assert_eq!(
+                state_two, state_whole,
+                "{test}: the thread ran between the reads"
+            );
+
+            let (a, b, w) = (
+                thread_of(&one, tid),
+                thread_of(&two, tid),
+                thread_of(&whole, tid),
+            );
+            assert!(
+                b.total_voluntary_switches >= 20,
+                "{test}: {} voluntary switches, 20 sleeps made",
+                b.total_voluntary_switches
+            );
+            for (what, x, y) in [
+                (
+                    "voluntary",
+                    b.total_voluntary_switches,
+                    w.total_voluntary_switches,
+                ),
+                (
+                    "involuntary",
+                    b.total_involuntary_switches,
+                    w.total_involuntary_switches,
+                ),
+                ("wakes", b.total_wakes, w.total_wakes),
+                ("on-CPU ns", b.total_on_cpu_ns, w.total_on_cpu_ns),
+            ] {
+                assert_eq!(x, y, "{test}: {what}: kept answer {x}, whole read {y}");
+            }
+            assert_eq!(b.name, w.name, "{test}: name");
+            assert_eq!(
+                b.off_cpu_histogram, w.off_cpu_histogram,
+                "{test}: off-CPU histogram"
+            );
+            assert_eq!(b.top_wakers, w.top_wakers, "{test}: wakers");
+            // The span in progress grows with the reads' moments: at least
+            // the 20 ms slept between the first two, and the whole read,
+            // made later, sees at least as much.
+            let (off_a, off_b, off_w) = (
+                a.total_off_cpu.total_ns(),
+                b.total_off_cpu.total_ns(),
+                w.total_off_cpu.total_ns(),
+            );
+            assert!(
+                off_b >= off_a + 20_000_000,
+                "{test}: off-CPU {off_a} ns, then {off_b} ns 20 ms later"
+            );
+            assert!(
+                off_w >= off_b,
+                "{test}: off-CPU {off_b} ns kept, {off_w} ns read whole later"
+            );
+        },
+    );
+}

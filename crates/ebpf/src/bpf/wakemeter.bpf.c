@@ -43,6 +43,10 @@ const volatile __u64 pidns_ino = 0;
 /* Whether the sys_exit program is attached (set by the loader): only then
  * does a switch-out note the poll or sleep call it blocks in. */
 const volatile __u32 syscalls_on = 1;
+/* WM_PART_* bits: parts switched off for a cost measurement (set by the
+ * loader, 0 unless a bench asks). A constant to the verifier, which drops
+ * the code of the parts that are off, or the tests when none is. */
+const volatile __u32 parts_off = 0;
 /* Whether a program with typed arguments (`btf`) uses task storage (the
  * loader then attaches every hook as tp_btf, or loads the other object). */
 #ifdef WM_WITH_TASK_STORE
@@ -139,6 +143,16 @@ struct {
 	__type(value, struct wm_thread);
 } zero_thread SEC(".maps");
 
+/* The entry every event uses when WM_PART_STORAGE is off (parts_off): one
+ * per CPU, found without a helper call, so the difference to a real run is
+ * what reaching the thread's own entry costs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_thread);
+} scratch_thread SEC(".maps");
+
 /* CLOCK_REALTIME minus CLOCK_MONOTONIC in ns, written by the loader when it
  * attaches and at every read (0 = not known yet): what turns an absolute
  * CLOCK_REALTIME sleep deadline into a length. A clock step between two
@@ -215,6 +229,10 @@ static __always_inline void hist_add(__u64 *hist, __u64 value)
 static __always_inline struct wm_thread *thread_entry(__u32 tid, __u32 tgid,
 						      struct task_struct *task, const bool btf)
 {
+	if (parts_off & WM_PART_STORAGE) {
+		__u32 zero = 0;
+		return bpf_map_lookup_elem(&scratch_thread, &zero);
+	}
 	if (WM_TASK_STORE(btf)) {
 		struct task_struct *t = task ? task : bpf_get_current_task_btf();
 		struct wm_thread *ts = stored_entry(t, 0);
@@ -400,7 +418,8 @@ static __always_inline __u64 syscall_arg_ns(long nr, struct pt_regs *regs, const
 static __always_inline void note_run_delay(struct wm_thread *st, struct task_struct *prev,
 					   const bool btf)
 {
-	if (!__builtin_preserve_field_info(prev->sched_info, 2 /* BPF_FIELD_EXISTS */))
+	if (!__builtin_preserve_field_info(prev->sched_info, 2 /* BPF_FIELD_EXISTS */) ||
+	    (parts_off & WM_PART_RUN_DELAY))
 		return;
 	__u64 run_delay = 0;
 	WM_READ(btf, run_delay, prev->sched_info.run_delay);
@@ -423,7 +442,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 	if (!prev_watched && !next_watched)
 		return 0;
 
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = (parts_off & WM_PART_CLOCK) ? 1 : bpf_ktime_get_ns();
 	if (prev_watched) {
 		__u32 tid = (__u32)cur;
 		bool preempt = (bool)ctx[0];
@@ -444,7 +463,16 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 				 * saved registers (current == prev). */
 				struct pt_regs *regs;
 				long nr;
-				__u64 cause = off_cpu_cause(prev, preempt, prev_state, btf, &regs, &nr);
+				__u64 cause;
+				if (parts_off & WM_PART_CAUSE) {
+					regs = NULL;
+					nr = -1;
+					cause = preempt || prev_state == 0 ? WM_OFF_PREEMPTED
+									   : WM_OFF_OTHER;
+				} else {
+					cause = off_cpu_cause(prev, preempt, prev_state, btf, &regs,
+							      &nr);
+				}
 				if (cause == WM_OFF_PREEMPTED) {
 					st->involuntary += 1;
 				} else {
@@ -461,6 +489,8 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 				}
 				note_run_delay(st, prev, btf);
 				st->off_cause = cause;
+				/* Last, after a barrier: entry_mark reads it. */
+				WM_BARRIER();
 				st->off_since_ns = now;
 			}
 		}
@@ -476,6 +506,7 @@ static __always_inline int on_switch(__u64 *ctx, const bool btf)
 				hist_add(st->off_hist, d);
 			}
 			st->off_since_ns = 0;
+			WM_BARRIER(); /* on_since last: entry_mark reads it */
 			st->on_since_ns = now;
 		}
 	}
@@ -526,7 +557,7 @@ static __always_inline void note_waker(struct wm_thread *st, __u64 id, bool irq,
 			continue;
 		}
 		if (st->waker_tid[i] == waker) {
-			__sync_fetch_and_add(&st->waker_count[i], 1);
+			st->waker_count[i] = c + 1;
 			return;
 		}
 		if (c < min_count) {
@@ -573,16 +604,25 @@ static __always_inline int on_waking(__u64 *ctx, const bool btf)
 	if (!st)
 		return 0;
 
-	/* The wakeups are counted once, by source: their sum is the total
-	 * (one atomic add fewer per wake). */
+	/* The wakeups are counted once, by source: their sum is the total.
+	 * Plain adds, no atomics (a locked add per wake was a measurable part
+	 * of this program): the kernel runs sched_waking under the woken
+	 * task's pi_lock, so two wakes of one thread do not write its entry
+	 * at once. The one exception is a task waking itself, which takes no
+	 * lock; a wake from another CPU within the same few instructions
+	 * could then lose one count. */
 	struct task_struct *cur = typed_current(btf);
 	__u64 id = current_pid_tgid(cur, btf);
 	bool irq = in_interrupt(ctx, btf, cur);
 	bool of_target = !irq && (__u32)(id >> 32) == tgid;
 	__u32 source = irq ? WM_WAKE_INTERRUPT : of_target ? WM_WAKE_TARGET : WM_WAKE_OTHER;
+	if (!(parts_off & WM_PART_WAKERS))
+		note_waker(st, id, irq, of_target, btf);
+	/* Last, after a barrier: the task iterator's mark (entry_mark) reads
+	 * wakes_by, so a walk that sees the new count sees the slots too. */
+	WM_BARRIER();
 	if (source < WM_WAKE_SOURCES) /* always true; bounds the index for the verifier */
-		__sync_fetch_and_add(&st->wakes_by[source], 1);
-	note_waker(st, id, irq, of_target, btf);
+		st->wakes_by[source] += 1;
 	return 0;
 }
 
@@ -597,19 +637,20 @@ int rawtp_sched_waking(__u64 *ctx) { return on_waking(ctx, false); }
 
 static __always_inline int on_exit(__u64 *ctx, const bool btf)
 {
-	__u64 id = bpf_get_current_pid_tgid();
+	/* `p` is the current task: its ids come from it on the typed path. */
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	__u64 id = current_pid_tgid(p, btf);
 	__u32 tgid = (__u32)(id >> 32);
 	if (!is_watched(tgid))
 		return 0;
 	if (WM_TASK_STORE(btf))
-		forget_stored(bpf_get_current_task_btf());
+		forget_stored(p);
 	else
 		forget_thread(&threads, (__u32)id);
 	struct wm_target *t = bpf_map_lookup_elem(&targets, &tgid);
 	if (!t)
 		return 0;
 	__sync_fetch_and_add(&t->exits, 1);
-	struct task_struct *p = (struct task_struct *)ctx[0];
 	struct signal_struct *signal = NULL;
 	WM_READ(btf, signal, p->signal);
 	int live = 1;
@@ -658,15 +699,16 @@ static __always_inline void add_counters(struct wm_thread *dst, struct wm_thread
 
 static __always_inline int on_exec(__u64 *ctx, const bool btf)
 {
-	__u64 id = bpf_get_current_pid_tgid();
+	/* `p` is the current task: its ids come from it on the typed path. */
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	__u64 id = current_pid_tgid(p, btf);
 	__u32 tgid = (__u32)(id >> 32);
 	if (!is_watched(tgid))
 		return 0;
 	if (WM_TASK_STORE(btf)) {
 		/* Task storage follows the task through the id change: only
 		 * its name (and its id in the observer's namespace) changed. */
-		struct wm_thread *st =
-			stored_entry(bpf_get_current_task_btf(), 0);
+		struct wm_thread *st = stored_entry(p, 0);
 		if (st) {
 			bpf_get_current_comm(&st->comm, sizeof(st->comm));
 			if (pidns_ino)
@@ -777,9 +819,11 @@ static __always_inline int futex_returned(__u64 id, long ret, struct pt_regs *re
 	struct wm_thread *st = thread_entry((__u32)id, (__u32)(id >> 32), NULL, btf);
 	if (!st)
 		return 0;
-	st->futex_timed_waits += 1;
 	if (ret == -WM_ETIMEDOUT)
 		st->futex_timeouts += 1;
+	/* Last, after a barrier: entry_mark reads it. */
+	WM_BARRIER();
+	st->futex_timed_waits += 1;
 	return 0;
 }
 
@@ -819,9 +863,10 @@ static __always_inline void note_ready_fds(struct wm_thread *st, long ret, struc
 }
 
 /* Counts the return of syscall `nr` (result `ret`, saved registers `regs`)
- * by thread `id` (pid_tgid) of the target. */
-static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct pt_regs *regs,
-					    const bool btf)
+ * by thread `id` (pid_tgid) of the target, the current task `cur` (NULL on
+ * the untyped path). */
+static __always_inline int syscall_returned(__u64 id, struct task_struct *cur, long nr, long ret,
+					    struct pt_regs *regs, const bool btf)
 {
 	if (nr == NR_FUTEX)
 		return futex_returned(id, ret, regs, btf);
@@ -831,7 +876,7 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 		return 0;
 
 	__u32 tid = (__u32)id;
-	struct wm_thread *st = thread_entry(tid, (__u32)(id >> 32), NULL, btf);
+	struct wm_thread *st = thread_entry(tid, (__u32)(id >> 32), cur, btf);
 	if (!st)
 		return 0;
 	if (cls == WM_SC_RENAME) {
@@ -863,7 +908,6 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 	if (index < WM_SYSCALLS)
 		st->calls_by_syscall[index] += 1;
 	if (cls == WM_SC_POLL) {
-		st->poll_calls += 1;
 		if (did_block)
 			st->poll_blocked_calls += 1;
 		if (ret == 0) {
@@ -885,8 +929,10 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 			hist_add(st->poll_timeout_hist, arg);
 		}
 		st->poll_time_ns += took;
+		/* Last, after a barrier: entry_mark reads the call counts. */
+		WM_BARRIER();
+		st->poll_calls += 1;
 	} else {
-		st->sleep_calls += 1;
 		if (arg < WM_ARG_UNKNOWN) {
 			st->sleep_requested_ns += arg;
 			st->sleep_known_requests += 1;
@@ -896,19 +942,24 @@ static __always_inline int syscall_returned(__u64 id, long nr, long ret, struct 
 			st->sleep_interrupted += 1;
 			st->sleep_interrupted_ns += took;
 		}
+		WM_BARRIER();
+		st->sleep_calls += 1;
 	}
 	return 0;
 }
 
 static __always_inline int on_sys_exit(__u64 *ctx, const bool btf)
 {
-	__u64 id = bpf_get_current_pid_tgid();
+	/* Every syscall of every process runs this: the ids come from the
+	 * typed current task (inlined), not from a helper call. */
+	struct task_struct *cur = typed_current(btf);
+	__u64 id = current_pid_tgid(cur, btf);
 	if (!is_watched((__u32)(id >> 32)))
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)ctx[0];
 	WM_SYSCALL_NR_T raw_nr = 0;
 	WM_READ(btf, raw_nr, WM_SYSCALL_NR(regs));
-	return syscall_returned(id, (long)raw_nr, (long)ctx[1], regs, btf);
+	return syscall_returned(id, cur, (long)raw_nr, (long)ctx[1], regs, btf);
 }
 
 SEC("tp_btf/sys_exit")
@@ -933,11 +984,12 @@ struct wm_sys_exit_record {
 SEC("tracepoint/syscalls/sys_exit")
 int tp_sys_exits(struct wm_sys_exit_record *rec)
 {
-	__u64 id = bpf_get_current_pid_tgid();
+	struct task_struct *cur = bpf_get_current_task_btf();
+	__u64 id = current_pid_tgid(cur, true);
 	if (!is_watched((__u32)(id >> 32)))
 		return 0;
-	struct pt_regs *regs = bpf_task_pt_regs(bpf_get_current_task_btf());
-	return syscall_returned(id, (long)rec->nr, (long)rec->ret, regs, true);
+	struct pt_regs *regs = bpf_task_pt_regs(cur);
+	return syscall_returned(id, cur, (long)rec->nr, (long)rec->ret, regs, true);
 }
 
 #ifdef WM_WITH_TASK_STORE
@@ -949,6 +1001,28 @@ int tp_sys_exits(struct wm_sys_exit_record *rec)
  * process is the one iter_ctl asks for (0: all). With iter_ctl's `seed`
  * set, a thread of that process without an entry first gets the one user
  * space left for it in `seeds`. */
+/* What changes whenever any counter of an entry does: every program that
+ * writes an entry changes one of these words (a switch-out the switch
+ * counts and the off-CPU start, a switch-in the on-CPU start, a wake
+ * `wakes_by`, a poll or sleep return its call count, a timed futex wait
+ * that returns its count, a rename or exec the
+ * comm and namespace id), so an equal mark means an equal entry (up to a
+ * 64-bit hash collision). */
+static __always_inline __u64 entry_mark(const struct wm_thread *st)
+{
+	const __u64 *comm = (const __u64 *)st->comm;
+	__u64 words[] = {
+		st->voluntary,	  st->involuntary, st->on_since_ns, st->off_since_ns,
+		st->wakes_by[0],  st->wakes_by[1], st->wakes_by[2], st->poll_calls,
+		st->sleep_calls,  comm[0],	   comm[1],	    st->ns_tid,
+		st->futex_timed_waits,
+	};
+	__u64 h = 0xcbf29ce484222325ULL; /* FNV-1a offset basis, word-wise */
+	for (__u32 i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		h = (h ^ words[i]) * 0x100000001b3ULL;
+	return h;
+}
+
 SEC("iter/task")
 int wm_dump_threads(struct bpf_iter__task *ctx)
 {
@@ -977,6 +1051,17 @@ int wm_dump_threads(struct bpf_iter__task *ctx)
 	if (want->tgid && tgid != want->tgid)
 		return 0;
 	struct wm_iter_row row = { .tid = (__u32)task->pid };
+	__u64 reader = want->reader;
+	if (reader) {
+		__u64 mark = entry_mark(st);
+		if (st->read_by == reader && st->read_mark == mark) {
+			row.unchanged = 1;
+			bpf_seq_write(ctx->meta->seq, &row, sizeof(row));
+			return 0;
+		}
+		st->read_by = reader;
+		st->read_mark = mark;
+	}
 	bpf_seq_write(ctx->meta->seq, &row, sizeof(row));
 	bpf_seq_write(ctx->meta->seq, st, sizeof(*st));
 	return 0;
@@ -993,9 +1078,9 @@ int tpbtf_calibrate(__u64 *ctx) { return 0; }
 SEC("raw_tp/sched_switch")
 int rawtp_calibrate(__u64 *ctx) { return 0; }
 
-_Static_assert(sizeof(struct wm_thread) == 2488, "wm_thread layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_thread) == 2504, "wm_thread layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_target) == 24, "wm_target layout changed: update abi.rs");
-_Static_assert(sizeof(struct wm_iter_ctl) == 8, "wm_iter_ctl layout changed: update abi.rs");
+_Static_assert(sizeof(struct wm_iter_ctl) == 16, "wm_iter_ctl layout changed: update abi.rs");
 _Static_assert(sizeof(struct wm_iter_row) == 8, "wm_iter_row layout changed: update abi.rs");
 /* The same offsets are asserted in abi.rs. */
 _Static_assert(__builtin_offsetof(struct wm_thread, run_delay_mark) == 24, "abi.rs");
@@ -1015,6 +1100,7 @@ _Static_assert(__builtin_offsetof(struct wm_thread, waker_comm) == 2112, "abi.rs
 _Static_assert(__builtin_offsetof(struct wm_thread, waker_ns_tid) == 2368, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, ns_tid) == 2432, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, tgid) == 2440, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, read_mark) == 2456, "abi.rs");
 /* on_exec's word ranges: counters, state, counters, then comm. */
 _Static_assert(__builtin_offsetof(struct wm_thread, sc_arg_ns) / 8 + 1 == WM_W_SYSCALL, "on_exec");
 _Static_assert(__builtin_offsetof(struct wm_thread, run_delay_mark) / 8 + 1 == WM_W_SCHED, "on_exec");

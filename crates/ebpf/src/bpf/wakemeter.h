@@ -127,7 +127,7 @@ struct wm_thread {
 	 * exit the programs can see in the threads map). They live in the
 	 * thread's own entry so that they go when it goes, and reading them
 	 * costs nothing beyond the entry. Written only by sched_waking, which
-	 * the kernel runs under the woken task's pi_lock. */
+	 * the kernel runs under the woken task's pi_lock (plain stores). */
 	__u32 waker_tid[WM_WAKER_SLOTS];
 	__u64 waker_count[WM_WAKER_SLOTS];
 	__u64 waker_of_target;
@@ -154,6 +154,12 @@ struct wm_thread {
 	__s32 ready_fd[WM_READY_FDS];
 	__u32 ready_fds;
 	__u32 ready_pad;
+	/* Written by the task iterator only: the reader (wm_iter_ctl.reader)
+	 * that last got this entry whole, and the entry's mark then (see
+	 * entry_mark). While both still match, the iterator writes the row's
+	 * head alone: that reader has the entry already. */
+	__u64 read_by;
+	__u64 read_mark;
 };
 
 /* The watched set: bit (tgid % 64) of word (tgid / 64). PID_MAX_LIMIT is
@@ -175,6 +181,15 @@ struct wm_target {
 	__u64 dead;
 };
 
+/* Parts of the programs a cost measurement can switch off (the `parts_off`
+ * global; 0 in every real use). With a part off the counters it feeds are
+ * wrong: only the benches set it, to find what each part costs per run. */
+#define WM_PART_CAUSE 1U     /* the off-CPU cause: saved registers, syscall class */
+#define WM_PART_STORAGE 2U   /* per-thread entries: a per-CPU scratch entry instead */
+#define WM_PART_WAKERS 4U    /* the waker slots of sched_waking */
+#define WM_PART_RUN_DELAY 8U /* the schedstat read (sched_info.run_delay) */
+#define WM_PART_CLOCK 16U    /* the clock read of sched_switch */
+
 /* What the next walk of the task iterator does (iter_ctl's one entry). */
 struct wm_iter_ctl {
 	/* The process whose entries are written out (initial-namespace
@@ -182,13 +197,18 @@ struct wm_iter_ctl {
 	__u32 tgid;
 	/* 1: first give that process's threads their entries from `seeds`. */
 	__u32 seed;
+	/* Who reads (any id but 0, one per reading session): entries this
+	 * reader got whole on its last walk and that have not changed since
+	 * come out as a head alone. 0: every entry whole. */
+	__u64 reader;
 };
 
 /* The head of each entry the task iterator writes; the struct wm_thread
- * follows it. */
+ * follows it unless `unchanged` is 1. */
 struct wm_iter_row {
 	__u32 tid; /* initial-namespace thread id */
-	__u32 pad;
+	/* 1: the entry is as the reader got it last time (no body follows). */
+	__u32 unchanged;
 };
 
 #endif

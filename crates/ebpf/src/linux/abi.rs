@@ -91,6 +91,10 @@ pub(crate) struct WmThread {
     pub ready_fd: [i32; READY_FDS],
     pub ready_fds: u32,
     pub ready_pad: u32,
+    /// The task iterator's own: the reader that last got the entry whole,
+    /// and the entry's mark then (not counters).
+    pub read_by: u64,
+    pub read_mark: u64,
 }
 
 impl WmThread {
@@ -139,6 +143,8 @@ impl WmThread {
         ready_fd: [0; READY_FDS],
         ready_fds: 0,
         ready_pad: 0,
+        read_by: 0,
+        read_mark: 0,
     };
 
     /// Occupied waker slots.
@@ -147,7 +153,7 @@ impl WmThread {
     }
 }
 
-const _: () = assert!(size_of::<WmThread>() == 2488);
+const _: () = assert!(size_of::<WmThread>() == 2504);
 // Offsets the C side asserts too (`wakemeter.bpf.c`): a field moved on one
 // side only fails the build instead of reading garbage.
 const _: () = assert!(std::mem::offset_of!(WmThread, run_delay_mark) == 24);
@@ -167,6 +173,7 @@ const _: () = assert!(std::mem::offset_of!(WmThread, waker_comm) == 2112);
 const _: () = assert!(std::mem::offset_of!(WmThread, waker_ns_tid) == 2368);
 const _: () = assert!(std::mem::offset_of!(WmThread, ns_tid) == 2432);
 const _: () = assert!(std::mem::offset_of!(WmThread, tgid) == 2440);
+const _: () = assert!(std::mem::offset_of!(WmThread, read_mark) == 2456);
 
 /// `struct wm_target`: per watched process (see the C header).
 #[repr(C)]
@@ -190,15 +197,18 @@ pub(crate) struct WmIterCtl {
     pub tgid: u32,
     /// 1: first give that process's threads their entries from `seeds`.
     pub seed: u32,
+    /// The reading session (not 0): entries it got whole on its last walk
+    /// and unchanged since come out as a head alone. 0: all whole.
+    pub reader: u64,
 }
 
-// SAFETY: two u32, no padding (asserted on both sides).
+// SAFETY: two u32 and a u64, no padding (asserted on both sides).
 unsafe impl aya::Pod for WmIterCtl {}
 
-const _: () = assert!(size_of::<WmIterCtl>() == 8);
+const _: () = assert!(size_of::<WmIterCtl>() == 16);
 
-/// Bytes of the head (`struct wm_iter_row`: the thread id and padding)
-/// before each entry the task iterator writes.
+/// Bytes of the head (`struct wm_iter_row`: the thread id and the
+/// `unchanged` flag) before each entry the task iterator writes.
 pub(crate) const ITER_ROW_HEAD: usize = 8;
 
 /// Words of the watched-process bitmap (`WM_TGID_WORDS`): one bit per

@@ -2,6 +2,74 @@
 
 use super::*;
 
+/// The part of a span still in progress (on or off CPU) at `now_ns`, for
+/// a span that began at `since` (0: none in progress).
+fn in_progress(since: u64, now_ns: u64) -> u64 {
+    if since != 0 && now_ns > since {
+        now_ns - since
+    } else {
+        0
+    }
+}
+
+/// What a read keeps of a thread's entry, to answer the next read when
+/// the task iterator says the entry has not changed (a thread blocked the
+/// whole time): its converted stats, and the raw words the span in
+/// progress grows from, so that the answer is what converting the entry
+/// again would give.
+pub(super) struct Kept {
+    /// `None`: the entry was left out (no id in the observer's namespace).
+    stats: Option<KernelThreadStats>,
+    on_cpu_ns: u64,
+    on_since_ns: u64,
+    off_since_ns: u64,
+    off_cause: u64,
+    /// `off_ns[off_cause]` of the entry (0 for a cause out of range).
+    off_ns_of_cause: u64,
+    /// The last read that saw the entry (one no read sees any more is
+    /// forgotten).
+    pub(super) seen: u64,
+}
+
+impl Kept {
+    pub(super) fn new(raw: &WmThread, stats: Option<KernelThreadStats>, seen: u64) -> Kept {
+        let off_ns_of_cause = usize::try_from(raw.off_cause)
+            .ok()
+            .and_then(|c| raw.off_ns.get(c))
+            .copied()
+            .unwrap_or(0);
+        Kept {
+            stats,
+            on_cpu_ns: raw.on_cpu_ns,
+            on_since_ns: raw.on_since_ns,
+            off_since_ns: raw.off_since_ns,
+            off_cause: raw.off_cause,
+            off_ns_of_cause,
+            seen,
+        }
+    }
+
+    /// The stats of the unchanged entry at `now_ns`: as kept, with the span
+    /// in progress grown to `now_ns` (as [`thread_stats`] computes it).
+    pub(super) fn stats_at(&self, now_ns: u64) -> Option<KernelThreadStats> {
+        let mut t = self.stats.clone()?;
+        t.total_on_cpu_ns = self
+            .on_cpu_ns
+            .saturating_add(in_progress(self.on_since_ns, now_ns));
+        let mut causes = t.total_off_cpu.by_cause();
+        if let Some(cause) = usize::try_from(self.off_cause)
+            .ok()
+            .and_then(|c| causes.get_mut(c))
+        {
+            *cause = self
+                .off_ns_of_cause
+                .saturating_add(in_progress(self.off_since_ns, now_ns));
+            t.total_off_cpu = OffCpuTime::from_causes(causes);
+        }
+        Some(t)
+    }
+}
+
 /// Converts one kernel record, adding the span in progress (on or off CPU)
 /// to the totals so that they grow smoothly between switches, with its
 /// `top_wakers` most frequent wakers.
@@ -11,13 +79,7 @@ pub(super) fn thread_stats(
     now_ns: u64,
     top_wakers: usize,
 ) -> KernelThreadStats {
-    let in_progress = |since: u64| {
-        if since != 0 && now_ns > since {
-            now_ns - since
-        } else {
-            0
-        }
-    };
+    let in_progress = |since: u64| in_progress(since, now_ns);
 
     let mut off_ns = raw.off_ns;
     if let Some(cause) = usize::try_from(raw.off_cause)

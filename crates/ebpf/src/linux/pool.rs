@@ -123,6 +123,7 @@ impl ProgramSet {
             .btf(btf)
             .override_global("pidns_ino", &pidns_ino, true)
             .override_global("syscalls_on", &u32::from(options.syscalls), true)
+            .override_global("parts_off", &options.parts_off, true)
             .map_max_entries("threads", threads_entries)
             .map_max_entries("seeds", seeds_entries)
             .load(object(task_store)?)
@@ -359,10 +360,13 @@ pub(super) fn program_set(
     btf: &Btf,
     pidns_ino: u64,
 ) -> Result<(Arc<Mutex<ProgramSet>>, bool), EbpfError> {
-    // A fixed capacity, a calibration program or another BTF file are
-    // asked for by tests and benches: those get a set of their own.
-    let private =
-        options.max_threads.is_some() || options.calibration || options.kernel_btf.is_some();
+    // A fixed capacity, a calibration program, parts switched off or
+    // another BTF file are asked for by tests and benches: those get a set
+    // of their own.
+    let private = options.max_threads.is_some()
+        || options.calibration
+        || options.parts_off != 0
+        || options.kernel_btf.is_some();
     if private {
         let max_threads = options.max_threads.unwrap_or(capacity);
         let set = ProgramSet::load(options, max_threads, btf, pidns_ino)?;

@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// The next reader id for the task iterator (never 0: 0 asks for every
+/// entry whole).
+fn next_reader() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(crate) struct Session {
     pid: u32,
     /// `pid` in the initial PID namespace: the id the programs see.
@@ -23,6 +30,15 @@ pub(crate) struct Session {
     /// The kind of each socket (by inode) a ready descriptor was, so that
     /// a socket's protocol tables are read once, not at every read.
     socket_kinds: SocketKinds,
+    /// This session's id to the task iterator: entries it got whole and
+    /// that did not change since come back as a head alone, answered from
+    /// `kept`. A new id (after a failed read) asks for everything whole.
+    reader: u64,
+    /// What the last reads got of each thread's entry, by thread id (the
+    /// programs' id), for the task iterator's unchanged rows.
+    kept: std::collections::HashMap<u32, Kept>,
+    /// Reads so far (`Kept::seen`).
+    reads: u64,
     /// `None` once the target has exited (it left the set).
     set: Option<Arc<Mutex<ProgramSet>>>,
     /// Kind, hook and capacity of the set, kept after it is gone.
@@ -124,6 +140,9 @@ impl Session {
             last_read_entries: 0,
             tids: Vec::new(),
             socket_kinds: SocketKinds::default(),
+            reader: next_reader(),
+            kept: std::collections::HashMap::new(),
+            reads: 0,
             set: Some(set),
             kind,
             syscall_hook,
@@ -253,14 +272,11 @@ impl Session {
         // twice what it needs.
         let mut threads = Vec::with_capacity(self.last_read_entries as usize);
         let socket_kinds = &mut self.socket_kinds;
-        let mut each = |tid: u32, raw: &WmThread| {
-            if raw.tgid != u64::from(tgid) {
-                return;
-            }
+        let mut convert = |tid: u32, raw: &WmThread| -> Option<KernelThreadStats> {
             if !in_namespace {
                 let mut t = thread_stats(tid, raw, now, top_wakers);
                 t.ready_fds = socket_kinds.ready_fds(pid, raw);
-                threads.push(t);
+                Some(t)
             } else if let Ok(ns_tid) = u32::try_from(raw.ns_tid)
                 && ns_tid != 0
             {
@@ -272,23 +288,76 @@ impl Session {
                 for w in &mut t.top_wakers {
                     w.tid = namespace_waker(raw, w.tid);
                 }
-                threads.push(t);
+                Some(t)
+            } else {
+                None
             }
         };
+
         // Alone in its set (or named by another PID namespace's ids), a
         // process reads the whole map in batches. Beside others, it looks
         // up its own threads, listed from /proc: a read then costs its own
         // threads, not every watched process's.
         let mine = set.members.get(&tgid).map_or(0, |m| m.reserved);
         let alone = mine.saturating_mul(2) >= set.reserved;
-        // The task iterator writes out this process's entries only.
+        // The task iterator writes out this process's entries only, and
+        // of those only the ones that changed since this session's last
+        // read whole: the others come from `kept`.
         let Live { ebpf, store, .. } = &mut set.live;
         let fetched = if store.is_task() {
-            store.for_each_of(ebpf, (tgid, pid), &[], &mut each)?
-        } else if alone || in_namespace || !sys::list_tids(pid, &mut self.tids) {
-            store.for_each(ebpf, &mut each)?
+            self.reads = self.reads.wrapping_add(1);
+            let seq = self.reads;
+            let kept = &mut self.kept;
+            let mut lost = false;
+            let walked = store.for_each_of(ebpf, (tgid, pid), &[], self.reader, |tid, raw| {
+                match raw {
+                    Some(raw) if raw.tgid == u64::from(tgid) => {
+                        let stats = convert(tid, raw);
+                        if let Some(t) = &stats {
+                            threads.push(t.clone());
+                        }
+                        kept.insert(tid, Kept::new(raw, stats, seq));
+                    }
+                    Some(_) => {}
+                    None => match kept.get_mut(&tid) {
+                        Some(k) => {
+                            k.seen = seq;
+                            if let Some(t) = k.stats_at(now) {
+                                threads.push(t);
+                            }
+                        }
+                        // Never seen whole by this session: cannot be.
+                        None => lost = true,
+                    },
+                }
+            });
+            // After a failed walk (or an unchanged row this session has no
+            // copy of) the kernel's marks and `kept` may disagree: a new
+            // reader id makes the next walk hand every entry whole.
+            if walked.is_err() || lost {
+                self.reader = next_reader();
+                self.kept.clear();
+            } else {
+                self.kept.retain(|_, k| k.seen == seq);
+            }
+            walked?
         } else {
-            store.for_each_of(ebpf, (tgid, pid), &self.tids, &mut each)?
+            let mut each = |tid: u32, raw: &WmThread| {
+                if raw.tgid == u64::from(tgid)
+                    && let Some(t) = convert(tid, raw)
+                {
+                    threads.push(t);
+                }
+            };
+            if alone || in_namespace || !sys::list_tids(pid, &mut self.tids) {
+                store.for_each(ebpf, &mut each)?
+            } else {
+                store.for_each_of(ebpf, (tgid, pid), &self.tids, 0, |tid, raw| {
+                    if let Some(raw) = raw {
+                        each(tid, raw);
+                    }
+                })?
+            }
         };
         // Thread ids are unique: the unstable sort needs no scratch copy
         // (the stable one allocates half the list again).

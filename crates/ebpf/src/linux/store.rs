@@ -25,8 +25,8 @@ use super::abi::{ITER_ROW_HEAD, WmIterCtl, WmThread};
 use super::read_error;
 use super::sys::{self, Batch};
 
-/// Entries fetched per batch when reading the hash map (about 140 KiB of
-/// buffers at 2.2 KiB an entry).
+/// Entries fetched per batch when reading the hash map (about 150 KiB of
+/// buffers at 2.4 KiB an entry).
 const READ_BATCH: usize = 64;
 
 /// The task iterator program of the object.
@@ -104,11 +104,15 @@ impl Store {
     pub(super) fn for_each(
         &mut self,
         ebpf: &mut Ebpf,
-        each: impl FnMut(u32, &WmThread),
+        mut each: impl FnMut(u32, &WmThread),
     ) -> Result<u32, KernelSourceError> {
         match self {
             Store::Hash(h) => h.for_each(each),
-            Store::Task(t) => t.walk(ebpf, WmIterCtl::default(), None, each),
+            Store::Task(t) => t.walk(ebpf, WmIterCtl::default(), None, |tid, raw| {
+                if let Some(raw) = raw {
+                    each(tid, raw);
+                }
+            }),
         }
     }
 
@@ -117,23 +121,37 @@ impl Store {
     /// thread ids are `tids` (as listed from `/proc`): the hash map looks
     /// each up, whatever else it holds; the iterator walks that process's
     /// threads only.
+    ///
+    /// `reader` (not 0) names the caller to the iterator: an entry that
+    /// reader got whole on its last walk and that has not changed since
+    /// comes as `None` (the head alone: 8 bytes instead of 2.4 KiB), which
+    /// the caller answers from what it kept. The hash map always hands
+    /// entries whole.
     pub(super) fn for_each_of(
         &mut self,
         ebpf: &mut Ebpf,
         (tgid, pid): (u32, u32),
         tids: &[u32],
-        each: impl FnMut(u32, &WmThread),
+        reader: u64,
+        mut each: impl FnMut(u32, Option<&WmThread>),
     ) -> Result<u32, KernelSourceError> {
         match self {
-            Store::Hash(h) => h.for_each_listed(tids, each),
-            Store::Task(t) => t.walk(ebpf, WmIterCtl { tgid, seed: 0 }, Some(pid), each),
+            Store::Hash(h) => h.for_each_listed(tids, |tid, raw| each(tid, Some(raw))),
+            Store::Task(t) => {
+                let ctl = WmIterCtl {
+                    tgid,
+                    seed: 0,
+                    reader,
+                };
+                t.walk(ebpf, ctl, Some(pid), each)
+            }
         }
     }
 
     /// Gives threads of process `tgid` (`pid` here) their first entry,
     /// `entry_of(tid)` for each of `tids` that has one, unless the programs
     /// made one first. Best effort. Each entry goes to the kernel as it is
-    /// made: at 2.2 KiB an entry, a list of them for 20,000 threads would
+    /// made: at 2.4 KiB an entry, a list of them for 20,000 threads would
     /// hold 44 MiB for the time of the attach.
     pub(super) fn seed(
         &mut self,
@@ -171,7 +189,12 @@ impl Store {
                 }
                 // The walk moves each seed into its thread's storage,
                 // unless the programs made one first.
-                let _ = t.walk(ebpf, WmIterCtl { tgid, seed: 1 }, Some(pid), |_, _| {});
+                let ctl = WmIterCtl {
+                    tgid,
+                    seed: 1,
+                    reader: 0,
+                };
+                let _ = t.walk(ebpf, ctl, Some(pid), |_, _| {});
                 if let Some(mut seeds) = entries_mut(&mut t.seeds) {
                     for tid in seeded {
                         let _ = seeds.remove(&tid);
@@ -203,6 +226,7 @@ impl Store {
                 let ctl = WmIterCtl {
                     tgid: NO_PROCESS,
                     seed: 0,
+                    reader: 0,
                 };
                 let _ = t.walk(ebpf, ctl, None, |_, _| {});
             }
@@ -213,13 +237,14 @@ impl Store {
 impl TaskStore {
     /// Runs the task iterator once with `ctl`, over the threads of process
     /// `pid` (of this process's PID namespace) or of every process, and
-    /// calls `each` with every entry it writes out; returns how many.
+    /// calls `each` with every entry it writes out (`None`: unchanged since
+    /// `ctl.reader` last got it whole); returns how many.
     fn walk(
         &mut self,
         ebpf: &mut Ebpf,
         ctl: WmIterCtl,
         pid: Option<u32>,
-        mut each: impl FnMut(u32, &WmThread),
+        mut each: impl FnMut(u32, Option<&WmThread>),
     ) -> Result<u32, KernelSourceError> {
         let fail = |what: String| KernelSourceError::Read(format!("task iterator: {what}"));
         self.ctl.set(0, &ctl, 0).map_err(read_error("iter_ctl"))?;
@@ -249,9 +274,10 @@ impl TaskStore {
             }
         };
         // Read in pieces of READ_BATCH rows, each row handed on as soon as
-        // it is whole: the output of a whole walk is 2.2 KiB a thread
-        // (44 MiB at 20,000 threads), and a buffer of it kept between reads
+        // it is whole: the output of a whole walk is 2.4 KiB a thread
+        // (48 MiB at 20,000 threads), and a buffer of it kept between reads
         // was most of the watcher's memory on a process with many threads.
+        // A row is the head alone when the entry is unchanged.
         let row = ITER_ROW_HEAD + size_of::<WmThread>();
         let piece = row.saturating_mul(READ_BATCH);
         if self.buf.len() != piece.saturating_add(row) {
@@ -275,20 +301,27 @@ impl TaskStore {
             let Some(data) = self.buf.get(..filled) else {
                 return Err(fail("read buffer out of bounds".into()));
             };
-            let mut rows = data.chunks_exact(row);
-            for chunk in &mut rows {
-                let (head, body) = chunk.split_at(ITER_ROW_HEAD);
-                let mut tid = [0u8; 4];
-                tid.copy_from_slice(&head[..4]);
-                // SAFETY: `body` is exactly size_of::<WmThread>() bytes (the
-                // chunk's length less the head), WmThread is plain old data
-                // (repr(C), integers only, every bit pattern valid), and the
-                // read is unaligned-safe.
-                let raw: WmThread = unsafe { std::ptr::read_unaligned(body.as_ptr().cast()) };
-                each(u32::from_ne_bytes(tid), &raw);
+            let mut rest = data;
+            while let Some((head, after)) = rest.split_first_chunk::<ITER_ROW_HEAD>() {
+                let tid = u32::from_ne_bytes([head[0], head[1], head[2], head[3]]);
+                let unchanged = u32::from_ne_bytes([head[4], head[5], head[6], head[7]]) != 0;
+                if unchanged {
+                    each(tid, None);
+                    rest = after;
+                } else {
+                    let Some(body) = after.get(..size_of::<WmThread>()) else {
+                        break; // the rest of the row comes with the next read
+                    };
+                    // SAFETY: `body` is exactly size_of::<WmThread>() bytes,
+                    // WmThread is plain old data (repr(C), integers only,
+                    // every bit pattern valid), and the read is unaligned-safe.
+                    let raw: WmThread = unsafe { std::ptr::read_unaligned(body.as_ptr().cast()) };
+                    each(tid, Some(&raw));
+                    rest = after.get(size_of::<WmThread>()..).unwrap_or_default();
+                }
                 fetched = fetched.saturating_add(1);
             }
-            held = rows.remainder().len();
+            held = rest.len();
             // Move the part row to the front for the next read.
             self.buf.copy_within(filled.saturating_sub(held)..filled, 0);
         }
