@@ -1100,7 +1100,7 @@ _Static_assert(__builtin_offsetof(struct wm_thread, waker_comm) == 2112, "abi.rs
 _Static_assert(__builtin_offsetof(struct wm_thread, waker_ns_tid) == 2368, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, ns_tid) == 2432, "abi.rs");
 _Static_assert(__builtin_offsetof(struct wm_thread, tgid) == 2440, "abi.rs");
-_Static_assert(__builtin_offsetof(struct wm_thread, read_mark) == 2456, "abi.rs");
+_Static_assert(__builtin_offsetof(struct wm_thread, read_mark) == 2496, "abi.rs");
 /* on_exec's word ranges: counters, state, counters, then comm. */
 _Static_assert(__builtin_offsetof(struct wm_thread, sc_arg_ns) / 8 + 1 == WM_W_SYSCALL, "on_exec");
 _Static_assert(__builtin_offsetof(struct wm_thread, run_delay_mark) / 8 + 1 == WM_W_SCHED, "on_exec");

@@ -173,7 +173,7 @@ const _: () = assert!(std::mem::offset_of!(WmThread, waker_comm) == 2112);
 const _: () = assert!(std::mem::offset_of!(WmThread, waker_ns_tid) == 2368);
 const _: () = assert!(std::mem::offset_of!(WmThread, ns_tid) == 2432);
 const _: () = assert!(std::mem::offset_of!(WmThread, tgid) == 2440);
-const _: () = assert!(std::mem::offset_of!(WmThread, read_mark) == 2456);
+const _: () = assert!(std::mem::offset_of!(WmThread, read_mark) == 2496);
 
 /// `struct wm_target`: per watched process (see the C header).
 #[repr(C)]
