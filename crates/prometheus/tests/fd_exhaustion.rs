@@ -13,7 +13,8 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,41 @@ fn thread_ticks(f: &File) -> u64 {
         .split_whitespace()
         .collect();
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A TCP socket over IPv4, not connected yet.
+fn tcp_socket() -> OwnedFd {
+    // SAFETY: socket takes no pointers; its result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` was just returned by socket and is owned by no one else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// `socket` connected to `addr` (an IPv4 address), as a stream.
+fn connect(socket: OwnedFd, addr: SocketAddr) -> TcpStream {
+    let SocketAddr::V4(v4) = addr else {
+        panic!("the server listens on IPv4: {addr}")
+    };
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*v4.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `sin` is a valid sockaddr_in that outlives the call, and its
+    // size is the length passed.
+    let r = unsafe {
+        libc::connect(
+            socket.as_raw_fd(),
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+    TcpStream::from(socket)
 }
 
 fn clock_ticks_per_sec() -> u64 {
@@ -86,10 +122,12 @@ fn out_of_descriptors_the_server_pauses_counts_and_recovers() {
     let addr = server.local_addr();
     let stat = thread_stat("wakemeter-http");
 
-    // Hold every free descriptor but two, connect with those: both
-    // connections are queued (the kernel completed the handshakes); the
-    // server accepts the first with its reserve and cannot accept the
-    // second.
+    // Hold every free descriptor but two, make both clients' sockets with
+    // those, then connect: both connections are queued (the kernel
+    // completed the handshakes); the server accepts the first with its
+    // reserve and cannot accept the second. (Both sockets exist before
+    // either connects: the server, woken by the first, would otherwise
+    // take the descriptor the second client needs, as it once did in CI.)
     let mut hoard: Vec<File> = Vec::new();
     while let Ok(f) = File::open("/dev/null") {
         hoard.push(f);
@@ -97,12 +135,12 @@ fn out_of_descriptors_the_server_pauses_counts_and_recovers() {
     assert!(hoard.len() > 10, "could not fill the descriptor table");
     hoard.pop();
     hoard.pop();
-    let mut first = TcpStream::connect(addr).unwrap();
-    let mut second = TcpStream::connect(addr).unwrap();
+    let sockets = [tcp_socket(), tcp_socket()];
     // Fill those the clients did not need again, if any.
     while let Ok(f) = File::open("/dev/null") {
         hoard.push(f);
     }
+    let [mut first, mut second] = sockets.map(|s| connect(s, addr));
     let start = Instant::now();
     while server.stats().accept_errors == 0 {
         assert!(

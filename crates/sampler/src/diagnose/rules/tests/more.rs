@@ -391,3 +391,96 @@ fn alike_threads_are_steady_together_or_not_at_all() {
     // group; the ticker at 0.30 is not steady.
     assert_eq!(run([10, 11, 12, 13, 15]), vec![4]);
 }
+
+/// A thread of `name` at `cpu`% of a core, waiting for a CPU `wait`% of
+/// the time, with `voluntary` voluntary switches/s (from /proc).
+fn proc_thread(tid: u64, name: &str, cpu: f64, wait: f64, voluntary: f64) -> ThreadInterval {
+    serde_json::from_value(serde_json::json!({
+        "tid": tid, "serial": tid, "name": name, "started_in_interval": false,
+        "cpu_time_ns": 0u64, "cpu_percent": cpu,
+        "switches": null, "switches_per_sec": null,
+        "voluntary_switches": null, "voluntary_switches_per_sec": voluntary,
+        "involuntary_switches": null, "involuntary_switches_per_sec": null,
+        "run_queue_wait_ns": null, "run_queue_wait_percent": wait,
+        "kernel": null
+    }))
+    .expect("a thread interval")
+}
+
+/// A loop of `kind` on thread `tid` woken `rate` times a second over 2 s,
+/// one event per wakeup, never idle nor timed out, `wait_ns` per wait.
+fn woken_loop(kind: &str, tid: u64, rate: f64, wait_ns: u64) -> crate::interval::LoopInterval {
+    let wakeups = (rate * 2.0) as u64;
+    serde_json::from_value(serde_json::json!({
+        "id": 1, "name": "tokio-worker", "kind": kind, "tid": tid,
+        "wakeups": wakeups, "wakeups_per_sec": rate,
+        "idle_wakeups": 0, "idle_wakeup_ratio": 0.0, "timed_out_wakeups": 0,
+        "early_wakeups": 0, "zero_timeout_waits": 0, "zero_timeout_ratio": 0.0,
+        "events": wakeups, "events_per_wakeup": 1.0,
+        "wait_ns": wakeups * wait_ns, "busy_ns": wakeups * 5_000,
+        "utilization": 0.27,
+        "poll_delay_histogram": crate::Log2Histogram::default(),
+        "mean_poll_delay_ns": 0, "p99_poll_delay_ns": null, "current_wait_ns": 0
+    }))
+    .expect("a loop interval")
+}
+
+fn loop_findings(i: &crate::interval::Interval) -> Vec<Finding> {
+    let t = Thresholds::default();
+    let previous = Severities::default();
+    let mut cx = Ctx {
+        t: &t,
+        previous: &previous,
+        out: Grouper::default(),
+        explained: HashSet::new(),
+        window_ns: i.duration_ns,
+        os: "linux",
+    };
+    loops::busy_poller_loops(&mut cx, i);
+    loops::spinning_workers(&mut cx, i);
+    cx.out.finish(&t)
+}
+
+/// Seen on the CI machine: a tokio worker unparked 71,000 times a second
+/// by its sibling spinning on `yield_now`, 13.6 µs in each park (78 µs on
+/// the machine the rule was drawn on), was called a loop whose waits
+/// return ready at once, and the spinning sibling went unnamed. A tokio
+/// worker's probe cannot see that (one event per unpark, no timeouts):
+/// the pair is a spinning worker on any machine. The same loop written by
+/// an application (its own events and timeouts) is a ready-at-once loop.
+#[test]
+fn a_worker_woken_fast_by_a_spinning_sibling_is_the_spinner_not_a_ready_loop() {
+    let mut i: crate::interval::Interval = serde_json::from_value(serde_json::json!({
+        "from_seq": 1, "to_seq": 3, "end_monotonic_ns": 2_000_000_000u64,
+        "duration_ns": 2_000_000_000u64,
+        "process": crate::interval::ProcessInterval::default(),
+        "threads": [], "threads_exited": 0, "loops": [], "sleeps": [],
+        "sampler_cpu_time_ns": 0, "sampler_cpu_percent": 0.0
+    }))
+    .expect("an interval");
+    i.threads = vec![
+        proc_thread(11, "tokio-worker", 95.0, 5.0, 0.0),
+        proc_thread(12, "tokio-worker", 55.0, 2.0, 71_000.0),
+    ];
+    for wait_ns in [13_600, 78_000] {
+        i.loops = vec![woken_loop("tokio_worker", 12, 71_040.0, wait_ns)];
+        let f = loop_findings(&i);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(f[0].summary.contains("never waits"), "{}", f[0].summary);
+        assert_eq!(
+            f[0].subject,
+            Subject::Loop {
+                name: "tokio-worker".into(),
+                tid: Some(11)
+            }
+        );
+    }
+    i.loops = vec![woken_loop("application", 12, 71_040.0, 13_600)];
+    let f = loop_findings(&i);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert!(
+        f[0].summary.contains("return ready at once"),
+        "{}",
+        f[0].summary
+    );
+}
