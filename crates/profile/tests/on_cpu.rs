@@ -56,21 +56,16 @@ fn samples_due_are_kept(profile: &wakemeter_profile::Profile, pid: u32) {
     assert!((0.9..=1.1).contains(&ratio), "kept {ratio}: {thread:?}");
     assert_eq!(a.lost_counts_full, 0);
     assert!(a.taken >= a.written, "{a:?}");
-    // A timer samples only a thread on a CPU: the samples kept are at most
-    // those due by the time between switch-ins and switch-outs, plus
-    // chance (3 standard deviations) and one period per CPU at each end
-    // of the capture. The program's own time is part of that time.
+    // The timer figures are there, and the program's own time is part of
+    // the time on a CPU. No bound ties the samples kept to that time: on a
+    // loaded VM a thread that runs in bursts is sampled 0.77 to 1.23 times
+    // its share of the timer's periods, by perf's events as by ours
+    // (ACCURACY.md, "Samples kept against samples due").
     let t = a
         .timer
         .as_ref()
         .expect("timer figures of an on-CPU profile");
     assert!(t.on_cpu_ns > 0, "{t:?}");
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    assert!(
-        (a.written as f64) <= t.due + 3.0 * t.due.sqrt() + 2.0 * cpus,
-        "{} kept, {t:?}",
-        a.written
-    );
     assert!(t.program_ns < t.on_cpu_ns, "{t:?}");
 }
 
