@@ -805,29 +805,64 @@ def run_main(argv):
 SWITCH_LINE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+(.*)$")
 
 
-def perf_on_cpu(text_path, tid, lo, hi):
+def perf_on_cpu(text_path, tid, lo, hi, frequency):
     """perf's samples of `tid` in [lo, hi) and its time on a CPU there, ns,
     from `perf script --ns --show-switch-events -F comm,tid,cpu,time,event`
-    text (timestamps CLOCK_MONOTONIC); also its switch-ins."""
+    text (timestamps CLOCK_MONOTONIC); also its switch-ins, and their
+    density over 20 slices of the period after the instants of their CPU's
+    timer (1 for a uniform one), and over a grid 0.2% slower where no
+    timer runs (the control)."""
     since = {}
     on_cpu = samples = switch_ins = 0
+    period = 1e9 / frequency
+    events = {}  # cpu -> [(t, is_switch_in)]: every sample, the thread's switch-ins
     with open(text_path, errors="replace") as f:
         for line in f:
             m = SWITCH_LINE.match(line)
-            if not m or int(m.group(2)) != tid:
+            if not m:
                 continue
             cpu = int(m.group(3))
             t = int(m.group(4)) * 10**9 + int(m.group(5).ljust(9, "0")[:9])
             rest = m.group(6)
-            if "PERF_RECORD_SWITCH" not in rest:
+            switch = "PERF_RECORD_SWITCH" in rest
+            if not switch:
+                events.setdefault(cpu, []).append((t, False))
+            if int(m.group(2)) != tid:
+                continue
+            if not switch:
                 samples += lo <= t < hi
             elif " IN " in rest:
                 since[cpu] = t
                 switch_ins += lo <= t < hi
+                events.setdefault(cpu, []).append((t, True))
             elif cpu in since:
                 start, end = max(since.pop(cpu), lo), min(t, hi)
                 on_cpu += max(0, end - start)
-    return samples, on_cpu, switch_ins
+    grid, control = Counter(), Counter()
+    first = None
+    for evs in events.values():
+        evs.sort()
+        phase = None
+        for t, switch_in in evs:
+            if not switch_in:
+                # A sample on time (less than 30 µs late) re-anchors the grid.
+                if phase is None:
+                    phase = t
+                n = round((t - phase) / period)
+                if t - phase - n * period < 30000:
+                    phase = t - n * period
+                continue
+            if phase is None or not lo <= t < hi:
+                continue
+            first = t if first is None else first
+            grid[int((t - phase) % period * 20 // period)] += 1
+            control[int((t - first) % (period * 1.002) * 20 // (period * 1.002))] += 1
+
+    def spread(c):
+        n = sum(c.values())
+        return (min(c[b] for b in range(20)) * 20 / n, max(c[b] for b in range(20)) * 20 / n) if n else (0, 0)
+
+    return samples, on_cpu, switch_ins, spread(grid), spread(control)
 
 
 def schedstat_ns(pid):
@@ -914,7 +949,7 @@ def kept_main(argv):
             )
         os.unlink(data)
         lo, hi = (a0 + b0) // 2, (a1 + b1) // 2
-        samples, on_cpu, switch_ins = perf_on_cpu(text, pid, lo, hi)
+        samples, on_cpu, switch_ins, grid, control = perf_on_cpu(text, pid, lo, hi, a.frequency)
         cpu = s1 - s0
         due, due_on_cpu = cpu * a.frequency / 1e9, on_cpu * a.frequency / 1e9
         print("wakemeter's summary:")
@@ -932,6 +967,9 @@ def kept_main(argv):
         print(f"perf, thread {pid}, {(hi - lo) / 1e9:.3f} s: {samples} samples, "
               f"{due:.1f} due by schedstat ({cpu / 1e9:.3f} s), {due_on_cpu:.1f} by its time "
               f"on a CPU ({on_cpu / 1e9:.3f} s), {switch_ins} switch-ins")
+        print(f"switch-ins against perf's timer grid, 20 slices of the period: {grid[0]:.2f} to "
+              f"{grid[1]:.2f} of a uniform density; against a grid 0.2% slower (no timer): "
+              f"{control[0]:.2f} to {control[1]:.2f}")
         print(f"\nrow: | {a.server} | {a.frequency} Hz | {100 * cpu / (hi - lo):.1f}% | "
               f"{switch_ins:,} | {samples:,} | {samples / due:.3f} | {samples / due_on_cpu:.3f} | "
               f"{on_cpu / cpu:.3f} | {kept:,} / {wm_due:,.1f} ({kept / wm_due:.3f}) | "
