@@ -76,6 +76,17 @@ and wakemeter's own summary lines (samples kept / due, the unwinding
 stops by reason and module). Everything it started is stopped at the
 end. Servers run as root from the scratch directory; nothing is kept.
 
+Kept mode: `profile-vs-perf.py kept SERVER [--frequency F --seconds S]`
+starts the server and its load the same way and measures samples kept
+against samples due in one window: `wakemeter profile --on-cpu` (its own
+summary: kept, due by schedstat, due by the time on a CPU, periods
+skipped, the program's time) and, once it has attached, `perf record -k
+CLOCK_MONOTONIC -e cpu-clock -F F -a --switch-events`; the server's main
+thread's schedstat is read at two CLOCK_MONOTONIC instants S seconds apart
+inside perf's window, and perf's samples of that thread between them are
+counted against its schedstat CPU time and against its time on a CPU from
+perf's own switch records. It prints one row of ACCURACY.md's table.
+
 Standard library only (Python 3.8+).
 """
 
@@ -791,6 +802,193 @@ def run_main(argv):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+SWITCH_LINE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+(.*)$")
+
+
+def perf_on_cpu(text_path, tid, lo, hi, frequency):
+    """perf's samples of `tid` in [lo, hi) and its time on a CPU there, ns,
+    from `perf script --ns --show-switch-events -F comm,tid,cpu,time,event`
+    text (timestamps CLOCK_MONOTONIC); also its switch-ins, and their
+    density over 20 slices of the period after the instants of their CPU's
+    timer (1 for a uniform one), and over a grid 0.2% slower where no
+    timer runs (the control)."""
+    since = {}
+    on_cpu = samples = switch_ins = 0
+    period = 1e9 / frequency
+    events = {}  # cpu -> [(t, is_switch_in)]: every sample, the thread's switch-ins
+    with open(text_path, errors="replace") as f:
+        for line in f:
+            m = SWITCH_LINE.match(line)
+            if not m:
+                continue
+            cpu = int(m.group(3))
+            t = int(m.group(4)) * 10**9 + int(m.group(5).ljust(9, "0")[:9])
+            rest = m.group(6)
+            switch = "PERF_RECORD_SWITCH" in rest
+            if not switch:
+                events.setdefault(cpu, []).append((t, False))
+            if int(m.group(2)) != tid:
+                continue
+            if not switch:
+                samples += lo <= t < hi
+            elif " IN " in rest:
+                since[cpu] = t
+                switch_ins += lo <= t < hi
+                events.setdefault(cpu, []).append((t, True))
+            elif cpu in since:
+                start, end = max(since.pop(cpu), lo), min(t, hi)
+                on_cpu += max(0, end - start)
+    grid, control = Counter(), Counter()
+    first = None
+    for evs in events.values():
+        evs.sort()
+        phase = None
+        for t, switch_in in evs:
+            if not switch_in:
+                # A sample on time (less than 30 µs late) re-anchors the grid.
+                if phase is None:
+                    phase = t
+                n = round((t - phase) / period)
+                if t - phase - n * period < 30000:
+                    phase = t - n * period
+                continue
+            if phase is None or not lo <= t < hi:
+                continue
+            first = t if first is None else first
+            grid[int((t - phase) % period * 20 // period)] += 1
+            control[int((t - first) % (period * 1.002) * 20 // (period * 1.002))] += 1
+
+    def spread(c):
+        n = sum(c.values())
+        return (min(c[b] for b in range(20)) * 20 / n, max(c[b] for b in range(20)) * 20 / n) if n else (0, 0)
+
+    return samples, on_cpu, switch_ins, spread(grid), spread(control)
+
+
+def schedstat_ns(pid):
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def kept_main(argv):
+    ap = argparse.ArgumentParser(
+        prog="profile-vs-perf.py kept",
+        description="Samples kept against samples due: wakemeter beside perf's cpu-clock samples.",
+    )
+    ap.add_argument("server", choices=sorted(SERVERS))
+    ap.add_argument("--seconds", type=int, default=8, help="perf's counted window (8)")
+    ap.add_argument("--frequency", type=int, default=99, help="Hz per CPU (99)")
+    ap.add_argument("--port", type=int, default=24000, help="first port (24000; squid takes 2)")
+    ap.add_argument("--wakemeter", default=shutil.which("wakemeter") or "wakemeter",
+                    help="the wakemeter binary")
+    a = ap.parse_args(argv)
+
+    def stop(signum, _frame):
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if os.geteuid() != 0:
+        sys.exit("run as root (perf -a, eBPF, apt-get)")
+    apt_install(["linux-perf"], ["perf"])
+    apt_install(["wrk"], ["wrk"])
+    cls = SERVERS[a.server]
+    apt_install(cls.packages, cls.commands)
+
+    scratch = tempfile.mkdtemp(prefix=f"wm-kept-{a.server}-")
+    server = cls(a, scratch)
+    load = None
+    tools = []
+    try:
+        pid = server.start()
+        warm = 3
+        load = server.load(a.seconds + warm + 20)
+        if pid is None:
+            pid = server.backend()
+        time.sleep(warm)
+        log(f"{a.server} ({server.package} {package_version(server.package)}) pid {pid}, "
+            f"load: {cls.load_text}")
+        # wakemeter's window holds perf's, which holds the counted one.
+        wm = subprocess.Popen(
+            [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
+             str(a.frequency), "--seconds", str(a.seconds + 6)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        tools.append(wm)
+        for line in wm.stderr:
+            sys.stderr.write(line)
+            if "profiling" in line:
+                break
+        data = os.path.join(scratch, "perf.data")
+        perf = subprocess.Popen(
+            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-F",
+             str(a.frequency), "-a", "--switch-events", "-o", data, "--", "sleep",
+             str(a.seconds + 2)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        tools.append(perf)
+        time.sleep(1)
+        a0 = time.monotonic_ns()
+        s0 = schedstat_ns(pid)
+        b0 = time.monotonic_ns()
+        time.sleep(a.seconds)
+        a1 = time.monotonic_ns()
+        s1 = schedstat_ns(pid)
+        b1 = time.monotonic_ns()
+        perf_err = perf.communicate()[1]
+        if perf.returncode != 0:
+            sys.exit(f"perf record failed: {perf_err.strip()}")
+        wm_out, wm_err = wm.communicate()
+        sys.stderr.write(wm_err)
+        text = os.path.join(scratch, "perf.txt")
+        with open(text, "w") as f:
+            subprocess.run(
+                ["perf", "script", "--ns", "--show-switch-events", "-F",
+                 "comm,tid,cpu,time,event", "-i", data],
+                check=True, stdout=f, stderr=subprocess.DEVNULL,
+            )
+        os.unlink(data)
+        lo, hi = (a0 + b0) // 2, (a1 + b1) // 2
+        samples, on_cpu, switch_ins, grid, control = perf_on_cpu(text, pid, lo, hi, a.frequency)
+        cpu = s1 - s0
+        due, due_on_cpu = cpu * a.frequency / 1e9, on_cpu * a.frequency / 1e9
+        print("wakemeter's summary:")
+        shown = False
+        for line in wm_out.splitlines():
+            shown = (shown or line.startswith("samples kept")) and not line.startswith("top ")
+            if shown:
+                print("  " + line)
+        m = re.search(r"samples kept: (\d+) of ([\d.]+) due", wm_out)
+        t = re.search(r"on a CPU \(switch-in to switch-out\): [\d.]+ s, [\d.]+ due, ratio ([\d.]+|-); "
+                      r"timer periods skipped: (\d+); sampling program: ([\d.]+) ms", wm_out)
+        if not m or not t or not due or not due_on_cpu:
+            sys.exit("no figures: wakemeter's summary or perf's samples missing")
+        kept, wm_due = int(m.group(1)), float(m.group(2))
+        print(f"perf, thread {pid}, {(hi - lo) / 1e9:.3f} s: {samples} samples, "
+              f"{due:.1f} due by schedstat ({cpu / 1e9:.3f} s), {due_on_cpu:.1f} by its time "
+              f"on a CPU ({on_cpu / 1e9:.3f} s), {switch_ins} switch-ins")
+        print(f"switch-ins against perf's timer grid, 20 slices of the period: {grid[0]:.2f} to "
+              f"{grid[1]:.2f} of a uniform density; against a grid 0.2% slower (no timer): "
+              f"{control[0]:.2f} to {control[1]:.2f}")
+        print(f"\nrow: | {a.server} | {a.frequency} Hz | {100 * cpu / (hi - lo):.1f}% | "
+              f"{switch_ins:,} | {samples:,} | {samples / due:.3f} | {samples / due_on_cpu:.3f} | "
+              f"{on_cpu / cpu:.3f} | {kept:,} / {wm_due:,.1f} ({kept / wm_due:.3f}) | "
+              f"{t.group(1)} | {t.group(2)} | {t.group(3)} ms |")
+    finally:
+        for p in tools:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        if load is not None and load.poll() is None:
+            os.killpg(load.pid, signal.SIGTERM)
+        server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def report(a, server, text, folded, wm_out):
     ps = parse_perf(text, False, None, canon=True)
     ws = parse_folded(folded, False, canon=True)
@@ -824,5 +1022,7 @@ def report(a, server, text, folded, wm_out):
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "run":
         run_main(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "kept":
+        kept_main(sys.argv[2:])
     else:
         compare_main()

@@ -239,6 +239,19 @@ fn sampling(out: &mut impl Write, p: &Profile) -> io::Result<()> {
             a.lost_counts_full,
             a.not_delivered
         )?;
+        if let Some(t) = &a.timer {
+            let ratio = t
+                .kept_ratio
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"));
+            writeln!(
+                out,
+                "  on a CPU (switch-in to switch-out): {:.3} s, {:.1} due, ratio {ratio}; timer periods skipped: {}; sampling program: {:.1} ms",
+                t.on_cpu_ns as f64 / 1e9,
+                t.due,
+                t.skipped_periods,
+                t.program_ns as f64 / 1e6
+            )?;
+        }
         if a.threads_exited > 0 {
             writeln!(
                 out,

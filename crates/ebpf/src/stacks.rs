@@ -245,6 +245,32 @@ pub struct StackCounts {
     /// timer, the kernel's sample-rate throttling, another BPF program
     /// running on that CPU).
     pub samples_taken: u64,
+    /// [`StackKind::OnCpu`]: what the `cpu-clock` timers could sample of
+    /// the target, to tell where samples due went; `None` otherwise.
+    pub timer: Option<TimerCounts>,
+}
+
+/// What the `cpu-clock` timers of an on-CPU profile could sample of the
+/// target, cumulative since attach (see `WM_COUNT_*` in stacks.h).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TimerCounts {
+    /// Timer periods with no sample while a thread of the target stayed on
+    /// the CPU: the timer fired more than a period late and the kernel
+    /// skipped the periods it missed. Samples the timer never fired for.
+    pub skipped_periods: u64,
+    /// Time the target's threads were on a CPU, ns, from their switch-in to
+    /// their switch-out (`sched_switch`; a thread already running at
+    /// attach is counted from its first sample). What a timer can sample;
+    /// the scheduler's CPU time (`schedstat`) of a thread that is woken
+    /// and switched in thousands of times a second can be a few percent
+    /// more (see ACCURACY.md, "Samples kept against samples due").
+    pub switch_ns: u64,
+    /// Time the on-CPU program itself ran in the target's samples, ns: an
+    /// interrupt's time, charged to the sampled thread's CPU time (unless
+    /// the kernel is built with `CONFIG_IRQ_TIME_ACCOUNTING`) although no
+    /// other sample of that CPU's timer can fall in it.
+    pub program_ns: u64,
 }
 
 /// Options of a stack collection; start with [`StackSession::builder`].

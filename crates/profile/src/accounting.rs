@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use wakemeter_ebpf::stacks::UnwindStop;
+use wakemeter_ebpf::stacks::{TimerCounts, UnwindStop};
 
 /// CPU time of each thread of a process, ns, by thread id.
 pub(crate) type ThreadTimes = BTreeMap<u32, ThreadTime>;
@@ -159,6 +159,9 @@ pub struct SampleAccounting {
     /// (`kernel.perf_event_max_sample_rate`), or another BPF program ran on
     /// that CPU at the time.
     pub not_delivered: f64,
+    /// What the `cpu-clock` timers could sample (from the kernel program);
+    /// `None` when not measured.
+    pub timer: Option<TimerAccounting>,
     /// Threads seen at the start that exited during the capture: their CPU
     /// time at the end is unknown, so they are not in
     /// [`SampleAccounting::threads`] (the process's figures include them).
@@ -230,10 +233,48 @@ impl SampleAccounting {
             taken,
             lost_counts_full,
             not_delivered: (due - taken_for as f64).max(0.0),
+            timer: None,
             threads_exited,
             threads,
         }
     }
+
+    /// Adds what the timers of a profile at `frequency_hz` could sample.
+    pub(crate) fn with_timer(mut self, frequency_hz: u64, timer: Option<TimerCounts>) -> Self {
+        self.timer = timer.map(|t| {
+            let due = t.switch_ns as f64 * frequency_hz as f64 / 1e9;
+            TimerAccounting {
+                on_cpu_ns: t.switch_ns,
+                due,
+                kept_ratio: ratio(self.written, due),
+                skipped_periods: t.skipped_periods,
+                program_ns: t.program_ns,
+            }
+        });
+        self
+    }
+}
+
+/// Samples due by the time the target's threads were on a CPU, which is
+/// what a `cpu-clock` timer can sample, and the samples the timer skipped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct TimerAccounting {
+    /// Time the target's threads were on a CPU during the capture, ns, from
+    /// each switch-in to its switch-out (`sched_switch`). The scheduler's
+    /// CPU time ([`SampleAccounting::cpu_ns`]) may be a few percent more
+    /// for a thread switched in thousands of times a second.
+    pub on_cpu_ns: u64,
+    /// Samples due by that time: `on_cpu_ns × frequency / 10⁹`.
+    pub due: f64,
+    /// [`SampleAccounting::written`] / `due`; `None` when nothing was due.
+    pub kept_ratio: Option<f64>,
+    /// Periods the timer skipped while a thread of the target stayed on
+    /// the CPU (it fired more than a period late): samples never taken.
+    pub skipped_periods: u64,
+    /// Time the on-CPU program ran in the target's samples, ns: charged to
+    /// the target's CPU time, though no sample of that CPU falls in it.
+    pub program_ns: u64,
 }
 
 /// Why a user stack ends before its outermost frame.
@@ -327,6 +368,26 @@ mod tests {
                 .collect(),
             process_ns,
         }
+    }
+
+    #[test]
+    fn samples_due_by_time_on_a_cpu() {
+        // 2.87 s of scheduler CPU time, 2.5 s between switch-ins and
+        // switch-outs at 999 Hz: 2497.5 due by the timer's view, 2400 kept.
+        let start = times(&[(1, 0)], Some(0));
+        let end = times(&[(1, 2_870_000_000)], Some(2_870_000_000));
+        let mut counts = TimerCounts::default();
+        counts.switch_ns = 2_500_000_000;
+        counts.skipped_periods = 3;
+        counts.program_ns = 60_000_000;
+        let a = SampleAccounting::new(999, &start, &end, |_| 2400, 2400, 2400, 0)
+            .with_timer(999, Some(counts));
+        let t = a.timer.as_ref().expect("timer figures");
+        assert!((t.due - 2497.5).abs() < 1e-9, "{t:?}");
+        assert!((t.kept_ratio.unwrap_or_default() - 2400.0 / 2497.5).abs() < 1e-12);
+        assert_eq!((t.skipped_periods, t.program_ns), (3, 60_000_000));
+        let none = SampleAccounting::new(999, &start, &end, |_| 0, 0, 0, 0).with_timer(999, None);
+        assert_eq!(none.timer, None);
     }
 
     #[test]

@@ -212,6 +212,7 @@ impl Capture {
                 counts.samples_taken,
                 counts.lost.counts_full,
             )
+            .with_timer(counts.frequency_hz, counts.timer)
         });
         profiler
             .symbolizer

@@ -12,7 +12,9 @@ mod svg;
 mod symbolize;
 pub mod trigger;
 
-pub use accounting::{SampleAccounting, StopReason, ThreadSamples, UnwindStopCount};
+pub use accounting::{
+    SampleAccounting, StopReason, ThreadSamples, TimerAccounting, UnwindStopCount,
+};
 pub use capture::{Capture, MAX_CAPTURE, ProfileOptions, Profiler};
 pub use error::ProfileError;
 pub use folded::write_folded;

@@ -116,11 +116,36 @@ struct {
 	__type(value, __u64);
 } stack_lost SEC(".maps");
 
-static __always_inline void count_lost(__u32 why)
+static __always_inline void count_n(__u32 why, __u64 by)
 {
 	__u64 *n = bpf_map_lookup_elem(&stack_lost, &why);
 	if (n)
-		*n += 1;
+		*n += by;
+}
+
+static __always_inline void count_lost(__u32 why)
+{
+	count_n(why, 1);
+}
+
+/* The cpu-clock period, ns, set by the loader for on-CPU profiles. */
+const volatile __u64 sample_period_ns = 0;
+
+/* See struct wm_cpu_clock. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_cpu_clock);
+} cpu_clock SEC(".maps");
+
+/* A thread of the target leaves this CPU's count at `now`: its time since
+ * switch-in (or since the last sample, which counted the part before) is
+ * added to WM_COUNT_SWITCH_NS. */
+static __always_inline void switch_time(struct wm_cpu_clock *c, __u32 tid, __u64 now)
+{
+	if (c->tid == tid && now > c->since_ns)
+		count_n(WM_COUNT_SWITCH_NS, now - c->since_ns);
 }
 
 /* The id of the current stack (flags: 0 for the kernel's,
@@ -433,10 +458,32 @@ static __always_inline void add_count(struct wm_stack_key *key, __u64 ns)
 SEC("perf_event")
 int on_cpu_sample(void *ctx)
 {
+	__u64 entered = bpf_ktime_get_ns();
 	__u64 id = bpf_get_current_pid_tgid();
+	__u32 zero = 0;
+	struct wm_cpu_clock *c = bpf_map_lookup_elem(&cpu_clock, &zero);
+	__u64 previous = 0;
+	if (c) {
+		previous = c->last_sample_ns;
+		c->last_sample_ns = entered;
+	}
 	if ((__u32)(id >> 32) != target_tgid || other_thread((__u32)id))
 		return 0;
 	count_lost(WM_COUNT_SAMPLES);
+	if (c) {
+		__u32 tid = (__u32)id;
+		__u64 period = sample_period_ns;
+		/* On this CPU since before the previous sample: the periods
+		 * between the two that had no sample were this thread's. */
+		if (c->tid == tid && previous && c->since_ns <= previous && period &&
+		    entered > previous + period + period / 2)
+			count_n(WM_COUNT_TIMER_SKIPPED, (entered - previous + period / 2) / period - 1);
+		/* Count the time so far; a thread on the CPU since before the
+		 * attach (no switch-in seen) is counted from its first sample. */
+		switch_time(c, tid, entered);
+		c->tid = tid;
+		c->since_ns = entered;
+	}
 	struct wm_stack_key key = {};
 	key.tid = key_tid(NULL, (__u32)id);
 	key.kind = WM_STACK_ON_CPU;
@@ -461,8 +508,41 @@ int on_cpu_sample(void *ctx)
 	key.kernel_stack = stack_id(ctx, 0);
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	add_count(&key, 0);
+	__u64 left = bpf_ktime_get_ns();
+	if (left > entered)
+		count_n(WM_COUNT_PROGRAM_NS, left - entered);
 	return 0;
 }
+
+/* --- on-CPU: sched_switch, the target's time between switch-in and
+ * switch-out on each CPU (see WM_COUNT_SWITCH_NS) --- */
+
+static __always_inline int on_cpu_switch(__u64 *ctx, const bool btf)
+{
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	__u32 zero = 0;
+	struct wm_cpu_clock *c = bpf_map_lookup_elem(&cpu_clock, &zero);
+	if (!c)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (c->tid) /* current == prev, a thread of the target */
+		switch_time(c, (__u32)bpf_get_current_pid_tgid(), now);
+	__u32 tid = 0;
+	if (task_tgid(next, btf) == target_tgid) {
+		tid = task_tid(next, btf);
+		if (other_thread(tid))
+			tid = 0;
+	}
+	c->tid = tid;
+	c->since_ns = now;
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int tpbtf_on_cpu_switch(__u64 *ctx) { return on_cpu_switch(ctx, true); }
+
+SEC("raw_tp/sched_switch")
+int rawtp_on_cpu_switch(__u64 *ctx) { return on_cpu_switch(ctx, false); }
 
 /* --- off-CPU: sched_switch(bool preempt, task *prev, task *next, unsigned prev_state) --- */
 
@@ -600,4 +680,5 @@ _Static_assert(sizeof(struct wm_stack_count) == 16, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_off_start) == 72, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_leaf_row) == 16, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_leaf_table) == 16, "stacks_abi.rs");
+_Static_assert(sizeof(struct wm_cpu_clock) == 24, "stacks_abi.rs");
 _Static_assert(sizeof(struct wm_stack) == 1024, "stacks_abi.rs");

@@ -39,7 +39,25 @@ struct wm_stack {
 /* Not a loss: on-CPU samples of the target the program ran for, to tell
  * samples the kernel never delivered from those lost after. */
 #define WM_COUNT_SAMPLES 5
-#define WM_LOST_KINDS 6
+/* Not losses either, on-CPU only, to tell which samples due a timer could
+ * take: periods the cpu-clock timer skipped on a CPU (it fired more than a
+ * period late) while a thread of the target stayed on it; ns the target's
+ * threads were on a CPU between their switch-in and switch-out (from
+ * sched_switch, bpf_ktime_get_ns); ns the on-CPU program itself ran in
+ * the target's samples (interrupt time, charged to the sampled thread). */
+#define WM_COUNT_TIMER_SKIPPED 6
+#define WM_COUNT_SWITCH_NS 7
+#define WM_COUNT_PROGRAM_NS 8
+#define WM_LOST_KINDS 9
+
+/* Per CPU, for the on-CPU counters above: the last cpu-clock sample on it
+ * (any task), and the target's thread on it since when (tid 0: none). */
+struct wm_cpu_clock {
+	__u64 last_sample_ns;
+	__u64 since_ns;
+	__u32 tid;
+	__u32 pad;
+};
 
 /* A row of the unwind table (see unwind_step() in stacks.bpf.c and
  * src/linux/stacks/leaf.rs): from `start` (a virtual address of the

@@ -22,6 +22,12 @@ pub(crate) const LOST_OFF_START_FULL: u32 = 3;
 pub(crate) const LOST_UNWIND_TRUNCATED: u32 = 4;
 /// `WM_COUNT_SAMPLES`: on-CPU samples the program ran for.
 pub(crate) const COUNT_SAMPLES: u32 = 5;
+/// `WM_COUNT_TIMER_SKIPPED`: cpu-clock periods skipped on a target's thread.
+pub(crate) const COUNT_TIMER_SKIPPED: u32 = 6;
+/// `WM_COUNT_SWITCH_NS`: the target's time between switch-in and switch-out.
+pub(crate) const COUNT_SWITCH_NS: u32 = 7;
+/// `WM_COUNT_PROGRAM_NS`: the on-CPU program's own time in the target's samples.
+pub(crate) const COUNT_PROGRAM_NS: u32 = 8;
 
 /// `struct wm_stack_key`.
 #[repr(C)]

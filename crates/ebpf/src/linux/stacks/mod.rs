@@ -21,6 +21,7 @@ use super::{Hook, attach_hook, kernel_btf, program_error, program_of, take_map};
 use crate::EbpfError;
 use crate::stacks::{
     LostStacks, MissingStack, Stack, StackCount, StackCounts, StackKind, StackSessionBuilder,
+    TimerCounts,
 };
 
 /// The compiled stack programs, embedded with 8-byte alignment.
@@ -59,6 +60,16 @@ const EXEC_HOOK: Hook = Hook {
     tracepoint: "sched_process_exec",
     btf_program: "tpbtf_stack_exec",
     raw_program: "rawtp_stack_exec",
+};
+
+/// Attached with the on-CPU program: the target's time between switch-in
+/// and switch-out, to tell samples a timer could take from CPU time the
+/// scheduler charged while the thread was not on a CPU (see
+/// `WM_COUNT_SWITCH_NS` in stacks.h).
+const ON_CPU_SWITCH_HOOK: Hook = Hook {
+    tracepoint: "sched_switch",
+    btf_program: "tpbtf_on_cpu_switch",
+    raw_program: "rawtp_on_cpu_switch",
 };
 
 const WAKEUP_HOOKS: [Hook; 1] = [Hook {
@@ -219,11 +230,17 @@ impl StackSession {
             .build_if_changed(MAX_LEAF_ROWS, true)
             .unwrap_or_default();
         let capacity = leaf_capacity(initial.rows.len());
+        let period_ns: u64 = if options.kind == StackKind::OnCpu {
+            1_000_000_000 / options.frequency_hz.max(1)
+        } else {
+            0
+        };
         let mut ebpf = EbpfLoader::new()
             .btf(btf)
             .override_global("target_tgid", &kernel_tgid, true)
             .override_global("target_tid", &kernel_tid, true)
             .override_global("pidns_ino", &pidns_ino, true)
+            .override_global("sample_period_ns", &period_ns, true)
             .map_max_entries("stacks", options.max_stacks)
             .map_max_entries("stack_counts", options.max_entries)
             .map_max_entries("off_start", threads)
@@ -265,6 +282,7 @@ impl StackSession {
         }
         let events = match options.kind {
             StackKind::OnCpu => {
+                attach_hook(&mut ebpf, &ON_CPU_SWITCH_HOOK, options.attach_kind, btf)?;
                 let program: &mut PerfEvent = program_of(&mut ebpf, ON_CPU_PROGRAM)?;
                 program.load().map_err(program_error(ON_CPU_PROGRAM))?;
                 let fd = program.fd().map_err(program_error(ON_CPU_PROGRAM))?;
@@ -405,6 +423,15 @@ impl StackSession {
         let samples_taken = lost_of(abi::COUNT_SAMPLES)?;
         Ok(StackCounts {
             samples_taken,
+            timer: if self.kind == StackKind::OnCpu {
+                Some(TimerCounts {
+                    skipped_periods: lost_of(abi::COUNT_TIMER_SKIPPED)?,
+                    switch_ns: lost_of(abi::COUNT_SWITCH_NS)?,
+                    program_ns: lost_of(abi::COUNT_PROGRAM_NS)?,
+                })
+            } else {
+                None
+            },
             kind: self.kind,
             pid: self.pid,
             entries,
