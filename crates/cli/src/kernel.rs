@@ -47,6 +47,14 @@ pub fn attach(target: Target, choice: Choice) -> Result<Box<dyn KernelSource>, S
     attach_inner(target, choice.syscall_hook)
 }
 
+/// Called once a command has attached every target it will: lets go of
+/// the kernel's BTF kept for later attaches (about 13 MB, most of what a
+/// watcher holds besides its history and per-thread samples).
+pub fn attached_all() {
+    #[cfg(feature = "ebpf")]
+    wakemeter_ebpf::forget_kernel_btf();
+}
+
 #[cfg(feature = "ebpf")]
 fn attach_inner(target: Target, syscall_hook: bool) -> Result<Box<dyn KernelSource>, String> {
     // What one syscall costs this process before and after attaching: the

@@ -57,9 +57,52 @@ pub fn thresholds(every: Duration) -> Thresholds {
     Thresholds::default().with_window(every.max(Duration::from_secs(2)))
 }
 
+/// What a watcher with the kernel source holds for each thread of its
+/// target outside the history, in bytes: the intervals of a report and of
+/// its findings' window (about 470 bytes each), the two kernel samples each
+/// interval compares while it is computed (about 370 bytes each) and the
+/// eBPF reader's copy of each entry. Measured: 2.1 KiB a thread at 20,000
+/// threads (RELIABILITY.md, "eBPF watcher's memory").
+pub const KERNEL_BYTES_PER_THREAD: u64 = 2048;
+
+/// What one snapshot takes in the history with the kernel source, per
+/// thread of the target, in bytes: its 48-byte row (in a buffer grown by
+/// doubling) and its packed kernel record, with a tenth to spare.
+/// Measured: 92 to 101 bytes at 20,000 parked threads (7 snapshots in
+/// 12,841,511 bytes, 2 in 4,046,374).
+pub const SNAPSHOT_BYTES_PER_THREAD: u64 = 112;
+
+/// The history's byte budget for a target of `threads` threads, reported
+/// on every `every`: the library's default without the kernel source;
+/// with it, that default less [`KERNEL_BYTES_PER_THREAD`] a thread, so that
+/// the watcher of 20,000 threads stays within 64 MiB, but never less than
+/// the snapshots a report and its rate rules need (`every`, at least the
+/// rules' 2 s, and one more: [`SNAPSHOT_BYTES_PER_THREAD`] a thread each)
+/// nor less than 1 MiB. The history then holds fewer seconds: a rule whose
+/// window is longer sees what it holds.
+pub fn history_budget_bytes(threads: u64, every: Duration, kernel: bool) -> u64 {
+    let default = wakemeter::config::DEFAULT_HISTORY_BUDGET_BYTES;
+    if !kernel {
+        return default;
+    }
+    let window = samples_in(every.max(Duration::from_secs(2))).saturating_add(1);
+    let needed = window
+        .saturating_mul(threads)
+        .saturating_mul(SNAPSHOT_BYTES_PER_THREAD)
+        .max(1024 * 1024);
+    default
+        .saturating_sub(threads.saturating_mul(KERNEL_BYTES_PER_THREAD))
+        .max(needed)
+        .clamp(
+            wakemeter::config::MIN_HISTORY_BUDGET_BYTES,
+            wakemeter::config::MAX_HISTORY_BUDGET_BYTES,
+        )
+}
+
 /// The sampler of process `pid`, reporting every `every` with at most
 /// `report_threads` threads listed per report, with the kernel source when
-/// there is one.
+/// there is one (then with a history budget sized by the target's threads
+/// now: [`history_budget_bytes`]).
 pub fn sampler(
     pid: u32,
     every: Duration,
@@ -73,7 +116,10 @@ pub fn sampler(
         .with_switch_split_every(SWITCH_SPLIT_EVERY)
         .with_thresholds(thresholds(every));
     if let Some(src) = kernel {
-        builder = builder.with_kernel_source(src);
+        let threads = wakemeter_procfs::process::tids(pid).map_or(0, |t| t.len() as u64);
+        builder = builder
+            .with_history_budget_bytes(history_budget_bytes(threads, every, true))
+            .with_kernel_source(src);
     }
     builder.build()
 }
@@ -145,6 +191,27 @@ fn pid_reused(error: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_history_budget_shrinks_with_threads_only_with_the_kernel_source() {
+        let default = wakemeter::config::DEFAULT_HISTORY_BUDGET_BYTES;
+        let s = Duration::from_secs;
+        assert_eq!(history_budget_bytes(20_000, s(1), false), default);
+        assert_eq!(history_budget_bytes(1, s(1), true), default - 2048);
+        let small = history_budget_bytes(1_000, s(1), true);
+        let large = history_budget_bytes(20_000, s(1), true);
+        assert!(large < small && small < default, "{large} {small}");
+        // Never below what a report needs: 3 snapshots at 1 s (the rules
+        // look at 2 s at least), 6 at 5 s.
+        assert_eq!(large, 3 * 20_000 * SNAPSHOT_BYTES_PER_THREAD);
+        assert_eq!(
+            history_budget_bytes(20_000, s(5), true),
+            6 * 20_000 * SNAPSHOT_BYTES_PER_THREAD
+        );
+        assert_eq!(small, default - 1_000 * KERNEL_BYTES_PER_THREAD);
+        let huge = history_budget_bytes(u64::MAX, s(3600), true);
+        assert_eq!(huge, wakemeter::config::MAX_HISTORY_BUDGET_BYTES);
+    }
 
     #[test]
     fn the_pid_reuse_error_is_recognized() {

@@ -105,6 +105,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
             None
         }
     };
+    // One target: no attach follows but a profile's, which needs the BTF.
+    if o.profile.is_none() {
+        kernel::attached_all();
+    }
     let started = session::sampler(pid, Duration::from_secs(o.every), o.report_threads, kernel)
         .map_err(Box::<dyn Error>::from)
         .and_then(|s| {

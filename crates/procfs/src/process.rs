@@ -38,6 +38,17 @@ pub fn status(pid: u32) -> io::Result<Vec<u8>> {
     std::fs::read(Process::Pid(pid).file("status"))
 }
 
+/// Resets the peak resident set size of process `pid` (`VmHWM` in its
+/// `status`) to its resident set size now: `5` written to its
+/// `clear_refs` (Linux 4.0+; the caller must own the process or be root).
+///
+/// # Errors
+/// The write's error: `NotFound` (`ENOENT`) or `ESRCH` when it is gone,
+/// `EINVAL` before Linux 4.0, `EACCES`/`EPERM` without the right.
+pub fn reset_peak_rss(pid: u32) -> io::Result<()> {
+    std::fs::write(Process::Pid(pid).file("clear_refs"), b"5")
+}
+
 /// The `status` text of the calling thread (`/proc/thread-self`: per-thread
 /// fields such as `CapEff` are its own), or of the process where the kernel
 /// has no `thread-self` (before 3.17).

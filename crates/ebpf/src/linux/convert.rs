@@ -12,61 +12,74 @@ fn in_progress(since: u64, now_ns: u64) -> u64 {
     }
 }
 
+/// Words of a [`WmThread`] (2,504 bytes: 313 `u64`).
+const WORDS: usize = std::mem::size_of::<WmThread>() / 8;
+const _: () = assert!(WORDS * 8 == std::mem::size_of::<WmThread>());
+const _: () = assert!(std::mem::align_of::<WmThread>() >= std::mem::align_of::<u64>());
+const _: () = assert!(WORDS <= u16::MAX as usize);
+
+/// The entry as `u64` words.
+fn words_of(raw: &WmThread) -> &[u64; WORDS] {
+    // SAFETY: `WmThread` is plain old data (`repr(C)`, integers only, no
+    // padding: `aya::Pod`, size asserted in `abi.rs`), exactly `WORDS`
+    // words long and at least as aligned as `u64` (asserted above); the
+    // borrow keeps `raw` alive and unchanged for the result's lifetime.
+    unsafe { &*std::ptr::from_ref(raw).cast::<[u64; WORDS]>() }
+}
+
+/// The entry as `u64` words, to write.
+fn words_of_mut(raw: &mut WmThread) -> &mut [u64; WORDS] {
+    // SAFETY: as in `words_of`; every bit pattern of the words is a valid
+    // `WmThread` (integers only), and the borrow is exclusive.
+    unsafe { &mut *std::ptr::from_mut(raw).cast::<[u64; WORDS]>() }
+}
+
 /// What a read keeps of a thread's entry, to answer the next read when
 /// the task iterator says the entry has not changed (a thread blocked the
-/// whole time): its converted stats, and the raw words the span in
-/// progress grows from, so that the answer is what converting the entry
-/// again would give.
+/// whole time): the entry's nonzero words (a blocked thread's 2,504-byte
+/// entry has a few dozen), converted again at each read exactly as the
+/// whole entry would be, and the kinds its ready descriptors had (read
+/// from `/proc` once). About 250 bytes a blocked thread, where its
+/// converted stats took about 750 (RELIABILITY.md, "eBPF watcher's memory").
 pub(super) struct Kept {
-    /// `None`: the entry was left out (no id in the observer's namespace).
-    stats: Option<KernelThreadStats>,
-    on_cpu_ns: u64,
-    on_since_ns: u64,
-    off_since_ns: u64,
-    off_cause: u64,
-    /// `off_ns[off_cause]` of the entry (0 for a cause out of range).
-    off_ns_of_cause: u64,
+    /// Word indexes of the nonzero words, ascending.
+    at: Box<[u16]>,
+    /// The nonzero words, in the order of `at`.
+    words: Box<[u64]>,
+    ready_fds: Box<[ReadyFd]>,
     /// The last read that saw the entry (one no read sees any more is
     /// forgotten).
     pub(super) seen: u64,
 }
 
 impl Kept {
-    pub(super) fn new(raw: &WmThread, stats: Option<KernelThreadStats>, seen: u64) -> Kept {
-        let off_ns_of_cause = usize::try_from(raw.off_cause)
-            .ok()
-            .and_then(|c| raw.off_ns.get(c))
-            .copied()
-            .unwrap_or(0);
+    pub(super) fn new(raw: &WmThread, ready_fds: &[ReadyFd], seen: u64) -> Kept {
+        let nonzero = || words_of(raw).iter().enumerate().filter(|(_, w)| **w != 0);
         Kept {
-            stats,
-            on_cpu_ns: raw.on_cpu_ns,
-            on_since_ns: raw.on_since_ns,
-            off_since_ns: raw.off_since_ns,
-            off_cause: raw.off_cause,
-            off_ns_of_cause,
+            at: nonzero()
+                .map(|(i, _)| u16::try_from(i).unwrap_or(u16::MAX))
+                .collect(),
+            words: nonzero().map(|(_, w)| *w).collect(),
+            ready_fds: ready_fds.into(),
             seen,
         }
     }
 
-    /// The stats of the unchanged entry at `now_ns`: as kept, with the span
-    /// in progress grown to `now_ns` (as [`thread_stats`] computes it).
-    pub(super) fn stats_at(&self, now_ns: u64) -> Option<KernelThreadStats> {
-        let mut t = self.stats.clone()?;
-        t.total_on_cpu_ns = self
-            .on_cpu_ns
-            .saturating_add(in_progress(self.on_since_ns, now_ns));
-        let mut causes = t.total_off_cpu.by_cause();
-        if let Some(cause) = usize::try_from(self.off_cause)
-            .ok()
-            .and_then(|c| causes.get_mut(c))
-        {
-            *cause = self
-                .off_ns_of_cause
-                .saturating_add(in_progress(self.off_since_ns, now_ns));
-            t.total_off_cpu = OffCpuTime::from_causes(causes);
+    /// The entry as it was kept.
+    pub(super) fn raw(&self) -> WmThread {
+        let mut raw = WmThread::ZERO;
+        let out = words_of_mut(&mut raw);
+        for (&i, &w) in self.at.iter().zip(self.words.iter()) {
+            if let Some(o) = out.get_mut(usize::from(i)) {
+                *o = w;
+            }
         }
-        Some(t)
+        raw
+    }
+
+    /// The ready descriptors of the entry, with their kinds when kept.
+    pub(super) fn ready_fds(&self) -> Vec<ReadyFd> {
+        self.ready_fds.to_vec()
     }
 }
 

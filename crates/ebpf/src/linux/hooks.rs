@@ -93,22 +93,36 @@ pub(super) fn object(_task_store: bool) -> Result<&'static [u8], EbpfError> {
     Err(EbpfError::BuiltWithoutClang)
 }
 
-/// The kernel's BTF: from `/sys/kernel/btf/vmlinux`, parsed once per
-/// process and reused (parsing is most of the first attach: BENCHMARKS.md,
-/// eBPF section, "Against the targets"), or from the file `path`, parsed
-/// at each attach.
-pub(super) fn kernel_btf(path: Option<&std::path::Path>) -> Result<Cow<'static, Btf>, EbpfError> {
-    static KERNEL_BTF: OnceLock<Btf> = OnceLock::new();
+/// The kernel's BTF parsed from `/sys/kernel/btf/vmlinux`, kept for the
+/// next attach until [`forget_kernel_btf`] (about 13 MB on a 6.18 kernel).
+static KERNEL_BTF: Mutex<Option<Arc<Btf>>> = Mutex::new(None);
+
+/// The kernel's BTF: from `/sys/kernel/btf/vmlinux`, parsed once and reused
+/// until [`forget_kernel_btf`] (parsing is most of the first attach:
+/// BENCHMARKS.md, eBPF section, "Against the targets"), or from the file
+/// `path`, parsed at each attach.
+pub(super) fn kernel_btf(path: Option<&std::path::Path>) -> Result<Arc<Btf>, EbpfError> {
     if let Some(path) = path {
         return Btf::parse_file(path, aya::Endianness::default())
-            .map(Cow::Owned)
+            .map(Arc::new)
             .map_err(|source| EbpfError::Btf { source });
     }
-    if let Some(btf) = KERNEL_BTF.get() {
-        return Ok(Cow::Borrowed(btf));
+    if let Some(btf) = lock(&KERNEL_BTF).as_ref() {
+        return Ok(Arc::clone(btf));
     }
-    let parsed = Btf::from_sys_fs().map_err(|source| EbpfError::Btf { source })?;
-    Ok(Cow::Borrowed(KERNEL_BTF.get_or_init(|| parsed)))
+    // Parsed outside the lock: a second attach meanwhile parses its own.
+    let parsed = Arc::new(Btf::from_sys_fs().map_err(|source| EbpfError::Btf { source })?);
+    Ok(Arc::clone(
+        lock(&KERNEL_BTF).get_or_insert_with(|| Arc::clone(&parsed)),
+    ))
+}
+
+/// Drops the kernel's BTF kept for later attaches: about 13 MB (a 6.18
+/// kernel's `/sys/kernel/btf/vmlinux` parsed) that a process attaching no
+/// more targets need not hold. The next attach parses it again (a second
+/// or more on a busy machine). Attached sources are unaffected.
+pub(crate) fn forget_kernel_btf() {
+    lock(&KERNEL_BTF).take();
 }
 
 /// Capacity of the per-thread map for a target with `threads` threads:

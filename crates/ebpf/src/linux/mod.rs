@@ -7,9 +7,8 @@ pub(crate) mod stacks;
 mod store;
 mod sys;
 
-use std::borrow::Cow;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap, MapData, MapError};
@@ -36,6 +35,7 @@ mod session;
 
 use convert::*;
 pub(crate) use hooks::RunStats;
+pub(crate) use hooks::forget_kernel_btf;
 use hooks::*;
 use pool::*;
 pub(crate) use session::Session;

@@ -271,12 +271,12 @@ impl Session {
         // of 20,000 threads (about 360 bytes an entry) would hold up to
         // twice what it needs.
         let mut threads = Vec::with_capacity(self.last_read_entries as usize);
-        let socket_kinds = &mut self.socket_kinds;
-        let mut convert = |tid: u32, raw: &WmThread| -> Option<KernelThreadStats> {
+        // An entry's stats without its ready descriptors (whose kinds come
+        // from /proc: see `with_fds`). `None`: an entry without an id in
+        // the observer's PID namespace.
+        let base = |tid: u32, raw: &WmThread| -> Option<KernelThreadStats> {
             if !in_namespace {
-                let mut t = thread_stats(tid, raw, now, top_wakers);
-                t.ready_fds = socket_kinds.ready_fds(pid, raw);
-                Some(t)
+                Some(thread_stats(tid, raw, now, top_wakers))
             } else if let Ok(ns_tid) = u32::try_from(raw.ns_tid)
                 && ns_tid != 0
             {
@@ -284,7 +284,6 @@ impl Session {
                 // target is; an entry without an id there cannot be joined
                 // to the threads of /proc, so it is left out.
                 let mut t = thread_stats(ns_tid, raw, now, top_wakers);
-                t.ready_fds = socket_kinds.ready_fds(pid, raw);
                 for w in &mut t.top_wakers {
                     w.tid = namespace_waker(raw, w.tid);
                 }
@@ -292,6 +291,11 @@ impl Session {
             } else {
                 None
             }
+        };
+        let socket_kinds = &mut self.socket_kinds;
+        let mut with_fds = |mut t: KernelThreadStats, raw: &WmThread| {
+            t.ready_fds = socket_kinds.ready_fds(pid, raw);
+            t
         };
 
         // Alone in its set (or named by another PID namespace's ids), a
@@ -312,17 +316,19 @@ impl Session {
             let walked = store.for_each_of(ebpf, (tgid, pid), &[], self.reader, |tid, raw| {
                 match raw {
                     Some(raw) if raw.tgid == u64::from(tgid) => {
-                        let stats = convert(tid, raw);
-                        if let Some(t) = &stats {
-                            threads.push(t.clone());
-                        }
-                        kept.insert(tid, Kept::new(raw, stats, seq));
+                        let stats = base(tid, raw).map(|t| with_fds(t, raw));
+                        let fds = stats.as_ref().map_or(&[][..], |t| &t.ready_fds[..]);
+                        kept.insert(tid, Kept::new(raw, fds, seq));
+                        threads.extend(stats);
                     }
                     Some(_) => {}
                     None => match kept.get_mut(&tid) {
                         Some(k) => {
                             k.seen = seq;
-                            if let Some(t) = k.stats_at(now) {
+                            // Converted again as the whole entry would be:
+                            // the span in progress grows to `now`.
+                            if let Some(mut t) = base(tid, &k.raw()) {
+                                t.ready_fds = k.ready_fds();
                                 threads.push(t);
                             }
                         }
@@ -344,9 +350,9 @@ impl Session {
         } else {
             let mut each = |tid: u32, raw: &WmThread| {
                 if raw.tgid == u64::from(tgid)
-                    && let Some(t) = convert(tid, raw)
+                    && let Some(t) = base(tid, raw)
                 {
-                    threads.push(t);
+                    threads.push(with_fds(t, raw));
                 }
             };
             if alone || in_namespace || !sys::list_tids(pid, &mut self.tids) {

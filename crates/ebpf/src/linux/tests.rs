@@ -83,3 +83,41 @@ fn comm_stops_at_nul() {
     assert_eq!(abi::comm_str(&c), "abc");
     assert_eq!(abi::comm_str(&[b'x'; abi::COMM_LEN]), "x".repeat(16));
 }
+
+/// What a read keeps of an unchanged entry gives back the entry itself,
+/// so converting it again agrees with converting the whole entry: every
+/// field, the last word, the comm bytes and a waker slot included.
+#[test]
+fn kept_entries_convert_as_the_whole_entry() {
+    let mut raw = WmThread::ZERO;
+    raw.comm[..6].copy_from_slice(b"worker");
+    raw.on_since_ns = 0;
+    raw.off_since_ns = 9_000;
+    raw.off_cause = abi::OFF_LOCK as u64;
+    raw.off_ns[abi::OFF_LOCK] = 123;
+    raw.voluntary = 7;
+    raw.off_hist[abi::BUCKETS - 1] = 1;
+    raw.waker_tid[3] = 77;
+    raw.waker_count[3] = 5;
+    raw.waker_comm[3][..4].copy_from_slice(b"main");
+    raw.ready_fd[0] = 9;
+    raw.ready_fds = 1;
+    raw.read_mark = u64::MAX;
+    let fds = [ReadyFd::new(9, FdKind::Pipe)];
+    let kept = Kept::new(&raw, &fds, 3);
+    assert_eq!(kept.seen, 3);
+    let again = kept.raw();
+    assert_eq!(format!("{again:?}"), format!("{raw:?}"));
+    let mut whole = thread_stats(5, &raw, 10_000, 8);
+    whole.ready_fds = fds.to_vec();
+    let mut from_kept = thread_stats(5, &again, 10_000, 8);
+    from_kept.ready_fds = kept.ready_fds();
+    assert_eq!(from_kept, whole);
+    assert_eq!(whole.top_wakers.len(), 1);
+    // An all-zero entry keeps nothing but comes back whole too.
+    let empty = Kept::new(&WmThread::ZERO, &[], 1);
+    assert_eq!(
+        format!("{:?}", empty.raw()),
+        format!("{:?}", WmThread::ZERO)
+    );
+}
