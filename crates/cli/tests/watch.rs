@@ -178,6 +178,7 @@ fn seconds_shorter_than_every_stops_at_the_deadline_with_one_report() {
 fn watch_until_exit(reap: bool) {
     let mut child = Command::new("sleep").arg("2").spawn().unwrap();
     let pid = child.id();
+    wakemeter_testkit::wait_for_name(pid, "sleep");
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let reaper = std::thread::spawn(move || {
         if !reap {

@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used)]
 #![cfg(target_os = "linux")]
 
-use std::time::Duration;
 
 use wakemeter::SamplerBuilder;
 use wakemeter_prometheus::{Error, Exporter, ExporterConfig};
@@ -37,15 +36,7 @@ impl Child {
                 .spawn()
                 .unwrap(),
         );
-        let comm = format!("/proc/{}/comm", c.pid());
-        let start = std::time::Instant::now();
-        while std::fs::read_to_string(&comm).unwrap_or_default() != "sleep\n" {
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "sleep never ran"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wakemeter_testkit::wait_for_name(c.pid(), "sleep");
         c
     }
     fn pid(&self) -> u32 {

@@ -347,6 +347,8 @@ fn reused_pid_is_reported(per_sample: bool) {
     for _attempt in 0..50 {
         let mut first = Command::new("sleep").arg("30").spawn().expect("spawn");
         let pid = first.id();
+        // Named after its program before the sampler reads its name.
+        wakemeter_testkit::wait_for_name(pid, "sleep");
         let sampler = SamplerBuilder::new()
             .with_target(Target::Pid(pid))
             .with_process_files_per_sample(per_sample)

@@ -61,10 +61,15 @@ impl Drop for Running {
 pub struct Sleeper(pub Running);
 
 impl Sleeper {
-    /// Starts `sleep secs` (`secs` as `sleep` takes it: `600`, `0.5`).
+    /// Starts `sleep secs` (`secs` as `sleep` takes it: `600`, `0.5`),
+    /// and returns once it is named `sleep` (see [`wait_for_name`]).
     pub fn new(secs: &str) -> Sleeper {
         match Command::new("sleep").arg(secs).spawn() {
-            Ok(child) => Sleeper(Running(child)),
+            Ok(child) => {
+                let s = Sleeper(Running(child));
+                wait_for_name(s.pid(), "sleep");
+                s
+            }
             Err(e) => panic!("sleep {secs} does not start: {e}"),
         }
     }
@@ -259,6 +264,27 @@ fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> 
 pub fn state(pid: u32) -> Option<char> {
     let stat = wakemeter_procfs::process::stat(pid).ok()?;
     wakemeter_procfs::parse::stat_state(&stat).map(char::from)
+}
+
+/// Waits (up to 300 s: only a hang takes that long) until `pid` is named
+/// `name` (its `comm`), or is gone. A child just spawned is not named yet:
+/// its parent resumes when the exec has replaced its memory, before the
+/// kernel renames it after the program, so a watcher started at once may
+/// read the parent's thread name (a CLI test once said "a_target_that_e").
+pub fn wait_for_name(pid: u32, name: &str) {
+    let start = Instant::now();
+    loop {
+        match wakemeter_procfs::process::comm(wakemeter_procfs::process::Process::Pid(pid)) {
+            Ok(comm) if comm == name.as_bytes() => return,
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "{pid} was never named {name}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Waits (up to 300 s: only a hang takes that long) until `pid` is a zombie.
