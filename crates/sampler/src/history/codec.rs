@@ -173,6 +173,12 @@ impl<'a> Fields<'a> {
         &self.fields[start..end]
     }
 
+    /// Moves past a string written by [`push_str`] without reading it.
+    pub(crate) fn skip_string(&mut self) {
+        let len = usize::try_from(self.next()).unwrap_or(usize::MAX);
+        self.take(len.div_ceil(8).min(self.fields.len()));
+    }
+
     /// A string written by [`push_str`] (invalid UTF-8 replaced).
     pub(crate) fn string(&mut self) -> String {
         let len = usize::try_from(self.next()).unwrap_or(usize::MAX);
@@ -252,6 +258,10 @@ mod tests {
             assert_eq!(r.string(), s);
             assert_eq!(r.next(), 9);
             assert_eq!(r.next(), 0, "past the end reads 0");
+            let mut skipped = Fields::new(&f);
+            assert_eq!(skipped.next(), 7);
+            skipped.skip_string();
+            assert_eq!(skipped.next(), 9, "skipped as read: {s:?}");
         }
     }
 
