@@ -781,6 +781,36 @@ pub(crate) fn between_in_history_sharing(
     between_in_history_with(history, from, from_ends, to, Vec::new(), shared.ends(to))
 }
 
+/// [`between_in_history_sharing`] without the kernel view: for a rule
+/// that reads none (the CPU hog's, the wakeups budget's), whose window
+/// starts at a snapshot no other window does. The start's kernel records
+/// are not decoded and no thread gets a `kernel` interval (nor the
+/// interval its kernel counts); every other figure is the same.
+pub(crate) fn between_in_history_without_kernel(
+    history: &crate::history::History,
+    from: &Stored,
+    to: &Stored,
+    shared: &mut SharedEnd,
+) -> Interval {
+    #[cfg(test)]
+    if shared.whole {
+        return between_in_history_sharing(history, from, to, shared);
+    }
+    let h = &from.header;
+    let from_ends = Ends {
+        seq: h.seq,
+        monotonic_ns: h.monotonic_ns,
+        process: &h.process,
+        total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
+        loops: Cow::Owned(from.loops()),
+        sleeps: Cow::Owned(from.sleeps()),
+        kernel: None,
+    };
+    let mut to_ends = shared.ends(to);
+    to_ends.kernel = None;
+    between_in_history_with(history, from, from_ends, to, Vec::new(), to_ends)
+}
+
 /// [`between_in_history`], its thread records written into `spare`, the
 /// records of an interval no longer needed.
 pub(crate) fn between_in_history_reusing(

@@ -12,7 +12,7 @@ pub(crate) mod groups;
 
 pub(crate) use compute::{
     SharedEnd, between_in_history, between_in_history_reusing, between_in_history_sharing,
-    between_stored, per_sec, percent,
+    between_in_history_without_kernel, between_stored, per_sec, percent,
 };
 
 /// Rates of one thread over an interval.

@@ -348,7 +348,11 @@ fn lean_and_shared_decoding_gives_the_report_of_decoding_everything() {
         .with_memory_min_window(ms(20))
         .with_wakeups_budget_everywhere(true)
         .with_run_queue_wait_percent(100.0)
-        .with_run_queue_critical_wait_percent(100.0);
+        .with_run_queue_critical_wait_percent(100.0)
+        // Any thread that ran is a CPU hog: the CPU window's interval,
+        // computed without the kernel view, is then read.
+        .with_cpu_hog_percent(0.01)
+        .with_cpu_hog_critical_percent(0.02);
     let s = SamplerBuilder::new()
         .with_switch_split_every(3)
         .with_thresholds(t)
@@ -425,6 +429,12 @@ fn lean_and_shared_decoding_gives_the_report_of_decoding_everything() {
     assert!(
         !lean.findings.is_empty(),
         "the moving counters make findings"
+    );
+    assert!(
+        lean.findings
+            .iter()
+            .any(|f| f.kind == diagnose::FindingKind::CpuHog),
+        "a CPU hog is found over the CPU window"
     );
     stop.wait();
     for h in handles {
