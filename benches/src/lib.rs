@@ -72,6 +72,17 @@ impl Ratios {
         d
     }
 
+    /// Records `ns_per_call` under `name`, measured by the caller (a
+    /// bench that times only part of each iteration).
+    pub fn record(&self, name: &str, ns_per_call: f64) {
+        self.samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.to_string())
+            .or_default()
+            .push(ns_per_call);
+    }
+
     /// Median ns per call recorded under `name`.
     pub fn median(&self, name: &str) -> Option<f64> {
         let map = self.samples.lock().unwrap_or_else(|e| e.into_inner());

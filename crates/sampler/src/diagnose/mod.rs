@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::config::Thresholds;
 
 use crate::history::History;
-use crate::interval::Interval;
+use crate::interval::{Interval, SharedEnd};
 use crate::model::SystemInfo;
 
 /// What a finding is about.
@@ -260,7 +260,9 @@ pub(crate) struct SeverityMemory {
 /// thread, which is never a subject. `known` is an interval of `history`
 /// the caller already computed: a rule whose window has the same ends
 /// uses it rather than computing it again. `memory` holds the recent
-/// runs' severities and is updated with this run's.
+/// runs' severities and is updated with this run's. The rules' intervals
+/// end at the newest snapshot, decoded once with the caller's other
+/// intervals of it (`shared`).
 pub(crate) fn diagnose(
     history: &History,
     t: &Thresholds,
@@ -268,8 +270,9 @@ pub(crate) fn diagnose(
     exclude_tid: Option<u64>,
     known: Option<&Interval>,
     memory: &mut SeverityMemory,
+    shared: &mut SharedEnd,
 ) -> Vec<Finding> {
-    let findings = rules::run(history, t, system, exclude_tid, known, &memory.last);
+    let findings = rules::run_sharing(history, t, system, exclude_tid, known, &memory.last, shared);
     let mut now = rules::Severities::with_capacity(findings.len());
     for f in &findings {
         let severity = now

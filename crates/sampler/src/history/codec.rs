@@ -84,8 +84,16 @@ fn unzigzag(z: u64) -> u64 {
 /// Appends the encoding of `record` against `base` (fields missing from
 /// `base` count as 0).
 pub(crate) fn encode(base: &[u64], record: &[u64], out: &mut Vec<u8>) {
-    let diff = |i: usize| record[i].wrapping_sub(base.get(i).copied().unwrap_or(0));
     put_varint(out, record.len() as u64);
+    // A record equal to its base (an idle thread's, most of a large
+    // process's at every snapshot) has no pairs: found by one slice
+    // comparison instead of two passes over its fields (a profile of the
+    // eBPF watcher on 1,000 threads had this function at 4% of its CPU).
+    if base.get(..record.len()) == Some(record) {
+        put_varint(out, 0);
+        return;
+    }
+    let diff = |i: usize| record[i].wrapping_sub(base.get(i).copied().unwrap_or(0));
     let pairs = (0..record.len()).filter(|&i| diff(i) != 0).count();
     put_varint(out, pairs as u64);
     let mut last = 0usize;
@@ -118,7 +126,8 @@ pub(crate) fn decode(
         return None;
     }
     out.clear();
-    out.extend((0..len).map(|i| base.get(i).copied().unwrap_or(0)));
+    out.extend_from_slice(base.get(..len).unwrap_or(base));
+    out.resize(len, 0);
     let mut i = 0usize;
     for _ in 0..pairs {
         let word = get_wide(bytes, pos, 64 + SKIP_BITS)?;
@@ -171,6 +180,12 @@ impl<'a> Fields<'a> {
         let end = self.pos.saturating_add(n).min(self.fields.len());
         self.pos = self.pos.saturating_add(n);
         &self.fields[start..end]
+    }
+
+    /// Moves past a string written by [`push_str`] without reading it.
+    pub(crate) fn skip_string(&mut self) {
+        let len = usize::try_from(self.next()).unwrap_or(usize::MAX);
+        self.take(len.div_ceil(8).min(self.fields.len()));
     }
 
     /// A string written by [`push_str`] (invalid UTF-8 replaced).
@@ -252,6 +267,10 @@ mod tests {
             assert_eq!(r.string(), s);
             assert_eq!(r.next(), 9);
             assert_eq!(r.next(), 0, "past the end reads 0");
+            let mut skipped = Fields::new(&f);
+            assert_eq!(skipped.next(), 7);
+            skipped.skip_string();
+            assert_eq!(skipped.next(), 9, "skipped as read: {s:?}");
         }
     }
 

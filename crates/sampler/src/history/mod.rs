@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub(crate) use packed::Encoder;
-use packed::{KeyFrame, Packed, kernel_head, unpack_kernel};
+use packed::{Detail, KeyFrame, Packed, kernel_head, unpack_kernel, unpack_kernel_with};
 
 use crate::kernel::KernelSample;
 use crate::model::{LoopStats, SleepStats, ThreadRow, present};
@@ -91,6 +91,16 @@ impl Stored {
     /// The kernel sample, threads sorted by TID.
     pub(crate) fn kernel(&self) -> Option<KernelSample> {
         self.kernel.as_ref().map(unpack_kernel)
+    }
+
+    /// The kernel sample with what an interval reads of each thread
+    /// (`Detail::Counters`: no histograms, no name), threads sorted by
+    /// TID: the interval's figures are the same as from
+    /// [`Stored::kernel`], at a fraction of the allocations.
+    pub(crate) fn kernel_counters(&self) -> Option<KernelSample> {
+        self.kernel
+            .as_ref()
+            .map(|p| unpack_kernel_with(p, Detail::Counters))
     }
 
     /// Bytes this snapshot occupies, key frames excluded.

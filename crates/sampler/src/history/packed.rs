@@ -187,64 +187,88 @@ impl Record for KernelThreadStats {
         }
     }
     fn unpack(tid: u64, fields: &[u64]) -> Self {
-        let mut f = Fields::new(fields);
-        let mut t = KernelThreadStats {
-            tid,
-            total_on_cpu_ns: f.next(),
-            total_voluntary_switches: f.next(),
-            total_involuntary_switches: f.next(),
-            ..Default::default()
-        };
-        t.total_off_cpu = OffCpuTime::from_causes(std::array::from_fn(|_| f.next()));
-        t.total_wakes = f.next();
-        let p = &mut t.poll;
-        p.total_calls = f.next();
-        p.total_idle_calls = f.next();
-        p.total_zero_timeout_calls = f.next();
-        p.total_infinite_timeout_calls = f.next();
-        p.total_blocked_ns = f.next();
-        let s = &mut t.sleep;
-        s.total_calls = f.next();
-        s.total_requested_ns = f.next();
-        s.total_actual_ns = f.next();
+        unpack_kernel_thread(tid, fields, Detail::Full)
+    }
+}
+
+/// How much of a kernel thread record [`unpack_kernel_thread`] rebuilds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Detail {
+    /// Every field.
+    Full,
+    /// Every field an interval reads
+    /// ([`crate::interval::KernelThreadInterval`]): the counters, the
+    /// calls by syscall, the top wakers and the ready descriptors. The
+    /// three histograms and the thread's name are left empty (the
+    /// interval takes the name from `/proc`): they were four of the
+    /// record's allocations, and no interval or rule reads them.
+    Counters,
+}
+
+/// Rebuilds a kernel thread record from its fields, with `detail`.
+fn unpack_kernel_thread(tid: u64, fields: &[u64], detail: Detail) -> KernelThreadStats {
+    let mut f = Fields::new(fields);
+    let mut t = KernelThreadStats {
+        tid,
+        total_on_cpu_ns: f.next(),
+        total_voluntary_switches: f.next(),
+        total_involuntary_switches: f.next(),
+        ..Default::default()
+    };
+    t.total_off_cpu = OffCpuTime::from_causes(std::array::from_fn(|_| f.next()));
+    t.total_wakes = f.next();
+    let p = &mut t.poll;
+    p.total_calls = f.next();
+    p.total_idle_calls = f.next();
+    p.total_zero_timeout_calls = f.next();
+    p.total_infinite_timeout_calls = f.next();
+    p.total_blocked_ns = f.next();
+    let s = &mut t.sleep;
+    s.total_calls = f.next();
+    s.total_requested_ns = f.next();
+    s.total_actual_ns = f.next();
+    if detail == Detail::Full {
         t.off_cpu_histogram = histogram(&mut f);
         t.run_queue_latency_histogram = histogram(&mut f);
         t.poll.timeout_histogram = histogram(&mut f);
         t.name = f.string();
-        // Bounded by the fields present: a waker takes at least three.
-        let wakers = usize::try_from(f.next()).unwrap_or(0).min(fields.len() / 3);
-        t.top_wakers = (0..wakers)
-            .map(|_| Waker {
-                tid: f.next(),
-                total_wakes: f.next(),
-                name: f.string(),
-            })
-            .collect();
-        t.poll.total_blocked_calls = f.next();
-        t.poll.total_idle_nonblocking_calls = f.next();
-        t.sleep.total_known_request_calls = f.next();
-        t.sleep.total_interrupted_calls = f.next();
-        t.sleep.total_interrupted_ns = f.next();
-        t.total_interrupt_wakes = f.next();
-        t.total_process_thread_wakes = f.next();
-        t.total_other_process_wakes = f.next();
-        t.calls_by_syscall = Syscall::ALL
-            .iter()
-            .map(|sc| SyscallCalls::new(*sc, f.next()))
-            .filter(|c| c.total_calls > 0)
-            .collect();
-        t.total_timed_futex_waits = f.next();
-        t.total_futex_timeouts = f.next();
-        // Bounded by the fields present: a descriptor takes two.
-        let ready = usize::try_from(f.next()).unwrap_or(0).min(fields.len() / 2);
-        t.ready_fds = (0..ready)
-            .map(|_| {
-                let fd = i32::try_from(f.next()).unwrap_or(i32::MAX);
-                ReadyFd::new(fd, FdKind::from_code(f.next()))
-            })
-            .collect();
-        t
+    } else {
+        f.take(3 * LOG2_BUCKETS);
+        f.skip_string();
     }
+    // Bounded by the fields present: a waker takes at least three.
+    let wakers = usize::try_from(f.next()).unwrap_or(0).min(fields.len() / 3);
+    t.top_wakers = (0..wakers)
+        .map(|_| Waker {
+            tid: f.next(),
+            total_wakes: f.next(),
+            name: f.string(),
+        })
+        .collect();
+    t.poll.total_blocked_calls = f.next();
+    t.poll.total_idle_nonblocking_calls = f.next();
+    t.sleep.total_known_request_calls = f.next();
+    t.sleep.total_interrupted_calls = f.next();
+    t.sleep.total_interrupted_ns = f.next();
+    t.total_interrupt_wakes = f.next();
+    t.total_process_thread_wakes = f.next();
+    t.total_other_process_wakes = f.next();
+    t.calls_by_syscall = Syscall::ALL
+        .iter()
+        .map(|sc| SyscallCalls::new(*sc, f.next()))
+        .filter(|c| c.total_calls > 0)
+        .collect();
+    t.total_timed_futex_waits = f.next();
+    t.total_futex_timeouts = f.next();
+    // Bounded by the fields present: a descriptor takes two.
+    let ready = usize::try_from(f.next()).unwrap_or(0).min(fields.len() / 2);
+    t.ready_fds = (0..ready)
+        .map(|_| {
+            let fd = i32::try_from(f.next()).unwrap_or(i32::MAX);
+            ReadyFd::new(fd, FdKind::from_code(f.next()))
+        })
+        .collect();
+    t
 }
 
 /// A key frame: every entity's fields against zeros.
@@ -374,6 +398,12 @@ impl Packed {
     /// The head fields and records of the delta, each rebuilt against its
     /// entity of the key frame as it is read.
     fn try_unpack<R: Record>(&self) -> Option<(Vec<u64>, Vec<R>)> {
+        self.try_unpack_with(R::unpack)
+    }
+
+    /// [`Packed::try_unpack`], each record rebuilt by `unpack` from its
+    /// key and fields.
+    fn try_unpack_with<R>(&self, unpack: impl Fn(u64, &[u64]) -> R) -> Option<(Vec<u64>, Vec<R>)> {
         let mut base = Cursor::new(&self.key.bytes)?;
         let bytes = &self.delta;
         let mut pos = 0;
@@ -387,7 +417,7 @@ impl Packed {
         for _ in 0..count {
             key = key.wrapping_add(codec::get_varint(bytes, &mut pos)?);
             codec::decode(base.seek(key)?, bytes, &mut pos, &mut fields)?;
-            records.push(R::unpack(key, &fields));
+            records.push(unpack(key, &fields));
         }
         Some((head, records))
     }
@@ -487,7 +517,15 @@ pub(crate) fn kernel_head(k: &KernelSample) -> Vec<u64> {
 
 /// Rebuilds a kernel sample from its packed frame.
 pub(crate) fn unpack_kernel(p: &Packed) -> KernelSample {
-    let (head, threads) = p.unpack::<KernelThreadStats>();
+    unpack_kernel_with(p, Detail::Full)
+}
+
+/// Rebuilds a kernel sample from its packed frame, its threads with
+/// `detail`. Empty when the bytes are corrupt, as [`Packed::unpack`].
+pub(crate) fn unpack_kernel_with(p: &Packed, detail: Detail) -> KernelSample {
+    let (head, threads) = p
+        .try_unpack_with(|tid, fields| unpack_kernel_thread(tid, fields, detail))
+        .unwrap_or_default();
     let mut f = Fields::new(&head);
     KernelSample {
         pid: u32::try_from(f.next()).unwrap_or(u32::MAX),

@@ -265,7 +265,110 @@ impl<'a> From<&'a Stored> for Ends<'a> {
             total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
             loops: Cow::Owned(s.loops()),
             sleeps: Cow::Owned(s.sleeps()),
-            kernel: s.kernel().map(Cow::Owned),
+            kernel: s.kernel_counters().map(Cow::Owned),
+        }
+    }
+}
+
+/// The probe and kernel counters of one stored snapshot, decoded as an
+/// interval reads them ([`Stored::kernel_counters`]).
+#[derive(Debug)]
+struct Decoded {
+    seq: u64,
+    monotonic_ns: u64,
+    loops: Vec<LoopStats>,
+    sleeps: Vec<SleepStats>,
+    kernel: Option<KernelSample>,
+}
+
+impl Decoded {
+    fn of(s: &Stored) -> Decoded {
+        Decoded {
+            seq: s.header.seq,
+            monotonic_ns: s.header.monotonic_ns,
+            loops: s.loops(),
+            sleeps: s.sleeps(),
+            kernel: s.kernel_counters(),
+        }
+    }
+
+    fn is(&self, s: &Stored) -> bool {
+        (self.seq, self.monotonic_ns) == (s.header.seq, s.header.monotonic_ns)
+    }
+}
+
+/// The ends of `s` decoded whole ([`Stored::kernel`]).
+#[cfg(test)]
+fn whole(s: &Stored) -> Ends<'_> {
+    let h = &s.header;
+    Ends {
+        seq: h.seq,
+        monotonic_ns: h.monotonic_ns,
+        process: &h.process,
+        total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
+        loops: Cow::Owned(s.loops()),
+        sleeps: Cow::Owned(s.sleeps()),
+        kernel: s.kernel().map(Cow::Owned),
+    }
+}
+
+/// The decoded end of the intervals computed together (a report's and
+/// its rules' windows, which all end at the newest snapshot): decoded
+/// once for all of them instead of once per interval. Holds one decoded
+/// snapshot, the last end asked for, so what it adds to a report's
+/// memory is one decoded snapshot at most, and it is dropped with the
+/// report's work. An eBPF watcher of 1,000 threads decoded the newest
+/// snapshot's kernel counters two or three times per report.
+#[derive(Debug, Default)]
+pub(crate) struct SharedEnd {
+    end: Option<Decoded>,
+    /// Every end decoded whole at each interval, none kept: the tests'
+    /// reference ([`SharedEnd::decoding_everything`]).
+    #[cfg(test)]
+    whole: bool,
+}
+
+impl SharedEnd {
+    /// Decodes every end whole (kernel histograms and names included) at
+    /// each interval and keeps none: what every interval did before
+    /// [`SharedEnd`], for the tests that compare the two.
+    #[cfg(test)]
+    pub(crate) fn decoding_everything() -> SharedEnd {
+        SharedEnd {
+            end: None,
+            whole: true,
+        }
+    }
+
+    /// The ends of an interval's start `from`, decoded now.
+    fn start_ends<'a>(&self, from: &'a Stored) -> Ends<'a> {
+        #[cfg(test)]
+        if self.whole {
+            return whole(from);
+        }
+        from.into()
+    }
+
+    /// The ends of `to`, decoded now unless it is the one held.
+    fn ends<'a>(&'a mut self, to: &'a Stored) -> Ends<'a> {
+        #[cfg(test)]
+        if self.whole {
+            return whole(to);
+        }
+        let held = match self.end.take() {
+            Some(d) if d.is(to) => d,
+            _ => Decoded::of(to),
+        };
+        let d = self.end.insert(held);
+        let h = &to.header;
+        Ends {
+            seq: h.seq,
+            monotonic_ns: h.monotonic_ns,
+            process: &h.process,
+            total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
+            loops: Cow::Borrowed(&d.loops),
+            sleeps: Cow::Borrowed(&d.sleeps),
+            kernel: d.kernel.as_ref().map(Cow::Borrowed),
         }
     }
 }
@@ -666,6 +769,48 @@ pub(crate) fn between_in_history(
     between_in_history_reusing(history, from, to, Vec::new())
 }
 
+/// [`between_in_history`], the end `to` decoded once for every interval
+/// computed with the same `shared` (see [`SharedEnd`]).
+pub(crate) fn between_in_history_sharing(
+    history: &crate::history::History,
+    from: &Stored,
+    to: &Stored,
+    shared: &mut SharedEnd,
+) -> Interval {
+    let from_ends = shared.start_ends(from);
+    between_in_history_with(history, from, from_ends, to, Vec::new(), shared.ends(to))
+}
+
+/// [`between_in_history_sharing`] without the kernel view: for a rule
+/// that reads none (the CPU hog's, the wakeups budget's), whose window
+/// starts at a snapshot no other window does. The start's kernel records
+/// are not decoded and no thread gets a `kernel` interval (nor the
+/// interval its kernel counts); every other figure is the same.
+pub(crate) fn between_in_history_without_kernel(
+    history: &crate::history::History,
+    from: &Stored,
+    to: &Stored,
+    shared: &mut SharedEnd,
+) -> Interval {
+    #[cfg(test)]
+    if shared.whole {
+        return between_in_history_sharing(history, from, to, shared);
+    }
+    let h = &from.header;
+    let from_ends = Ends {
+        seq: h.seq,
+        monotonic_ns: h.monotonic_ns,
+        process: &h.process,
+        total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
+        loops: Cow::Owned(from.loops()),
+        sleeps: Cow::Owned(from.sleeps()),
+        kernel: None,
+    };
+    let mut to_ends = shared.ends(to);
+    to_ends.kernel = None;
+    between_in_history_with(history, from, from_ends, to, Vec::new(), to_ends)
+}
+
 /// [`between_in_history`], its thread records written into `spare`, the
 /// records of an interval no longer needed.
 pub(crate) fn between_in_history_reusing(
@@ -673,6 +818,18 @@ pub(crate) fn between_in_history_reusing(
     from: &Stored,
     to: &Stored,
     spare: Vec<ThreadInterval>,
+) -> Interval {
+    between_in_history_with(history, from, from.into(), to, spare, to.into())
+}
+
+/// [`between_in_history`] with the ends decoded (`from_ends`, `to_ends`).
+fn between_in_history_with(
+    history: &crate::history::History,
+    from: &Stored,
+    from_ends: Ends<'_>,
+    to: &Stored,
+    spare: Vec<ThreadInterval>,
+    to_ends: Ends<'_>,
 ) -> Interval {
     let split = if from.header.switch_split_read && to.header.switch_split_read {
         None
@@ -685,14 +842,7 @@ pub(crate) fn between_in_history_reusing(
                 duration_ns: b.header.monotonic_ns.saturating_sub(a.header.monotonic_ns),
             })
     };
-    compute_reusing(
-        from.into(),
-        &from.threads,
-        to.into(),
-        &to.threads,
-        split,
-        spare,
-    )
+    compute_reusing(from_ends, &from.threads, to_ends, &to.threads, split, spare)
 }
 
 #[cfg(test)]

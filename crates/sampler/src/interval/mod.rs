@@ -11,7 +11,8 @@ mod compute;
 pub(crate) mod groups;
 
 pub(crate) use compute::{
-    between_in_history, between_in_history_reusing, between_stored, per_sec, percent,
+    SharedEnd, between_in_history, between_in_history_reusing, between_in_history_sharing,
+    between_in_history_without_kernel, between_stored, per_sec, percent,
 };
 
 /// Rates of one thread over an interval.

@@ -11,7 +11,9 @@ use crate::diagnose::{self, Finding, Thresholds};
 use crate::error::Error;
 use crate::error::Result;
 use crate::history::{BYTES_PER_STORED_THREAD_SAMPLE, Encoders, Header, History, Stored};
-use crate::interval::{Interval, between_in_history, between_in_history_reusing, percent};
+use crate::interval::{
+    Interval, SharedEnd, between_in_history, between_in_history_reusing, percent,
+};
 use crate::kernel::{KernelSource, KernelSourceError};
 use crate::model::{
     LoopKind, SampleWarning, Snapshot, SystemInfo, Target, TargetIdentity, ThreadRow,
@@ -33,7 +35,7 @@ pub use background::SamplingGuard;
 pub use builder::SamplerBuilder;
 use readings::{Diagnosis, Key, Readings, ReportBody};
 pub use report::{REPORT_SCHEMA_VERSION, Report, SamplerStats};
-use report::{fold_threads, interval_over_in, warnings_in};
+use report::{folded, interval_over_in, interval_over_sharing, warnings_in};
 
 /// What only the sampling path touches (one sample at a time).
 struct State {
@@ -472,14 +474,22 @@ impl Sampler {
     /// over the report's window and its warnings. The rate rules' window
     /// is the report's: it is computed here and handed to the rules.
     fn diagnose_history(&self, h: &History) -> Diagnosis {
+        // The report's interval and the rules' all end at the newest
+        // snapshot: decoded once for all of them, and dropped after.
+        self.diagnose_history_sharing(h, &mut SharedEnd::default())
+    }
+
+    /// [`Sampler::diagnose_history`], its intervals' newest end decoded
+    /// with `shared`.
+    fn diagnose_history_sharing(&self, h: &History, shared: &mut SharedEnd) -> Diagnosis {
         let key = self.key(h);
         let t = &self.inner.config.thresholds;
-        let window = interval_over_in(h, t.window);
+        let window = interval_over_sharing(h, t.window, shared);
         let tid = key.map_or(0, |k| k.exclude_tid);
         // The configured thresholds' findings carry hysteresis from one
         // stored snapshot's diagnosis to the next.
         let mut memory = lock(&self.inner.severities);
-        let mut findings = self.diagnose_in(h, t, tid, window.as_ref(), &mut memory);
+        let mut findings = self.diagnose_in(h, t, tid, window.as_ref(), &mut memory, shared);
         drop(memory);
         // Who competes is read from the machine, so only when contention
         // from outside the process was found, once per stored snapshot
@@ -512,7 +522,9 @@ impl Sampler {
         Ok(self.account(|| {
             let tid = self.inner.sampler_tid.load(Ordering::Relaxed);
             let mut memory = diagnose::SeverityMemory::default();
-            self.diagnose_in(&self.history(), thresholds, tid, None, &mut memory)
+            let mut shared = SharedEnd::default();
+            let h = self.history();
+            self.diagnose_in(&h, thresholds, tid, None, &mut memory, &mut shared)
         }))
     }
 
@@ -536,7 +548,8 @@ impl Sampler {
     }
 
     /// Findings over `h`, leaving out thread `exclude_tid` (0: none);
-    /// `known` is an interval of `h` already computed.
+    /// `known` is an interval of `h` already computed; `shared` holds its
+    /// newest snapshot decoded, when an interval of it was computed.
     fn diagnose_in(
         &self,
         h: &History,
@@ -544,9 +557,10 @@ impl Sampler {
         exclude_tid: u64,
         known: Option<&Interval>,
         memory: &mut diagnose::SeverityMemory,
+        shared: &mut SharedEnd,
     ) -> Vec<Finding> {
         let exclude = (exclude_tid != 0).then_some(exclude_tid);
-        diagnose::diagnose(h, t, &self.inner.system, exclude, known, memory)
+        diagnose::diagnose(h, t, &self.inner.system, exclude, known, memory, shared)
     }
 
     /// Everything a report needs: machine, sampler cost, the interval over
@@ -594,13 +608,15 @@ impl Sampler {
     /// interval over the findings window with at most `report_threads`
     /// threads listed, its warnings, the findings and the thread groups.
     fn report_body(&self, diagnosis: &Diagnosis) -> ReportBody {
-        let mut interval = diagnosis.window.clone();
         let findings = diagnosis.findings.clone();
         let keep = usize::try_from(self.inner.config.report_threads).unwrap_or(usize::MAX);
-        let (thread_groups, threads_folded) = interval
-            .as_mut()
-            .map(|i| fold_threads(i, &findings, keep))
-            .unwrap_or_default();
+        let (interval, thread_groups, threads_folded) = match &diagnosis.window {
+            Some(i) => {
+                let (i, groups, folded) = folded(i, &findings, keep);
+                (Some(i), groups, folded)
+            }
+            None => (None, Vec::new(), 0),
+        };
         ReportBody {
             interval,
             thread_groups,

@@ -9,7 +9,7 @@ use crate::config::SamplerConfig;
 use crate::diagnose::{Finding, Subject};
 use crate::history::History;
 use crate::interval::groups::{DEFAULT_MAX_GROUPS, ThreadGroupInterval, thread_groups};
-use crate::interval::{Interval, ThreadInterval, between_in_history};
+use crate::interval::{Interval, SharedEnd, ThreadInterval, between_in_history_sharing};
 use crate::model::{SampleWarning, SystemInfo, TargetIdentity};
 
 /// Version of the [`Report`] layout, in [`Report::schema_version`]: raised
@@ -77,6 +77,16 @@ pub struct Report {
 /// two seconds must not alternate between one and two seconds with that
 /// jitter.
 pub(super) fn interval_over_in(h: &History, window: Duration) -> Option<Interval> {
+    interval_over_sharing(h, window, &mut SharedEnd::default())
+}
+
+/// [`interval_over_in`], the newest snapshot decoded once with the other
+/// intervals computed with `shared` (see [`SharedEnd`]).
+pub(super) fn interval_over_sharing(
+    h: &History,
+    window: Duration,
+    shared: &mut SharedEnd,
+) -> Option<Interval> {
     let to = h.latest()?;
     let since = to
         .header
@@ -91,9 +101,10 @@ pub(super) fn interval_over_in(h: &History, window: Duration) -> Option<Interval
     };
     if from.header.seq == to.header.seq {
         let n = h.len();
-        return Some(between_in_history(h, h.get(n.checked_sub(2)?)?, to));
+        let from = h.get(n.checked_sub(2)?)?;
+        return Some(between_in_history_sharing(h, from, to, shared));
     }
-    Some(between_in_history(h, from, to))
+    Some(between_in_history_sharing(h, from, to, shared))
 }
 
 /// The warnings of the snapshots after `from_seq` up to `to_seq`, each once
@@ -130,16 +141,76 @@ pub(super) fn warnings_in(h: &History, from_seq: u64, to_seq: u64) -> Vec<Sample
 /// The groups of every thread of `interval`, then its `threads` cut to at
 /// most `keep` (see [`Report::interval`]); returns the groups and how
 /// many threads were left out.
+#[cfg(test)]
 pub(super) fn fold_threads(
     interval: &mut Interval,
     findings: &[Finding],
     keep: usize,
 ) -> (Vec<ThreadGroupInterval>, u32) {
+    let (folded, groups, left_out) = folded(interval, findings, keep);
+    *interval = folded;
+    (groups, left_out)
+}
+
+/// What a report holds of `interval`: a copy with at most `keep` of its
+/// threads (see [`Report::interval`]), the groups of all of them, and how
+/// many threads were left out. Only the kept threads are copied: a copy
+/// of the whole interval, cut afterwards, copied every thread's record
+/// and kernel view at each report (1,000 threads under eBPF, to keep a
+/// screenful).
+pub(super) fn folded(
+    interval: &Interval,
+    findings: &[Finding],
+    keep: usize,
+) -> (Interval, Vec<ThreadGroupInterval>, u32) {
     let (groups, _) = thread_groups(&interval.threads, DEFAULT_MAX_GROUPS);
     let threads = &interval.threads;
     let total = threads.len();
+    match kept_threads(threads, findings, keep) {
+        None => (interval.clone(), groups, 0),
+        Some(flags) => {
+            let kept: Vec<ThreadInterval> = threads
+                .iter()
+                .zip(flags)
+                .filter(|&(_, kept)| kept)
+                .map(|(t, _)| t.clone())
+                .collect();
+            let left_out = u32::try_from(total - kept.len()).unwrap_or(u32::MAX);
+            (with_threads(interval, kept), groups, left_out)
+        }
+    }
+}
+
+/// `interval` with `threads` in place of its own (which are not copied).
+fn with_threads(interval: &Interval, threads: Vec<ThreadInterval>) -> Interval {
+    let i = interval;
+    Interval {
+        from_seq: i.from_seq,
+        to_seq: i.to_seq,
+        end_monotonic_ns: i.end_monotonic_ns,
+        duration_ns: i.duration_ns,
+        process: i.process.clone(),
+        threads,
+        threads_exited: i.threads_exited,
+        kernel_thread_exits: i.kernel_thread_exits,
+        kernel_uncovered_threads: i.kernel_uncovered_threads,
+        loops: i.loops.clone(),
+        sleeps: i.sleeps.clone(),
+        sampler_cpu_time_ns: i.sampler_cpu_time_ns,
+        sampler_cpu_percent: i.sampler_cpu_percent,
+    }
+}
+
+/// Which of `threads` a report keeps, at most `keep` (by index); `None`
+/// when all of them fit.
+fn kept_threads(
+    threads: &[ThreadInterval],
+    findings: &[Finding],
+    keep: usize,
+) -> Option<Vec<bool>> {
+    let total = threads.len();
     if total <= keep {
-        return (groups, 0);
+        return None;
     }
     let mut kept = Kept {
         flags: vec![false; total],
@@ -195,10 +266,7 @@ pub(super) fn fold_threads(
             break;
         }
     }
-    let mut flags = kept.flags.into_iter();
-    interval.threads.retain(|_| flags.next().unwrap_or(false));
-    let folded = u32::try_from(total - interval.threads.len()).unwrap_or(u32::MAX);
-    (groups, folded)
+    Some(kept.flags)
 }
 
 /// Which threads a report keeps, at most `keep`.

@@ -233,3 +233,211 @@ fn report_does_not_hold_the_history_lock_while_it_works() {
         "history lock free in only {free} of {tries} tries while report() ran"
     );
 }
+
+/// A kernel source over the TIDs it is handed (threads of this process):
+/// every counter an interval reads moves between reads, by amounts that
+/// differ by thread and by read, with names, histograms, wakers, ready
+/// descriptors and calls by syscall, as the eBPF source's entries have.
+/// The threads it knows change: one more is handed to it every few reads.
+struct MovingKernel {
+    tids: Arc<Mutex<Vec<u64>>>,
+    threads: Vec<crate::kernel::KernelThreadStats>,
+    round: u64,
+}
+
+impl crate::kernel::KernelSource for MovingKernel {
+    fn read(&mut self) -> std::result::Result<crate::KernelSample, crate::KernelSourceError> {
+        use crate::kernel::{FdKind, KernelThreadStats, ReadyFd, Syscall, SyscallCalls, Waker};
+        self.round += 1;
+        let r = self.round;
+        let tids = lock(&self.tids).clone();
+        for &tid in &tids {
+            if !self.threads.iter().any(|t| t.tid == tid) {
+                self.threads.push(KernelThreadStats {
+                    tid,
+                    name: format!("kernel-{tid}"),
+                    ..Default::default()
+                });
+            }
+        }
+        for (i, t) in self.threads.iter_mut().enumerate() {
+            let i = i as u64;
+            let x = r.wrapping_mul(2_654_435_761).wrapping_add(i * 40_503) % 1000;
+            t.total_on_cpu_ns += 1_000_000 * i + x * 7_919;
+            t.total_voluntary_switches += 100 * i + x % 97;
+            t.total_involuntary_switches += x % 13;
+            t.total_off_cpu.sleep_ns += (i % 3 != 1) as u64 * (300_000_000 + x * 104_729);
+            t.total_off_cpu.poll_ns += x * 15_485;
+            t.total_off_cpu.lock_ns += x * 3_001;
+            t.total_off_cpu.preempted_ns += x * 1_299;
+            t.total_wakes += 100 * i + x % 89;
+            t.total_interrupt_wakes += 50 * i;
+            t.total_process_thread_wakes += x % 29;
+            t.total_other_process_wakes += x % 3;
+            // Every third thread polls without blocking, 100,000 times
+            // a read: a busy poller at any pace of reads up to a second.
+            let polls = if i % 3 == 1 { 100_000 } else { x % 31 };
+            t.poll.total_calls += polls;
+            t.poll.total_idle_calls += polls * 9 / 10;
+            t.poll.total_zero_timeout_calls += polls * 6 / 10;
+            t.poll.total_blocked_calls += x % 5;
+            t.poll.total_idle_nonblocking_calls += polls * 8 / 10;
+            t.poll.total_blocked_ns += 150_000 + x * 3_571;
+            t.sleep.total_calls += 100 * (i % 2);
+            t.sleep.total_known_request_calls += 90 * (i % 2);
+            t.sleep.total_requested_ns += 90_000_000 * (i % 2);
+            t.sleep.total_actual_ns += 95_000_000 * (i % 2) + x * 1_117;
+            t.sleep.total_interrupted_calls += x % 4;
+            t.total_timed_futex_waits += x % 17;
+            t.total_futex_timeouts += x % 5;
+            for k in 0..4 {
+                t.off_cpu_histogram.record((x + k * 131) * 1_000);
+                t.run_queue_latency_histogram.record((x + k * 17) * 100);
+                t.poll.timeout_histogram.record(1_000_000 << (k % 4));
+            }
+            t.top_wakers = (0..i % 4)
+                .map(|w| Waker {
+                    tid: 20_000 + w,
+                    name: format!("waker-{w}"),
+                    total_wakes: r * (100 + w) + x,
+                })
+                .collect();
+            t.calls_by_syscall = [Syscall::Poll, Syscall::EpollPwait, Syscall::ClockNanosleep]
+                .into_iter()
+                .enumerate()
+                .map(|(k, s)| SyscallCalls::new(s, r * (k as u64 + i % 3)))
+                .filter(|c| c.total_calls > 0)
+                .collect();
+            t.ready_fds = (0..i % 3)
+                .map(|k| ReadyFd::new(3 + k as i32, FdKind::from_code(k + r % 3)))
+                .collect();
+        }
+        Ok(crate::KernelSample {
+            source: "moving".into(),
+            pid: std::process::id(),
+            // Not in TID order, as a source may hand them.
+            threads: self.threads.iter().rev().cloned().collect(),
+            total_dropped_events: 0,
+            total_thread_exits: r / 3,
+        })
+    }
+}
+
+/// The intervals of a report and of its rules decode each end as an
+/// interval reads it (no kernel histograms, no names) and the newest
+/// once for all of them: on a history of a kernel view whose every
+/// counter moves, every interval and the report's whole body (interval,
+/// findings, groups, warnings) are what decoding every end whole at
+/// each interval gives.
+#[test]
+fn lean_and_shared_decoding_gives_the_report_of_decoding_everything() {
+    let tids = Arc::new(Mutex::new(Vec::new()));
+    // Windows of tens of milliseconds, so that every rule runs on a
+    // history taken in a fraction of a second. Run-queue contention is
+    // left out: who competes for the CPU is read from the machine at each
+    // diagnosis, so two diagnoses of one history may name different
+    // competitors.
+    let ms = Duration::from_millis;
+    let t = Thresholds::default()
+        .with_window(ms(40))
+        .with_min_window(ms(10))
+        .with_cpu_window(ms(80))
+        .with_cpu_min_window(ms(20))
+        .with_wakeups_window(ms(120))
+        .with_wakeups_min_window(ms(20))
+        .with_memory_min_window(ms(20))
+        .with_wakeups_budget_everywhere(true)
+        .with_run_queue_wait_percent(100.0)
+        .with_run_queue_critical_wait_percent(100.0)
+        // Any thread that ran is a CPU hog: the CPU window's interval,
+        // computed without the kernel view, is then read.
+        .with_cpu_hog_percent(0.01)
+        .with_cpu_hog_critical_percent(0.02);
+    let s = SamplerBuilder::new()
+        .with_switch_split_every(3)
+        .with_thresholds(t)
+        .with_kernel_source(Box::new(MovingKernel {
+            tids: tids.clone(),
+            threads: Vec::new(),
+            round: 0,
+        }))
+        .build()
+        .unwrap();
+    let stop = Arc::new(std::sync::Barrier::new(7));
+    let mut handles = Vec::new();
+    for n in 0..14u64 {
+        if n % 2 == 0 && handles.len() < 6 {
+            let (stop, tids, started) = (
+                stop.clone(),
+                tids.clone(),
+                Arc::new(std::sync::Barrier::new(2)),
+            );
+            let go = started.clone();
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("kt-{n}"))
+                    .spawn(move || {
+                        lock(&tids).push(crate::platform::clock::current_tid());
+                        go.wait();
+                        stop.wait();
+                    })
+                    .unwrap(),
+            );
+            started.wait();
+        }
+        s.sample().unwrap();
+        std::thread::sleep(ms(5));
+    }
+    let h = s.history();
+    assert!(h.len() >= 14, "{} snapshots", h.len());
+    let newest = h.latest().unwrap();
+    let kernel = newest.kernel().unwrap();
+    assert!(
+        kernel.threads.len() >= 6,
+        "the kernel view covers the threads"
+    );
+    // Every interval of the history, one `SharedEnd` throughout: it
+    // keeps the end of one `to` and decodes the next one's.
+    let mut shared = SharedEnd::default();
+    for to in h.iter() {
+        for from in h.iter().filter(|f| f.header.seq < to.header.seq) {
+            let lean = crate::interval::between_in_history_sharing(&h, from, to, &mut shared);
+            let whole = crate::interval::between_in_history_sharing(
+                &h,
+                from,
+                to,
+                &mut SharedEnd::decoding_everything(),
+            );
+            assert_eq!(lean, whole, "{} to {}", from.header.seq, to.header.seq);
+            let with_kernel = lean.threads.iter().filter(|t| t.kernel.is_some()).count();
+            assert!(
+                with_kernel >= 1,
+                "kernel views in {} to {}",
+                from.header.seq,
+                to.header.seq
+            );
+        }
+    }
+    // The report's body, each from the same remembered severities.
+    let body = |shared: &mut SharedEnd| {
+        *lock(&s.inner.severities) = diagnose::SeverityMemory::default();
+        s.report_body(&s.diagnose_history_sharing(&h, shared))
+    };
+    let lean = body(&mut SharedEnd::default());
+    let whole = body(&mut SharedEnd::decoding_everything());
+    assert_eq!(lean, whole);
+    assert!(
+        !lean.findings.is_empty(),
+        "the moving counters make findings"
+    );
+    assert!(
+        lean.findings
+            .iter()
+            .any(|f| f.kind == diagnose::FindingKind::CpuHog),
+        "a CPU hog is found over the CPU window"
+    );
+    stop.wait();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

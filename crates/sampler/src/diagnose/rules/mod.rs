@@ -19,7 +19,9 @@ use std::time::Duration;
 use super::{Evidence, Finding, FindingKind, Severity, Subject, Thresholds};
 use crate::history::{History, Stored};
 use crate::interval::groups::group_name;
-use crate::interval::{Interval, between_in_history};
+use crate::interval::{
+    Interval, SharedEnd, between_in_history_sharing, between_in_history_without_kernel,
+};
 use crate::model::SystemInfo;
 use crate::probe::duration_ns as ns;
 use cpu::{cpu_hogs, run_queue};
@@ -89,16 +91,22 @@ fn window(h: &History, span: Duration, min: Duration) -> Option<(&Stored, &Store
 /// The intervals of the rules' windows, each computed once: windows that
 /// start at the same snapshot (every window, while the history is shorter
 /// than the shortest) share one, and so does an interval the caller
-/// already has (a report's).
+/// already has (a report's). All end at the newest snapshot, decoded
+/// once for all of them (`shared`).
 struct Windows<'a> {
     known: Option<&'a Interval>,
     computed: Vec<Interval>,
+    shared: &'a mut SharedEnd,
 }
 
 impl Windows<'_> {
     /// Where the interval of `(from, to)` is: `None` for the known one,
-    /// else its index in `computed` (computed now if new).
-    fn add(&mut self, h: &History, from: &Stored, to: &Stored) -> Option<usize> {
+    /// else its index in `computed` (computed now if new). `kernel`: whether
+    /// the rules of this window read the kernel view; an interval computed
+    /// for rules that read none has none (and is only shared with windows
+    /// added after it, whose rules read none either: `run` adds the rate
+    /// window, whose rules do, first).
+    fn add(&mut self, h: &History, from: &Stored, to: &Stored, kernel: bool) -> Option<usize> {
         let ends = (from.header.seq, to.header.seq);
         if self.known.is_some_and(|k| (k.from_seq, k.to_seq) == ends) {
             return None;
@@ -110,7 +118,11 @@ impl Windows<'_> {
         {
             return Some(i);
         }
-        self.computed.push(between_in_history(h, from, to));
+        self.computed.push(if kernel {
+            between_in_history_sharing(h, from, to, self.shared)
+        } else {
+            between_in_history_without_kernel(h, from, to, self.shared)
+        });
         Some(self.computed.len() - 1)
     }
 
@@ -327,6 +339,8 @@ fn blocked_percent(i: &Interval, tid: Option<u64>) -> Option<f64> {
     Some((100.0 - running).clamp(0.0, 100.0))
 }
 
+/// [`run_sharing`] with nothing decoded yet.
+#[cfg(test)]
 pub(super) fn run(
     h: &History,
     t: &Thresholds,
@@ -334,6 +348,22 @@ pub(super) fn run(
     exclude_tid: Option<u64>,
     known: Option<&Interval>,
     previous: &Severities,
+) -> Vec<Finding> {
+    let mut shared = SharedEnd::default();
+    run_sharing(h, t, system, exclude_tid, known, previous, &mut shared)
+}
+
+/// Runs every rule over `h`; the intervals of the rules' windows end at
+/// its newest snapshot, decoded once with the caller's other intervals
+/// (`shared`).
+pub(super) fn run_sharing(
+    h: &History,
+    t: &Thresholds,
+    system: &SystemInfo,
+    exclude_tid: Option<u64>,
+    known: Option<&Interval>,
+    previous: &Severities,
+    shared: &mut SharedEnd,
 ) -> Vec<Finding> {
     let mut cx = Ctx {
         t,
@@ -346,11 +376,15 @@ pub(super) fn run(
     let mut w = Windows {
         known,
         computed: Vec::new(),
+        shared,
     };
-    let rates = window(h, t.window, t.min_window).map(|(a, b)| (a, b, w.add(h, a, b)));
-    let cpu = window(h, t.cpu_window, t.cpu_min_window).map(|(a, b)| w.add(h, a, b));
-    let wakeups =
-        window(h, t.wakeups_window, t.wakeups_min_window).map(|(a, b)| (a, b, w.add(h, a, b)));
+    // The rate rules read the kernel view; the CPU hog and the wakeups
+    // budget do not (their intervals then skip decoding it: a 1,000-thread
+    // eBPF watcher decoded the CPU window's start only to drop it).
+    let rates = window(h, t.window, t.min_window).map(|(a, b)| (a, b, w.add(h, a, b, true)));
+    let cpu = window(h, t.cpu_window, t.cpu_min_window).map(|(a, b)| w.add(h, a, b, false));
+    let wakeups = window(h, t.wakeups_window, t.wakeups_min_window)
+        .map(|(a, b)| (a, b, w.add(h, a, b, false)));
     if let Some((from, to, at)) = rates
         && let Some(i) = w.get(at)
     {
