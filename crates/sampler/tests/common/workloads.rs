@@ -36,10 +36,26 @@ pub fn sampler(t: Thresholds) -> Sampler {
         .expect("sampler")
 }
 
-/// Samples in the background for `secs` and returns the findings.
+/// Samples in the background for at least `secs` and at least as many
+/// samples as [`sampler`]'s 100 ms period gives in `secs`, and returns
+/// the findings. Waits for the samples, not for a stretch of time alone:
+/// on a loaded machine a sampler may store a fraction of its samples in
+/// that time, too few for the rules' windows (a test once took 123 s
+/// where it takes 25).
 pub fn findings_after(s: &Sampler, secs: f64) -> Vec<wakemeter::Finding> {
+    let needed = (secs / 0.1).ceil() as u64;
+    let start = std::time::Instant::now();
     let g = s.start().expect("start");
-    std::thread::sleep(Duration::from_secs_f64(secs));
+    let (mut seq, mut stored) = (None, 0u64);
+    while stored < needed || start.elapsed() < Duration::from_secs_f64(secs) {
+        match s.wait_for_sample(seq, Duration::from_secs(180)) {
+            wakemeter::SampleWait::Stored { seq: n } => {
+                stored += n - seq.map_or(0, |p| p + 1) + 1;
+                seq = Some(n);
+            }
+            other => panic!("no sample within 180 s: {other:?}"),
+        }
+    }
     drop(g);
     s.findings()
 }
