@@ -694,36 +694,63 @@ def print_rows(title, rows):
     return gap
 
 
-def run_main(argv):
-    ap = argparse.ArgumentParser(
-        prog="profile-vs-perf.py run",
-        description="Start a Debian server under load; wakemeter profile beside perf record.",
-    )
+def server_arguments(mode, description, seconds, window):
+    """The arguments every mode that starts a server takes."""
+    ap = argparse.ArgumentParser(prog=f"profile-vs-perf.py {mode}", description=description)
     ap.add_argument("server", choices=sorted(SERVERS))
-    ap.add_argument("--seconds", type=int, default=20, help="capture window (20)")
+    ap.add_argument("--seconds", type=int, default=seconds, help=f"{window} ({seconds})")
     ap.add_argument("--frequency", type=int, default=99, help="Hz per CPU (99)")
     ap.add_argument("--port", type=int, default=24000, help="first port (24000; squid takes 2)")
     ap.add_argument("--wakemeter", default=shutil.which("wakemeter") or "wakemeter",
                     help="the wakemeter binary")
-    ap.add_argument("--perf-per-thread", action="store_true",
-                    help="perf record -p PID (a per-thread timer) instead of -a + --pid")
-    ap.add_argument("--keep", metavar="DIR",
-                    help="keep wm.folded, wakemeter's summary and perf's script text here")
-    a = ap.parse_args(argv)
+    return ap
 
+
+def prepare(server):
+    """Signals end the run through its `finally` (which stops the server
+    and the load); checks root and installs perf, wrk and the server.
+    Returns the server's class."""
     def stop(signum, _frame):
-        # The servers and the load are stopped by the `finally` below.
         raise SystemExit(f"stopped by signal {signum}")
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if os.geteuid() != 0:
         sys.exit("run as root (perf -a, eBPF, apt-get)")
-
     apt_install(["linux-perf"], ["perf"])
     apt_install(["wrk"], ["wrk"])
-    cls = SERVERS[a.server]
+    cls = SERVERS[server]
     apt_install(cls.packages, cls.commands)
+    return cls
+
+
+def stop_all(tools, load, server, scratch):
+    """Stops the tools still running (SIGINT, then SIGKILL after 30 s),
+    the load and the server, and removes the scratch directory."""
+    for t in tools:
+        if t.poll() is None:
+            t.send_signal(signal.SIGINT)
+            try:
+                t.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                t.kill()
+                t.wait()
+    if load is not None and load.poll() is None:
+        os.killpg(load.pid, signal.SIGTERM)
+    server.stop()
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_main(argv):
+    ap = server_arguments(
+        "run", "Start a Debian server under load; wakemeter profile beside perf record.",
+        20, "capture window")
+    ap.add_argument("--perf-per-thread", action="store_true",
+                    help="perf record -p PID (a per-thread timer) instead of -a + --pid")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep wm.folded, wakemeter's summary and perf's script text here")
+    a = ap.parse_args(argv)
+    cls = prepare(a.server)
 
     scratch = tempfile.mkdtemp(prefix=f"wm-vs-perf-{a.server}-")
     server = cls(a, scratch)
@@ -788,18 +815,7 @@ def run_main(argv):
                 f.write(wm_out)
         report(a, server, text, folded, wm_out)
     finally:
-        for t in tools:
-            if t.poll() is None:
-                t.send_signal(signal.SIGINT)
-                try:
-                    t.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    t.kill()
-                    t.wait()
-        if load is not None and load.poll() is None:
-            os.killpg(load.pid, signal.SIGTERM)
-        server.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
+        stop_all(tools, load, server, scratch)
 
 
 SWITCH_LINE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+(.*)$")
@@ -871,29 +887,11 @@ def schedstat_ns(pid):
 
 
 def kept_main(argv):
-    ap = argparse.ArgumentParser(
-        prog="profile-vs-perf.py kept",
-        description="Samples kept against samples due: wakemeter beside perf's cpu-clock samples.",
-    )
-    ap.add_argument("server", choices=sorted(SERVERS))
-    ap.add_argument("--seconds", type=int, default=8, help="perf's counted window (8)")
-    ap.add_argument("--frequency", type=int, default=99, help="Hz per CPU (99)")
-    ap.add_argument("--port", type=int, default=24000, help="first port (24000; squid takes 2)")
-    ap.add_argument("--wakemeter", default=shutil.which("wakemeter") or "wakemeter",
-                    help="the wakemeter binary")
+    ap = server_arguments(
+        "kept", "Samples kept against samples due: wakemeter beside perf's cpu-clock samples.",
+        8, "perf's counted window")
     a = ap.parse_args(argv)
-
-    def stop(signum, _frame):
-        raise SystemExit(f"stopped by signal {signum}")
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    if os.geteuid() != 0:
-        sys.exit("run as root (perf -a, eBPF, apt-get)")
-    apt_install(["linux-perf"], ["perf"])
-    apt_install(["wrk"], ["wrk"])
-    cls = SERVERS[a.server]
-    apt_install(cls.packages, cls.commands)
+    cls = prepare(a.server)
 
     scratch = tempfile.mkdtemp(prefix=f"wm-kept-{a.server}-")
     server = cls(a, scratch)
@@ -975,18 +973,7 @@ def kept_main(argv):
               f"{on_cpu / cpu:.3f} | {kept:,} / {wm_due:,.1f} ({kept / wm_due:.3f}) | "
               f"{t.group(1)} | {t.group(2)} | {t.group(3)} ms |")
     finally:
-        for p in tools:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        if load is not None and load.poll() is None:
-            os.killpg(load.pid, signal.SIGTERM)
-        server.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
+        stop_all(tools, load, server, scratch)
 
 
 def report(a, server, text, folded, wm_out):
