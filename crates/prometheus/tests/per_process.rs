@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used)]
 #![cfg(target_os = "linux")]
 
-
 use wakemeter::SamplerBuilder;
 use wakemeter_prometheus::{Error, Exporter, ExporterConfig};
 
