@@ -46,7 +46,13 @@ pub fn status(pid: u32) -> io::Result<Vec<u8>> {
 /// The write's error: `NotFound` (`ENOENT`) or `ESRCH` when it is gone,
 /// `EINVAL` before Linux 4.0, `EACCES`/`EPERM` without the right.
 pub fn reset_peak_rss(pid: u32) -> io::Result<()> {
-    std::fs::write(Process::Pid(pid).file("clear_refs"), b"5")
+    use std::io::Write;
+    // A kernel control file, opened to write as it is (never created nor
+    // truncated): not an output, so not through `wakemeter_outfile`.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(Process::Pid(pid).file("clear_refs"))?
+        .write_all(b"5")
 }
 
 /// The `status` text of the calling thread (`/proc/thread-self`: per-thread
