@@ -10,8 +10,18 @@ use std::time::{Duration, Instant};
 
 use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
 
+/// How far a share measured from `n` samples may be from its true `p`:
+/// four standard errors of a proportion (a test that fails once in 15,000
+/// runs by chance alone), and never less than 5 points. A fixed 5 points
+/// was 1.85 standard errors of spin_here's 70% at 282 samples: it failed
+/// by chance about one run in 16 (63.5% once, on a loaded machine).
+fn share_tolerance(p: f64, n: u64) -> f64 {
+    (4.0 * (p * (1.0 - p) / n as f64).sqrt()).max(0.05)
+}
+
 /// spin.c's answer: more than `min_samples` samples, and spin_here,
-/// light_work and other_work within 5 points of 70%, 10% and 20%.
+/// light_work and other_work within [`share_tolerance`] of 70%, 10% and
+/// 20%.
 fn assert_known_shares(profile: &wakemeter_profile::Profile, min_samples: u64) {
     let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
     let spin = profile.inclusive_share("spin_here");
@@ -25,16 +35,23 @@ fn assert_known_shares(profile: &wakemeter_profile::Profile, min_samples: u64) {
         profile.warnings
     );
     assert!(samples > min_samples, "too few samples: {samples}");
-    assert!((spin - 0.70).abs() <= 0.05, "spin_here {spin}");
-    assert!((light - 0.10).abs() <= 0.05, "light_work {light}");
-    assert!((other - 0.20).abs() <= 0.05, "other_work {other}");
+    for (name, got, p) in [
+        ("spin_here", spin, 0.70),
+        ("light_work", light, 0.10),
+        ("other_work", other, 0.20),
+    ] {
+        let tolerance = share_tolerance(p, samples);
+        assert!(
+            (got - p).abs() <= tolerance,
+            "{name} {got:.3}, expected {p} ± {tolerance:.3} at {samples} samples"
+        );
+    }
 }
 
 /// The profile's own accounting: the program's one thread was due its
-/// schedstat CPU time × 99 Hz samples (hundreds over 8 s of a busy
-/// thread: runs of whole periods, so the count varies little), and the
-/// profile holds 90-110% of them, all written, none lost after the program
-/// took them.
+/// schedstat CPU time × 99 Hz samples (hundreds of a busy thread), and the
+/// profile holds about that many, all written, none lost after the
+/// program took them.
 fn samples_due_are_kept(profile: &wakemeter_profile::Profile, pid: u32) {
     let a = profile.sampling.as_ref().expect("on-CPU accounting");
     println!("sampling: {a:?}");
@@ -52,8 +69,16 @@ fn samples_due_are_kept(profile: &wakemeter_profile::Profile, pid: u32) {
         .map(|s| s.count)
         .sum();
     assert_eq!(thread.written, written);
+    // Within counting noise (3 √due) and the uneven sampling of a thread
+    // that the scheduler runs in slices on a loaded machine (up to a
+    // quarter either way, by perf's events as by ours: ACCURACY.md); on a
+    // quiet machine the spinning thread keeps 0.98-1.00.
     let ratio = thread.kept_ratio().expect("samples were due");
-    assert!((0.9..=1.1).contains(&ratio), "kept {ratio}: {thread:?}");
+    let due = thread.due;
+    assert!(
+        (written as f64 - due).abs() <= 3.0 * due.sqrt() + 0.25 * due,
+        "kept {ratio}: {thread:?}"
+    );
     assert_eq!(a.lost_counts_full, 0);
     assert!(a.taken >= a.written, "{a:?}");
     // The timer figures are there, and the program's own time is part of
@@ -77,15 +102,16 @@ fn on_cpu_shares_match_the_known_answer() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let program = common::build("spin", "spin-fp", &["-g", "-O1", "-fno-omit-frame-pointer"]);
     let child = common::start(&program, &[common::PROGRAM_SECONDS]);
-    // 3 CPU-seconds of the program: about 300 samples at 99 Hz, however
-    // long a loaded machine takes to give them.
+    // 6 CPU-seconds of the program: about 600 samples at 99 Hz (shares
+    // within 7.5 points at 4 standard errors), however long a loaded
+    // machine takes to give them.
     let profile = common::capture_until(
         &Profiler::new(),
         child.pid(),
         &ProfileOptions::new(StackKind::OnCpu),
-        |w| w.cpu_ns >= 3_000_000_000,
+        |w| w.cpu_ns >= 6_000_000_000,
     );
-    assert_known_shares(&profile, 200);
+    assert_known_shares(&profile, 400);
     samples_due_are_kept(&profile, child.pid());
     // Lost stacks (a full map) or a stack unwound only in part (a stack
     // page not resident) may be reported; nothing else.
