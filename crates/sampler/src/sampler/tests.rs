@@ -334,9 +334,9 @@ fn lean_and_shared_decoding_gives_the_report_of_decoding_everything() {
     let tids = Arc::new(Mutex::new(Vec::new()));
     // Windows of tens of milliseconds, so that every rule runs on a
     // history taken in a fraction of a second. Run-queue contention is
-    // left out: who competes for the CPU is read from the machine at each
-    // diagnosis, so two diagnoses of one history may name different
-    // competitors.
+    // kept rare and compared apart: who competes for the CPU is read from
+    // the machine at each diagnosis, so two diagnoses of one history may
+    // name different competitors.
     let ms = Duration::from_millis;
     let t = Thresholds::default()
         .with_window(ms(40))
@@ -423,8 +423,17 @@ fn lean_and_shared_decoding_gives_the_report_of_decoding_everything() {
         *lock(&s.inner.severities) = diagnose::SeverityMemory::default();
         s.report_body(&s.diagnose_history_sharing(&h, shared))
     };
-    let lean = body(&mut SharedEnd::default());
-    let whole = body(&mut SharedEnd::decoding_everything());
+    // Run-queue contention at 100% of the time still fires (a test
+    // thread of this binary waited for a CPU the whole window beside
+    // stress-ng), and its competitors are read from the machine at each
+    // diagnosis: compared without it.
+    let without_contention = |mut b: ReportBody| {
+        b.findings
+            .retain(|f| f.kind != diagnose::FindingKind::RunQueueContention);
+        b
+    };
+    let lean = without_contention(body(&mut SharedEnd::default()));
+    let whole = without_contention(body(&mut SharedEnd::decoding_everything()));
     assert_eq!(lean, whole);
     assert!(
         !lean.findings.is_empty(),
