@@ -300,15 +300,9 @@ impl Decoded {
 /// The ends of `s` decoded whole ([`Stored::kernel`]).
 #[cfg(test)]
 fn whole(s: &Stored) -> Ends<'_> {
-    let h = &s.header;
     Ends {
-        seq: h.seq,
-        monotonic_ns: h.monotonic_ns,
-        process: &h.process,
-        total_sampler_cpu_time_ns: h.total_sampler_cpu_time_ns,
-        loops: Cow::Owned(s.loops()),
-        sleeps: Cow::Owned(s.sleeps()),
         kernel: s.kernel().map(Cow::Owned),
+        ..Ends::from(s)
     }
 }
 

@@ -581,17 +581,22 @@ fn poller(polls: f64, idle: f64, blocked: f64, cpu: f64) -> ThreadInterval {
     .expect("a thread interval")
 }
 
+/// A rules context on Linux over a window of `window_ns`, nothing explained yet.
+fn linux_ctx<'a>(t: &'a Thresholds, previous: &'a Severities, window_ns: u64) -> Ctx<'a> {
+    Ctx {
+        t,
+        previous,
+        out: Grouper::default(),
+        explained: HashSet::new(),
+        window_ns,
+        os: "linux",
+    }
+}
+
 fn kernel_kinds(th: &ThreadInterval) -> Vec<FindingKind> {
     let t = Thresholds::default();
     let previous = Severities::default();
-    let mut cx = Ctx {
-        t: &t,
-        previous: &previous,
-        out: Grouper::default(),
-        explained: HashSet::new(),
-        window_ns: 10_000_000_000,
-        os: "linux",
-    };
+    let mut cx = linux_ctx(&t, &previous, 10_000_000_000);
     let k = th.kernel.as_ref().expect("a kernel view");
     kernel::kernel_busy_poller(&mut cx, th, k);
     cx.out.finish(&t).iter().map(|f| f.kind).collect()

@@ -43,14 +43,7 @@ fn a_loop_whose_polls_return_ready_at_once_is_a_busy_poller() {
     assert_eq!(kernel_kinds(&spinner), vec![FindingKind::BusyPoller]);
     let t = Thresholds::default();
     let previous = Severities::default();
-    let mut cx = Ctx {
-        t: &t,
-        previous: &previous,
-        out: Grouper::default(),
-        explained: HashSet::new(),
-        window_ns: 10_000_000_000,
-        os: "linux",
-    };
+    let mut cx = linux_ctx(&t, &previous, 10_000_000_000);
     let k = spinner.kernel.as_ref().expect("a kernel view");
     assert!(kernel::kernel_busy_poller(&mut cx, &spinner, k));
     let f = cx.out.finish(&t);
@@ -428,14 +421,7 @@ fn woken_loop(kind: &str, tid: u64, rate: f64, wait_ns: u64) -> crate::interval:
 fn loop_findings(i: &crate::interval::Interval) -> Vec<Finding> {
     let t = Thresholds::default();
     let previous = Severities::default();
-    let mut cx = Ctx {
-        t: &t,
-        previous: &previous,
-        out: Grouper::default(),
-        explained: HashSet::new(),
-        window_ns: i.duration_ns,
-        os: "linux",
-    };
+    let mut cx = linux_ctx(&t, &previous, i.duration_ns);
     loops::busy_poller_loops(&mut cx, i);
     loops::spinning_workers(&mut cx, i);
     cx.out.finish(&t)
