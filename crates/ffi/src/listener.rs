@@ -271,3 +271,59 @@ impl KnownFindings {
         fresh
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::KnownFindings;
+    use wakemeter::{FindingKind, Severity};
+
+    /// A busy-poller finding on loop `name`, as the core would make it.
+    fn busy(name: &str, severity: &str) -> wakemeter::Finding {
+        serde_json::from_value(serde_json::json!({
+            "kind": "busy_poller",
+            "severity": severity,
+            "subject": { "type": "loop", "name": name, "tid": 7 },
+            "summary": "",
+            "evidence": [],
+            "advice": "",
+            "window_ns": 1_000_000,
+        }))
+        .expect("a finding in the core's JSON form")
+    }
+
+    fn heard(known: &mut KnownFindings, now: &[wakemeter::Finding]) -> Vec<(String, Severity)> {
+        known
+            .update(now)
+            .into_iter()
+            .inspect(|f| assert_eq!(f.kind, FindingKind::BusyPoller))
+            .map(|f| (f.subject.label(), f.severity))
+            .collect()
+    }
+
+    #[test]
+    fn a_finding_is_heard_when_new_or_more_severe_and_again_after_it_clears() {
+        let mut k = KnownFindings::default();
+        let (w, c) = (busy("spin", "warning"), busy("spin", "critical"));
+        assert_eq!(heard(&mut k, std::slice::from_ref(&w)).len(), 1, "new");
+        assert!(heard(&mut k, std::slice::from_ref(&w)).is_empty(), "same");
+        assert_eq!(
+            heard(&mut k, std::slice::from_ref(&c))[0].1,
+            Severity::Critical,
+            "escalated"
+        );
+        assert!(heard(&mut k, std::slice::from_ref(&c)).is_empty(), "same");
+        assert!(
+            heard(&mut k, std::slice::from_ref(&w)).is_empty(),
+            "less severe"
+        );
+        // Back to critical from the warning just seen: it escalated again.
+        assert_eq!(heard(&mut k, std::slice::from_ref(&c)).len(), 1);
+        assert!(heard(&mut k, &[]).is_empty(), "cleared: nothing to say");
+        assert_eq!(heard(&mut k, std::slice::from_ref(&c)).len(), 1, "back");
+        // Another loop's finding is its own.
+        let other = busy("other", "critical");
+        let both = heard(&mut k, &[c.clone(), other]);
+        assert_eq!(both.len(), 1);
+        assert!(both[0].0.contains("other"), "{both:?}");
+    }
+}

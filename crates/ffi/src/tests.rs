@@ -218,7 +218,14 @@ fn failing_and_panicking_listeners_are_counted_and_delivery_goes_on() {
 
 #[test]
 fn listeners_hear_a_finding_once_until_it_escalates() {
-    let s = Sampler::new(config().with_thresholds(quick_thresholds())).unwrap();
+    // A finding that clears and comes back is heard again (the listener's
+    // unit test). Over a 200 ms window, the spinning thread descheduled
+    // for that long on a loaded machine cleared it mid-spin and it was
+    // heard twice: a 5 s window holds the spin's wakeups for the whole run.
+    let s = Sampler::new(
+        config().with_thresholds(quick_thresholds().with_window(Duration::from_secs(5))),
+    )
+    .unwrap();
     let r = Arc::new(Recorder::default());
     s.add_listener(r.clone()).unwrap();
     let lp = s.loop_probe("spin".into()).unwrap();
