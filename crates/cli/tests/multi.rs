@@ -31,6 +31,37 @@ fn reported_pids(stdout: &str) -> BTreeSet<u64> {
         .collect()
 }
 
+/// The lines a child writes to `pipe`, collected by a thread as they come;
+/// join the thread to have them all once the child has exited.
+type Lines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+fn lines_of(pipe: impl Read + Send + 'static) -> (Lines, std::thread::JoinHandle<()>) {
+    use std::io::BufRead;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = std::sync::Arc::clone(&lines);
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    (lines, reader)
+}
+
+/// Everything collected so far, one line each.
+fn all_of(lines: &std::sync::Mutex<Vec<String>>) -> String {
+    let mut all = lines.lock().unwrap().join("\n");
+    all.push('\n');
+    all
+}
+
+/// Waits (bounded by `LIMIT`) until a collected line satisfies `ok`.
+fn wait_for_line(lines: &std::sync::Mutex<Vec<String>>, what: &str, ok: impl Fn(&str) -> bool) {
+    let start = Instant::now();
+    while !lines.lock().unwrap().iter().any(|l| ok(l)) {
+        assert!(start.elapsed() < LIMIT, "never {what}:\n{}", all_of(lines));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A copy of `sleep` under a name of its own, so `--name` matches only the
 /// processes of this test.
 fn named_sleep(name: &str) -> PathBuf {
@@ -73,26 +104,58 @@ fn a_name_follows_a_restart() {
     let exe = named_sleep(&name);
     let first = Running(Command::new(&exe).arg("60").spawn().unwrap());
     let first_pid = first.0.id();
-    let watcher = bin()
-        .args(["watch", "--name", &name, "--every", "1", "--seconds", "8"])
+    // No fixed run length: on a loaded machine the watcher's start took
+    // more than the 2 s the test gave it before the restart, and the
+    // restart's discovery more than the rest of an 8 s run. The test
+    // waits for each step in the watcher's own output (a report of the
+    // first process, then of the second) and stops it with SIGINT;
+    // `--seconds` is only a hang guard.
+    let mut watcher = bin()
+        .args(["watch", "--name", &name, "--every", "1", "--seconds", "300"])
         .args(["--json", "--no-ebpf"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Let it watch the first one, then restart: kill it, start another.
-    std::thread::sleep(Duration::from_secs(2));
+    let (stdout, stdout_reader) = lines_of(watcher.stdout.take().unwrap());
+    let (stderr, stderr_reader) = lines_of(watcher.stderr.take().unwrap());
+    let reported = |pid: u32| {
+        move |l: &str| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .is_ok_and(|v| v["target"]["pid"].as_u64() == Some(u64::from(pid)))
+        }
+    };
+    wait_for_line(
+        &stdout,
+        "a report of the first process",
+        reported(first_pid),
+    );
     drop(first);
     let second = Running(Command::new(&exe).arg("60").spawn().unwrap());
     let second_pid = second.0.id();
+    wait_for_line(
+        &stdout,
+        "a report of the second process",
+        reported(second_pid),
+    );
+    let exited = format!("process {first_pid} ({name}) exited; no longer watched");
+    wait_for_line(&stderr, "the first process's exit", |l| l.contains(&exited));
+    // SAFETY: signals our own child, which has not been waited for yet.
+    unsafe { libc::kill(watcher.id() as i32, libc::SIGINT) };
     let started = Instant::now();
-    let out = watcher.wait_with_output().unwrap();
+    let status = watcher.wait().unwrap();
     assert!(started.elapsed() < LIMIT);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let said = format!("{:?}\n{stdout}\n{stderr}", out.status);
-    assert_eq!(out.status.code(), Some(0), "{said}");
+    // The child has exited: its pipes end, so the readers end too.
+    stdout_reader.join().unwrap();
+    stderr_reader.join().unwrap();
+    let stdout = all_of(&stdout);
+    let stderr = all_of(&stderr);
+    let said = format!("{status:?}\n{stdout}\n{stderr}");
+    // Plain `watch` (no trace to finish) ends on SIGINT's default action,
+    // as on a user's Ctrl-C; what it printed before is whole lines.
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{said}");
     let pids = reported_pids(&stdout);
     assert!(pids.contains(&u64::from(first_pid)), "{said}");
     assert!(pids.contains(&u64::from(second_pid)), "{said}");

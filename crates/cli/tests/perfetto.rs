@@ -110,7 +110,7 @@ fn record_traces_every_process_and_ctrl_c_finishes_the_file() {
             "--pid",
             &b.pid().to_string(),
         ])
-        .args(["--seconds", "60", "--period", "0.2", "--no-ebpf", "-o"])
+        .args(["--seconds", "300", "--period", "0.2", "--no-ebpf", "-o"])
         .arg(d.join("r.ndjson"))
         .arg("--perfetto")
         .arg(&path)
@@ -119,12 +119,26 @@ fn record_traces_every_process_and_ctrl_c_finishes_the_file() {
         .unwrap();
     // Wait for the trace to be created and a few intervals to be taken
     // (its size says little: unchanged counters are not written again).
-    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let until = std::time::Instant::now() + Duration::from_secs(240);
     while !path.exists() {
         assert!(std::time::Instant::now() < until, "no trace created");
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_secs(2));
+    // Then wait for intervals in the recording beside it (one line per
+    // process per interval): a fixed 2 s was a window a loaded machine
+    // can fill with fewer than the 2 intervals asserted below.
+    let partial = d.join(format!("r.ndjson.partial-{}", child.id()));
+    let intervals_recorded = || {
+        std::fs::read_to_string(&partial).map_or(0, |t| {
+            t.lines()
+                .filter(|l| l.ends_with('}') && !l.contains("\"record\":\"header\""))
+                .count()
+        })
+    };
+    while intervals_recorded() < 6 {
+        assert!(std::time::Instant::now() < until, "no 3 intervals recorded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // SAFETY: signals our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();

@@ -246,12 +246,23 @@ fn a_reused_pid_is_never_counted_as_the_exited_target() {
     // reads again; the new process runs (and switches) for a while.
     let reused = reuse_pid(first);
     assert_eq!(reused.0.id(), pid);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(240);
     while tids_of(pid).len() < 2 {
         assert!(Instant::now() < deadline, "the new process never started");
         thread::sleep(Duration::from_millis(10));
     }
-    thread::sleep(Duration::from_millis(200));
+    // Until the new process's threads have switched 50 times (the
+    // kernel's count): a fixed 200 ms could pass with it never scheduled
+    // on a loaded machine, and the check below would then prove nothing.
+    let before = wakemeter_testkit::Work::of(pid);
+    while wakemeter_testkit::Work::of(pid)
+        .since(before)
+        .voluntary_switches
+        < 50
+    {
+        assert!(Instant::now() < deadline, "the new process never switched");
+        thread::sleep(Duration::from_millis(10));
+    }
 
     // The shared map holds the other process's threads only: the new
     // process under the old id got no entry.

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use wakemeter::compare::DEFAULT_MAX_GROUPS;
 use wakemeter::{SamplerBuilder, Target};
 use wakemeter_testkit::{
-    Running, park_threads, ready_until_stdin_closes, start_until_ready, this_test,
+    Running, Work, park_threads, ready_until_stdin_closes, start_until_ready, this_test,
+    thread_named,
 };
 
 /// Set in the child's environment.
@@ -78,8 +79,40 @@ fn a_report_of_hundreds_of_threads_lists_few_and_groups_all() {
         .unwrap();
     // No background thread: the report and the full interval below are
     // made from the same two snapshots.
+    let busy: Vec<u32> = (0..BUSY)
+        .map(|i| thread_named(pid, &format!("busy-{i}")))
+        .collect();
+    let chatty: Vec<u32> = (0..CHATTY)
+        .map(|i| thread_named(pid, &format!("chatty-{i}")))
+        .collect();
+    let before =
+        |tids: &[u32]| -> Vec<Work> { tids.iter().map(|&t| Work::of_thread(pid, t)).collect() };
+    let (busy_before, chatty_before) = (before(&busy), before(&chatty));
     sampler.sample_now().unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    // Wait for the work the ranking below is about, not a fixed second:
+    // on a loaded machine a busy thread can get ~1/8 of a core or less, and
+    // one second held too little of it. Each busy thread runs 100 ms (its
+    // spin alone is far above a chatty thread's CPU) and each chatty
+    // thread sleeps 200 times (far above a busy thread's 1 per 40 ms).
+    let start = Instant::now();
+    loop {
+        let ran = |tids: &[u32], was: &[Work], done: fn(Work) -> bool| {
+            tids.iter()
+                .zip(was)
+                .all(|(&t, &w)| done(Work::of_thread(pid, t).since(w)))
+        };
+        if ran(&busy, &busy_before, |w| w.cpu_ns >= 100_000_000)
+            && ran(&chatty, &chatty_before, |w| w.voluntary_switches >= 200)
+            && start.elapsed() >= Duration::from_secs(1)
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "the child's threads did not run in 240 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     sampler.sample_now().unwrap();
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
