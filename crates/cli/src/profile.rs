@@ -306,7 +306,7 @@ fn sampling(out: &mut impl Write, p: &Profile) -> io::Result<()> {
 fn timer_line(t: &wakemeter_profile::TimerAccounting) -> String {
     match (t.sampling_timer, &t.fallback) {
         ("thread", _) => format!(
-            "timer: per thread ({} opened at attach, inherited by new threads; samples follow each thread's own CPU time, a few more as a thread is switched back in)",
+            "timer: per thread ({} opened at attach, inherited by new threads; samples follow each thread's own CPU time, a few more as a thread is switched back in; periods skipped are of each thread's own timer)",
             t.thread_events
         ),
         (_, Some(f)) => format!(

@@ -332,7 +332,8 @@ pub struct TimerFallback {
     /// Threads of the target at attach.
     pub threads: u32,
     /// Descriptors the per-thread events could take
-    /// ([`SamplingTimer::fd_budget`]).
+    /// ([`SamplingTimer::fd_budget`], or fewer: the events opened before
+    /// the process ran out of descriptors).
     pub fd_budget: u32,
 }
 

@@ -129,8 +129,9 @@ impl CpuClockEvents {
 
     /// One event per thread of `pid`, each enabled as it is opened (a
     /// thread created by it from then on inherits it); `Ok(Err(_))` when
-    /// the threads outnumber the budget, with every event opened so far
-    /// closed.
+    /// the threads outnumber the budget, or the process runs out of
+    /// descriptors first (the budget is then the events it could open),
+    /// with every event opened so far closed.
     fn per_thread(
         program: BorrowedFd<'_>,
         frequency_hz: u64,
@@ -156,6 +157,15 @@ impl CpuClockEvents {
                     Ok(counter) => counters.push((tid, counter)),
                     // Listed, but gone before its open.
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    // The process's other descriptors left less room than
+                    // the budget: per CPU, as for too many threads.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                        let opened = u32::try_from(counters.len()).unwrap_or(u32::MAX);
+                        return Ok(Err(TimerFallback {
+                            threads,
+                            fd_budget: opened.min(fd_budget),
+                        }));
+                    }
                     Err(source) => return Err(EbpfError::ThreadPerfEvent { tid, source }),
                 }
             }
