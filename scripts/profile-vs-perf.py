@@ -85,7 +85,14 @@ CLOCK_MONOTONIC -e cpu-clock -F F -a --switch-events`; the server's main
 thread's schedstat is read at two CLOCK_MONOTONIC instants S seconds apart
 inside perf's window, and perf's samples of that thread between them are
 counted against its schedstat CPU time and against its time on a CPU from
-perf's own switch records. It prints one row of ACCURACY.md's table.
+perf's own switch records, and the share of them whose kernel stack is in
+the switch-in path (`finish_task_switch`, `schedule_tail`,
+`ret_from_fork`; perf records `-g` for it). It prints one row of
+ACCURACY.md's table. `--perf-timer thread` records with `-p PID` (a
+per-thread timer) instead of `-a`, `--perf-timer both` in two back-to-back
+windows (ACCURACY.md, "Per-CPU or per-thread timers"); `--timer cpu|thread`
+is passed to wakemeter (the run mode takes it too); `--no-wakemeter` runs
+perf alone.
 
 Standard library only (Python 3.8+).
 """
