@@ -390,7 +390,9 @@ impl StackSessionBuilder {
     /// default, or [`SamplingTimer::PerThread`]). Per thread falls back to
     /// per CPU, said in [`TimerCounts::fallback`], when the target has more
     /// threads than [`SamplingTimer::fd_budget`]; a thread that exits
-    /// between the listing and its event's open is skipped.
+    /// between the listing and its event's open is skipped. With
+    /// [`StackSessionBuilder::with_thread`], only that thread gets an
+    /// event (and the threads it creates).
     pub fn with_timer(mut self, timer: SamplingTimer) -> Self {
         self.timer = timer;
         self

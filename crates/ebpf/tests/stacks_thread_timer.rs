@@ -140,3 +140,23 @@ fn a_thread_created_after_attach_is_sampled() {
     let counts = session.read().unwrap();
     assert_kept(&counts, tid, cpu_ns, "created after attach");
 }
+
+#[test]
+#[ignore = "needs root"]
+fn one_thread_gets_one_event() {
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let handle = worker(true, tid_tx, go_rx);
+    let tid = tid_rx.recv().unwrap();
+    let mut session = StackSession::builder(Target::Pid(std::process::id()), StackKind::OnCpu)
+        .with_frequency_hz(FREQUENCY_HZ)
+        .with_timer(SamplingTimer::PerThread)
+        .with_thread(tid)
+        .attach()
+        .unwrap();
+    go_tx.send(()).unwrap();
+    let cpu_ns = handle.join().unwrap();
+    let counts = session.read().unwrap();
+    assert_eq!(counts.timer.map(|t| t.thread_events), Some(1), "{counts:?}");
+    assert_kept(&counts, tid, cpu_ns, "one thread");
+}

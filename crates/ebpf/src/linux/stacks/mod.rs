@@ -296,6 +296,7 @@ impl StackSession {
                     options.frequency_hz,
                     options.timer,
                     pid,
+                    options.thread,
                 )?)
             }
             StackKind::OffCpu | StackKind::Wakeups => {

@@ -54,18 +54,20 @@ impl std::fmt::Debug for CpuClockEvents {
 }
 
 impl CpuClockEvents {
-    /// Opens the events `timer` asks for on process `pid` at
-    /// `frequency_hz`, runs `program` on each sample, and enables them.
-    /// Per thread falls back to per CPU when `pid` has more threads than
-    /// [`fd_budget`] (said by [`CpuClockEvents::fallback`]).
+    /// Opens the events `timer` asks for on process `pid` (per thread:
+    /// on its thread `only` alone when not 0, the one thread a session
+    /// samples) at `frequency_hz`, runs `program` on each sample, and
+    /// enables them. Per thread falls back to per CPU when `pid` has more
+    /// threads than [`fd_budget`] (said by [`CpuClockEvents::fallback`]).
     pub(crate) fn open(
         program: BorrowedFd<'_>,
         frequency_hz: u64,
         timer: SamplingTimer,
         pid: u32,
+        only: u32,
     ) -> Result<Self, EbpfError> {
         match timer {
-            SamplingTimer::PerThread => match Self::per_thread(program, frequency_hz, pid)? {
+            SamplingTimer::PerThread => match Self::per_thread(program, frequency_hz, pid, only)? {
                 Ok(events) => Ok(events),
                 Err(fallback) => {
                     let mut events = Self::per_cpu(program, frequency_hz)?;
@@ -136,12 +138,15 @@ impl CpuClockEvents {
         program: BorrowedFd<'_>,
         frequency_hz: u64,
         pid: u32,
+        only: u32,
     ) -> Result<Result<Self, TimerFallback>, EbpfError> {
         let fd_budget = fd_budget();
         let mut counters: Vec<(u32, Counter)> = Vec::new();
         let mut tids = Vec::new();
         for _ in 0..LIST_PASSES {
-            if !sys::list_tids(pid, &mut tids) {
+            if only != 0 {
+                tids = vec![only];
+            } else if !sys::list_tids(pid, &mut tids) {
                 return Err(EbpfError::NoSuchProcess { pid });
             }
             let threads = u32::try_from(tids.len()).unwrap_or(u32::MAX);
