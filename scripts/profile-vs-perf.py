@@ -85,7 +85,14 @@ CLOCK_MONOTONIC -e cpu-clock -F F -a --switch-events`; the server's main
 thread's schedstat is read at two CLOCK_MONOTONIC instants S seconds apart
 inside perf's window, and perf's samples of that thread between them are
 counted against its schedstat CPU time and against its time on a CPU from
-perf's own switch records. It prints one row of ACCURACY.md's table.
+perf's own switch records, and the share of them whose kernel stack is in
+the switch-in path (`finish_task_switch`, `schedule_tail`,
+`ret_from_fork`; perf records `-g` for it). It prints one row of
+ACCURACY.md's table. `--perf-timer thread` records with `-p PID` (a
+per-thread timer) instead of `-a`, `--perf-timer both` in two back-to-back
+windows (ACCURACY.md, "Per-CPU or per-thread timers"); `--timer cpu|thread`
+is passed to wakemeter (the run mode takes it too); `--no-wakemeter` runs
+perf alone.
 
 Standard library only (Python 3.8+).
 """
@@ -747,6 +754,8 @@ def run_main(argv):
         20, "capture window")
     ap.add_argument("--perf-per-thread", action="store_true",
                     help="perf record -p PID (a per-thread timer) instead of -a + --pid")
+    ap.add_argument("--timer", choices=["cpu", "thread"],
+                    help="wakemeter's timer (its --timer; its default when not given)")
     ap.add_argument("--keep", metavar="DIR",
                     help="keep wm.folded, wakemeter's summary and perf's script text here")
     a = ap.parse_args(argv)
@@ -769,7 +778,8 @@ def run_main(argv):
         data = os.path.join(scratch, "perf.data")
         wm = subprocess.Popen(
             [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
-             str(a.frequency), "--seconds", str(a.seconds), "--folded", folded],
+             str(a.frequency), "--seconds", str(a.seconds), "--folded", folded]
+            + (["--timer", a.timer] if a.timer else []),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         tools.append(wm)
@@ -821,22 +831,45 @@ def run_main(argv):
 SWITCH_LINE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+(.*)$")
 
 
+# Kernel functions of the switch-in path: a sample whose kernel stack holds
+# one was taken as the thread was switched back in (the timer's interrupt
+# held off while the switch ran with interrupts disabled).
+SWITCH_IN = re.compile(r"^(finish_task_switch|schedule_tail|ret_from_fork)")
+
+
 def perf_on_cpu(text_path, tid, lo, hi, frequency):
     """perf's samples of `tid` in [lo, hi) and its time on a CPU there, ns,
-    from `perf script --ns --show-switch-events -F comm,tid,cpu,time,event`
-    text (timestamps CLOCK_MONOTONIC); also its switch-ins, and their
-    density over 20 slices of the period after the instants of their CPU's
-    timer (1 for a uniform one), and over a grid 0.2% slower where no
-    timer runs (the control)."""
+    from `perf script --ns --show-switch-events -F comm,tid,cpu,time,event,ip,sym`
+    text (timestamps CLOCK_MONOTONIC, callchains when recorded with -g);
+    also its switch-ins, and their density over 20 slices of the period
+    after the instants of their CPU's timer (1 for a uniform one), and over
+    a grid 0.2% slower where no timer runs (the control); and how many of
+    the samples have a switch-in function innermost and anywhere in their
+    kernel stack."""
     since = {}
     on_cpu = samples = switch_ins = 0
+    innermost_switch_in = any_switch_in = 0
     period = 1e9 / frequency
     events = {}  # cpu -> [(t, is_switch_in)]: every sample, the thread's switch-ins
+    counting = False  # the callchain lines that follow belong to a counted sample
+    first_frame = False
+    seen = False
     with open(text_path, errors="replace") as f:
         for line in f:
             m = SWITCH_LINE.match(line)
             if not m:
+                frame = line.split()
+                if counting and len(frame) >= 2:
+                    name = frame[1]
+                    hit = SWITCH_IN.match(name) is not None
+                    if first_frame:
+                        innermost_switch_in += hit
+                        first_frame = False
+                    if hit and not seen:
+                        any_switch_in += 1
+                        seen = True
                 continue
+            counting = False
             cpu = int(m.group(3))
             t = int(m.group(4)) * 10**9 + int(m.group(5).ljust(9, "0")[:9])
             rest = m.group(6)
@@ -846,8 +879,10 @@ def perf_on_cpu(text_path, tid, lo, hi, frequency):
             if int(m.group(2)) != tid:
                 continue
             if not switch:
-                samples += lo <= t < hi
-            elif " IN " in rest:
+                inside = lo <= t < hi
+                samples += inside
+                counting, first_frame, seen = inside, inside, False
+            elif re.search(r"\bIN\b", rest):
                 since[cpu] = t
                 switch_ins += lo <= t < hi
                 events.setdefault(cpu, []).append((t, True))
@@ -878,7 +913,11 @@ def perf_on_cpu(text_path, tid, lo, hi, frequency):
         n = sum(c.values())
         return (min(c[b] for b in range(20)) * 20 / n, max(c[b] for b in range(20)) * 20 / n) if n else (0, 0)
 
-    return samples, on_cpu, switch_ins, spread(grid), spread(control)
+    return {
+        "samples": samples, "on_cpu": on_cpu, "switch_ins": switch_ins,
+        "grid": spread(grid), "control": spread(control),
+        "innermost_switch_in": innermost_switch_in, "any_switch_in": any_switch_in,
+    }
 
 
 def schedstat_ns(pid):
@@ -886,45 +925,21 @@ def schedstat_ns(pid):
         return int(f.read().split()[0])
 
 
-def kept_main(argv):
-    ap = server_arguments(
-        "kept", "Samples kept against samples due: wakemeter beside perf's cpu-clock samples.",
-        8, "perf's counted window")
-    a = ap.parse_args(argv)
-    cls = prepare(a.server)
-
-    scratch = tempfile.mkdtemp(prefix=f"wm-kept-{a.server}-")
-    server = cls(a, scratch)
-    load = None
-    tools = []
+def perf_window(a, pid, scope, scratch):
+    """One perf window on `pid`: `perf record -g -k CLOCK_MONOTONIC -e
+    cpu-clock -F F --switch-events` per CPU (`scope` "cpu": `-a`) or per
+    thread ("thread": `-p PID`, one event per thread, inherited); the
+    thread's schedstat read at two instants `a.seconds` apart inside it.
+    Returns perf_on_cpu's figures and the schedstat CPU time, ns."""
+    data = os.path.join(scratch, f"perf-{scope}.data")
+    where = ["-a"] if scope == "cpu" else ["-p", str(pid)]
+    perf = subprocess.Popen(
+        ["perf", "record", "-q", "-g", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-F",
+         str(a.frequency), "--switch-events", "--sample-cpu", "-o", data] + where
+        + ["--", "sleep", str(a.seconds + 2)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
     try:
-        pid = server.start()
-        warm = 3
-        load = server.load(a.seconds + warm + 20)
-        if pid is None:
-            pid = server.backend()
-        time.sleep(warm)
-        log(f"{a.server} ({server.package} {package_version(server.package)}) pid {pid}, "
-            f"load: {cls.load_text}")
-        # wakemeter's window holds perf's, which holds the counted one.
-        wm = subprocess.Popen(
-            [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
-             str(a.frequency), "--seconds", str(a.seconds + 6)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        tools.append(wm)
-        for line in wm.stderr:
-            sys.stderr.write(line)
-            if "profiling" in line:
-                break
-        data = os.path.join(scratch, "perf.data")
-        perf = subprocess.Popen(
-            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-F",
-             str(a.frequency), "-a", "--switch-events", "-o", data, "--", "sleep",
-             str(a.seconds + 2)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        tools.append(perf)
         time.sleep(1)
         a0 = time.monotonic_ns()
         s0 = schedstat_ns(pid)
@@ -934,44 +949,115 @@ def kept_main(argv):
         s1 = schedstat_ns(pid)
         b1 = time.monotonic_ns()
         perf_err = perf.communicate()[1]
-        if perf.returncode != 0:
-            sys.exit(f"perf record failed: {perf_err.strip()}")
-        wm_out, wm_err = wm.communicate()
-        sys.stderr.write(wm_err)
-        text = os.path.join(scratch, "perf.txt")
-        with open(text, "w") as f:
-            subprocess.run(
-                ["perf", "script", "--ns", "--show-switch-events", "-F",
-                 "comm,tid,cpu,time,event", "-i", data],
-                check=True, stdout=f, stderr=subprocess.DEVNULL,
+    finally:
+        if perf.poll() is None:
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+    if perf.returncode != 0:
+        sys.exit(f"perf record failed: {perf_err.strip()}")
+    text = os.path.join(scratch, f"perf-{scope}.txt")
+    with open(text, "w") as f:
+        subprocess.run(
+            ["perf", "script", "--ns", "--show-switch-events", "-F",
+             "comm,tid,cpu,time,event,ip,sym", "-i", data],
+            check=True, stdout=f, stderr=subprocess.DEVNULL,
+        )
+    os.unlink(data)
+    lo, hi = (a0 + b0) // 2, (a1 + b1) // 2
+    r = perf_on_cpu(text, pid, lo, hi, a.frequency)
+    os.unlink(text)
+    r["cpu"], r["window"] = s1 - s0, hi - lo
+    return r
+
+
+def kept_main(argv):
+    ap = server_arguments(
+        "kept", "Samples kept against samples due: wakemeter beside perf's cpu-clock samples.",
+        8, "perf's counted window")
+    ap.add_argument("--perf-timer", choices=["cpu", "thread", "both"], default="cpu",
+                    help="perf's cpu-clock per CPU (-a), per thread (-p PID), or both in "
+                         "back-to-back windows (cpu)")
+    ap.add_argument("--timer", choices=["cpu", "thread"],
+                    help="wakemeter's timer (its --timer; its default when not given)")
+    ap.add_argument("--no-wakemeter", action="store_true", help="perf alone")
+    a = ap.parse_args(argv)
+    cls = prepare(a.server)
+    scopes = ["cpu", "thread"] if a.perf_timer == "both" else [a.perf_timer]
+
+    scratch = tempfile.mkdtemp(prefix=f"wm-kept-{a.server}-")
+    server = cls(a, scratch)
+    load = None
+    tools = []
+    try:
+        pid = server.start()
+        warm = 3
+        load = server.load(len(scopes) * (a.seconds + 8) + warm + 20)
+        if pid is None:
+            pid = server.backend()
+        time.sleep(warm)
+        log(f"{a.server} ({server.package} {package_version(server.package)}) pid {pid}, "
+            f"load: {cls.load_text}, load average {os.getloadavg()[0]:.1f}")
+        # wakemeter's window holds perf's, which hold the counted ones.
+        wm = None
+        if not a.no_wakemeter:
+            wm = subprocess.Popen(
+                [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
+                 str(a.frequency), "--seconds", str(len(scopes) * (a.seconds + 8) + 2)]
+                + (["--timer", a.timer] if a.timer else []),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )
-        os.unlink(data)
-        lo, hi = (a0 + b0) // 2, (a1 + b1) // 2
-        samples, on_cpu, switch_ins, grid, control = perf_on_cpu(text, pid, lo, hi, a.frequency)
-        cpu = s1 - s0
-        due, due_on_cpu = cpu * a.frequency / 1e9, on_cpu * a.frequency / 1e9
-        print("wakemeter's summary:")
-        shown = False
-        for line in wm_out.splitlines():
-            shown = (shown or line.startswith("samples kept")) and not line.startswith("top ")
-            if shown:
-                print("  " + line)
+            tools.append(wm)
+            for line in wm.stderr:
+                sys.stderr.write(line)
+                if "profiling" in line:
+                    break
+        results = {scope: perf_window(a, pid, scope, scratch) for scope in scopes}
+        wm_out = ""
+        if wm is not None:
+            wm_out, wm_err = wm.communicate()
+            sys.stderr.write(wm_err)
+            print("wakemeter's summary:")
+            shown = False
+            for line in wm_out.splitlines():
+                shown = (shown or line.startswith("samples kept")) and not line.startswith("top ")
+                if shown:
+                    print("  " + line)
         m = re.search(r"samples kept: (\d+) of ([\d.]+) due", wm_out)
         t = re.search(r"on a CPU \(switch-in to switch-out\): [\d.]+ s, [\d.]+ due, ratio ([\d.]+|-); "
-                      r"timer periods skipped: (\d+); sampling program: ([\d.]+) ms", wm_out)
-        if not m or not t or not due or not due_on_cpu:
-            sys.exit("no figures: wakemeter's summary or perf's samples missing")
-        kept, wm_due = int(m.group(1)), float(m.group(2))
-        print(f"perf, thread {pid}, {(hi - lo) / 1e9:.3f} s: {samples} samples, "
-              f"{due:.1f} due by schedstat ({cpu / 1e9:.3f} s), {due_on_cpu:.1f} by its time "
-              f"on a CPU ({on_cpu / 1e9:.3f} s), {switch_ins} switch-ins")
-        print(f"switch-ins against perf's timer grid, 20 slices of the period: {grid[0]:.2f} to "
-              f"{grid[1]:.2f} of a uniform density; against a grid 0.2% slower (no timer): "
-              f"{control[0]:.2f} to {control[1]:.2f}")
-        print(f"\nrow: | {a.server} | {a.frequency} Hz | {100 * cpu / (hi - lo):.1f}% | "
-              f"{switch_ins:,} | {samples:,} | {samples / due:.3f} | {samples / due_on_cpu:.3f} | "
-              f"{on_cpu / cpu:.3f} | {kept:,} / {wm_due:,.1f} ({kept / wm_due:.3f}) | "
-              f"{t.group(1)} | {t.group(2)} | {t.group(3)} ms |")
+                      r"timer periods skipped: (\d+|-); sampling program: ([\d.]+) ms", wm_out)
+        if wm is not None and not m:
+            sys.exit("no figures: wakemeter's summary has no samples kept")
+        rows = []
+        for scope, r in results.items():
+            cpu, samples, on_cpu = r["cpu"], r["samples"], r["on_cpu"]
+            due, due_on_cpu = cpu * a.frequency / 1e9, on_cpu * a.frequency / 1e9
+            if not due or not due_on_cpu:
+                sys.exit(f"no figures: perf ({scope}) saw no CPU time of thread {pid}")
+            flag = "-a" if scope == "cpu" else "-p"
+            print(f"perf {flag}, thread {pid}, {r['window'] / 1e9:.3f} s: {samples} samples, "
+                  f"{due:.1f} due by schedstat ({cpu / 1e9:.3f} s), {due_on_cpu:.1f} by its time "
+                  f"on a CPU ({on_cpu / 1e9:.3f} s), {r['switch_ins']} switch-ins; kernel stack "
+                  f"in the switch-in path: {r['innermost_switch_in']} innermost "
+                  f"({100 * r['innermost_switch_in'] / max(samples, 1):.1f}%), "
+                  f"{r['any_switch_in']} anywhere ({100 * r['any_switch_in'] / max(samples, 1):.1f}%)")
+            if scope == "cpu":
+                grid, control = r["grid"], r["control"]
+                print(f"  switch-ins against perf's timer grid, 20 slices of the period: "
+                      f"{grid[0]:.2f} to {grid[1]:.2f} of a uniform density; against a grid "
+                      f"0.2% slower (no timer): {control[0]:.2f} to {control[1]:.2f}")
+            wm_cells = "| - | - | - | - |"
+            if m and t:
+                kept, wm_due = int(m.group(1)), float(m.group(2))
+                wm_cells = (f"| {kept:,} / {wm_due:,.1f} ({kept / wm_due:.3f}) | "
+                            f"{t.group(1)} | {t.group(2)} | {t.group(3)} ms |")
+            rows.append(
+                f"| {a.server} | {a.frequency} Hz | perf {flag}, wakemeter {a.timer or 'default'} | "
+                f"{100 * cpu / r['window']:.1f}% | {r['switch_ins']:,} | {samples:,} | "
+                f"{samples / due:.3f} | {samples / due_on_cpu:.3f} | {on_cpu / cpu:.3f} | "
+                f"{100 * r['innermost_switch_in'] / max(samples, 1):.1f}% | " + wm_cells[2:])
+        print()
+        for row in rows:
+            print("row: " + row)
     finally:
         stop_all(tools, load, server, scratch)
 
@@ -987,7 +1073,7 @@ def report(a, server, text, folded, wm_out):
     r_p, r_w = reach(ps, entries), reach(ws, entries)
     print(f"server: {a.server} ({server.package} {package_version(server.package)}), "
           f"load: {server.load_text}, {a.frequency} Hz, {a.seconds} s, perf "
-          f"{'-p' if a.perf_per_thread else '-a --pid'}")
+          f"{'-p' if a.perf_per_thread else '-a --pid'}, wakemeter --timer {a.timer or 'default'}")
     print(f"samples: perf {n_p}, wakemeter {n_w}")
     print(f"reach the thread's entry: perf {100 * r_p:.1f}%, wakemeter {100 * r_w:.1f}% "
           f"(gap {100 * (r_w - r_p):+.1f})")

@@ -350,6 +350,15 @@ struct ProfileArgs {
     /// On-CPU samples per second per CPU.
     #[arg(long, default_value_t = 99)]
     frequency: u64,
+    /// On-CPU timers: `cpu` (one cpu-clock event per CPU, sampling whatever
+    /// runs: samples fall where the time goes, but a bursty thread is
+    /// sampled 0.9 to 1.2 times its CPU time) or `thread` (one event per
+    /// thread of the process, counting its own CPU time: samples kept =
+    /// CPU time x frequency, with 7 to 10% of them taken as a thread is
+    /// switched back in). `thread` falls back to `cpu` when the process has
+    /// more threads than half the open-file limit.
+    #[arg(long, value_name = "cpu|thread", default_value = "cpu", value_parser = ["cpu", "thread"])]
+    timer: String,
     /// Write an SVG flame graph here.
     #[arg(long)]
     svg: Option<PathBuf>,
@@ -555,6 +564,11 @@ fn main() -> ExitCode {
             },
             seconds: a.seconds,
             frequency_hz: a.frequency,
+            timer: if a.timer == "thread" {
+                wakemeter_profile::SamplingTimer::PerThread
+            } else {
+                wakemeter_profile::SamplingTimer::PerCpu
+            },
             svg: a.svg,
             folded: a.folded,
             pprof: a.pprof,

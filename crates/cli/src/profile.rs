@@ -9,7 +9,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use wakemeter_outfile::{Options as OutOptions, OutFile, Publish};
 
-use wakemeter_profile::{Profile, ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
+use wakemeter_profile::{
+    Profile, ProfileOptions, ProfileWarning, Profiler, SamplingTimer, StackKind, Target,
+};
 
 use crate::{print, signals, target};
 
@@ -39,6 +41,8 @@ pub struct Options {
     pub seconds: Duration,
     /// On-CPU samples per second per CPU.
     pub frequency_hz: u64,
+    /// On-CPU timers (`--timer`).
+    pub timer: SamplingTimer,
     /// Output files.
     pub svg: Option<PathBuf>,
     /// Folded stacks file (`-` for stdout).
@@ -62,7 +66,9 @@ pub fn run(o: &Options) -> Result<ExitCode, Box<dyn Error>> {
     // and written; a second one exits at once (reading a big profile and
     // symbolizing it can take seconds).
     let stop = signals::stop_then_exit_on_signals()?;
-    let options = ProfileOptions::new(o.kind).with_frequency_hz(o.frequency_hz);
+    let options = ProfileOptions::new(o.kind)
+        .with_frequency_hz(o.frequency_hz)
+        .with_timer(o.timer);
     let profiler = Profiler::with_debug_dirs(&o.debug_dirs);
     // Attach first: without privilege (or BTF) this fails, and nothing has
     // been announced that will not happen.
@@ -251,6 +257,7 @@ fn sampling(out: &mut impl Write, p: &Profile) -> io::Result<()> {
                 t.skipped_periods,
                 t.program_ns as f64 / 1e6
             )?;
+            writeln!(out, "  {}", timer_line(t))?;
         }
         if a.threads_exited > 0 {
             writeln!(
@@ -293,6 +300,23 @@ fn sampling(out: &mut impl Write, p: &Profile) -> io::Result<()> {
 /// most [`KERNEL_FRAMES`] kernel frames and a count of the rest, then at
 /// most [`TOP_FRAMES`] user frames, so that the call site in the user's
 /// code is shown under a deep kernel stack.
+/// Which timers sampled, and the other mode: per CPU samples where the
+/// time goes but a bursty thread unevenly; per thread keeps CPU time ×
+/// frequency but takes more samples on the switch-in path (ACCURACY.md).
+fn timer_line(t: &wakemeter_profile::TimerAccounting) -> String {
+    match (t.sampling_timer, &t.fallback) {
+        ("thread", _) => format!(
+            "timer: per thread ({} opened at attach, inherited by new threads; samples follow each thread's own CPU time, a few more as a thread is switched back in; periods skipped are of each thread's own timer)",
+            t.thread_events
+        ),
+        (_, Some(f)) => format!(
+            "timer: per CPU, not per thread as asked: {} threads, more than the budget of {} descriptors (half the open-file limit)",
+            f.threads, f.fd_budget
+        ),
+        _ => "timer: per CPU (a bursty thread's samples can stray from its CPU time; --timer thread follows each thread's own CPU time)".to_owned(),
+    }
+}
+
 fn shown_frames(frames: &[wakemeter_profile::Frame]) -> Vec<String> {
     let kernel = frames.iter().filter(|f| f.kernel).count();
     let mut lines: Vec<String> = frames

@@ -38,6 +38,18 @@ pub enum EbpfError {
         source: std::io::Error,
     },
 
+    /// A per-thread `cpu-clock` sampling event could not be opened, or the
+    /// on-CPU program attached to it (a thread that exited before its open
+    /// is skipped, not an error).
+    #[error("perf event cpu-clock of thread {tid}")]
+    ThreadPerfEvent {
+        /// The thread of the event.
+        tid: u32,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// No process with this id exists (no `/proc/<pid>`), or the id is 0.
     #[error("process {pid} does not exist")]
     NoSuchProcess {

@@ -17,7 +17,7 @@ use unsupported as imp;
 use std::time::Duration;
 
 pub use error::EbpfError;
-pub use stacks::{StackKind, StackSession, StackSessionBuilder};
+pub use stacks::{SamplingTimer, StackKind, StackSession, StackSessionBuilder};
 use wakemeter::{KernelSample, KernelSource, KernelSourceError};
 
 /// Smallest capacity of the per-thread map chosen at attach, in threads of

@@ -271,6 +271,70 @@ pub struct TimerCounts {
     /// the kernel is built with `CONFIG_IRQ_TIME_ACCOUNTING`) although no
     /// other sample of that CPU's timer can fall in it.
     pub program_ns: u64,
+    /// The timers that sampled.
+    pub sampling_timer: SamplingTimer,
+    /// Set when [`SamplingTimer::PerThread`] was asked for and the target
+    /// had more threads than the descriptor budget: it sampled per CPU.
+    pub fallback: Option<TimerFallback>,
+    /// [`SamplingTimer::PerThread`]: events opened at attach, one per
+    /// thread (threads created later inherit one and are not counted);
+    /// 0 per CPU.
+    pub thread_events: u32,
+}
+
+/// Which `cpu-clock` timers an on-CPU profile samples with (one concept,
+/// "sampling timer"; the CLI's `profile --timer cpu|thread`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SamplingTimer {
+    /// One event per online CPU, every process: a wall-clock timer that
+    /// samples whatever runs on that CPU when it fires (perf's `-a`). A
+    /// thread that runs in bursts is sampled unevenly (0.9 to 1.2 of its
+    /// CPU time × frequency on this kind of machine), but the samples fall
+    /// where its time goes (2 to 5% in the switch-in path).
+    #[default]
+    PerCpu,
+    /// One event per thread of the target (`pid` = thread id, any CPU),
+    /// inherited by the threads it creates later: a timer that runs only
+    /// while that thread runs, with a fixed period of `10⁹ / frequency` ns of
+    /// its CPU time carried across its switches (the kernel turns a
+    /// frequency into that period for software clock events). Samples
+    /// written are the thread's CPU time × frequency whatever its bursts
+    /// (perf's `-p`), but a period that ends while the thread is being
+    /// switched out fires as it is switched back in: 7 to 10% of samples
+    /// in the switch-in path (`finish_task_switch`) on bursty servers. Needs
+    /// one descriptor per thread (see [`SamplingTimer::fd_budget`]).
+    PerThread,
+}
+
+impl SamplingTimer {
+    /// The CLI's and the JSON's name: `cpu` or `thread`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplingTimer::PerCpu => "cpu",
+            SamplingTimer::PerThread => "thread",
+        }
+    }
+
+    /// The descriptors per-thread events may take: half the soft open-file
+    /// limit (`RLIMIT_NOFILE`), leaving the other half to the rest of the
+    /// process; 0 when the limit cannot be read.
+    pub fn fd_budget() -> u32 {
+        imp::stacks::fd_budget()
+    }
+}
+
+/// Why an on-CPU profile asked for [`SamplingTimer::PerThread`] samples with
+/// [`SamplingTimer::PerCpu`] instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TimerFallback {
+    /// Threads of the target at attach.
+    pub threads: u32,
+    /// Descriptors the per-thread events could take
+    /// ([`SamplingTimer::fd_budget`], or fewer: the events opened before
+    /// the process ran out of descriptors).
+    pub fd_budget: u32,
 }
 
 /// Options of a stack collection; start with [`StackSession::builder`].
@@ -283,6 +347,7 @@ pub struct StackSessionBuilder {
     pub(crate) max_entries: u32,
     pub(crate) thread: u32,
     pub(crate) attach_kind: AttachKind,
+    pub(crate) timer: SamplingTimer,
     /// `None`: `/sys/kernel/btf/vmlinux`.
     pub(crate) kernel_btf: Option<std::path::PathBuf>,
 }
@@ -299,6 +364,7 @@ impl StackSessionBuilder {
             max_entries: DEFAULT_MAX_ENTRIES,
             thread: 0,
             attach_kind: AttachKind::Auto,
+            timer: SamplingTimer::PerCpu,
             kernel_btf: None,
         }
     }
@@ -317,6 +383,18 @@ impl StackSessionBuilder {
     /// [`MAX_FREQUENCY_HZ`]).
     pub fn with_frequency_hz(mut self, hz: u64) -> Self {
         self.frequency_hz = hz;
+        self
+    }
+
+    /// The on-CPU profile's timers ([`SamplingTimer::PerCpu`], the
+    /// default, or [`SamplingTimer::PerThread`]). Per thread falls back to
+    /// per CPU, said in [`TimerCounts::fallback`], when the target has more
+    /// threads than [`SamplingTimer::fd_budget`]; a thread that exits
+    /// between the listing and its event's open is skipped. With
+    /// [`StackSessionBuilder::with_thread`], only that thread gets an
+    /// event (and the threads it creates).
+    pub fn with_timer(mut self, timer: SamplingTimer) -> Self {
+        self.timer = timer;
         self
     }
 

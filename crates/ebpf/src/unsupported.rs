@@ -78,6 +78,11 @@ pub(crate) mod stacks {
     use crate::EbpfError;
     use crate::stacks::{StackCounts, StackKind, StackSessionBuilder};
 
+    /// No per-thread events here.
+    pub(crate) fn fd_budget() -> u32 {
+        0
+    }
+
     /// Never constructed: attaching always fails here.
     #[derive(Debug)]
     pub(crate) enum StackSession {}

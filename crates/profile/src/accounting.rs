@@ -249,6 +249,12 @@ impl SampleAccounting {
                 kept_ratio: ratio(self.written, due),
                 skipped_periods: t.skipped_periods,
                 program_ns: t.program_ns,
+                sampling_timer: t.sampling_timer.name(),
+                fallback: t.fallback.map(|f| TimerFallbackAccounting {
+                    threads: f.threads,
+                    fd_budget: f.fd_budget,
+                }),
+                thread_events: t.thread_events,
             }
         });
         self
@@ -275,6 +281,28 @@ pub struct TimerAccounting {
     /// Time the on-CPU program ran in the target's samples, ns: charged to
     /// the target's CPU time, though no sample of that CPU falls in it.
     pub program_ns: u64,
+    /// The timers that sampled: `cpu` (one `cpu-clock` event per CPU, a
+    /// wall-clock timer sampling whatever runs) or `thread` (one per
+    /// thread of the target, a timer of that thread's own CPU time); see
+    /// [`wakemeter_ebpf::SamplingTimer`].
+    pub sampling_timer: &'static str,
+    /// Set when per-thread timers were asked for and the target had more
+    /// threads than the descriptor budget: the profile sampled per CPU.
+    pub fallback: Option<TimerFallbackAccounting>,
+    /// Per-thread events opened at attach (threads created later inherit
+    /// one); 0 per CPU.
+    pub thread_events: u32,
+}
+
+/// Why an on-CPU profile that asked for per-thread timers sampled per CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct TimerFallbackAccounting {
+    /// Threads of the target at attach.
+    pub threads: u32,
+    /// Descriptors the per-thread events could take: half the soft
+    /// open-file limit (`RLIMIT_NOFILE`).
+    pub fd_budget: u32,
 }
 
 /// Why a user stack ends before its outermost frame.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use wakemeter_ebpf::stacks::{MissingStack, StackCount, StackCounts};
-use wakemeter_ebpf::{StackKind, StackSession, Target};
+use wakemeter_ebpf::{SamplingTimer, StackKind, StackSession, Target};
 
 use crate::accounting::{self, CpuTimes, SampleAccounting, StopReason};
 use crate::error::ProfileError;
@@ -41,6 +41,7 @@ pub struct ProfileOptions {
     max_stacks: u32,
     max_entries: u32,
     thread: u32,
+    timer: SamplingTimer,
     kernel_btf: Option<std::path::PathBuf>,
 }
 
@@ -54,6 +55,7 @@ impl ProfileOptions {
             max_stacks: wakemeter_ebpf::stacks::DEFAULT_MAX_STACKS,
             max_entries: wakemeter_ebpf::stacks::DEFAULT_MAX_ENTRIES,
             thread: 0,
+            timer: SamplingTimer::PerCpu,
             kernel_btf: None,
         }
     }
@@ -62,6 +64,21 @@ impl ProfileOptions {
     pub fn with_frequency_hz(mut self, hz: u64) -> Self {
         self.frequency_hz = hz;
         self
+    }
+
+    /// The on-CPU timers: [`SamplingTimer::PerCpu`] (the default) or
+    /// [`SamplingTimer::PerThread`] (see
+    /// [`wakemeter_ebpf::StackSessionBuilder::with_timer`]; the profile's
+    /// [`crate::TimerAccounting`] says which sampled, and why per thread
+    /// fell back to per CPU).
+    pub fn with_timer(mut self, timer: SamplingTimer) -> Self {
+        self.timer = timer;
+        self
+    }
+
+    /// The on-CPU timers asked for.
+    pub fn timer(&self) -> SamplingTimer {
+        self.timer
     }
 
     /// Capacity of the kernel stack map, in distinct stacks.
@@ -260,7 +277,8 @@ impl Profiler {
             .with_frequency_hz(options.frequency_hz)
             .with_max_stacks(options.max_stacks)
             .with_max_entries(options.max_entries)
-            .with_thread(options.thread);
+            .with_thread(options.thread)
+            .with_timer(options.timer);
         if let Some(path) = &options.kernel_btf {
             builder = builder.with_kernel_btf_path(path);
         }

@@ -13,7 +13,8 @@ mod symbolize;
 pub mod trigger;
 
 pub use accounting::{
-    SampleAccounting, StopReason, ThreadSamples, TimerAccounting, UnwindStopCount,
+    SampleAccounting, StopReason, ThreadSamples, TimerAccounting, TimerFallbackAccounting,
+    UnwindStopCount,
 };
 pub use capture::{Capture, MAX_CAPTURE, ProfileOptions, Profiler};
 pub use error::ProfileError;
@@ -29,5 +30,5 @@ pub use trigger::{
     AutoProfiler, AutoProfilerBuilder, AutoProfilerStats, CaptureFiles, ProfiledFinding, Trigger,
     TriggeredProfile,
 };
-pub use wakemeter_ebpf::Target;
 pub use wakemeter_ebpf::stacks::UnwindStop;
+pub use wakemeter_ebpf::{SamplingTimer, Target};

@@ -474,7 +474,11 @@ int on_cpu_sample(void *ctx)
 		__u32 tid = (__u32)id;
 		__u64 period = sample_period_ns;
 		/* On this CPU since before the previous sample: the periods
-		 * between the two that had no sample were this thread's. */
+		 * between the two that had no sample were this thread's. With
+		 * per-thread timers (one event per thread of the target) this
+		 * holds too: while the thread stays on the CPU only its own
+		 * timer runs there, its CPU time is the wall time, and the
+		 * previous sample of this CPU was its own. */
 		if (c->tid == tid && previous && c->since_ns <= previous && period &&
 		    entered > previous + period + period / 2)
 			count_n(WM_COUNT_TIMER_SKIPPED, (entered - previous + period / 2) / period - 1);

@@ -20,9 +20,11 @@ use super::sys::{self, ExitWatch};
 use super::{Hook, attach_hook, kernel_btf, program_error, program_of, take_map};
 use crate::EbpfError;
 use crate::stacks::{
-    LostStacks, MissingStack, Stack, StackCount, StackCounts, StackKind, StackSessionBuilder,
-    TimerCounts,
+    LostStacks, MissingStack, SamplingTimer, Stack, StackCount, StackCounts, StackKind,
+    StackSessionBuilder, TimerCounts, TimerFallback,
 };
+
+pub(crate) use self::perf::fd_budget;
 
 /// The compiled stack programs, embedded with 8-byte alignment.
 #[cfg(not(wakemeter_ebpf_no_clang))]
@@ -176,6 +178,9 @@ pub(crate) struct StackSession {
     pid: u32,
     kind: StackKind,
     frequency_hz: u64,
+    /// On-CPU: the timers that sample, why per thread was not used when
+    /// asked for, and the per-thread events opened at attach.
+    timer: (SamplingTimer, Option<TimerFallback>, u32),
     attach_duration: Duration,
     /// `None` without a table (other architectures than x86_64).
     leaf: Option<LeafState>,
@@ -286,7 +291,13 @@ impl StackSession {
                 let program: &mut PerfEvent = program_of(&mut ebpf, ON_CPU_PROGRAM)?;
                 program.load().map_err(program_error(ON_CPU_PROGRAM))?;
                 let fd = program.fd().map_err(program_error(ON_CPU_PROGRAM))?;
-                Some(CpuClockEvents::open(fd.as_fd(), options.frequency_hz)?)
+                Some(CpuClockEvents::open(
+                    fd.as_fd(),
+                    options.frequency_hz,
+                    options.timer,
+                    pid,
+                    options.thread,
+                )?)
             }
             StackKind::OffCpu | StackKind::Wakeups => {
                 let hooks: &[Hook] = if options.kind == StackKind::OffCpu {
@@ -307,6 +318,11 @@ impl StackSession {
             HashMap::try_from(take_map(&mut ebpf, "stacks")?).map_err(map_error("stacks"))?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, "stack_lost")?)
             .map_err(map_error("stack_lost"))?;
+        let timer = events
+            .as_ref()
+            .map_or((SamplingTimer::PerCpu, None, 0), |e| {
+                (e.timer(), e.fallback(), e.thread_events())
+            });
         Ok(StackSession {
             pid,
             kind: options.kind,
@@ -315,6 +331,7 @@ impl StackSession {
             } else {
                 0
             },
+            timer,
             attach_duration: started.elapsed(),
             leaf,
             watch,
@@ -428,6 +445,9 @@ impl StackSession {
                     skipped_periods: lost_of(abi::COUNT_TIMER_SKIPPED)?,
                     switch_ns: lost_of(abi::COUNT_SWITCH_NS)?,
                     program_ns: lost_of(abi::COUNT_PROGRAM_NS)?,
+                    sampling_timer: self.timer.0,
+                    fallback: self.timer.1,
+                    thread_events: self.timer.2,
                 })
             } else {
                 None
