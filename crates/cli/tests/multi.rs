@@ -65,7 +65,10 @@ fn wait_for_line(lines: &std::sync::Mutex<Vec<String>>, what: &str, ok: impl Fn(
 /// A copy of `sleep` under a name of its own, so `--name` matches only the
 /// processes of this test.
 fn named_sleep(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wakemeter-multi-{}", std::process::id()));
+    // A directory per name: each test removes its own when it ends, while
+    // the others run (one directory for the whole process lost a test's
+    // program under it before its restart).
+    let dir = std::env::temp_dir().join(format!("wakemeter-multi-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     if !path.exists() {
