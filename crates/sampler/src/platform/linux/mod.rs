@@ -363,7 +363,13 @@ pub(crate) const QUIET_FULL_READ_EVERY: u64 = 32;
 /// read in full. Its `/proc` counters cannot have moved: it has not been
 /// scheduled in (run time, switches and run-queue wait move only then; a
 /// blocked thread is on no run queue, so no migration adds wait) nor
-/// woken.
+/// woken. One case is not told apart: a thread woken just before the
+/// source's previous read (its entry then shows the wake, and it is off
+/// CPU for a cause other than preemption) that is still waiting for a CPU
+/// a whole sample later and is migrated meanwhile has the wait so far
+/// added to its `schedstat` at the migration; carried, that wait shows
+/// one sample late, when the thread runs and its entry changes (the
+/// counter is cumulative, so nothing is lost).
 fn carried<F>(t: &mut Tracked<F>, pass: &Pass<'_>) -> Option<ThreadRow> {
     let last = t.last?;
     if pass.full_read_slot == Some(t.ident.serial % QUIET_FULL_READ_EVERY) {
