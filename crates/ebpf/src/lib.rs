@@ -452,4 +452,13 @@ impl KernelSource for EbpfSource {
     fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
         self.inner.read()
     }
+
+    /// The threads whose entries the last read found unchanged since the
+    /// read before it and blocked then (off CPU, not preempted): neither
+    /// switched in, woken nor renamed by themselves in between. Read
+    /// through the task iterator only (kernels with task storage); empty
+    /// otherwise, and after a read that could not tell.
+    fn quiet_threads(&self) -> &[u64] {
+        self.inner.quiet_threads()
+    }
 }

@@ -443,4 +443,19 @@ pub trait KernelSource: Send {
     /// [`KernelSourceError::TargetExited`] once the target is gone (the
     /// sampler then detaches the source), [`KernelSourceError::Read`] otherwise.
     fn read(&mut self) -> Result<KernelSample, KernelSourceError>;
+
+    /// Thread ids (as in [`KernelSample::threads`]) of the threads that,
+    /// by the last successful [`KernelSource::read`], were blocked (off CPU
+    /// and not runnable) at the read before it and have neither run, been
+    /// woken nor been renamed since: every per-thread counter `/proc` has
+    /// for them (CPU time, run-queue wait, switches) is what it was just
+    /// after that earlier read. The sampler reads the kernel source before
+    /// `/proc` and skips the `/proc` reads of these threads, carrying their
+    /// previous values (and still reads each of them in full now and then:
+    /// a name written by a sibling through `/proc/TID/comm` changes no
+    /// counter). Sorted ascending. Empty (the default) when the source
+    /// cannot tell: every thread is then read.
+    fn quiet_threads(&self) -> &[u64] {
+        &[]
+    }
 }

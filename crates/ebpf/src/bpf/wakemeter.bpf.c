@@ -1052,18 +1052,28 @@ int wm_dump_threads(struct bpf_iter__task *ctx)
 		return 0;
 	struct wm_iter_row row = { .tid = (__u32)task->pid };
 	__u64 reader = want->reader;
+	__u64 mark = 0;
 	if (reader) {
-		__u64 mark = entry_mark(st);
+		mark = entry_mark(st);
 		if (st->read_by == reader && st->read_mark == mark) {
 			row.unchanged = 1;
 			bpf_seq_write(ctx->meta->seq, &row, sizeof(row));
 			return 0;
 		}
+	}
+	/* The reader has the entry only once both writes fit: a write that
+	 * overflows the iterator's buffer (-EOVERFLOW, every dozen or so
+	 * entries) is discarded and this task shown again at the next read
+	 * of the buffer, which must then write it whole again, not as
+	 * unchanged (marked before the write, such an entry reached the
+	 * reader as a head it had no copy of, and every walk was whole). */
+	if (bpf_seq_write(ctx->meta->seq, &row, sizeof(row)) ||
+	    bpf_seq_write(ctx->meta->seq, st, sizeof(*st)))
+		return 0;
+	if (reader) {
 		st->read_by = reader;
 		st->read_mark = mark;
 	}
-	bpf_seq_write(ctx->meta->seq, &row, sizeof(row));
-	bpf_seq_write(ctx->meta->seq, st, sizeof(*st));
 	return 0;
 }
 #endif

@@ -47,6 +47,12 @@ pub(super) struct Kept {
     /// The nonzero words, in the order of `at`.
     words: Box<[u64]>,
     ready_fds: Box<[ReadyFd]>,
+    /// Whether the entry is of a blocked thread: off CPU (`on_since_ns`
+    /// 0, `off_since_ns` set) for a cause other than preemption (which
+    /// leaves it runnable, on a run queue where migrations add to its
+    /// `schedstat` wait). While its entry stays unchanged, such a thread
+    /// has not run and not been woken (a wake changes `wakes_by`).
+    pub(super) blocked: bool,
     /// The last read that saw the entry (one no read sees any more is
     /// forgotten).
     pub(super) seen: u64,
@@ -61,6 +67,9 @@ impl Kept {
                 .collect(),
             words: nonzero().map(|(_, w)| *w).collect(),
             ready_fds: ready_fds.into(),
+            blocked: raw.on_since_ns == 0
+                && raw.off_since_ns != 0
+                && raw.off_cause != abi::OFF_PREEMPTED as u64,
             seen,
         }
     }

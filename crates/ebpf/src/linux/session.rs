@@ -39,6 +39,9 @@ pub(crate) struct Session {
     kept: std::collections::HashMap<u32, Kept>,
     /// Reads so far (`Kept::seen`).
     reads: u64,
+    /// Threads the last read found blocked since the read before it, by
+    /// reported id, ascending (`KernelSource::quiet_threads`).
+    quiet: Vec<u64>,
     /// `None` once the target has exited (it left the set).
     set: Option<Arc<Mutex<ProgramSet>>>,
     /// Kind, hook and capacity of the set, kept after it is gone.
@@ -143,6 +146,7 @@ impl Session {
             reader: next_reader(),
             kept: std::collections::HashMap::new(),
             reads: 0,
+            quiet: Vec::new(),
             set: Some(set),
             kind,
             syscall_hook,
@@ -252,7 +256,14 @@ impl Session {
             .collect()
     }
 
+    /// Threads the last read found blocked since the read before it (see
+    /// `KernelSource::quiet_threads`), ascending.
+    pub(crate) fn quiet_threads(&self) -> &[u64] {
+        &self.quiet
+    }
+
     pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
+        self.quiet.clear();
         let pid = self.pid;
         let tgid = self.kernel_tgid;
         let top_wakers = self.top_wakers;
@@ -312,6 +323,7 @@ impl Session {
             self.reads = self.reads.wrapping_add(1);
             let seq = self.reads;
             let kept = &mut self.kept;
+            let quiet = &mut self.quiet;
             let mut lost = false;
             let walked = store.for_each_of(ebpf, (tgid, pid), &[], self.reader, |tid, raw| {
                 match raw {
@@ -329,6 +341,11 @@ impl Session {
                             // the span in progress grows to `now`.
                             if let Some(mut t) = base(tid, &k.raw()) {
                                 t.ready_fds = k.ready_fds();
+                                // Blocked when last read whole, and not
+                                // switched, woken or renamed since.
+                                if k.blocked {
+                                    quiet.push(t.tid);
+                                }
                                 threads.push(t);
                             }
                         }
@@ -343,6 +360,7 @@ impl Session {
             if walked.is_err() || lost {
                 self.reader = next_reader();
                 self.kept.clear();
+                self.quiet.clear();
             } else {
                 self.kept.retain(|_, k| k.seen == seq);
             }
@@ -368,6 +386,7 @@ impl Session {
         // Thread ids are unique: the unstable sort needs no scratch copy
         // (the stable one allocates half the list again).
         threads.sort_unstable_by_key(|t| t.tid);
+        self.quiet.sort_unstable();
         let record = set.target(tgid)?;
         self.last_read_entries = fetched;
 

@@ -21,9 +21,13 @@ pub(crate) mod darwin;
 
 /// What the sampler asks of a backend for one sample.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SampleRequest {
+pub(crate) struct SampleRequest<'a> {
     /// Read voluntary/involuntary switch counts this time.
     pub switch_split: bool,
+    /// Threads a kernel source saw blocked since just before the previous
+    /// sample (sorted; see [`crate::KernelSource::quiet_threads`]): a
+    /// backend may carry their previous counters instead of reading them.
+    pub quiet: &'a [u64],
 }
 
 /// A platform backend: fills one sample of the target's threads and process.
@@ -35,7 +39,7 @@ pub(crate) trait Backend: Send {
     /// When the process-level sources cannot be read at all (e.g. the target exited).
     fn sample(
         &mut self,
-        request: SampleRequest,
+        request: SampleRequest<'_>,
         threads: &mut Vec<ThreadRow>,
         warnings: &mut Vec<SampleWarning>,
     ) -> Result<ProcessSample>;

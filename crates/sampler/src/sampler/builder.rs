@@ -105,6 +105,7 @@ impl SamplerBuilder {
                     scratch: Vec::new(),
                     encoders: Encoders::default(),
                     dropped_events: 0,
+                    kernel_then_backend: false,
                     held_over_budget: None,
                 }),
                 history: Mutex::new(History::new(

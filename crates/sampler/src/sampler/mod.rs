@@ -45,6 +45,10 @@ struct State {
     encoders: Encoders,
     /// The kernel source's `dropped_events` at the previous snapshot.
     dropped_events: u64,
+    /// Whether the previous snapshot read the kernel source whole (no
+    /// events lost) and then the backend: only then do the threads the
+    /// source calls quiet keep what that backend read found.
+    kernel_then_backend: bool,
     /// Snapshots the history held when storing the previous snapshot
     /// dropped one for its byte budget; `None` when it did not.
     held_over_budget: Option<u32>,
@@ -644,14 +648,52 @@ impl Inner {
         let mut st = lock(&self.state);
         let st = &mut *st;
         let seq = self.samples_taken.load(Ordering::Relaxed);
-        let request = SampleRequest {
-            switch_split: seq.is_multiple_of(u64::from(self.config.switch_split_every)),
-        };
+        let switch_split = seq.is_multiple_of(u64::from(self.config.switch_split_every));
         let monotonic_ns = clock::monotonic_ns();
         let unix_time_ns = clock::unix_ns();
         // The loop probes' counter clock rides on the samples (a few reads).
         ticks::calibrate();
         let mut warnings = Vec::new();
+        // The kernel source first: the threads it saw blocked since its
+        // previous read (which came before the previous `/proc` read) keep
+        // the `/proc` counters that read found, and are not read again.
+        let mut kernel_warnings = Vec::new();
+        let kernel = match st.kernel.as_mut().map(|k| k.read()) {
+            None => None,
+            Some(Ok(sample)) => {
+                let dropped = sample
+                    .total_dropped_events
+                    .saturating_sub(st.dropped_events);
+                st.dropped_events = sample.total_dropped_events;
+                if dropped > 0 {
+                    kernel_warnings.push(SampleWarning::KernelEventsDropped {
+                        dropped_events: dropped,
+                    });
+                }
+                Some((sample, dropped))
+            }
+            Some(Err(e)) => {
+                if matches!(e, KernelSourceError::TargetExited { .. }) {
+                    st.kernel = None;
+                }
+                kernel_warnings.push(SampleWarning::KernelSourceFailed {
+                    message: e.to_string(),
+                });
+                None
+            }
+        };
+        // Only from a healthy read: one that lost events may have missed
+        // a thread's switch or wake.
+        let healthy = matches!(kernel, Some((_, 0)));
+        let paired = std::mem::replace(&mut st.kernel_then_backend, false);
+        let quiet = match &st.kernel {
+            Some(k) if healthy && paired => k.quiet_threads(),
+            _ => &[],
+        };
+        let request = SampleRequest {
+            switch_split,
+            quiet,
+        };
         let process = match st.backend.sample(request, &mut st.scratch, &mut warnings) {
             Ok(p) => p,
             Err(e) => {
@@ -663,30 +705,9 @@ impl Inner {
                 return Err(e);
             }
         };
-        let kernel = match st.kernel.as_mut().map(|k| k.read()) {
-            None => None,
-            Some(Ok(sample)) => {
-                let dropped = sample
-                    .total_dropped_events
-                    .saturating_sub(st.dropped_events);
-                st.dropped_events = sample.total_dropped_events;
-                if dropped > 0 {
-                    warnings.push(SampleWarning::KernelEventsDropped {
-                        dropped_events: dropped,
-                    });
-                }
-                Some(sample)
-            }
-            Some(Err(e)) => {
-                if matches!(e, KernelSourceError::TargetExited { .. }) {
-                    st.kernel = None;
-                }
-                warnings.push(SampleWarning::KernelSourceFailed {
-                    message: e.to_string(),
-                });
-                None
-            }
-        };
+        st.kernel_then_backend = healthy;
+        warnings.append(&mut kernel_warnings);
+        let kernel = kernel.map(|(sample, _)| sample);
         if let Some(held) = st.held_over_budget {
             warnings.push(SampleWarning::HistoryOverBudget {
                 held_snapshots: held,
@@ -701,7 +722,7 @@ impl Inner {
             monotonic_ns,
             unix_time_ns,
             process,
-            switch_split_read: request.switch_split,
+            switch_split_read: switch_split,
             sampler_cost_ns: 0,
             total_sampler_cpu_time_ns: 0,
             warnings,

@@ -306,7 +306,7 @@ impl<S: Sys> DarwinBackend<S> {
 
     /// Measures one listed thread; `None` if it exited mid-sample (or was
     /// already measured in this sample). Does not release the port.
-    fn measure(&mut self, port: Port, request: SampleRequest) -> Option<ThreadRow> {
+    fn measure(&mut self, port: Port, request: SampleRequest<'_>) -> Option<ThreadRow> {
         let id = self.sys.thread_id(port).ok()?;
         if id.count < THREAD_IDENTIFIER_INFO_COUNT {
             return None;
@@ -412,7 +412,7 @@ impl<S: Sys> DarwinBackend<S> {
 impl<S: Sys> Backend for DarwinBackend<S> {
     fn sample(
         &mut self,
-        request: SampleRequest,
+        request: SampleRequest<'_>,
         threads: &mut Vec<ThreadRow>,
         _warnings: &mut Vec<SampleWarning>,
     ) -> Result<ProcessSample> {

@@ -21,6 +21,7 @@ fn try_sample(
     let p = b.sample(
         SampleRequest {
             switch_split: split,
+            quiet: &[],
         },
         &mut threads,
         &mut warnings,

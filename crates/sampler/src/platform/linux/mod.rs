@@ -96,6 +96,9 @@ struct Tracked<F> {
     seen: u64,
     /// `schedstat` (run ns, switches) and CPU clock at the last sample.
     last: Option<LastRead>,
+    /// Whether `last` was read (or carried) by the sample that last saw
+    /// this thread: only then may the next one carry it.
+    last_fresh: bool,
     /// `schedstat` (run ns, switches) and switch counts at the last `status` read.
     split: Option<SplitRead>,
 }
@@ -157,6 +160,8 @@ pub(crate) struct LinuxBackend<S: Sys> {
     tracked: HashMap<u32, Tracked<S::File>, BuildHasherDefault<TidHasher>>,
     tids: Vec<u32>,
     generation: u64,
+    /// Samples so far that read the switch split (for [`Pass::full_read_slot`]).
+    split_samples: u64,
 }
 
 /// Hasher for TID keys. TIDs are small distinct integers chosen by the
@@ -261,14 +266,19 @@ impl<S: Sys> LinuxBackend<S> {
             tracked: HashMap::default(),
             tids: Vec::new(),
             generation: 0,
+            split_samples: 0,
         })
     }
 }
 
 /// Bookkeeping of one sampling pass.
-struct Pass {
-    request: SampleRequest,
+struct Pass<'a> {
+    request: SampleRequest<'a>,
     generation: u64,
+    /// On a sample that reads the switch split, the quiet threads whose
+    /// serial is this modulo [`QUIET_FULL_READ_EVERY`] are read in full
+    /// (see [`carried`]); `None` on other samples.
+    full_read_slot: Option<u64>,
     /// Threads sampled with fewer sources for want of descriptors.
     without_descriptors: u32,
     /// Threads found alive in this pass.
@@ -284,7 +294,7 @@ fn visit<S: Sys>(
     reader: &mut Reader<S>,
     tid: u32,
     discover: bool,
-    pass: &mut Pass,
+    pass: &mut Pass<'_>,
     threads: &mut Vec<ThreadRow>,
 ) {
     // At most two rounds: a tracked thread found exited while its TID is
@@ -299,7 +309,15 @@ fn visit<S: Sys>(
             },
             Entry::Vacant(_) => return,
         };
-        let measured = reader.measure(tid, t, pass.request, &mut short);
+        let quiet = std::mem::replace(&mut t.last_fresh, false)
+            && pass.request.quiet.binary_search(&u64::from(tid)).is_ok();
+        let measured = match quiet.then(|| carried(t, pass)).flatten() {
+            Some(row) => {
+                t.last_fresh = true;
+                Measured::Sample(row)
+            }
+            None => reader.measure(tid, t, pass.request, &mut short),
+        };
         if !matches!(measured, Measured::Exited) {
             if short {
                 pass.without_descriptors += 1;
@@ -326,6 +344,57 @@ fn visit<S: Sys>(
     }
 }
 
+/// A quiet thread (see [`SampleRequest::quiet`]) is read in full on one
+/// in this many samples that read the switch split, the threads taking
+/// turns by serial: its `status` is read then whatever its counters say,
+/// so a name a sibling wrote to `/proc/TID/comm` while it slept (which
+/// changes no counter and no kernel entry) shows within this many split
+/// samples (32 s in `watch`, which reads the split every second; 320 s at
+/// the default of one sample in ten), and the carried counters are
+/// checked against `/proc`. Each split sample then reads one quiet thread
+/// in 32 (two `pread`s each), where a sample without the kernel view
+/// reads every thread's `schedstat`.
+pub(crate) const QUIET_FULL_READ_EVERY: u64 = 32;
+
+/// The row of a thread a kernel source saw blocked since just before the
+/// previous sample, from the counters that sample read: `None` when they
+/// are not all at hand (first sample, no `schedstat`, a switch split
+/// older than the last counters) or when this sample is its turn to be
+/// read in full. Its `/proc` counters cannot have moved: it has not been
+/// scheduled in (run time, switches and run-queue wait move only then; a
+/// blocked thread is on no run queue, so no migration adds wait) nor
+/// woken. One case is not told apart: a thread woken just before the
+/// source's previous read (its entry then shows the wake, and it is off
+/// CPU for a cause other than preemption) that is still waiting for a CPU
+/// a whole sample later and is migrated meanwhile has the wait so far
+/// added to its `schedstat` at the migration; carried, that wait shows
+/// one sample late, when the thread runs and its entry changes (the
+/// counter is cumulative, so nothing is lost).
+fn carried<F>(t: &mut Tracked<F>, pass: &Pass<'_>) -> Option<ThreadRow> {
+    let last = t.last?;
+    if pass.full_read_slot == Some(t.ident.serial % QUIET_FULL_READ_EVERY) {
+        // Read `status` too, whatever the counters say: the name.
+        t.split = None;
+        return None;
+    }
+    let (vol, invol) = match t.split {
+        Some(sp) if sp.run_ns == last.run_ns && sp.switches == last.switches => {
+            (sp.voluntary, sp.involuntary)
+        }
+        _ if pass.request.switch_split => return None,
+        _ => (ABSENT, ABSENT),
+    };
+    let split = pass.request.switch_split;
+    Some(ThreadRow {
+        ident: t.ident.clone(),
+        total_cpu_time_ns: last.clock_ns,
+        total_run_queue_wait_ns: last.wait_ns,
+        total_switches: last.switches,
+        total_voluntary_switches: if split { vol } else { ABSENT },
+        total_involuntary_switches: if split { invol } else { ABSENT },
+    })
+}
+
 impl<S: Sys> LinuxBackend<S> {
     /// Lists the target's threads into `out`.
     fn list(&mut self, out: &mut Vec<u32>) -> Result<()> {
@@ -347,7 +416,7 @@ impl<S: Sys> Backend for LinuxBackend<S> {
     // numbers differ, and the sample lists and discovers as usual.
     fn sample(
         &mut self,
-        request: SampleRequest,
+        request: SampleRequest<'_>,
         threads: &mut Vec<ThreadRow>,
         warnings: &mut Vec<SampleWarning>,
     ) -> Result<ProcessSample> {
@@ -369,7 +438,7 @@ impl<S: Sys> LinuxBackend<S> {
     /// One sample, the task directory open.
     fn sample_open(
         &mut self,
-        request: SampleRequest,
+        request: SampleRequest<'_>,
         threads: &mut Vec<ThreadRow>,
         warnings: &mut Vec<SampleWarning>,
     ) -> Result<ProcessSample> {
@@ -379,9 +448,14 @@ impl<S: Sys> LinuxBackend<S> {
         let limit = self.reader.sys.nofile_limit();
         let count = thread_count.unwrap_or(self.tracked.len() as u64);
         self.reader.fds.begin(limit, count, self.generation);
+        let full_read_slot = request.switch_split.then(|| {
+            self.split_samples = self.split_samples.wrapping_add(1);
+            self.split_samples % QUIET_FULL_READ_EVERY
+        });
         let mut pass = Pass {
             request,
             generation: self.generation,
+            full_read_slot,
             without_descriptors: 0,
             seen: 0,
         };

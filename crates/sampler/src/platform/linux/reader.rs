@@ -98,6 +98,7 @@ impl<S: Sys> Reader<S> {
             status,
             seen: 0,
             last: None,
+            last_fresh: false,
             split: None,
         })
     }
@@ -108,7 +109,7 @@ impl<S: Sys> Reader<S> {
         &mut self,
         tid: u32,
         t: &mut Tracked<S::File>,
-        request: SampleRequest,
+        request: SampleRequest<'_>,
         short: &mut bool,
     ) -> Measured {
         let mut out = ThreadRow {
@@ -150,6 +151,7 @@ impl<S: Sys> Reader<S> {
         let clock = match (self.self_target, t.last) {
             (true, Some(last)) => match self.clock_first(tid, last)? {
                 ClockFirst::Unchanged => {
+                    t.last_fresh = true;
                     out.total_cpu_time_ns = last.clock_ns;
                     out.total_run_queue_wait_ns = last.wait_ns;
                     out.total_switches = last.switches;
@@ -172,6 +174,7 @@ impl<S: Sys> Reader<S> {
             };
         }
         if let Some((run, wait, slices)) = sched {
+            t.last_fresh = true;
             t.last = Some(LastRead {
                 run_ns: run,
                 wait_ns: wait,
@@ -189,6 +192,7 @@ impl<S: Sys> Reader<S> {
             out.total_run_queue_wait_ns = ABSENT;
             out.total_switches = ABSENT;
             t.last = None;
+            t.last_fresh = false;
             return Ok(None);
         }
         Ok(sched)
@@ -436,7 +440,7 @@ impl<S: Sys> Reader<S> {
     /// process's `status` is read every sample, since only it tells a zombie.
     pub(super) fn process_counts(
         &mut self,
-        request: SampleRequest,
+        request: SampleRequest<'_>,
     ) -> Result<(Option<u64>, Option<u64>)> {
         if self.self_target
             && !request.switch_split

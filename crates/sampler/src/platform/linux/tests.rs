@@ -18,6 +18,7 @@ fn sample(
         .sample(
             SampleRequest {
                 switch_split: split,
+                quiet: &[],
             },
             &mut threads,
             &mut warnings,
@@ -194,6 +195,7 @@ fn target_gone_is_no_such_process() {
         .sample(
             SampleRequest {
                 switch_split: false,
+                quiet: &[],
             },
             &mut threads,
             &mut Vec::new(),
@@ -681,4 +683,108 @@ fn own_status_is_read_on_split_samples_only_and_the_peak_follows_the_rss() {
     sample(&mut b, false);
     sample(&mut b, false);
     assert_eq!(b.reader.sys.process_status_reads_avoided, 0);
+}
+
+/// Samples with `quiet` named quiet, as a kernel source would.
+fn sample_quiet(b: &mut LinuxBackend<FakeSys>, split: bool, quiet: &[u64]) -> Vec<ThreadRow> {
+    let mut threads = Vec::new();
+    b.sample(
+        SampleRequest {
+            switch_split: split,
+            quiet,
+        },
+        &mut threads,
+        &mut Vec::new(),
+    )
+    .expect("sample");
+    threads
+}
+
+/// Every value of each row, by tid.
+fn values(rows: &[ThreadRow]) -> Vec<(u64, String, u64, u64, u64, u64, u64)> {
+    let mut v: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.ident.tid,
+                r.ident.name.to_string(),
+                r.total_cpu_time_ns,
+                r.total_run_queue_wait_ns,
+                r.total_switches,
+                r.total_voluntary_switches,
+                r.total_involuntary_switches,
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Another process with three idle threads and a busy one, every counter set.
+fn quiet_target() -> LinuxBackend<FakeSys> {
+    let mut sys = FakeSys::new(10);
+    for tid in 11..=14 {
+        sys.spawn(tid, "idle");
+        let t = sys.thread(tid);
+        (t.cpu_ns, t.wait_ns, t.slices, t.vol, t.invol) = (5_000 + u64::from(tid), 70, 9, 6, 3);
+    }
+    backend(sys, Target::Pid(10))
+}
+
+#[test]
+fn quiet_threads_carry_exactly_what_a_full_read_gives_without_reading() {
+    let mut b = quiet_target();
+    let quiet = [11, 12, 13];
+    // The first sample has nothing to carry: every thread is read.
+    let first = sample_quiet(&mut b, true, &quiet);
+    assert_eq!(first.len(), 5);
+    assert_eq!(b.reader.sys.schedstat_reads, 5);
+    for split in [false, true, false, true] {
+        // 14 runs and switches between samples; 11-13 stay blocked.
+        let t = b.reader.sys.thread(14);
+        (t.cpu_ns, t.wait_ns, t.slices, t.vol) =
+            (t.cpu_ns + 900, t.wait_ns + 5, t.slices + 1, t.vol + 1);
+        let (sched0, status0) = (b.reader.sys.schedstat_reads, b.reader.sys.status_reads);
+        let carried = sample_quiet(&mut b, split, &quiet);
+        let reads = b.reader.sys.schedstat_reads - sched0;
+        // The main thread and 14 always; a quiet one only on its turn.
+        assert!(
+            reads == 2 || (split && reads == 3),
+            "split {split}: {reads} schedstat reads"
+        );
+        assert!(b.reader.sys.status_reads - status0 <= 2);
+        // The same moment read in full gives the same values.
+        let full = sample_quiet(&mut b, split, &[]);
+        assert_eq!(values(&carried), values(&full), "split {split}");
+    }
+}
+
+#[test]
+fn a_quiet_thread_renamed_by_a_sibling_shows_its_new_name() {
+    let mut b = quiet_target();
+    let quiet = [11, 12, 13];
+    sample_quiet(&mut b, true, &quiet);
+    sample_quiet(&mut b, true, &quiet);
+    // A sibling writes its /proc/TID/comm: no counter moves, no kernel
+    // entry changes; the thread stays quiet.
+    b.reader.sys.thread(12).name = "renamed".into();
+    let name = |rows: &[ThreadRow]| {
+        rows.iter()
+            .find(|r| r.ident.tid == 12)
+            .map(|r| r.ident.name.to_string())
+            .unwrap()
+    };
+    let mut seen_after = None;
+    for n in 1..=QUIET_FULL_READ_EVERY {
+        // Samples without the split read no name: they do not count.
+        sample_quiet(&mut b, false, &quiet);
+        if name(&sample_quiet(&mut b, true, &quiet)) == "renamed" {
+            seen_after = Some(n);
+            break;
+        }
+    }
+    assert!(
+        seen_after.is_some(),
+        "not renamed after {QUIET_FULL_READ_EVERY} split samples"
+    );
 }
