@@ -748,6 +748,24 @@ def stop_all(tools, load, server, scratch):
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+def start_wakemeter(a, pid, seconds, extra, tools):
+    """`wakemeter profile --on-cpu` of pid for seconds (with --timer when
+    asked), put in tools (stopped with them) and returned once it says it
+    is profiling (attached)."""
+    wm = subprocess.Popen(
+        [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
+         str(a.frequency), "--seconds", str(seconds)] + extra
+        + (["--timer", a.timer] if a.timer else []),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    tools.append(wm)
+    for line in wm.stderr:
+        sys.stderr.write(line)
+        if "profiling" in line:
+            break
+    return wm
+
+
 def run_main(argv):
     ap = server_arguments(
         "run", "Start a Debian server under load; wakemeter profile beside perf record.",
@@ -776,18 +794,8 @@ def run_main(argv):
             f"load: {cls.load_text}")
         folded = os.path.join(scratch, "wm.folded")
         data = os.path.join(scratch, "perf.data")
-        wm = subprocess.Popen(
-            [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
-             str(a.frequency), "--seconds", str(a.seconds), "--folded", folded]
-            + (["--timer", a.timer] if a.timer else []),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        tools.append(wm)
         # perf starts once wakemeter has attached, for the same window.
-        for line in wm.stderr:
-            sys.stderr.write(line)
-            if "profiling" in line:
-                break
+        wm = start_wakemeter(a, pid, a.seconds, ["--folded", folded], tools)
         scope = ["-p", str(pid)] if a.perf_per_thread else ["-a"]
         perf = subprocess.Popen(
             ["perf", "record", "-m", "4M", "-e", "cpu-clock", "-F", str(a.frequency),
@@ -1000,17 +1008,7 @@ def kept_main(argv):
         # wakemeter's window holds perf's, which hold the counted ones.
         wm = None
         if not a.no_wakemeter:
-            wm = subprocess.Popen(
-                [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
-                 str(a.frequency), "--seconds", str(len(scopes) * (a.seconds + 8) + 2)]
-                + (["--timer", a.timer] if a.timer else []),
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )
-            tools.append(wm)
-            for line in wm.stderr:
-                sys.stderr.write(line)
-                if "profiling" in line:
-                    break
+            wm = start_wakemeter(a, pid, len(scopes) * (a.seconds + 8) + 2, [], tools)
         results = {scope: perf_window(a, pid, scope, scratch) for scope in scopes}
         wm_out = ""
         if wm is not None:
