@@ -748,6 +748,17 @@ def stop_all(tools, load, server, scratch):
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+def print_summary(wm_out, title):
+    """The sample accounting of wakemeter's profile summary (from its
+    "samples kept" line up to its top functions), indented, under title."""
+    print(title)
+    shown = False
+    for line in wm_out.splitlines():
+        shown = (shown or line.startswith("samples kept")) and not line.startswith("top ")
+        if shown:
+            print("  " + line)
+
+
 def start_wakemeter(a, pid, seconds, extra, tools):
     """`wakemeter profile --on-cpu` of pid for seconds (with --timer when
     asked), put in tools (stopped with them) and returned once it says it
@@ -1014,12 +1025,7 @@ def kept_main(argv):
         if wm is not None:
             wm_out, wm_err = wm.communicate()
             sys.stderr.write(wm_err)
-            print("wakemeter's summary:")
-            shown = False
-            for line in wm_out.splitlines():
-                shown = (shown or line.startswith("samples kept")) and not line.startswith("top ")
-                if shown:
-                    print("  " + line)
+            print_summary(wm_out, "wakemeter's summary:")
         m = re.search(r"samples kept: (\d+) of ([\d.]+) due", wm_out)
         t = re.search(r"on a CPU \(switch-in to switch-out\): [\d.]+ s, [\d.]+ due, ratio ([\d.]+|-); "
                       r"timer periods skipped: (\d+|-); sampling program: ([\d.]+) ms", wm_out)
@@ -1079,12 +1085,7 @@ def report(a, server, text, folded, wm_out):
                         top_gap(self_shares(ps), self_shares(ws), n_p, n_w, 10))
     g_tot = print_rows("top 10 by total share (anywhere in the stack):",
                        top_gap(tot_p, tot_w, n_p, n_w, 10))
-    print("\nwakemeter's summary:")
-    shown = False
-    for line in wm_out.splitlines():
-        shown = (shown or line.startswith("samples kept")) and not line.startswith("top ")
-        if shown:
-            print("  " + line)
+    print_summary(wm_out, "\nwakemeter's summary:")
     print(f"\nrow: | {a.server} | {server.package} {package_version(server.package)} | "
           f"{server.load_text} | {n_w} / {n_p} | {100 * r_w:.1f}% / {100 * r_p:.1f}% | "
           f"{100 * g_self:.1f} | {100 * g_tot:.1f} |")

@@ -15,23 +15,11 @@ use std::time::{Duration, Instant};
 
 use wakemeter_ebpf::stacks::StackCounts;
 use wakemeter_ebpf::{SamplingTimer, StackKind, StackSession, Target};
+use wakemeter_testkit::thread_cpu_ns;
 
 const FREQUENCY_HZ: u64 = 999;
 /// CPU time each worker runs for: about 2,000 samples due at 999 Hz.
 const WORK_NS: u64 = 2_000_000_000;
-
-/// The calling thread's CPU time, ns (its own CPU clock, which counts what
-/// the scheduler charges it, as the per-thread timer does).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the struct we pass.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0);
-    u64::try_from(ts.tv_sec).unwrap() * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap()
-}
 
 /// A worker thread: sends its thread id, waits for `go`, then spins (or, if
 /// `bursty`, runs 2 ms and sleeps 1 ms, a switch-out and a switch-in per

@@ -6,17 +6,7 @@
 use std::time::Duration;
 
 use wakemeter::{SampleWait, SamplerBuilder};
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use wakemeter_testkit::thread_cpu_ns;
 
 #[test]
 fn waiters_wake_on_each_stored_snapshot_in_order() {

@@ -16,6 +16,7 @@
 //! - [`run`] and [`run_until`]: a command run to its end under a hang
 //!   guard ([`HANG_GUARD`]), with what it printed.
 //! - [`state`] and [`wait_for_zombie`]: a process's scheduler state.
+//! - [`thread_cpu_ns`]: the calling thread's own CPU clock.
 //!
 //! A failed setup is a failed test: these helpers panic with a message
 //! saying what is missing.
@@ -297,6 +298,21 @@ pub fn wait_for_zombie(pid: u32) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`: what the
+/// scheduler charged it), in nanoseconds, to run a thread for a known
+/// amount of CPU whatever the machine's load.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the struct passed,
+    // which lives for the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 #[cfg(test)]
