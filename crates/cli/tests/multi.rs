@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Sleeper, bin, run};
+use common::{Sleeper, as_foreground, bin, run};
 use wakemeter_testkit::Running;
 
 /// A bound on waits and runs that only a hang reaches (a loaded machine
@@ -113,7 +113,7 @@ fn a_name_follows_a_restart() {
     // waits for each step in the watcher's own output (a report of the
     // first process, then of the second) and stops it with SIGINT;
     // `--seconds` is only a hang guard.
-    let mut watcher = bin()
+    let mut watcher = as_foreground(&mut bin())
         .args(["watch", "--name", &name, "--every", "1", "--seconds", "300"])
         .args(["--json", "--no-ebpf"])
         .stdin(Stdio::null())

@@ -8,12 +8,11 @@
 mod common;
 
 use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{HANG_GUARD, Sleeper, bin};
+use common::{HANG_GUARD, Sleeper, as_foreground, bin};
 
 /// Longest exit after the signal accepted (the target is < 1 s quiet).
 const BOUND: Duration = Duration::from_secs(5);
@@ -39,21 +38,7 @@ fn start(what: &str, mut cmd: Command, d: &Path) -> Running {
     cmd.stdin(Stdio::null())
         .stdout(File::create(&stdout).unwrap())
         .stderr(File::create(&stderr).unwrap());
-    // As a user's foreground command: SIGINT and SIGTERM at their default
-    // action. A shell that starts a script in the background sets SIGINT to
-    // "ignore", children inherit it, and a command that keeps an ignored
-    // SIGINT ignored (as it should in the background) never saw the test's
-    // Ctrl-C: watch, top and diff ran for 600 s when the suite was started
-    // that way beside stress-ng.
-    // SAFETY: signal(2) is async-signal-safe and touches no memory of the
-    // parent; it runs in the child between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    as_foreground(&mut cmd);
     Running {
         child: cmd.spawn().unwrap(),
         stderr,

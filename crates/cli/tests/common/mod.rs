@@ -11,6 +11,26 @@ pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wakemeter"))
 }
 
+/// `cmd` as a user's foreground command: SIGINT and SIGTERM at their
+/// default action. A shell that starts a script in the background sets
+/// SIGINT to "ignore", children inherit it, and a command that keeps an
+/// ignored SIGINT ignored (as it should in the background) never sees the
+/// test's Ctrl-C: watch, top and diff ran for 600 s when the suite was
+/// started that way beside stress-ng, and `watch --seconds 300` ran out
+/// its 300 s in a quiet run started so.
+pub fn as_foreground(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe and touches no memory of the
+    // parent; it runs in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        })
+    }
+}
+
 /// `watch` arguments for `pid`, then `extra`.
 pub fn watch(pid: u32, extra: &[&str]) -> Command {
     let mut c = bin();
