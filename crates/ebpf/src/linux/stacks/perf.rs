@@ -142,6 +142,9 @@ impl CpuClockEvents {
     ) -> Result<Result<Self, TimerFallback>, EbpfError> {
         let fd_budget = fd_budget();
         let mut counters: Vec<(u32, Counter)> = Vec::new();
+        // The threads with an event, to skip them on the next pass (a
+        // scan of `counters` per thread was quadratic in the thread count).
+        let mut opened = std::collections::HashSet::new();
         let mut tids = Vec::new();
         for _ in 0..LIST_PASSES {
             if only != 0 {
@@ -155,11 +158,14 @@ impl CpuClockEvents {
             }
             let before = counters.len();
             for &tid in &tids {
-                if counters.iter().any(|(t, _)| *t == tid) {
+                if opened.contains(&tid) {
                     continue;
                 }
                 match open_thread(program, frequency_hz, tid) {
-                    Ok(counter) => counters.push((tid, counter)),
+                    Ok(counter) => {
+                        opened.insert(tid);
+                        counters.push((tid, counter));
+                    }
                     // Listed, but gone before its open.
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                     // The process's other descriptors left less room than
