@@ -8,7 +8,8 @@ public let defaultPerfettoMaxBytes: UInt64 = 256 * 1024 * 1024
 extension Sampler {
     /// Starts writing a Perfetto trace of this sampler's process to `url`
     /// (created or truncated now, at most `maxBytes`), one interval per
-    /// sample. Call `finish()` (or release the trace) to write the last
+    /// sample (samples stored before its writer thread ran again are taken
+    /// as one). Call `finish()` (or release the trace) to write the last
     /// samples. Samples are written in batches (64 KiB or 5 s), and the file
     /// is a complete trace after every batch: a process killed without
     /// finishing loses at most the last 5 s.

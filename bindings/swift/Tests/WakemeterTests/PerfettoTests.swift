@@ -9,14 +9,22 @@ final class PerfettoTests: XCTestCase {
             .appendingPathComponent("wakemeter-perfetto-\(ProcessInfo.processInfo.processIdentifier)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let url = dir.appendingPathComponent("app.perfetto-trace")
+        // No background sampling (not started): the test's samples are the only ones.
         let s = try Sampler.make(interval: 0.05)
         _ = try s.sampleNow()
-        let status = try s.tracing(to: url) {
-            for _ in 0..<3 {
-                Thread.sleep(forTimeInterval: 0.005)
-                _ = try s.sampleNow()
+        let trace = try s.perfettoTrace(to: url)
+        for n in 1...3 {
+            _ = try s.sampleNow()
+            // The trace's writer thread, woken by each sample, takes what was
+            // stored since it last ran as one interval: on a busy machine two
+            // quick samples can become one. Wait until it has taken this
+            // sample (a hang guard of a minute).
+            let deadline = Date().addingTimeInterval(60)
+            while trace.status().intervals < UInt64(n) && Date() < deadline {
+                Thread.sleep(forTimeInterval: 0.001)
             }
         }
+        let status = trace.finish()
         XCTAssertEqual(status.intervals, 3)
         XCTAssertNil(status.ended)
         XCTAssertEqual(status.path, url.path)

@@ -11,7 +11,8 @@ const val DEFAULT_PERFETTO_MAX_BYTES: Long = 256L * 1024 * 1024
 
 /**
  * Starts writing a Perfetto trace of this sampler's process to [file]
- * (created or truncated now, at most [maxBytes]), one interval per sample.
+ * (created or truncated now, at most [maxBytes]), one interval per sample
+ * (samples stored before its writer thread ran again are taken as one).
  * Close the returned trace (`use {}`) or call [PerfettoTrace.finish] to
  * write the last samples. Samples are written in batches (64 KiB or 5 s),
  * and the file is a complete trace after every batch: a process killed

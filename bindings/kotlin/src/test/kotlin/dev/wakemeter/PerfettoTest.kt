@@ -14,13 +14,22 @@ class PerfettoTest {
     @Test
     fun `tracing writes one interval per sample to a complete file`() {
         val file = Files.createTempDirectory("wakemeter-perfetto").resolve("app.perfetto-trace").toFile()
+        // No background sampling (not started): the test's samples are the only ones.
         wakemeter { interval = 50.milliseconds }.use { s ->
             s.sampleNow()
-            val status = s.tracing(file) {
-                repeat(3) {
-                    Thread.sleep(5)
+            val status = s.perfettoTrace(file).use { t ->
+                repeat(3) { n ->
                     s.sampleNow()
+                    // The trace's writer thread, woken by each sample, takes what
+                    // was stored since it last ran as one interval: on a busy
+                    // machine two quick samples can become one. Wait until it has
+                    // taken this sample (a hang guard of a minute).
+                    val deadline = System.nanoTime() + 60_000_000_000L
+                    while (t.status().intervals < (n + 1).toULong() && System.nanoTime() < deadline) {
+                        Thread.sleep(1)
+                    }
                 }
+                t.finish()
             }
             assertEquals(3uL, status.intervals)
             assertNull(status.ended)
