@@ -107,18 +107,9 @@ impl DescriptorBudget {
     /// The soft limit and the descriptors open now; `None` when either
     /// cannot be read (then nothing is refused here).
     fn now() -> Option<(u64, u64)> {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes only the struct we own.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0
-            || r.rlim_cur == libc::RLIM_INFINITY
-        {
-            return None;
-        }
+        let limit = wakemeter_procfs::process::open_fd_limit()?;
         let open = wakemeter_procfs::process::open_fd_count().ok()?;
-        Some((r.rlim_cur, open))
+        Some((limit, open))
     }
 
     /// How many more processes fit now, `None` when unknown; unbounded

@@ -318,7 +318,8 @@ impl SamplingTimer {
 
     /// The descriptors per-thread events may take: half the soft open-file
     /// limit (`RLIMIT_NOFILE`), leaving the other half to the rest of the
-    /// process; 0 when the limit cannot be read.
+    /// process; `u32::MAX` without a limit (0 where per-thread events do
+    /// not exist).
     pub fn fd_budget() -> u32 {
         imp::stacks::fd_budget()
     }

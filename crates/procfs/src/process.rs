@@ -179,6 +179,27 @@ pub fn open_fd_count() -> io::Result<u64> {
     Ok(dir.count() as u64)
 }
 
+/// The calling process's soft limit on open file descriptors
+/// (`RLIMIT_NOFILE`), in descriptors; `None` when it cannot be read or is
+/// unlimited. With [`open_fd_count`], what every descriptor budget of
+/// wakemeter is sized from.
+pub fn open_fd_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own and pass
+    // by a pointer valid for the call; it has no other effect.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    // rlim_t is 32 bits wide on some targets.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Some(u64::from(r.rlim_cur))
+}
+
 /// The calling thread's id, from the `/proc/thread-self` link; `None`
 /// where it cannot be read.
 pub fn current_tid() -> Option<u32> {
@@ -206,6 +227,25 @@ pub fn fdinfos(pid: Option<u32>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_descriptor_limit_is_the_one_the_kernel_lists() {
+        // /proc/self/limits: "Max open files  <soft>  <hard>  files".
+        let limits = std::fs::read_to_string("/proc/self/limits").expect("limits");
+        let soft = limits
+            .lines()
+            .find_map(|l| l.strip_prefix("Max open files"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("a Max open files line");
+        let expected = match soft {
+            "unlimited" => None,
+            n => Some(n.parse::<u64>().expect("a number")),
+        };
+        assert_eq!(open_fd_limit(), expected);
+        if let Some(limit) = expected {
+            assert!(open_fd_count().expect("count") <= limit);
+        }
+    }
 
     #[test]
     fn this_process_as_its_files_say() {

@@ -423,21 +423,8 @@ static PIDFDS_HELD: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one more pidfd if the share allows it.
 fn take_pidfd_slot() -> bool {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes only the struct we own.
-    let allowed = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0
-        || r.rlim_cur == libc::RLIM_INFINITY
-    {
-        u64::MAX
-    } else {
-        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-        // rlim_t is 32-bit on some targets
-        let limit = u64::from(r.rlim_cur);
-        limit / PIDFD_SHARE_DIVISOR
-    };
+    let allowed = wakemeter_procfs::process::open_fd_limit()
+        .map_or(u64::MAX, |limit| limit / PIDFD_SHARE_DIVISOR);
     PIDFDS_HELD
         .try_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
             (h < allowed).then_some(h + 1)

@@ -182,20 +182,9 @@ const RESERVE_PATH: &str = "/dev/null";
 /// those open, counted in `/proc/self/fd` or `/dev/fd`); `None` without a
 /// finite limit or a way to count.
 fn descriptors_free() -> Option<usize> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes only the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0
-        || r.rlim_cur == libc::RLIM_INFINITY
-    {
-        return None;
-    }
+    let limit = wakemeter_procfs::process::open_fd_limit()?;
     let open = wakemeter_procfs::process::open_fd_count().ok()?;
-    let open = usize::try_from(open).unwrap_or(usize::MAX);
-    let limit = usize::try_from(r.rlim_cur).unwrap_or(usize::MAX);
-    Some(limit.saturating_sub(open))
+    usize::try_from(limit.saturating_sub(open)).ok()
 }
 
 impl MetricsServer {

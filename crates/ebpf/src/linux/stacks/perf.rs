@@ -20,18 +20,12 @@ use crate::stacks::{SamplingTimer, TimerFallback};
 /// later pass).
 const LIST_PASSES: usize = 4;
 
-/// Half the soft `RLIMIT_NOFILE`; 0 when it cannot be read.
+/// Half the soft `RLIMIT_NOFILE`, in descriptors; `u32::MAX` without a
+/// limit.
 pub(crate) fn fd_budget() -> u32 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into the struct we own and
-    // passes; it has no other effect.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return 0;
-    }
-    u32::try_from(limit.rlim_cur / 2).unwrap_or(u32::MAX)
+    wakemeter_procfs::process::open_fd_limit().map_or(u32::MAX, |limit| {
+        u32::try_from(limit / 2).unwrap_or(u32::MAX)
+    })
 }
 
 /// Open sampling events; closing them (drop) detaches the program. A

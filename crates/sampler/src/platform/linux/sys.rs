@@ -218,20 +218,7 @@ impl Sys for LinuxSys {
     }
 
     fn nofile_limit(&mut self) -> Option<u64> {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `r` is a valid out-pointer for the duration of the call.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-            return None;
-        }
-        if r.rlim_cur == libc::RLIM_INFINITY {
-            return None;
-        }
-        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-        // rlim_t is 32-bit on some targets
-        Some(u64::from(r.rlim_cur))
+        wakemeter_procfs::process::open_fd_limit()
     }
 
     fn pread(&mut self, file: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
