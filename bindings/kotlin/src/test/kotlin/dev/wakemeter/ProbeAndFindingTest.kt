@@ -162,7 +162,6 @@ class ProbeAndFindingTest {
         }
     }
 
-    /** Runs [iteration] on its own thread for [duration] while [s] samples in the background. */
     /**
      * Runs [iteration] on another thread until [done] (checked every 50 ms),
      * for at most two minutes: a loaded machine takes longer, never fails.
@@ -180,6 +179,7 @@ class ProbeAndFindingTest {
         }
     }
 
+    /** Runs [iteration] on its own thread for [duration] while [s] samples in the background. */
     private fun runLoop(s: dev.wakemeter.ffi.Sampler, duration: Duration, iteration: () -> Unit) {
         val end = TimeSource.Monotonic.markNow() + duration
         val t = Thread {

@@ -133,14 +133,16 @@ class SamplerTest {
             s.start()
             assertTrue(s.isRunning())
             assertThrows<WakemeterException.AlreadyRunning> { s.start() }
-            Thread.sleep(120)
+            // Waits for the samples it checks (a loaded machine runs the
+            // sampler's thread late), for at most two minutes.
+            awaitSamples(s, 3uL)
             assertTrue(s.stats().running)
             s.stop()
             s.stop() // idempotent
             assertFalse(s.isRunning())
             val taken = s.stats().totalSamples
             assertTrue(taken >= 3uL, "took $taken samples")
-            s.sampling { Thread.sleep(60) }
+            s.sampling { awaitSamples(s, taken + 1uL) }
             assertTrue(s.stats().totalSamples > taken)
             assertFalse(s.isRunning())
         }
@@ -369,5 +371,11 @@ class SamplerTest {
             Thread.sleep(50)
             assertFalse(s.isRunning())
         }
+    }
+
+    /** Waits until [s] has taken [n] samples, for at most two minutes. */
+    private fun awaitSamples(s: Sampler, n: ULong) {
+        val bound = kotlin.time.TimeSource.Monotonic.markNow() + 120.seconds
+        while (s.stats().totalSamples < n && bound.hasNotPassedNow()) Thread.sleep(5)
     }
 }
