@@ -289,6 +289,10 @@ fn a_target_that_execs_is_renamed_in_the_next_report() {
         .stdin(Stdio::piped())
         .spawn()
         .expect("spawn sh");
+    // Spawned, it may still carry this thread's name for a moment (the
+    // kernel renames it after the exec; under qemu-user, beside a loaded
+    // machine, the first report read "a_target_that_e").
+    wakemeter_testkit::wait_for_name(child.id(), "sh");
     let sampler = SamplerBuilder::new()
         .with_target(Target::Pid(child.id()))
         .build()
