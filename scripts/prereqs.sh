@@ -63,6 +63,28 @@ ensure_clang() {
   fi
 }
 
+# GiB that a whole `scripts/test.sh` leaves under the build directory (debug
+# tests and examples, the arm64 build, the cross-target libraries): measured
+# 31 GiB, 5.6 of them incremental caches, which test.sh no longer writes. Linkers write their outputs
+# through mmap, so a full disk shows up as "ld terminated with signal 7 [Bus
+# error]" in the middle of cargo test; this check names it first.
+WAKEMETER_BUILD_GIB=${WAKEMETER_BUILD_GIB:-26}
+
+ensure_disk() {
+  local dir=$1 free_kib used_kib need_gib have_gib
+  mkdir -p "$dir"
+  free_kib=$(df -Pk "$dir" | awk 'NR==2 {print $4}')
+  used_kib=$(du -sk "$dir" 2>/dev/null | awk '{print $1}')
+  have_gib=$(((free_kib + used_kib) / 1048576))
+  need_gib=$WAKEMETER_BUILD_GIB
+  if [ "$have_gib" -lt "$need_gib" ]; then
+    echo "MISSING: disk space: the build directory $dir needs about ${need_gib} GiB" \
+      "(it holds $((used_kib / 1048576)) GiB and its filesystem has $((free_kib / 1048576)) GiB free)." \
+      "Free some space or point CARGO_TARGET_DIR at a larger disk." >&2
+    return 1
+  fi
+}
+
 ensure_c_deps() {
   # The C API tests (scripts/c-test.sh): clang with the sanitizer runtimes
   # (ASan/LSan/UBSan: libclang-rt-N-dev), libevent headers, pkg-config.

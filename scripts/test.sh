@@ -12,6 +12,11 @@ SECONDS=0
 
 # shellcheck source=scripts/prereqs.sh
 source scripts/prereqs.sh
+# Incremental compilation pays off only when a tree is built again and again;
+# CI and a fresh machine build each workspace crate once, and its caches took
+# 4-6 GiB of a 31 GiB build directory. A developer's own cargo keeps it.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+ensure_disk "${CARGO_TARGET_DIR:-$PWD/target}" || exit 1
 ensure_rust
 ensure_clang
 # The root-only eBPF scenarios build C programs against libevent (the
