@@ -10,17 +10,8 @@ use std::time::{Duration, Instant};
 
 use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
 
-/// How far a share measured from `n` samples may be from its true `p`:
-/// four standard errors of a proportion (a test that fails once in 15,000
-/// runs by chance alone), and never less than 5 points. A fixed 5 points
-/// was 1.85 standard errors of spin_here's 70% at 282 samples: it failed
-/// by chance about one run in 16 (63.5% once, on a loaded machine).
-fn share_tolerance(p: f64, n: u64) -> f64 {
-    (4.0 * (p * (1.0 - p) / n as f64).sqrt()).max(0.05)
-}
-
 /// spin.c's answer: more than `min_samples` samples, and spin_here,
-/// light_work and other_work within [`share_tolerance`] of 70%, 10% and
+/// light_work and other_work within [`common::share_tolerance`] of 70%, 10% and
 /// 20%.
 fn assert_known_shares(profile: &wakemeter_profile::Profile, min_samples: u64) {
     let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
@@ -40,7 +31,7 @@ fn assert_known_shares(profile: &wakemeter_profile::Profile, min_samples: u64) {
         ("light_work", light, 0.10),
         ("other_work", other, 0.20),
     ] {
-        let tolerance = share_tolerance(p, samples);
+        let tolerance = common::share_tolerance(p, samples);
         assert!(
             (got - p).abs() <= tolerance,
             "{name} {got:.3}, expected {p} ± {tolerance:.3} at {samples} samples"

@@ -23,6 +23,15 @@ pub fn start(program: &Path, args: &[&str]) -> Running {
     wakemeter_testkit::start_ready(program, args)
 }
 
+/// How far a share measured from `n` samples may be from its true `p`:
+/// four standard errors of a proportion (a test that fails once in 15,000
+/// runs by chance alone), and never less than 5 points. A fixed 5 points
+/// was 1.85 standard errors of spin_here's 70% at 282 samples: it failed
+/// by chance about one run in 16 (63.5% once, on a loaded machine).
+pub fn share_tolerance(p: f64, n: u64) -> f64 {
+    (4.0 * (p * (1.0 - p) / n as f64).sqrt()).max(0.05)
+}
+
 /// The bound of every wait for work in these tests: a hang guard, not a
 /// deadline that a loaded machine may miss.
 pub const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(300);
