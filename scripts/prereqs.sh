@@ -65,20 +65,20 @@ ensure_clang() {
 
 # GiB that a whole `scripts/test.sh` leaves under the build directory (debug
 # tests and examples, the arm64 build, the cross-target libraries): measured
-# 31 GiB, 5.6 of them incremental caches, which test.sh no longer writes. Linkers write their outputs
-# through mmap, so a full disk shows up as "ld terminated with signal 7 [Bus
-# error]" in the middle of cargo test; this check names it first.
+# 31 GiB, 5.6 of them incremental caches, which test.sh no longer writes.
+# Linkers write their outputs through mmap, so a full disk shows up as "ld
+# terminated with signal 7 [Bus error]" in the middle of cargo test; this
+# check names it first.
 WAKEMETER_BUILD_GIB=${WAKEMETER_BUILD_GIB:-26}
 
 ensure_disk() {
-  local dir=$1 free_kib used_kib need_gib have_gib
+  local dir=$1 free_kib used_kib have_gib
   mkdir -p "$dir"
   free_kib=$(df -Pk "$dir" | awk 'NR==2 {print $4}')
   used_kib=$(du -sk "$dir" 2>/dev/null | awk '{print $1}')
   have_gib=$(((free_kib + used_kib) / 1048576))
-  need_gib=$WAKEMETER_BUILD_GIB
-  if [ "$have_gib" -lt "$need_gib" ]; then
-    echo "MISSING: disk space: the build directory $dir needs about ${need_gib} GiB" \
+  if [ "$have_gib" -lt "$WAKEMETER_BUILD_GIB" ]; then
+    echo "MISSING: disk space: the build directory $dir needs about ${WAKEMETER_BUILD_GIB} GiB" \
       "(it holds $((used_kib / 1048576)) GiB and its filesystem has $((free_kib / 1048576)) GiB free)." \
       "Free some space or point CARGO_TARGET_DIR at a larger disk." >&2
     return 1

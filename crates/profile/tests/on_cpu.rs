@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use wakemeter_profile::{ProfileOptions, ProfileWarning, Profiler, StackKind, Target};
 
 /// spin.c's answer: more than `min_samples` samples, and spin_here,
-/// light_work and other_work within [`common::share_tolerance`] of 70%, 10% and
-/// 20%.
+/// light_work and other_work within [`common::share_tolerance`] of 70%,
+/// 10% and 20%.
 fn assert_known_shares(profile: &wakemeter_profile::Profile, min_samples: u64) {
     let samples: u64 = profile.samples.iter().map(|s| s.count).sum();
     let spin = profile.inclusive_share("spin_here");
