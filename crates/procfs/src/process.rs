@@ -73,6 +73,17 @@ pub fn stat(pid: u32) -> io::Result<Vec<u8>> {
     std::fs::read(Process::Pid(pid).file("stat"))
 }
 
+/// The `stat` file of process `pid`'s first thread (`task/PID/stat`): the
+/// process's start time (field 22) and state without the sum of every
+/// thread's CPU time that the process's own `stat` computes (in the
+/// kernel, a walk of all its threads at each read).
+///
+/// # Errors
+/// The read's error (`NotFound` once the process is gone).
+pub fn leader_stat(pid: u32) -> io::Result<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/task/{pid}/stat"))
+}
+
 /// The `comm` of `process` (its name, at most 15 bytes), without the
 /// trailing newline.
 ///
