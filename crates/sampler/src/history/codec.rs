@@ -85,28 +85,41 @@ fn unzigzag(z: u64) -> u64 {
 /// `base` count as 0).
 pub(crate) fn encode(base: &[u64], record: &[u64], out: &mut Vec<u8>) {
     put_varint(out, record.len() as u64);
-    // A record equal to its base (an idle thread's, most of a large
-    // process's at every snapshot) has no pairs: found by one slice
-    // comparison instead of two passes over its fields (a profile of the
-    // eBPF watcher on 1,000 threads had this function at 4% of its CPU).
-    if base.get(..record.len()) == Some(record) {
-        put_varint(out, 0);
+    // The fields `base` has, compared pairwise over two slices (which the
+    // compiler vectorizes), and those past its end, against 0. Most
+    // records equal their base but for a field or two (a blocked thread's
+    // off-CPU time): comparing field by field through bounds-checked
+    // indexes, twice, was 10% of a 1,000-thread eBPF watcher's CPU.
+    let common = base.len().min(record.len());
+    let (shared, tail) = record.split_at(common);
+    let base = base.get(..common).unwrap_or(&[]);
+    let pairs = shared.iter().zip(base).filter(|(r, b)| r != b).count()
+        + tail.iter().filter(|&&r| r != 0).count();
+    put_varint(out, pairs as u64);
+    if pairs == 0 {
         return;
     }
-    let diff = |i: usize| record[i].wrapping_sub(base.get(i).copied().unwrap_or(0));
-    let pairs = (0..record.len()).filter(|&i| diff(i) != 0).count();
-    put_varint(out, pairs as u64);
     let mut last = 0usize;
-    for i in (0..record.len()).filter(|&i| diff(i) != 0) {
+    let mut put = |i: usize, diff: u64| {
         let skip = (i - last) as u64;
         put_wide(
             out,
-            (u128::from(zigzag(diff(i))) << SKIP_BITS) | u128::from(skip.min(SKIP_INLINE)),
+            (u128::from(zigzag(diff)) << SKIP_BITS) | u128::from(skip.min(SKIP_INLINE)),
         );
         if skip >= SKIP_INLINE {
             put_varint(out, skip - SKIP_INLINE);
         }
         last = i + 1;
+    };
+    for (i, (&r, &b)) in shared.iter().zip(base).enumerate() {
+        if r != b {
+            put(i, r.wrapping_sub(b));
+        }
+    }
+    for (i, &r) in tail.iter().enumerate() {
+        if r != 0 {
+            put(common + i, r);
+        }
     }
 }
 
