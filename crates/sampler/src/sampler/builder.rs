@@ -125,6 +125,7 @@ impl SamplerBuilder {
                 stored: Condvar::new(),
                 readings: Readings::default(),
                 severities: Mutex::default(),
+                spare_records: Mutex::default(),
                 competition: Mutex::default(),
             }),
         })

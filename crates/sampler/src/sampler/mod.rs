@@ -84,6 +84,9 @@ struct Inner {
     /// Severities of the last findings of the configured thresholds, for
     /// their hysteresis.
     severities: Mutex<diagnose::SeverityMemory>,
+    /// Thread records of a diagnosis's intervals no longer needed, written
+    /// over by the next diagnosis's (at most two intervals' worth).
+    spare_records: Mutex<Vec<Vec<crate::interval::ThreadInterval>>>,
     /// The previous read of who competes for CPU, which the next one
     /// differences against.
     competition: Mutex<platform::competition::CompetitionProbe>,
@@ -479,8 +482,24 @@ impl Sampler {
     /// is the report's: it is computed here and handed to the rules.
     fn diagnose_history(&self, h: &History) -> Diagnosis {
         // The report's interval and the rules' all end at the newest
-        // snapshot: decoded once for all of them, and dropped after.
-        self.diagnose_history_sharing(h, &mut SharedEnd::default())
+        // snapshot: decoded once for all of them, and dropped after. Their
+        // records are written over those of the last diagnosis's.
+        let spare = std::mem::take(&mut *lock(&self.inner.spare_records));
+        let mut shared = SharedEnd::with_spare(spare);
+        let diagnosis = self.diagnose_history_sharing(h, &mut shared);
+        *lock(&self.inner.spare_records) = shared.into_spare();
+        diagnosis
+    }
+
+    /// Gives the records of a diagnosis's window back for the next
+    /// diagnosis, when no reader holds the diagnosis any more.
+    fn recycle_window(&self, diagnosis: Arc<Diagnosis>) {
+        if let Some(window) = Arc::into_inner(diagnosis).and_then(|d| d.window) {
+            let mut spare =
+                SharedEnd::with_spare(std::mem::take(&mut *lock(&self.inner.spare_records)));
+            spare.give_back(window.threads);
+            *lock(&self.inner.spare_records) = spare.into_spare();
+        }
     }
 
     /// [`Sampler::diagnose_history`], its intervals' newest end decoded
@@ -589,6 +608,8 @@ impl Sampler {
                 if let Some(k) = diagnosis.key {
                     readings.keep_body(k, Arc::new(body.clone()));
                 }
+                // The body holds what a report needs of the window.
+                self.recycle_window(diagnosis);
                 body
             }
         };

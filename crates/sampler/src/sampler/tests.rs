@@ -397,7 +397,8 @@ fn lean_and_shared_decoding_gives_the_report_of_decoding_everything() {
         "the kernel view covers the threads"
     );
     // Every interval of the history, one `SharedEnd` throughout: it
-    // keeps the end of one `to` and decodes the next one's.
+    // keeps the end of one `to` and decodes the next one's, and each
+    // interval is written over the records of the ones before, given back.
     let mut shared = SharedEnd::default();
     for to in h.iter() {
         for from in h.iter().filter(|f| f.header.seq < to.header.seq) {
@@ -416,6 +417,7 @@ fn lean_and_shared_decoding_gives_the_report_of_decoding_everything() {
                 from.header.seq,
                 to.header.seq
             );
+            shared.give_back(lean.threads);
         }
     }
     // The report's body, each from the same remembered severities.
@@ -435,6 +437,12 @@ fn lean_and_shared_decoding_gives_the_report_of_decoding_everything() {
     let lean = without_contention(body(&mut SharedEnd::default()));
     let whole = without_contention(body(&mut SharedEnd::decoding_everything()));
     assert_eq!(lean, whole);
+    // Twice over the records the diagnoses before gave back, as the
+    // sampler's next reports are.
+    let mut reused = SharedEnd::with_spare(shared.into_spare());
+    for _ in 0..2 {
+        assert_eq!(without_contention(body(&mut reused)), whole);
+    }
     assert!(
         !lean.findings.is_empty(),
         "the moving counters make findings"

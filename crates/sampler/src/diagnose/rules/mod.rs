@@ -417,5 +417,8 @@ pub(super) fn run_sharing(
     memory_growth(&mut cx, h);
     let mut out = cx.out.finish(t);
     out.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.kind.cmp(&b.kind)));
+    for i in w.computed {
+        w.shared.give_back(i.threads);
+    }
     out
 }
