@@ -60,6 +60,10 @@ impl Session {
         match *self {}
     }
 
+    pub(crate) fn recycle(&mut self, _sample: KernelSample) {
+        match *self {}
+    }
+
     pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
         match *self {}
     }

@@ -1089,11 +1089,13 @@ fn observes_another_process_by_pid_until_it_exits() {
     ));
 }
 
-/// A thread blocked between two reads: its entry does not change, so the
-/// task iterator hands the second read its head alone and the source
-/// answers from what it kept. That answer must be what a whole entry
-/// gives: the same counters as a second source's first read (whole), and
-/// the off-CPU span in progress grown to the read's moment.
+/// A thread blocked between reads: its entry does not change, so the
+/// task iterator hands the later reads its head alone and the source
+/// answers from what it kept: from the last read's record when the sample
+/// was given back (`recycle`, as the sampler does), else from the entry's
+/// kept words. Both answers must be what a whole entry gives: the same
+/// counters as a second source's first read (whole), and the off-CPU span
+/// in progress grown to the read's moment.
 #[test]
 #[ignore = "needs root"]
 fn unchanged_entries_read_again_agree_with_a_whole_read() {
@@ -1107,13 +1109,21 @@ fn unchanged_entries_read_again_agree_with_a_whole_read() {
             }
         },
         |tid, ()| {
-            // Whole: the first read of this session.
+            // Whole: the first read of this session, given back.
             let (one, state_one) = read_while_parked(&mut first, tid);
+            let a = thread_of(&one, tid).clone();
+            first.recycle(one);
             thread::sleep(Duration::from_millis(20));
-            // Unchanged since: answered from what the session kept.
+            // Unchanged since: the record of the read before, taken over.
             let (two, state_two) = read_while_parked(&mut first, tid);
             assert_eq!(
                 state_one, state_two,
+                "{test}: the thread ran between the reads"
+            );
+            // Not given back: converted from the words the session kept.
+            let (three, state_three) = read_while_parked(&mut first, tid);
+            assert_eq!(
+                state_two, state_three,
                 "{test}: the thread ran between the reads"
             );
             // Another session of the same program set: its first walk
@@ -1121,48 +1131,25 @@ fn unchanged_entries_read_again_agree_with_a_whole_read() {
             let mut second = attach(test, EbpfSource::builder(Target::SelfProcess));
             let (whole, state_whole) = read_while_parked(&mut second, tid);
             assert_eq!(
-                state_two, state_whole,
+                state_three, state_whole,
                 "{test}: the thread ran between the reads"
             );
 
-            let (a, b, w) = (
-                thread_of(&one, tid),
+            let (b, c, w) = (
                 thread_of(&two, tid),
+                thread_of(&three, tid),
                 thread_of(&whole, tid),
             );
-            assert!(
-                b.total_voluntary_switches >= 20,
-                "{test}: {} voluntary switches, 20 sleeps made",
-                b.total_voluntary_switches
-            );
-            for (what, x, y) in [
-                (
-                    "voluntary",
-                    b.total_voluntary_switches,
-                    w.total_voluntary_switches,
-                ),
-                (
-                    "involuntary",
-                    b.total_involuntary_switches,
-                    w.total_involuntary_switches,
-                ),
-                ("wakes", b.total_wakes, w.total_wakes),
-                ("on-CPU ns", b.total_on_cpu_ns, w.total_on_cpu_ns),
-            ] {
-                assert_eq!(x, y, "{test}: {what}: kept answer {x}, whole read {y}");
+            for (how, b) in [("taken over", b), ("from kept words", c)] {
+                kept_answer_agrees(test, how, b, w);
             }
-            assert_eq!(b.name, w.name, "{test}: name");
-            assert_eq!(
-                b.off_cpu_histogram, w.off_cpu_histogram,
-                "{test}: off-CPU histogram"
-            );
-            assert_eq!(b.top_wakers, w.top_wakers, "{test}: wakers");
             // The span in progress grows with the reads' moments: at least
-            // the 20 ms slept between the first two, and the whole read,
-            // made later, sees at least as much.
-            let (off_a, off_b, off_w) = (
+            // the 20 ms slept between the first two, and each later read
+            // sees at least as much.
+            let (off_a, off_b, off_c, off_w) = (
                 a.total_off_cpu.total_ns(),
                 b.total_off_cpu.total_ns(),
+                c.total_off_cpu.total_ns(),
                 w.total_off_cpu.total_ns(),
             );
             assert!(
@@ -1170,9 +1157,45 @@ fn unchanged_entries_read_again_agree_with_a_whole_read() {
                 "{test}: off-CPU {off_a} ns, then {off_b} ns 20 ms later"
             );
             assert!(
-                off_w >= off_b,
-                "{test}: off-CPU {off_b} ns kept, {off_w} ns read whole later"
+                off_c >= off_b && off_w >= off_c,
+                "{test}: off-CPU {off_b} ns taken over, {off_c} ns from kept words, \
+                 {off_w} ns read whole, in that order"
             );
         },
     );
+}
+
+/// The counters of `b`, a kept answer (`how`), against `w`, the same
+/// thread's entry read whole while it stayed blocked.
+fn kept_answer_agrees(test: &str, how: &str, b: &KernelThreadStats, w: &KernelThreadStats) {
+    assert!(
+        b.total_voluntary_switches >= 20,
+        "{test}: {how}: {} voluntary switches, 20 sleeps made",
+        b.total_voluntary_switches
+    );
+    for (what, x, y) in [
+        (
+            "voluntary",
+            b.total_voluntary_switches,
+            w.total_voluntary_switches,
+        ),
+        (
+            "involuntary",
+            b.total_involuntary_switches,
+            w.total_involuntary_switches,
+        ),
+        ("wakes", b.total_wakes, w.total_wakes),
+        ("on-CPU ns", b.total_on_cpu_ns, w.total_on_cpu_ns),
+    ] {
+        assert_eq!(
+            x, y,
+            "{test}: {how}: {what}: kept answer {x}, whole read {y}"
+        );
+    }
+    assert_eq!(b.name, w.name, "{test}: {how}: name");
+    assert_eq!(
+        b.off_cpu_histogram, w.off_cpu_histogram,
+        "{test}: {how}: off-CPU histogram"
+    );
+    assert_eq!(b.top_wakers, w.top_wakers, "{test}: {how}: wakers");
 }

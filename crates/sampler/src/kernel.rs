@@ -458,4 +458,11 @@ pub trait KernelSource: Send {
     fn quiet_threads(&self) -> &[u64] {
         &[]
     }
+
+    /// Takes back a sample this source returned, once the sampler has
+    /// stored it, so that the next [`KernelSource::read`] can write into
+    /// its buffers instead of allocating them again. The default drops it.
+    fn recycle(&mut self, sample: KernelSample) {
+        drop(sample);
+    }
 }

@@ -53,9 +53,31 @@ pub(super) struct Kept {
     /// `schedstat` wait). While its entry stays unchanged, such a thread
     /// has not run and not been woken (a wake changes `wakes_by`).
     pub(super) blocked: bool,
+    /// The span the entry had in progress, which alone changes its
+    /// conversion from one read to the next while it stays unchanged.
+    pub(super) span: Span,
     /// The last read that saw the entry (one no read sees any more is
     /// forgotten).
     pub(super) seen: u64,
+}
+
+/// The span (on or off CPU) an entry has in progress: what
+/// [`thread_stats`] adds to its totals up to the time of the read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    on_since_ns: u64,
+    off_since_ns: u64,
+    off_cause: u64,
+}
+
+impl Span {
+    fn of(raw: &WmThread) -> Span {
+        Span {
+            on_since_ns: raw.on_since_ns,
+            off_since_ns: raw.off_since_ns,
+            off_cause: raw.off_cause,
+        }
+    }
 }
 
 impl Kept {
@@ -70,6 +92,7 @@ impl Kept {
             blocked: raw.on_since_ns == 0
                 && raw.off_since_ns != 0
                 && raw.off_cause != abi::OFF_PREEMPTED as u64,
+            span: Span::of(raw),
             seen,
         }
     }
@@ -92,6 +115,47 @@ impl Kept {
     }
 }
 
+/// The kernel's off-CPU causes (`abi::OFF_*`) in the order of
+/// [`OffCpuTime::CAUSES`].
+const CAUSES: [usize; 6] = [
+    abi::OFF_SLEEP,
+    abi::OFF_LOCK,
+    abi::OFF_POLL,
+    abi::OFF_IO,
+    abi::OFF_PREEMPTED,
+    abi::OFF_OTHER,
+];
+
+/// `t`, converted by [`thread_stats`] at `then_ns` from an entry that has
+/// not changed since and has `span` in progress, as [`thread_stats`]
+/// converts that entry at `now_ns`: only the span's time has grown (the
+/// same sums, short of a total at `u64::MAX`). Converting the entry
+/// whole again at each read was 13% of a 1,000-thread eBPF watcher's CPU.
+pub(super) fn advanced(
+    mut t: KernelThreadStats,
+    span: Span,
+    then_ns: u64,
+    now_ns: u64,
+) -> KernelThreadStats {
+    let grown = |total: u64, since: u64| {
+        total
+            .saturating_sub(in_progress(since, then_ns))
+            .saturating_add(in_progress(since, now_ns))
+    };
+    t.total_on_cpu_ns = grown(t.total_on_cpu_ns, span.on_since_ns);
+    if let Some(at) = CAUSES
+        .iter()
+        .position(|&c| Ok(c) == usize::try_from(span.off_cause))
+    {
+        let mut ns = t.total_off_cpu.by_cause();
+        if let Some(cause) = ns.get_mut(at) {
+            *cause = grown(*cause, span.off_since_ns);
+        }
+        t.total_off_cpu = OffCpuTime::from_causes(ns);
+    }
+    t
+}
+
 /// Converts one kernel record, adding the span in progress (on or off CPU)
 /// to the totals so that they grow smoothly between switches, with its
 /// `top_wakers` most frequent wakers.
@@ -110,14 +174,7 @@ pub(super) fn thread_stats(
     {
         *cause = cause.saturating_add(in_progress(raw.off_since_ns));
     }
-    let off_cpu = OffCpuTime::from_causes([
-        off_ns[abi::OFF_SLEEP],
-        off_ns[abi::OFF_LOCK],
-        off_ns[abi::OFF_POLL],
-        off_ns[abi::OFF_IO],
-        off_ns[abi::OFF_PREEMPTED],
-        off_ns[abi::OFF_OTHER],
-    ]);
+    let off_cpu = OffCpuTime::from_causes(CAUSES.map(|c| off_ns[c]));
 
     let mut poll = PollSyscallStats::default();
     poll.total_calls = raw.poll_calls;

@@ -42,6 +42,19 @@ pub(crate) struct Session {
     /// Threads the last read found blocked since the read before it, by
     /// reported id, ascending (`KernelSource::quiet_threads`).
     quiet: Vec<u64>,
+    /// The list of threads of the last read's sample, given back by the
+    /// sampler (`KernelSource::recycle`), sorted by thread id: the records
+    /// of entries unchanged since are taken from it, not converted again.
+    /// Empty when the last read's sample was not given back.
+    previous: Vec<KernelThreadStats>,
+    /// When the records of `previous` were converted (`now` of their read),
+    /// and which read made them (`reads` then).
+    previous_at: (u64, u64),
+    /// An emptied list of threads, written over by the next read.
+    spare: Vec<KernelThreadStats>,
+    /// The list the last read handed out: where it lives (to know it when
+    /// it comes back; 0: none), that read's `now` and its number.
+    lent: (usize, u64, u64),
     /// `None` once the target has exited (it left the set).
     set: Option<Arc<Mutex<ProgramSet>>>,
     /// Kind, hook and capacity of the set, kept after it is gone.
@@ -147,6 +160,10 @@ impl Session {
             kept: std::collections::HashMap::new(),
             reads: 0,
             quiet: Vec::new(),
+            previous: Vec::new(),
+            previous_at: (0, 0),
+            spare: Vec::new(),
+            lent: (0, 0, 0),
             set: Some(set),
             kind,
             syscall_hook,
@@ -262,6 +279,23 @@ impl Session {
         &self.quiet
     }
 
+    /// Keeps `sample`'s list of threads for the next read: its records of
+    /// entries still unchanged then are taken over, and its buffer serves
+    /// the read after. A list other than the last read's is only emptied.
+    pub(crate) fn recycle(&mut self, sample: KernelSample) {
+        let mut threads = sample.threads;
+        let (at, now, read) = std::mem::take(&mut self.lent);
+        if at != 0 && threads.as_ptr().addr() == at {
+            self.previous = threads;
+            self.previous_at = (now, read);
+        } else {
+            threads.clear();
+            if threads.capacity() > self.spare.capacity() {
+                self.spare = threads;
+            }
+        }
+    }
+
     pub(crate) fn read(&mut self) -> Result<KernelSample, KernelSourceError> {
         self.quiet.clear();
         let pid = self.pid;
@@ -281,7 +315,21 @@ impl Session {
         // Sized by the last read: grown by doubling, the list of a process
         // of 20,000 threads (about 360 bytes an entry) would hold up to
         // twice what it needs.
-        let mut threads = Vec::with_capacity(self.last_read_entries as usize);
+        // The list given back after the last read is written over: one
+        // of 1,000 threads (about 400 KiB) allocated anew at each read was
+        // mapped, faulted in page by page and unmapped every time.
+        let mut threads = std::mem::take(&mut self.spare);
+        threads.clear();
+        threads.reserve(self.last_read_entries as usize);
+        // The last read's records, when its sample came back: an entry
+        // unchanged since takes its record over, its span grown to `now`.
+        // Thread ids there are the programs' own (no namespace to map).
+        let (then, made_by) = self.previous_at;
+        let mut previous = std::mem::take(&mut self.previous);
+        if made_by != self.reads || in_namespace {
+            previous.clear();
+        }
+        let mut earlier = Earlier::new(&mut previous);
         // An entry's stats without its ready descriptors (whose kinds come
         // from /proc: see `with_fds`). `None`: an entry without an id in
         // the observer's PID namespace.
@@ -337,10 +385,16 @@ impl Session {
                     None => match kept.get_mut(&tid) {
                         Some(k) => {
                             k.seen = seq;
-                            // Converted again as the whole entry would be:
-                            // the span in progress grows to `now`.
-                            if let Some(mut t) = base(tid, &k.raw()) {
-                                t.ready_fds = k.ready_fds();
+                            // As the whole entry would be converted: the
+                            // span in progress grows to `now`.
+                            let t = match earlier.take(tid) {
+                                Some(t) => Some(convert::advanced(t, k.span, then, now)),
+                                None => base(tid, &k.raw()).map(|mut t| {
+                                    t.ready_fds = k.ready_fds();
+                                    t
+                                }),
+                            };
+                            if let Some(t) = t {
                                 // Blocked when last read whole, and not
                                 // switched, woken or renamed since.
                                 if k.blocked {
@@ -383,6 +437,9 @@ impl Session {
                 })?
             }
         };
+        // The records not taken over go; their list serves the read after.
+        previous.clear();
+        self.spare = previous;
         // Thread ids are unique: the unstable sort needs no scratch copy
         // (the stable one allocates half the list again).
         threads.sort_unstable_by_key(|t| t.tid);
@@ -390,6 +447,7 @@ impl Session {
         let record = set.target(tgid)?;
         self.last_read_entries = fetched;
 
+        self.lent = (threads.as_ptr().addr(), now, self.reads);
         let mut sample = KernelSample::default();
         sample.source = "ebpf".to_owned();
         sample.pid = pid;
@@ -397,6 +455,42 @@ impl Session {
         sample.total_dropped_events = record.dropped;
         sample.total_thread_exits = record.exits;
         Ok(sample)
+    }
+}
+
+/// The records of the last read by thread id, each taken out at most once:
+/// the entry after the last one taken is tried first (the task iterator
+/// walks a process's threads in the order they were made, mostly that of
+/// their ids), then a binary search.
+struct Earlier<'a> {
+    records: &'a mut [KernelThreadStats],
+    next: usize,
+}
+
+impl<'a> Earlier<'a> {
+    /// `records` sorted by thread id, each id once.
+    fn new(records: &'a mut [KernelThreadStats]) -> Self {
+        Earlier { records, next: 0 }
+    }
+
+    /// The record of `tid`, taken out (an empty record with its id stays
+    /// in its place, so that the list stays sorted).
+    fn take(&mut self, tid: u32) -> Option<KernelThreadStats> {
+        let tid = u64::from(tid);
+        let at = match self.records.get(self.next) {
+            Some(r) if r.tid == tid => self.next,
+            _ => self.records.binary_search_by_key(&tid, |r| r.tid).ok()?,
+        };
+        self.next = at + 1;
+        let slot = self.records.get_mut(at)?;
+        // A record already taken has no name: the kernel always names a
+        // task, so a record with one is whole.
+        if slot.name.is_empty() {
+            return None;
+        }
+        let mut empty = KernelThreadStats::default();
+        empty.tid = tid;
+        Some(std::mem::replace(slot, empty))
     }
 }
 

@@ -39,6 +39,44 @@ fn record_conversion_adds_span_in_progress() {
 }
 
 #[test]
+fn an_unchanged_entry_advanced_is_the_entry_converted_again() {
+    let mut raw = WmThread::ZERO;
+    raw.comm[..6].copy_from_slice(b"parked");
+    raw.on_cpu_ns = 900;
+    raw.off_ns[abi::OFF_LOCK] = 4_000;
+    raw.off_ns[abi::OFF_IO] = 30;
+    raw.off_hist[3] = 1;
+    raw.wakes_by[abi::WAKE_TARGET] = 2;
+    raw.waker_tid[0] = 8;
+    raw.waker_count[0] = 2;
+    // Off CPU for each cause in turn, on CPU, and no span at all (with a
+    // cause the conversion does not know); a span begun after the first
+    // read's clock, as one begun during its walk.
+    let spans = [
+        (0, 2_000, abi::OFF_LOCK as u64),
+        (0, 2_000, abi::OFF_PREEMPTED as u64),
+        (0, 2_000, abi::OFF_OTHER as u64),
+        (1_500, 0, 0),
+        (0, 0, 99),
+        (0, 12_000, abi::OFF_SLEEP as u64),
+    ];
+    for (on, off, cause) in spans {
+        raw.on_since_ns = on;
+        raw.off_since_ns = off;
+        raw.off_cause = cause;
+        let span = Kept::new(&raw, &[], 1).span;
+        for (then, now) in [(10_000, 10_000), (10_000, 25_000), (11_000, 1_000_000)] {
+            let advanced = convert::advanced(thread_stats(5, &raw, then, 8), span, then, now);
+            assert_eq!(
+                advanced,
+                thread_stats(5, &raw, now, 8),
+                "{on} {off} {cause} {then} {now}"
+            );
+        }
+    }
+}
+
+#[test]
 fn wakers_most_first_from_occupied_slots() {
     let mut raw = WmThread::ZERO;
     for (slot, tid, count, comm) in [

@@ -758,6 +758,10 @@ impl Inner {
             &sleeps,
             kernel.as_ref(),
         );
+        // Stored packed: the source may write its next read into it.
+        if let (Some(source), Some(sample)) = (st.kernel.as_mut(), kernel) {
+            source.recycle(sample);
+        }
         let cost = clock::current_thread_cpu_ns().saturating_sub(cpu_before);
         let total = self.add_overhead(cost);
         stored.header.sampler_cost_ns = cost;
