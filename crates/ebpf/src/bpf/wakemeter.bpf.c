@@ -679,9 +679,10 @@ int rawtp_sched_process_exit(__u64 *ctx) { return on_exit(ctx, false); }
  * the old counters are added to it. */
 
 /* wm_thread as an array of u64: the cumulative counters are words
- * [WM_W_SCHED, WM_W_SCHED_END) and [WM_W_SYSCALL, WM_W_COMM); the other
- * words are state of the moment (kept from the newer entry), comm and
- * wakers (the old entry's wakers were the threads the exec killed). */
+ * [WM_W_SCHED, WM_W_SCHED_END) and [WM_W_SYSCALL, WM_W_COMM), and the
+ * futex counts appended after the wakers; the other words are state of
+ * the moment (kept from the newer entry), comm and wakers (the old
+ * entry's wakers were the threads the exec killed). */
 #define WM_W_SCHED (__builtin_offsetof(struct wm_thread, wakeups) / 8)
 #define WM_W_SCHED_END (__builtin_offsetof(struct wm_thread, sc_block_nr) / 8)
 #define WM_W_SYSCALL (__builtin_offsetof(struct wm_thread, poll_calls) / 8)
@@ -695,6 +696,8 @@ static __always_inline void add_counters(struct wm_thread *dst, struct wm_thread
 			continue;
 		d[i] += s[i];
 	}
+	dst->futex_timed_waits += src->futex_timed_waits;
+	dst->futex_timeouts += src->futex_timeouts;
 }
 
 static __always_inline int on_exec(__u64 *ctx, const bool btf)
