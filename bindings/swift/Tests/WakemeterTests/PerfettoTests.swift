@@ -34,6 +34,31 @@ final class PerfettoTests: XCTestCase {
         XCTAssertEqual(bytes.first, 0x0a)
     }
 
+    func testTracingABlockWritesTheSamplesItTakesAndFinishesTheFile() throws {
+        let dir = FileManager.default.temporaryDirectory
+            .appendingPathComponent("wakemeter-perfetto-block-\(ProcessInfo.processInfo.processIdentifier)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let url = dir.appendingPathComponent("block.perfetto-trace")
+        let s = try Sampler.make(interval: 0.05)
+        _ = try s.sampleNow()
+        var taken = 0
+        let status = try s.tracing(to: url) {
+            for _ in 1...2 {
+                _ = try s.sampleNow()
+                taken += 1
+            }
+        }
+        XCTAssertEqual(taken, 2)
+        // Finishing writes what the writer thread had not taken yet: the
+        // block's two samples, as one interval or two.
+        XCTAssertTrue((1...2).contains(status.intervals), "\(status.intervals) intervals")
+        XCTAssertNil(status.ended)
+        XCTAssertEqual(status.path, url.path)
+        let bytes = try Data(contentsOf: url)
+        XCTAssertEqual(UInt64(bytes.count), status.bytesWritten)
+        XCTAssertEqual(bytes.first, 0x0a)
+    }
+
     func testAnUnwritablePathIsATypedError() throws {
         let s = try Sampler.make()
         XCTAssertThrowsError(try s.perfettoTrace(to: URL(fileURLWithPath: "/nonexistent-dir/app.perfetto-trace"))) { e in

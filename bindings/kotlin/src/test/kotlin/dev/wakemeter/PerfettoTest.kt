@@ -41,6 +41,29 @@ class PerfettoTest {
     }
 
     @Test
+    fun `tracing a block writes the samples it takes and finishes the file`() {
+        val file = Files.createTempDirectory("wakemeter-perfetto").resolve("block.perfetto-trace").toFile()
+        wakemeter { interval = 50.milliseconds }.use { s ->
+            s.sampleNow()
+            var taken = 0
+            val status = s.tracing(file) { sampler ->
+                repeat(2) {
+                    sampler.sampleNow()
+                    taken++
+                }
+            }
+            assertEquals(2, taken)
+            // Finishing writes what the writer thread had not taken yet: the
+            // block's two samples, as one interval or two.
+            assertTrue(status.intervals in 1uL..2uL, "${status.intervals} intervals")
+            assertNull(status.ended)
+            assertEquals(file.path, status.path)
+            assertEquals(file.length().toULong(), status.bytesWritten)
+            assertEquals(0x0a, file.readBytes()[0].toInt())
+        }
+    }
+
+    @Test
     fun `an unwritable path is a typed error`() {
         wakemeter().use { s ->
             val e = assertThrows<WakemeterException.Unwritable> {
