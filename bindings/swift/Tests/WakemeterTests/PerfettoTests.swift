@@ -4,11 +4,16 @@ import XCTest
 @testable import Wakemeter
 
 final class PerfettoTests: XCTestCase {
-    func testTracingWritesOneIntervalPerSampleToACompleteFile() throws {
+    /// `NAME.perfetto-trace` in a directory of this test process's own.
+    private func traceFile(_ name: String) throws -> URL {
         let dir = FileManager.default.temporaryDirectory
             .appendingPathComponent("wakemeter-perfetto-\(ProcessInfo.processInfo.processIdentifier)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let url = dir.appendingPathComponent("app.perfetto-trace")
+        return dir.appendingPathComponent("\(name).perfetto-trace")
+    }
+
+    func testTracingWritesOneIntervalPerSampleToACompleteFile() throws {
+        let url = try traceFile("app")
         // No background sampling (not started): the test's samples are the only ones.
         let s = try Sampler.make(interval: 0.05)
         _ = try s.sampleNow()
@@ -35,10 +40,7 @@ final class PerfettoTests: XCTestCase {
     }
 
     func testTracingABlockWritesTheSamplesItTakesAndFinishesTheFile() throws {
-        let dir = FileManager.default.temporaryDirectory
-            .appendingPathComponent("wakemeter-perfetto-block-\(ProcessInfo.processInfo.processIdentifier)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let url = dir.appendingPathComponent("block.perfetto-trace")
+        let url = try traceFile("block")
         let s = try Sampler.make(interval: 0.05)
         _ = try s.sampleNow()
         var taken = 0
