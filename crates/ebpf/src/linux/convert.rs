@@ -126,17 +126,13 @@ const CAUSES: [usize; 6] = [
     abi::OFF_OTHER,
 ];
 
-/// `t`, converted by [`thread_stats`] at `then_ns` from an entry that has
-/// not changed since and has `span` in progress, as [`thread_stats`]
-/// converts that entry at `now_ns`: only the span's time has grown (the
-/// same sums, short of a total at `u64::MAX`). Converting the entry
-/// whole again at each read was 13% of a 1,000-thread eBPF watcher's CPU.
-pub(super) fn advanced(
-    mut t: KernelThreadStats,
-    span: Span,
-    then_ns: u64,
-    now_ns: u64,
-) -> KernelThreadStats {
+/// Updates `t`, converted by [`thread_stats`] at `then_ns` from an entry
+/// that has not changed since and has `span` in progress, to what
+/// [`thread_stats`] gives for that entry at `now_ns`: only the span's time
+/// has grown (the same sums, short of a total at `u64::MAX`). Converting
+/// the entry whole again at each read was 13% of a 1,000-thread eBPF
+/// watcher's CPU.
+pub(super) fn advance(t: &mut KernelThreadStats, span: Span, then_ns: u64, now_ns: u64) {
     let grown = |total: u64, since: u64| {
         total
             .saturating_sub(in_progress(since, then_ns))
@@ -153,7 +149,6 @@ pub(super) fn advanced(
         }
         t.total_off_cpu = OffCpuTime::from_causes(ns);
     }
-    t
 }
 
 /// Converts one kernel record, adding the span in progress (on or off CPU)

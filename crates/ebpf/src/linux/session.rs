@@ -43,15 +43,16 @@ pub(crate) struct Session {
     /// reported id, ascending (`KernelSource::quiet_threads`).
     quiet: Vec<u64>,
     /// The list of threads of the last read's sample, given back by the
-    /// sampler (`KernelSource::recycle`), sorted by thread id: the records
-    /// of entries unchanged since are taken from it, not converted again.
-    /// Empty when the last read's sample was not given back.
+    /// sampler (`KernelSource::recycle`), sorted by thread id: the next
+    /// read updates it in place, an entry unchanged since by growing its
+    /// record's span in progress instead of converting it again. Empty
+    /// when the last read's sample was not given back.
     previous: Vec<KernelThreadStats>,
     /// When the records of `previous` were converted (`now` of their read),
     /// and which read made them (`reads` then).
     previous_at: (u64, u64),
-    /// An emptied list of threads, written over by the next read.
-    spare: Vec<KernelThreadStats>,
+    /// Which records of the list a read has updated (by index).
+    updated: Vec<bool>,
     /// The list the last read handed out: where it lives (to know it when
     /// it comes back; 0: none), that read's `now` and its number.
     lent: (usize, u64, u64),
@@ -162,7 +163,7 @@ impl Session {
             quiet: Vec::new(),
             previous: Vec::new(),
             previous_at: (0, 0),
-            spare: Vec::new(),
+            updated: Vec::new(),
             lent: (0, 0, 0),
             set: Some(set),
             kind,
@@ -279,20 +280,15 @@ impl Session {
         &self.quiet
     }
 
-    /// Keeps `sample`'s list of threads for the next read: its records of
-    /// entries still unchanged then are taken over, and its buffer serves
-    /// the read after. A list other than the last read's is only emptied.
+    /// Keeps `sample`'s list of threads for the next read to update in
+    /// place, up to [`MAX_KEPT_RECORDS`] threads. A list other than the
+    /// last read's is dropped.
     pub(crate) fn recycle(&mut self, sample: KernelSample) {
-        let mut threads = sample.threads;
+        let threads = sample.threads;
         let (at, now, read) = std::mem::take(&mut self.lent);
-        if at != 0 && threads.as_ptr().addr() == at {
+        if at != 0 && threads.as_ptr().addr() == at && threads.len() <= MAX_KEPT_RECORDS {
             self.previous = threads;
             self.previous_at = (now, read);
-        } else {
-            threads.clear();
-            if threads.capacity() > self.spare.capacity() {
-                self.spare = threads;
-            }
         }
     }
 
@@ -315,21 +311,27 @@ impl Session {
         // Sized by the last read: grown by doubling, the list of a process
         // of 20,000 threads (about 360 bytes an entry) would hold up to
         // twice what it needs.
-        // The list given back after the last read is written over: one
-        // of 1,000 threads (about 400 KiB) allocated anew at each read was
-        // mapped, faulted in page by page and unmapped every time.
-        let mut threads = std::mem::take(&mut self.spare);
-        threads.clear();
-        threads.reserve(self.last_read_entries as usize);
-        // The last read's records, when its sample came back: an entry
-        // unchanged since takes its record over, its span grown to `now`.
-        // Thread ids there are the programs' own (no namespace to map).
+        // The last read's list, when its sample came back, is updated in
+        // place: an entry unchanged since keeps its record, its span grown
+        // to `now` (converting it again was 13% of a 1,000-thread
+        // watcher's CPU), and a list of 1,000 threads (about 400 KiB) is
+        // not allocated anew (it was mapped, faulted in page by page and
+        // unmapped at every read). Thread ids there are the programs' own
+        // (no namespace to map). One list, not two: a second, kept between
+        // reads, broke the watcher's memory bound (`ebpf_memory.rs`).
+        let store_is_task = set.live.store.is_task();
         let (then, made_by) = self.previous_at;
-        let mut previous = std::mem::take(&mut self.previous);
-        if made_by != self.reads || in_namespace {
-            previous.clear();
+        let mut threads = std::mem::take(&mut self.previous);
+        if made_by != self.reads || in_namespace || !store_is_task {
+            threads.clear();
         }
-        let mut earlier = Earlier::new(&mut previous);
+        threads.reserve((self.last_read_entries as usize).saturating_sub(threads.len()));
+        let mut earlier = Earlier::new(threads.len(), &mut self.updated);
+        // Records of threads the last read's list does not have: apart
+        // while that list is updated (it must stay sorted to be searched),
+        // else straight into the list.
+        let updating = !threads.is_empty();
+        let mut added = Vec::new();
         // An entry's stats without its ready descriptors (whose kinds come
         // from /proc: see `with_fds`). `None`: an entry without an id in
         // the observer's PID namespace.
@@ -379,7 +381,13 @@ impl Session {
                         let stats = base(tid, raw).map(|t| with_fds(t, raw));
                         let fds = stats.as_ref().map_or(&[][..], |t| &t.ready_fds[..]);
                         kept.insert(tid, Kept::new(raw, fds, seq));
-                        threads.extend(stats);
+                        if let Some(t) = stats {
+                            match earlier.find(&mut threads, tid) {
+                                Some(record) => *record = t,
+                                None if updating => added.push(t),
+                                None => threads.push(t),
+                            }
+                        }
                     }
                     Some(_) => {}
                     None => match kept.get_mut(&tid) {
@@ -387,20 +395,28 @@ impl Session {
                             k.seen = seq;
                             // As the whole entry would be converted: the
                             // span in progress grows to `now`.
-                            let t = match earlier.take(tid) {
-                                Some(t) => Some(convert::advanced(t, k.span, then, now)),
+                            let reported = match earlier.find(&mut threads, tid) {
+                                Some(record) => {
+                                    convert::advance(record, k.span, then, now);
+                                    Some(record.tid)
+                                }
                                 None => base(tid, &k.raw()).map(|mut t| {
                                     t.ready_fds = k.ready_fds();
-                                    t
+                                    let id = t.tid;
+                                    if updating {
+                                        added.push(t);
+                                    } else {
+                                        threads.push(t);
+                                    }
+                                    id
                                 }),
                             };
-                            if let Some(t) = t {
-                                // Blocked when last read whole, and not
-                                // switched, woken or renamed since.
-                                if k.blocked {
-                                    quiet.push(t.tid);
-                                }
-                                threads.push(t);
+                            // Blocked when last read whole, and not
+                            // switched, woken or renamed since.
+                            if let Some(id) = reported
+                                && k.blocked
+                            {
+                                quiet.push(id);
                             }
                         }
                         // Never seen whole by this session: cannot be.
@@ -437,9 +453,12 @@ impl Session {
                 })?
             }
         };
-        // The records not taken over go; their list serves the read after.
-        previous.clear();
-        self.spare = previous;
+        // The last read's records of threads no entry was read for go
+        // (they exited), and the new threads' join.
+        if updating {
+            earlier.keep_updated(&mut threads);
+            threads.append(&mut added);
+        }
         // Thread ids are unique: the unstable sort needs no scratch copy
         // (the stable one allocates half the list again).
         threads.sort_unstable_by_key(|t| t.tid);
@@ -458,39 +477,55 @@ impl Session {
     }
 }
 
-/// The records of the last read by thread id, each taken out at most once:
-/// the entry after the last one taken is tried first (the task iterator
-/// walks a process's threads in the order they were made, mostly that of
-/// their ids), then a binary search.
+/// The most threads whose records a session keeps between reads (about
+/// 1 KiB each with their names, wakers and histograms): a process with more
+/// has its unchanged entries converted again at each read and its list
+/// allocated anew. Kept at 20,000 threads, they raised the watcher's peak
+/// from 50 to 70 MB, past its 64 MiB bound (RELIABILITY.md).
+pub(crate) const MAX_KEPT_RECORDS: usize = 4096;
+
+/// Finds the records of the last read's list by thread id, and notes which
+/// were updated: the record after the last one found is tried first (the
+/// task iterator walks a process's threads in the order they were made,
+/// mostly that of their ids), then a binary search (the list is sorted by
+/// thread id, each id once).
 struct Earlier<'a> {
-    records: &'a mut [KernelThreadStats],
     next: usize,
+    updated: &'a mut Vec<bool>,
 }
 
 impl<'a> Earlier<'a> {
-    /// `records` sorted by thread id, each id once.
-    fn new(records: &'a mut [KernelThreadStats]) -> Self {
-        Earlier { records, next: 0 }
+    /// For a list of `len` records; `updated` is scratch space.
+    fn new(len: usize, updated: &'a mut Vec<bool>) -> Self {
+        updated.clear();
+        updated.resize(len, false);
+        Earlier { next: 0, updated }
     }
 
-    /// The record of `tid`, taken out (an empty record with its id stays
-    /// in its place, so that the list stays sorted).
-    fn take(&mut self, tid: u32) -> Option<KernelThreadStats> {
+    /// The record of `tid` in `records`, noted as updated.
+    fn find<'r>(
+        &mut self,
+        records: &'r mut [KernelThreadStats],
+        tid: u32,
+    ) -> Option<&'r mut KernelThreadStats> {
         let tid = u64::from(tid);
-        let at = match self.records.get(self.next) {
+        let at = match records.get(self.next) {
             Some(r) if r.tid == tid => self.next,
-            _ => self.records.binary_search_by_key(&tid, |r| r.tid).ok()?,
+            _ => records.binary_search_by_key(&tid, |r| r.tid).ok()?,
         };
         self.next = at + 1;
-        let slot = self.records.get_mut(at)?;
-        // A record already taken has no name: the kernel always names a
-        // task, so a record with one is whole.
-        if slot.name.is_empty() {
-            return None;
-        }
-        let mut empty = KernelThreadStats::default();
-        empty.tid = tid;
-        Some(std::mem::replace(slot, empty))
+        *self.updated.get_mut(at)? = true;
+        records.get_mut(at)
+    }
+
+    /// Drops the records of `records` not updated.
+    fn keep_updated(&self, records: &mut Vec<KernelThreadStats>) {
+        let mut at = 0;
+        records.retain(|_| {
+            let keep = self.updated.get(at).copied().unwrap_or(false);
+            at += 1;
+            keep
+        });
     }
 }
 

@@ -66,7 +66,8 @@ fn an_unchanged_entry_advanced_is_the_entry_converted_again() {
         raw.off_cause = cause;
         let span = Kept::new(&raw, &[], 1).span;
         for (then, now) in [(10_000, 10_000), (10_000, 25_000), (11_000, 1_000_000)] {
-            let advanced = convert::advanced(thread_stats(5, &raw, then, 8), span, then, now);
+            let mut advanced = thread_stats(5, &raw, then, 8);
+            convert::advance(&mut advanced, span, then, now);
             assert_eq!(
                 advanced,
                 thread_stats(5, &raw, now, 8),

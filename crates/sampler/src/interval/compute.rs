@@ -310,6 +310,12 @@ fn whole(s: &Stored) -> Ends<'_> {
 /// report's interval and one rule window's, those of one diagnosis.
 const SPARE_RECORDS: usize = 2;
 
+/// The most threads an interval given back may hold records for (about
+/// 460 bytes each, names apart): the records of larger intervals are
+/// freed, so that a process of 20,000 threads is not watched with two
+/// such intervals (18 MB) kept between reports.
+const MAX_SPARE_THREADS: usize = 4096;
+
 /// The decoded end of the intervals computed together (a report's and
 /// its rules' windows, which all end at the newest snapshot): decoded
 /// once for all of them instead of once per interval. Holds one decoded
@@ -353,9 +359,13 @@ impl SharedEnd {
     /// Gives the records of an interval no longer needed to the next
     /// interval computed with this: an interval's list of 1,000 threads
     /// (about 460 KiB) allocated anew was mapped, faulted in page by page
-    /// and unmapped at every report. At most [`SPARE_RECORDS`] are held.
+    /// and unmapped at every report. At most [`SPARE_RECORDS`] are held,
+    /// each of at most [`MAX_SPARE_THREADS`] threads.
     pub(crate) fn give_back(&mut self, records: Vec<ThreadInterval>) {
-        if self.spare.len() < SPARE_RECORDS && records.capacity() > 0 {
+        if self.spare.len() < SPARE_RECORDS
+            && records.capacity() > 0
+            && records.capacity() <= MAX_SPARE_THREADS
+        {
             self.spare.push(records);
         }
     }
