@@ -287,10 +287,6 @@ struct Pass<'a> {
 
 type Tracking<S> = HashMap<u32, Tracked<<S as Sys>::File>, BuildHasherDefault<TidHasher>>;
 
-/// The most thread rows a sample reserves room for up front (a count
-/// read from `/proc` is the kernel's; this only bounds a wrong one).
-const MAX_RESERVED_ROWS: usize = 1 << 20;
-
 /// Samples one listed TID. With `discover`, an untracked (or reused) TID
 /// starts being tracked; without it, only already tracked threads are read.
 fn visit<S: Sys>(
@@ -452,11 +448,6 @@ impl<S: Sys> LinuxBackend<S> {
         let limit = self.reader.sys.nofile_limit();
         let count = thread_count.unwrap_or(self.tracked.len() as u64);
         self.reader.fds.begin(limit, count, self.generation);
-        // Sized once: grown by doubling (while the history is not full and
-        // gives back no evicted snapshot's list), the list was copied at
-        // each growth (2% of a 1,000-thread watcher's CPU) and kept up to
-        // twice what it holds in the history.
-        threads.reserve(usize::try_from(count).unwrap_or(0).min(MAX_RESERVED_ROWS));
         let full_read_slot = request.switch_split.then(|| {
             self.split_samples = self.split_samples.wrapping_add(1);
             self.split_samples % QUIET_FULL_READ_EVERY
