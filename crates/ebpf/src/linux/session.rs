@@ -308,9 +308,6 @@ impl Session {
             .map_err(read_error("realtime_offset"))?;
         let now = wakemeter::monotonic_ns();
 
-        // Sized by the last read: grown by doubling, the list of a process
-        // of 20,000 threads (about 360 bytes an entry) would hold up to
-        // twice what it needs.
         // The last read's list, when its sample came back, is updated in
         // place: an entry unchanged since keeps its record, its span grown
         // to `now` (converting it again was 13% of a 1,000-thread
@@ -325,13 +322,13 @@ impl Session {
         if made_by != self.reads || in_namespace || !store_is_task {
             threads.clear();
         }
+        // Sized by the last read: grown by doubling, the list of a process
+        // of 20,000 threads (about 360 bytes an entry) would hold up to
+        // twice what it needs.
         threads.reserve((self.last_read_entries as usize).saturating_sub(threads.len()));
+        // The last read's records are the list's first ones (sorted, and
+        // searched there); records of threads they lack go after them.
         let mut earlier = Earlier::new(threads.len(), &mut self.updated);
-        // Records of threads the last read's list does not have: apart
-        // while that list is updated (it must stay sorted to be searched),
-        // else straight into the list.
-        let updating = !threads.is_empty();
-        let mut added = Vec::new();
         // An entry's stats without its ready descriptors (whose kinds come
         // from /proc: see `with_fds`). `None`: an entry without an id in
         // the observer's PID namespace.
@@ -384,7 +381,6 @@ impl Session {
                         if let Some(t) = stats {
                             match earlier.find(&mut threads, tid) {
                                 Some(record) => *record = t,
-                                None if updating => added.push(t),
                                 None => threads.push(t),
                             }
                         }
@@ -403,11 +399,7 @@ impl Session {
                                 None => base(tid, &k.raw()).map(|mut t| {
                                     t.ready_fds = k.ready_fds();
                                     let id = t.tid;
-                                    if updating {
-                                        added.push(t);
-                                    } else {
-                                        threads.push(t);
-                                    }
+                                    threads.push(t);
                                     id
                                 }),
                             };
@@ -454,11 +446,8 @@ impl Session {
             }
         };
         // The last read's records of threads no entry was read for go
-        // (they exited), and the new threads' join.
-        if updating {
-            earlier.keep_updated(&mut threads);
-            threads.append(&mut added);
-        }
+        // (they exited).
+        earlier.keep_updated(&mut threads);
         // Thread ids are unique: the unstable sort needs no scratch copy
         // (the stable one allocates half the list again).
         threads.sort_unstable_by_key(|t| t.tid);
@@ -484,31 +473,33 @@ impl Session {
 /// from 50 to 70 MB, past its 64 MiB bound (RELIABILITY.md).
 pub(crate) const MAX_KEPT_RECORDS: usize = 4096;
 
-/// Finds the records of the last read's list by thread id, and notes which
-/// were updated: the record after the last one found is tried first (the
-/// task iterator walks a process's threads in the order they were made,
-/// mostly that of their ids), then a binary search (the list is sorted by
-/// thread id, each id once).
+/// Finds the last read's records, the first ones of the list, by thread
+/// id, and notes which were updated: the record after the last one found
+/// is tried first (the task iterator walks a process's threads in the
+/// order they were made, mostly that of their ids), then a binary search
+/// (those records are sorted by thread id, each id once).
 struct Earlier<'a> {
     next: usize,
     updated: &'a mut Vec<bool>,
 }
 
 impl<'a> Earlier<'a> {
-    /// For a list of `len` records; `updated` is scratch space.
+    /// For a list whose first `len` records are the last read's;
+    /// `updated` is scratch space.
     fn new(len: usize, updated: &'a mut Vec<bool>) -> Self {
         updated.clear();
         updated.resize(len, false);
         Earlier { next: 0, updated }
     }
 
-    /// The record of `tid` in `records`, noted as updated.
+    /// The last read's record of `tid` in `records`, noted as updated.
     fn find<'r>(
         &mut self,
         records: &'r mut [KernelThreadStats],
         tid: u32,
     ) -> Option<&'r mut KernelThreadStats> {
         let tid = u64::from(tid);
+        let records = records.get_mut(..self.updated.len())?;
         let at = match records.get(self.next) {
             Some(r) if r.tid == tid => self.next,
             _ => records.binary_search_by_key(&tid, |r| r.tid).ok()?,
@@ -518,11 +509,12 @@ impl<'a> Earlier<'a> {
         records.get_mut(at)
     }
 
-    /// Drops the records of `records` not updated.
+    /// Drops the last read's records not updated (the records after them
+    /// are new, and stay).
     fn keep_updated(&self, records: &mut Vec<KernelThreadStats>) {
         let mut at = 0;
         records.retain(|_| {
-            let keep = self.updated.get(at).copied().unwrap_or(false);
+            let keep = self.updated.get(at).copied().unwrap_or(true);
             at += 1;
             keep
         });
