@@ -49,8 +49,14 @@ pub fn start(sampler: &Sampler, o: Option<&Options>) -> Result<Option<Watcher>, 
             wakemeter_profile::MAX_CAPTURE.as_secs()
         ));
     }
+    // On-CPU captures sample per thread, as `profile` does by default: this
+    // process takes the descriptors, not the watched one.
+    crate::profile::raise_open_file_limit();
+    let options = wakemeter_profile::ProfileOptions::new(wakemeter_profile::StackKind::OnCpu)
+        .with_timer(wakemeter_profile::SamplingTimer::PerThread);
     let mut b = wakemeter_profile::AutoProfiler::builder()
         .with_capture(Duration::from_secs_f64(o.seconds))
+        .with_options(options)
         .with_output_dir(&o.dir);
     if let Some(p) = o.process_cpu_percent {
         b = b.with_process_cpu_percent(p);

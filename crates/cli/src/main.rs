@@ -350,14 +350,23 @@ struct ProfileArgs {
     /// On-CPU samples per second per CPU.
     #[arg(long, default_value_t = 99)]
     frequency: u64,
-    /// On-CPU timers: `cpu` (one cpu-clock event per CPU, sampling whatever
-    /// runs: samples fall where the time goes, but a bursty thread is
-    /// sampled 0.9 to 1.2 times its CPU time) or `thread` (one event per
-    /// thread of the process, counting its own CPU time: samples kept =
-    /// CPU time x frequency, with 7 to 10% of them taken as a thread is
-    /// switched back in). `thread` falls back to `cpu` when the process has
-    /// more threads than half the open-file limit.
-    #[arg(long, value_name = "cpu|thread", default_value = "cpu", value_parser = ["cpu", "thread"])]
+    /// Capacity of the kernel's stack map, in distinct stacks (user and
+    /// kernel stacks each take one; 1 KiB of kernel memory each, at most
+    /// 262144). By default the samples one CPU takes in the capture
+    /// (frequency x seconds), from 8192 to 32768. A sample whose stack finds
+    /// the map full keeps its count but not its stack (`[lost user
+    /// stack]`, said at the end).
+    #[arg(long, value_name = "N")]
+    max_stacks: Option<u32>,
+    /// On-CPU timers: `thread` (the default, as `perf record -p`: one
+    /// cpu-clock event per thread of the process, a timer of that thread's
+    /// own CPU time, so samples kept = its time on a CPU x frequency, a few
+    /// of them taken as a thread is switched back in) or `cpu` (one event
+    /// per CPU sampling whatever runs, as `perf record -a`: no descriptor
+    /// per thread, but a bursty thread is sampled 0.9 to 1.2 times its CPU
+    /// time). `thread` raises the soft open-file limit to the hard one and
+    /// falls back to `cpu` when the process has more threads than half of it.
+    #[arg(long, value_name = "thread|cpu", default_value = "thread", value_parser = ["thread", "cpu"])]
     timer: String,
     /// Write an SVG flame graph here.
     #[arg(long)]
@@ -564,6 +573,9 @@ fn main() -> ExitCode {
             },
             seconds: a.seconds,
             frequency_hz: a.frequency,
+            max_stacks: a
+                .max_stacks
+                .unwrap_or_else(|| profile::default_max_stacks(a.frequency, a.seconds)),
             timer: if a.timer == "thread" {
                 wakemeter_profile::SamplingTimer::PerThread
             } else {

@@ -150,24 +150,20 @@ fn profile_summary_lists_top_functions_and_causes_above_the_stacks() {
         at(&text, "samples kept: ") < at(&text, "top functions:"),
         "{text}"
     );
-    // "samples kept: K of D due (...)": K within counting noise (3 √D)
-    // and the uneven sampling of a thread that runs in bursts (up to a
-    // quarter either way on a loaded VM, by perf's events as by ours:
-    // ACCURACY.md) of D. A poller at 0.39 s of CPU in the window was due
-    // 38.6 and kept 47 (1.217) on a loaded run.
+    // "samples kept: K of D due (...)": with the default per-thread
+    // timers, K within counting noise (3 √D) and a few percent the
+    // scheduler charges around a thread's switches that no timer of its own
+    // sees (the poller never blocks: it is only preempted) of D.
     let (kept, due) = kept_and_due(&text);
     // (A loaded machine may give the poller too little CPU in the 2 s to
     // judge: fewer than 10 samples due.)
     assert!(
-        due < 10.0 || (kept - due).abs() <= 3.0 * due.sqrt() + 0.25 * due,
+        due < 10.0 || (kept - due).abs() <= 3.0 * due.sqrt() + 0.05 * due,
         "kept {kept} of {due} due\n{text}"
     );
     assert!(!text.contains("off-CPU time by cause"), "{text}");
-    // The default timers are named, and the other kind offered.
-    assert!(
-        text.contains("timer: per CPU (") && text.contains("--timer thread"),
-        "{text}"
-    );
+    // The default timers are named.
+    assert!(text.contains("timer: per thread ("), "{text}");
     assert_eq!(off.code, Some(0), "{}", off.said());
     let text = off.stdout();
     assert!(
@@ -196,13 +192,15 @@ fn kept_and_due(text: &str) -> (f64, f64) {
         .unwrap_or_else(|| panic!("no samples kept line in\n{text}"))
 }
 
-/// `--timer thread`: one event per thread, named in the summary, and the
-/// samples kept are the process's CPU time × frequency within counting
-/// noise (3 √D) and a few percent the scheduler charges around a thread's
-/// switches that no timer of its own sees; per CPU the bound is a quarter.
+/// `--timer cpu`: one event per CPU, named in the summary with the default
+/// offered; the samples kept are the process's CPU time × frequency within
+/// counting noise (3 √D) and the uneven sampling of a thread that runs in
+/// bursts (up to a quarter either way on a loaded VM, by perf's events as by
+/// ours: ACCURACY.md). A poller at 0.39 s of CPU in the window was due 38.6
+/// and kept 47 (1.217) on a loaded run.
 #[test]
 #[ignore = "needs root"]
-fn profile_with_per_thread_timers_keeps_the_cpu_time_and_says_so() {
+fn profile_with_per_cpu_timers_says_so() {
     let mut child = busy_poller();
     let pid = child.id().to_string();
     let on = run(
@@ -216,7 +214,7 @@ fn profile_with_per_thread_timers_keeps_the_cpu_time_and_says_so() {
             "--seconds",
             "2",
             "--timer",
-            "thread",
+            "cpu",
         ]),
         LIMIT,
     );
@@ -224,10 +222,13 @@ fn profile_with_per_thread_timers_keeps_the_cpu_time_and_says_so() {
     let _ = child.wait();
     assert_eq!(on.code, Some(0), "{}", on.said());
     let text = on.stdout();
-    assert!(text.contains("timer: per thread ("), "{text}");
+    assert!(
+        text.contains("timer: per CPU, as asked (") && text.contains("--timer thread"),
+        "{text}"
+    );
     let (kept, due) = kept_and_due(&text);
     assert!(
-        due < 10.0 || (kept - due).abs() <= 3.0 * due.sqrt() + 0.05 * due,
+        due < 10.0 || (kept - due).abs() <= 3.0 * due.sqrt() + 0.25 * due,
         "kept {kept} of {due} due\n{text}"
     );
     let bad = run(
@@ -235,6 +236,71 @@ fn profile_with_per_thread_timers_keeps_the_cpu_time_and_says_so() {
         LIMIT,
     );
     assert_eq!(bad.code, Some(2), "{}", bad.said());
+}
+
+/// Per-thread timers take a descriptor per thread: `profile` raises its soft
+/// open-file limit to the hard one first, so a process of more threads than
+/// half the soft limit it was started with is still sampled per thread.
+#[test]
+#[ignore = "needs root"]
+fn profile_raises_its_open_file_limit_for_per_thread_timers() {
+    /// The soft limit `profile` starts with: a budget of 64 descriptors.
+    const SOFT_LIMIT: libc::rlim_t = 128;
+    /// Threads of the target (this test process), more than that budget.
+    const PARKED: usize = 80;
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let done_rx = std::sync::Arc::new(std::sync::Mutex::new(done_rx));
+    let parked: Vec<_> = (0..PARKED)
+        .map(|_| {
+            let done = std::sync::Arc::clone(&done_rx);
+            std::thread::spawn(move || {
+                let _ = done.lock().map(|rx| rx.recv());
+            })
+        })
+        .collect();
+    let mut cmd = common::bin();
+    cmd.args([
+        "profile",
+        "--pid",
+        &std::process::id().to_string(),
+        "--on-cpu",
+        "--seconds",
+        "1",
+    ]);
+    // SAFETY: between fork and exec the closure only calls getrlimit and
+    // setrlimit, which are async-signal-safe, on a struct of its own.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit.rlim_cur = SOFT_LIMIT.min(limit.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let r = run(&mut cmd, LIMIT);
+    drop(done_tx);
+    for t in parked {
+        t.join().unwrap();
+    }
+    assert_eq!(r.code, Some(0), "{}", r.said());
+    let text = r.stdout();
+    let opened: usize = text
+        .split_once("timer: per thread (")
+        .and_then(|(_, rest)| rest.split_once(" opened"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no per-thread timer line in\n{text}"));
+    assert!(
+        opened > PARKED,
+        "{opened} events for {PARKED} parked threads\n{text}"
+    );
 }
 
 /// Without privilege, `profile` fails with the typed reason and status 2,

@@ -283,7 +283,10 @@ pub struct TimerCounts {
 }
 
 /// Which `cpu-clock` timers an on-CPU profile samples with (one concept,
-/// "sampling timer"; the CLI's `profile --timer cpu|thread`).
+/// "sampling timer"; the CLI's `profile --timer thread|cpu`). The library
+/// defaults to [`SamplingTimer::PerCpu`], which takes no descriptor per
+/// thread from the process it runs in; the CLI's `profile`, a process of its
+/// own, defaults to [`SamplingTimer::PerThread`], as `perf record -p` does.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SamplingTimer {

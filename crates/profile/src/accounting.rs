@@ -154,10 +154,16 @@ pub struct SampleAccounting {
     /// Samples taken but not written: the kernel's count map was full.
     pub lost_counts_full: u64,
     /// Samples due but never delivered to the program, estimated as
-    /// `due - taken`, at least 0: the `cpu-clock` timer overran (interrupts
-    /// disabled for more than a period), the kernel throttled sampling
-    /// (`kernel.perf_event_max_sample_rate`), or another BPF program ran on
-    /// that CPU at the time.
+    /// `due - taken`, at least 0. Mostly CPU time the scheduler charged to
+    /// a thread that was not yet on a CPU, which no timer can sample: a
+    /// wakeup that preempts what runs (an idle CPU too) charges the woken
+    /// thread from the wakeup, not from its switch-in (the run queue's clock
+    /// is not read again at the switch), a few µs a wakeup
+    /// ([`TimerAccounting::on_cpu_ns`] is the time without it). The rest:
+    /// the `cpu-clock` timer overran (interrupts disabled for more than a
+    /// period), the kernel throttled sampling
+    /// (`kernel.perf_event_max_sample_rate`), per CPU the timer fired in
+    /// another task's turn, or another BPF program ran on that CPU.
     pub not_delivered: f64,
     /// What the `cpu-clock` timers could sample (from the kernel program);
     /// `None` when not measured.
@@ -269,7 +275,8 @@ pub struct TimerAccounting {
     /// Time the target's threads were on a CPU during the capture, ns, from
     /// each switch-in to its switch-out (`sched_switch`). The scheduler's
     /// CPU time ([`SampleAccounting::cpu_ns`]) may be a few percent more
-    /// for a thread switched in thousands of times a second.
+    /// for a thread woken thousands of times a second: see
+    /// [`SampleAccounting::not_delivered`].
     pub on_cpu_ns: u64,
     /// Samples due by that time: `on_cpu_ns × frequency / 10⁹`.
     pub due: f64,

@@ -66,8 +66,10 @@ impl ProfileOptions {
         self
     }
 
-    /// The on-CPU timers: [`SamplingTimer::PerCpu`] (the default) or
-    /// [`SamplingTimer::PerThread`] (see
+    /// The on-CPU timers: [`SamplingTimer::PerCpu`] (the default: no
+    /// descriptor per thread taken from the host process) or
+    /// [`SamplingTimer::PerThread`] (samples follow each thread's own time
+    /// on a CPU; the CLI's default; see
     /// [`wakemeter_ebpf::StackSessionBuilder::with_timer`]; the profile's
     /// [`crate::TimerAccounting`] says which sampled, and why per thread
     /// fell back to per CPU).

@@ -30,5 +30,5 @@ pub use trigger::{
     AutoProfiler, AutoProfilerBuilder, AutoProfilerStats, CaptureFiles, ProfiledFinding, Trigger,
     TriggeredProfile,
 };
-pub use wakemeter_ebpf::stacks::UnwindStop;
+pub use wakemeter_ebpf::stacks::{DEFAULT_MAX_STACKS, UnwindStop};
 pub use wakemeter_ebpf::{SamplingTimer, Target};
