@@ -64,10 +64,12 @@ scratch directory), drives a bounded load (wrk, redis-benchmark,
 memcaslap, pgbench), and in one window runs
 `wakemeter profile --pid P --on-cpu --frequency F --seconds S` and,
 once it has attached, `perf record -e cpu-clock -F F --call-graph dwarf`
-on the same process: per CPU with `-a` then `perf script --pid P`
-(default: per-CPU timers, as wakemeter's; ACCURACY.md, issue 27, shows a
-per-thread event takes more samples as a thread is switched back in),
-or with `-p P` (--perf-per-thread). It prints, for each tool: samples,
+on the same process with the same kind of timer: per thread with `-p P`
+(wakemeter's default `--timer thread`), or, with `--timer cpu`, per CPU
+with `-a` then `perf script --pid P` (`--perf-timer` chooses perf's on its
+own; ACCURACY.md, issue 27, shows a per-thread event takes more samples
+as a thread is switched back in, so the two tools compare only on the
+same kind). It prints, for each tool: samples,
 the share of samples whose stack reaches the thread's entry (`main`,
 `start_thread`, `clone3`, `clone`, `_start` or the C library's
 `__libc_start_*` above a stripped `main`), the top 10 functions by self
@@ -710,6 +712,8 @@ def server_arguments(mode, description, seconds, window):
     ap.add_argument("--port", type=int, default=24000, help="first port (24000; squid takes 2)")
     ap.add_argument("--wakemeter", default=shutil.which("wakemeter") or "wakemeter",
                     help="the wakemeter binary")
+    ap.add_argument("--max-stacks", type=int,
+                    help="wakemeter's --max-stacks (its default when not given)")
     return ap
 
 
@@ -766,7 +770,8 @@ def start_wakemeter(a, pid, seconds, extra, tools):
     wm = subprocess.Popen(
         [a.wakemeter, "profile", "--pid", str(pid), "--on-cpu", "--frequency",
          str(a.frequency), "--seconds", str(seconds)] + extra
-        + (["--timer", a.timer] if a.timer else []),
+        + (["--timer", a.timer] if a.timer else [])
+        + (["--max-stacks", str(a.max_stacks)] if a.max_stacks else []),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     tools.append(wm)
@@ -781,13 +786,15 @@ def run_main(argv):
     ap = server_arguments(
         "run", "Start a Debian server under load; wakemeter profile beside perf record.",
         20, "capture window")
-    ap.add_argument("--perf-per-thread", action="store_true",
-                    help="perf record -p PID (a per-thread timer) instead of -a + --pid")
     ap.add_argument("--timer", choices=["cpu", "thread"],
-                    help="wakemeter's timer (its --timer; its default when not given)")
+                    help="wakemeter's timer (its --timer; its default, thread, when not given)")
+    ap.add_argument("--perf-timer", choices=["cpu", "thread"],
+                    help="perf's: per thread (-p PID) or per CPU (-a, then perf script --pid); "
+                         "the same as wakemeter's when not given")
     ap.add_argument("--keep", metavar="DIR",
                     help="keep wm.folded, wakemeter's summary and perf's script text here")
     a = ap.parse_args(argv)
+    a.perf_per_thread = (a.perf_timer or a.timer or "thread") == "thread"
     cls = prepare(a.server)
 
     scratch = tempfile.mkdtemp(prefix=f"wm-vs-perf-{a.server}-")
