@@ -271,15 +271,8 @@ fn sampling(out: &mut impl Write, p: &Profile) -> io::Result<()> {
                 t.skipped_periods,
                 t.program_ns as f64 / 1e6
             )?;
-            let before_switch_in = a.cpu_ns.saturating_sub(t.on_cpu_ns);
-            // Under 1% is the two clocks' windows, not worth a line.
-            if before_switch_in > a.cpu_ns / 100 {
-                writeln!(
-                    out,
-                    "  the scheduler's CPU time is {:.3} s more ({:.1} due): it charges a woken thread from its wakeup, not its switch-in, when the wakeup preempts what runs (an idle CPU too)",
-                    before_switch_in as f64 / 1e9,
-                    before_switch_in as f64 * p.frequency_hz as f64 / 1e9
-                )?;
+            if let Some(line) = charged_before_switch_in(a.cpu_ns, t.on_cpu_ns, p.frequency_hz) {
+                writeln!(out, "  {line}")?;
             }
             writeln!(out, "  {}", timer_line(t))?;
         }
@@ -320,10 +313,20 @@ fn sampling(out: &mut impl Write, p: &Profile) -> io::Result<()> {
     Ok(())
 }
 
-/// The lines of one stack (`frames` outermost first), innermost first: at
-/// most [`KERNEL_FRAMES`] kernel frames and a count of the rest, then at
-/// most [`TOP_FRAMES`] user frames, so that the call site in the user's
-/// code is shown under a deep kernel stack.
+/// The line on the scheduler's CPU time beyond the time on a CPU (both ns)
+/// of an on-CPU profile at `frequency_hz`, when it is more than 1% of the
+/// CPU time (less is the two clocks' windows, not worth a line).
+fn charged_before_switch_in(cpu_ns: u64, on_cpu_ns: u64, frequency_hz: u64) -> Option<String> {
+    let more = cpu_ns.saturating_sub(on_cpu_ns);
+    (more > cpu_ns / 100).then(|| {
+        format!(
+            "the scheduler's CPU time is {:.3} s more ({:.1} due): it charges a woken thread from its wakeup, not its switch-in, when the wakeup preempts what runs (an idle CPU too)",
+            more as f64 / 1e9,
+            more as f64 * frequency_hz as f64 / 1e9
+        )
+    })
+}
+
 /// The stack map's default capacity: the samples one CPU takes in the
 /// capture, between [`MIN_DEFAULT_STACKS`] and [`MAX_DEFAULT_STACKS`]. A
 /// map of 8,192 lost 2,870 stacks of squid (a C++ proxy) at 999 Hz over
@@ -377,6 +380,10 @@ fn timer_line(t: &wakemeter_profile::TimerAccounting) -> String {
     }
 }
 
+/// The lines of one stack (`frames` outermost first), innermost first: at
+/// most [`KERNEL_FRAMES`] kernel frames and a count of the rest, then at
+/// most [`TOP_FRAMES`] user frames, so that the call site in the user's
+/// code is shown under a deep kernel stack.
 fn shown_frames(frames: &[wakemeter_profile::Frame]) -> Vec<String> {
     let kernel = frames.iter().filter(|f| f.kernel).count();
     let mut lines: Vec<String> = frames
@@ -409,6 +416,27 @@ mod tests {
         let mut f = Frame::unresolved(1, kernel);
         f.function = Some(name.to_string());
         f
+    }
+
+    #[test]
+    fn the_time_charged_before_switch_in_is_said_past_one_percent() {
+        // redis at 99 Hz: 9.269 s of CPU time, 8.298 s on a CPU.
+        let line = charged_before_switch_in(9_269_000_000, 8_298_000_000, 99).unwrap();
+        assert!(
+            line.starts_with("the scheduler's CPU time is 0.971 s more (96.1 due):"),
+            "{line}"
+        );
+        assert_eq!(
+            charged_before_switch_in(1_000_000_000, 990_000_000, 99),
+            None
+        );
+        assert!(charged_before_switch_in(1_000_000_000, 989_000_000, 99).is_some());
+        // More time on a CPU than charged (the windows differ): nothing.
+        assert_eq!(
+            charged_before_switch_in(1_000_000_000, 1_100_000_000, 99),
+            None
+        );
+        assert_eq!(charged_before_switch_in(0, 0, 99), None);
     }
 
     #[test]
