@@ -83,16 +83,17 @@ starts the server and its load the same way and measures samples kept
 against samples due in one window: `wakemeter profile --on-cpu` (its own
 summary: kept, due by schedstat, due by the time on a CPU, periods
 skipped, the program's time) and, once it has attached, `perf record -k
-CLOCK_MONOTONIC -e cpu-clock -F F -a --switch-events`; the server's main
+CLOCK_MONOTONIC -e cpu-clock -F F --switch-events` (`-p P` or `-a`, as
+below); the server's main
 thread's schedstat is read at two CLOCK_MONOTONIC instants S seconds apart
 inside perf's window, and perf's samples of that thread between them are
 counted against its schedstat CPU time and against its time on a CPU from
 perf's own switch records, and the share of them whose kernel stack is in
 the switch-in path (`finish_task_switch`, `schedule_tail`,
 `ret_from_fork`; perf records `-g` for it). It prints one row of
-ACCURACY.md's table. `--perf-timer thread` records with `-p PID` (a
-per-thread timer) instead of `-a`, `--perf-timer both` in two back-to-back
-windows (ACCURACY.md, "Per-CPU or per-thread timers"); `--timer cpu|thread`
+ACCURACY.md's table. perf's timer is the same kind as wakemeter's unless
+`--perf-timer` says: `cpu` records with `-a`, `thread` with `-p PID` (a
+per-thread timer), `both` in two back-to-back windows (ACCURACY.md, "Per-CPU or per-thread timers"); `--timer cpu|thread`
 is passed to wakemeter (the run mode takes it too); `--no-wakemeter` runs
 perf alone.
 
@@ -1000,13 +1001,14 @@ def kept_main(argv):
     ap = server_arguments(
         "kept", "Samples kept against samples due: wakemeter beside perf's cpu-clock samples.",
         8, "perf's counted window")
-    ap.add_argument("--perf-timer", choices=["cpu", "thread", "both"], default="cpu",
+    ap.add_argument("--perf-timer", choices=["cpu", "thread", "both"],
                     help="perf's cpu-clock per CPU (-a), per thread (-p PID), or both in "
-                         "back-to-back windows (cpu)")
+                         "back-to-back windows (the same as wakemeter's when not given)")
     ap.add_argument("--timer", choices=["cpu", "thread"],
-                    help="wakemeter's timer (its --timer; its default when not given)")
+                    help="wakemeter's timer (its --timer; its default, thread, when not given)")
     ap.add_argument("--no-wakemeter", action="store_true", help="perf alone")
     a = ap.parse_args(argv)
+    a.perf_timer = a.perf_timer or a.timer or "thread"
     cls = prepare(a.server)
     scopes = ["cpu", "thread"] if a.perf_timer == "both" else [a.perf_timer]
 
